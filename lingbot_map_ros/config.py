@@ -1,0 +1,253 @@
+"""One tree of frozen dataclasses: YAML -> ROS parameters -> engine.
+
+``EngineConfig`` = ``ModelConfig`` (what the network is) + ``CacheConfig`` (how the global-attention
+KV cache is sized and which attention backend runs it) + ``StreamConfig`` (how frames are fed).
+Each dataclass is the only source of its defaults. The ROS node declares one parameter per field
+(``section.field``), the YAML file ``config/lingbot_map.yaml`` carries the same keys, and the tools
+load that YAML with :func:`load_yaml`.
+
+The ``ModelConfig`` default is the official LingBot-Map model (ViT-L/14-reg trunk, 24+24 blocks,
+4 camera iterations, DPT depth head); ``ModelConfig.preset('tiny')`` is a small random-weight
+model for CPU tests and demos.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+Backend = Literal['flashinfer', 'sdpa', 'reference']
+DType = Literal['bfloat16', 'float16', 'float32']
+Preset = Literal['official', 'tiny']
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Network shape. Defaults are the official checkpoint's."""
+
+    preset: Preset = 'official'
+    """Name of the preset these values came from (informational; see ``ModelConfig.preset``)."""
+    img_size: int = 518
+    """Image size the DINO position table was trained for (37x37 grid + cls). Keep 518."""
+    patch_size: int = 14
+    """Patch size in pixels."""
+    embed_dim: int = 1024
+    """Width of the DINO trunk and the aggregator."""
+    num_heads: int = 16
+    """Attention heads in the trunk and the aggregator (head dim = embed_dim / num_heads = 64)."""
+    dino_depth: int = 24
+    """Number of DINOv2 trunk blocks."""
+    depth: int = 24
+    """Number of frame/global block pairs in the aggregator."""
+    mlp_ratio: float = 4.0
+    """MLP hidden width / embed_dim."""
+    num_dino_registers: int = 4
+    """DINOv2 register tokens (live only inside the trunk)."""
+    max_frame_num: int = 1024
+    """Rows of the 3-D RoPE time table: the keyframe-count ceiling of one session."""
+    tap_layers: tuple[int, ...] = (4, 11, 17, 23)
+    """Aggregator layers whose [frame, global] features feed the heads."""
+    camera_num_iterations: int = 4
+    """Refinement iterations of the camera head (each has its own KV cache)."""
+    camera_trunk_depth: int = 4
+    """Transformer blocks in the camera-head trunk."""
+    camera_num_heads: int = 16
+    """Heads of the camera-head trunk (width 2*embed_dim)."""
+    enable_depth: bool = True
+    """Build the DPT depth head (its keys are part of the official checkpoint)."""
+    depth_features: int = 256
+    """DPT fusion width."""
+    depth_out_channels: tuple[int, ...] = (256, 512, 1024, 1024)
+    """DPT per-level projection widths."""
+
+    def __post_init__(self) -> None:
+        if self.embed_dim % self.num_heads:
+            raise ValueError(f'model.embed_dim={self.embed_dim} is not divisible by '
+                             f'model.num_heads={self.num_heads}')
+        if self.embed_dim // self.num_heads != 64:
+            raise ValueError('model: the 3-D video RoPE splits a head of 64 dims (20/22/22); '
+                             f'got head dim {self.embed_dim // self.num_heads}')
+        if (2 * self.embed_dim) % self.camera_num_heads:
+            raise ValueError(f'model.camera_num_heads={self.camera_num_heads} does not divide '
+                             f'2*embed_dim={2 * self.embed_dim}')
+        if len(self.tap_layers) != 4 or not all(0 <= i < self.depth for i in self.tap_layers):
+            raise ValueError(f'model.tap_layers={self.tap_layers} must be 4 layer indices in '
+                             f'[0, {self.depth})')
+        if len(self.depth_out_channels) != 4:
+            raise ValueError(f'model.depth_out_channels={self.depth_out_channels} needs 4 values')
+        if self.max_frame_num < 2:
+            raise ValueError(f'model.max_frame_num={self.max_frame_num} must be >= 2')
+        if self.camera_num_iterations < 1:
+            raise ValueError('model.camera_num_iterations must be >= 1, '
+                             f'got {self.camera_num_iterations}')
+
+    @property
+    def head_dim(self) -> int:
+        """Per-head width of the trunk and aggregator attention."""
+        return self.embed_dim // self.num_heads
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> 'ModelConfig':
+        """Return the named preset ('official' or 'tiny'), with field overrides.
+
+        Raises:
+            ValueError: unknown preset name.
+        """
+        if name == 'official':
+            return cls(**overrides)
+        if name == 'tiny':
+            tiny = dict(preset='tiny', embed_dim=128, num_heads=2, dino_depth=2, depth=4,
+                        tap_layers=(0, 1, 2, 3), camera_trunk_depth=2, camera_num_heads=2,
+                        depth_features=32, depth_out_channels=(32, 64, 128, 128))
+            tiny.update(overrides)
+            return cls(**tiny)
+        raise ValueError(f"model.preset='{name}' is not one of 'official', 'tiny'")
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """Global-attention KV cache: window sizes, capacity, storage dtype and attention backend."""
+
+    backend: Backend = 'sdpa'
+    """Attention over the paged cache: 'flashinfer' (CUDA), 'sdpa' (any device), 'reference'
+    (fp32 gather + SDPA, for checks)."""
+    scale_frames: int = 8
+    """First frames run together bidirectionally and pinned in the cache forever (N_s)."""
+    sliding_window: int = 64
+    """Most recent keyframes whose patch tokens stay cached (W)."""
+    max_total_frames: int = 2048
+    """Capacity of the special-token stream, in keyframes; the session raises when it is full."""
+    dtype: DType = 'bfloat16'
+    """KV storage dtype on CUDA (CPU always stores float32)."""
+
+    def __post_init__(self) -> None:
+        if self.scale_frames < 1:
+            raise ValueError(f'cache.scale_frames={self.scale_frames} must be >= 1')
+        if self.sliding_window < 1:
+            raise ValueError(f'cache.sliding_window={self.sliding_window} must be >= 1')
+        if self.max_total_frames < self.scale_frames + 1:
+            raise ValueError(f'cache.max_total_frames={self.max_total_frames} must exceed '
+                             f'cache.scale_frames={self.scale_frames}')
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """How frames are fed to the session and which outputs it computes."""
+
+    device: str = 'cuda'
+    """Torch device for the engine ('cuda', 'cuda:1', 'cpu')."""
+    dtype: DType = 'bfloat16'
+    """Aggregator compute dtype on CUDA (heads always run in float32; CPU always float32)."""
+    image_width: int = 518
+    """Width images are resized to (crop mode); the height keeps the aspect, snapped to 14."""
+    keyframe_interval: int = 1
+    """Every K-th streaming frame is cached (K=1: every frame)."""
+    enable_depth: bool = False
+    """Run the DPT depth head on every frame (needed for depth and point-cloud outputs)."""
+
+    def __post_init__(self) -> None:
+        if self.keyframe_interval < 1:
+            raise ValueError(f'stream.keyframe_interval={self.keyframe_interval} must be >= 1')
+        if self.image_width < 14 or self.image_width % 14:
+            raise ValueError(f'stream.image_width={self.image_width} must be a positive '
+                             'multiple of 14')
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything the engine needs; built from YAML, ROS parameters or tool flags."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    stream: StreamConfig = field(default_factory=StreamConfig)
+
+    @classmethod
+    def from_flat(cls, values: dict[str, Any]) -> 'EngineConfig':
+        """Build from ``{'model.depth': 4, 'cache.backend': 'sdpa', ...}``.
+
+        ``model.preset`` picks the base model; other ``model.*`` keys override it.
+
+        Raises:
+            ValueError: unknown key or bad value.
+        """
+        sections: dict[str, dict[str, Any]] = {'model': {}, 'cache': {}, 'stream': {}}
+        for key, value in values.items():
+            section, _, name = key.partition('.')
+            if section not in sections or name not in _field_names(section):
+                raise ValueError(f"unknown engine setting '{key}'")
+            if isinstance(value, list):
+                value = tuple(value)
+            sections[section][name] = value
+        preset = sections['model'].pop('preset', 'official')
+        return cls(model=ModelConfig.preset(preset, **sections['model']),
+                   cache=CacheConfig(**sections['cache']),
+                   stream=StreamConfig(**sections['stream']))
+
+    def to_flat(self) -> dict[str, Any]:
+        """Inverse of :meth:`from_flat`."""
+        out: dict[str, Any] = {}
+        for section in ('model', 'cache', 'stream'):
+            for name, value in dataclasses.asdict(getattr(self, section)).items():
+                out[f'{section}.{name}'] = value
+        return out
+
+
+_SECTIONS = {'model': ModelConfig, 'cache': CacheConfig, 'stream': StreamConfig}
+
+
+def _field_names(section: str) -> set[str]:
+    return {f.name for f in fields(_SECTIONS[section])}
+
+
+def field_docs(section: str) -> dict[str, str]:
+    """Docstrings of a section's fields (used for ROS parameter descriptions)."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(_SECTIONS[section]))
+    docs: dict[str, str] = {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) \
+                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+            docs[node.target.id] = ' '.join(nxt.value.value.split())  # type: ignore[attr-defined]
+    return docs
+
+
+def load_yaml(path: str | Path, node_name: str = 'lingbot_map') -> dict[str, Any]:
+    """Read ``<node_name>: ros__parameters:`` of a ROS parameter file as a flat dict.
+
+    Nested mappings are flattened with dots, as ROS does (``cache: {backend: x}`` ->
+    ``cache.backend``). A ``/**`` wildcard section is accepted too.
+
+    Raises:
+        ValueError: the file has no parameters for ``node_name``.
+    """
+    with open(path, encoding='utf-8') as f:
+        doc = yaml.safe_load(f) or {}
+    for key in (node_name, f'/{node_name}', '/**', '**'):
+        if key in doc and 'ros__parameters' in (doc[key] or {}):
+            return _flatten(doc[key]['ros__parameters'])
+    raise ValueError(f"{path}: no '{node_name}: ros__parameters:' section")
+
+
+def _flatten(tree: dict[str, Any], prefix: str = '') -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f'{prefix}{key}'
+        if isinstance(value, dict):
+            flat.update(_flatten(value, name + '.'))
+        else:
+            flat[name] = value
+    return flat
+
+
+def engine_config_from_yaml(path: str | Path, **overrides: Any) -> EngineConfig:
+    """EngineConfig from the engine keys (model./cache./stream.) of a parameter file."""
+    flat = {k: v for k, v in load_yaml(path).items() if k.partition('.')[0] in _SECTIONS}
+    flat.update(overrides)
+    return EngineConfig.from_flat(flat)

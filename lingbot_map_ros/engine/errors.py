@@ -1,0 +1,33 @@
+"""The engine's typed errors: what a caller (node, replay, bench) can catch and act on."""
+
+
+class LingbotMapError(Exception):
+    """Base class of every error the engine raises on purpose."""
+
+
+class SessionLimitError(LingbotMapError):
+    """The streaming session cannot take another frame; reset it and go on."""
+
+
+class TimeIndexLimitError(SessionLimitError):
+    """The next keyframe's time index would pass the 3-D RoPE table (``max_frame_num``)."""
+
+
+class CachePoolExhaustedError(SessionLimitError):
+    """A KV page pool is full (the special stream holds ``max_total_frames`` frames)."""
+
+
+class CacheStateError(LingbotMapError):
+    """A cache call that does not fit the cache's state (e.g. rollback with nothing to undo)."""
+
+
+class InvalidFrameError(LingbotMapError, ValueError):
+    """An input image the engine cannot use (wrong shape, dtype, empty, non-finite)."""
+
+
+class WeightsError(LingbotMapError):
+    """A checkpoint that does not match the model (missing, unexpected or mis-shaped keys)."""
+
+
+class ResolutionChangedError(SessionLimitError):
+    """A frame's processed size differs from the session's; reset to start a new map."""

@@ -1,0 +1,1 @@
+"""ros package."""
