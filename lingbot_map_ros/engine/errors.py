@@ -31,3 +31,7 @@ class WeightsError(LingbotMapError):
 
 class ResolutionChangedError(SessionLimitError):
     """A frame's processed size differs from the session's; reset to start a new map."""
+
+
+class NonFiniteOutputError(SessionLimitError):
+    """The network produced a NaN/Inf pose; the cached state is suspect, so reset."""

@@ -1,0 +1,81 @@
+"""Attention over the paged KV cache: the backend protocol and ``make_backend``.
+
+Shapes: ``Q`` query tokens, ``H`` heads, ``D`` head dim, ``N`` pages, ``T`` tokens per page.
+A backend attends a frame's queries ``q: [Q, H, D]`` to the visible tokens of one layer's pool
+``k_pages, v_pages: [N, T, H, D]`` described by a ``PageLayout``, with no mask and the default
+scale ``1/sqrt(D)``. Key order does not matter (softmax is order-independent).
+
+The cache calls ``plan`` once per layout (once per frame: every layer shares the page structure)
+and ``run`` once per layer. Backends:
+
+* ``flashinfer``: FlashInfer's paged prefill kernel (CUDA, bf16/fp16 storage only);
+* ``sdpa``: torch SDPA on a strided view of the contiguous visible run (no gather), any device
+  and dtype; it gathers the visible pages only for a layout that is not contiguous;
+* ``reference``: gathers the visible pages, upcasts to float32 (float64 storage stays float64)
+  and runs torch SDPA; the slow, simple check of the other two.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from lingbot_map_ros.engine.cache.page_table import PageLayout
+
+BACKEND_NAMES = ('flashinfer', 'sdpa', 'reference')
+
+
+class AttentionBackend(Protocol):
+    """Attention of one frame's queries over one layer's visible pages."""
+
+    name: str
+    """'flashinfer', 'sdpa' or 'reference'."""
+
+    def plan(self, layout: PageLayout, num_queries: int) -> None:
+        """Prepare for ``run`` on ``layout``; cheap when called again with the same layout."""
+
+    def run(self, q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
+            layout: PageLayout) -> torch.Tensor:
+        """Attend ``q: [Q, H, D]`` to the visible tokens; returns ``[Q, H, D]``."""
+
+
+def make_backend(name: str, *, num_heads: int, head_dim: int, page_size: int, num_pages: int,
+                 dtype: torch.dtype, device: torch.device) -> AttentionBackend:
+    """Build the named backend for pools of ``num_pages`` pages ``[T, H, D]`` in ``dtype``.
+
+    Args:
+        name: 'flashinfer', 'sdpa' or 'reference'.
+        num_heads: Heads ``H``.
+        head_dim: Head dim ``D``.
+        page_size: Tokens per page ``T``.
+        num_pages: Pages per layer pool.
+        dtype: Storage dtype of the pools.
+        device: Device of the pools.
+
+    Returns:
+        The backend.
+
+    Raises:
+        ValueError: unknown name, or FlashInfer asked for on a non-CUDA device or a dtype
+            other than bfloat16/float16.
+        ImportError: 'flashinfer' asked for and the flashinfer package is not installed.
+    """
+    if name == 'sdpa':
+        from lingbot_map_ros.engine.attention.sdpa import SdpaBackend
+        return SdpaBackend()
+    if name == 'reference':
+        from lingbot_map_ros.engine.attention.sdpa import ReferenceBackend
+        return ReferenceBackend()
+    if name == 'flashinfer':
+        if device.type != 'cuda':
+            raise ValueError(f"backend='flashinfer' needs a CUDA device, got device={device}; "
+                             "use backend='sdpa' or 'reference'")
+        if dtype not in (torch.bfloat16, torch.float16):
+            raise ValueError(f"backend='flashinfer' stores bfloat16 or float16, got dtype={dtype}"
+                             "; use backend='sdpa' or 'reference' (force_fp32) for float32")
+        from lingbot_map_ros.engine.attention.flashinfer import FlashInferBackend
+        return FlashInferBackend(num_heads=num_heads, head_dim=head_dim, page_size=page_size,
+                                 num_pages=num_pages, dtype=dtype, device=device)
+    raise ValueError(f"attention backend '{name}' is not one of {', '.join(BACKEND_NAMES)}")

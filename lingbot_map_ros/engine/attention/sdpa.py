@@ -1,0 +1,105 @@
+"""The torch SDPA backends of the paged cache: ``sdpa`` (fast path) and ``reference`` (checks).
+
+Shapes: ``Q`` queries, ``K`` visible keys, ``H`` heads, ``D`` head dim, ``N`` pages, ``T`` tokens
+per page. Pools are ``[N, T, H, D]`` (NHD), so ``pool.view(N*T, H, D)[a:b]`` is a range of
+tokens and ``.unsqueeze(0).transpose(1, 2)`` is the ``[1, H, K, D]`` view SDPA takes, with no
+copy. The page table keeps every frame's visible tokens in one such range, so ``sdpa`` reads
+the cache in place; it falls back to a gather only for a layout that is not contiguous.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from lingbot_map_ros.engine.cache.page_table import PageLayout
+
+
+class _PageGather:
+    """Visible tokens of a layout as a new ``[K, H, D]`` tensor (index built once per layout)."""
+
+    def __init__(self) -> None:
+        self._version = -1
+        self._index: torch.Tensor | None = None
+
+    def __call__(self, pages: torch.Tensor, layout: PageLayout) -> torch.Tensor:
+        if self._index is None or self._version != layout.version \
+                or self._index.device != pages.device:
+            self._index = torch.tensor(layout.page_ids, dtype=torch.long, device=pages.device)
+            self._version = layout.version
+        num_heads, head_dim = pages.shape[2], pages.shape[3]
+        tokens = pages.index_select(0, self._index).view(-1, num_heads, head_dim)
+        return tokens[:layout.num_tokens]
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    # [Q, H, D] -> [1, H, Q, D] views; the result goes back to [Q, H, D] (a view).
+    out = F.scaled_dot_product_attention(q.unsqueeze(0).transpose(1, 2),
+                                         k.unsqueeze(0).transpose(1, 2),
+                                         v.unsqueeze(0).transpose(1, 2))
+    return out.transpose(1, 2).squeeze(0)
+
+
+class SdpaBackend:
+    """torch SDPA straight on the pool when the visible tokens are one range; any device.
+
+    Queries are cast to the storage dtype; the output is in the storage dtype.
+    """
+
+    name = 'sdpa'
+
+    def __init__(self) -> None:
+        self._gather = _PageGather()
+
+    def plan(self, layout: PageLayout, num_queries: int) -> None:
+        """Nothing to plan: the kernel reads the layout's token range directly."""
+
+    def run(self, q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
+            layout: PageLayout) -> torch.Tensor:
+        """Attend ``q: [Q, H, D]`` to the visible tokens of ``k_pages, v_pages: [N, T, H, D]``.
+
+        Returns:
+            ``[Q, H, D]`` in the storage dtype.
+        """
+        if q.dtype != k_pages.dtype:
+            q = q.to(k_pages.dtype)
+        if layout.first_page >= 0:
+            start = layout.first_page * layout.page_size
+            stop = start + layout.num_tokens
+            num_heads, head_dim = k_pages.shape[2], k_pages.shape[3]
+            k = k_pages.view(-1, num_heads, head_dim)[start:stop]
+            v = v_pages.view(-1, num_heads, head_dim)[start:stop]
+        else:
+            k = self._gather(k_pages, layout)
+            v = self._gather(v_pages, layout)
+        return _attend(q, k, v)
+
+
+class ReferenceBackend:
+    """Gather the visible pages, upcast to float32 (float64 stays float64), torch SDPA.
+
+    The output is in that compute dtype.
+    """
+
+    name = 'reference'
+
+    def __init__(self) -> None:
+        self._gather = _PageGather()
+
+    def plan(self, layout: PageLayout, num_queries: int) -> None:
+        """Nothing to plan; the gather index is built on the first ``run`` of a layout."""
+
+    def run(self, q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
+            layout: PageLayout) -> torch.Tensor:
+        """Attend ``q: [Q, H, D]`` to the gathered visible tokens.
+
+        Returns:
+            ``[Q, H, D]`` in float32, or float64 when the pool is float64.
+        """
+        dtype = torch.float64 if k_pages.dtype == torch.float64 else torch.float32
+        k = self._gather(k_pages, layout).to(dtype)
+        v = self._gather(v_pages, layout).to(dtype)
+        return _attend(q.to(dtype), k, v)

@@ -1,0 +1,353 @@
+"""FlashInferKVCacheManager: the two-stream paged KV cache of the global attention blocks.
+
+A drop-in for upstream LingBot-Map's manager of the same name (same constructor and methods),
+plus a ``backend`` argument: 'flashinfer' (CUDA paged kernel), 'sdpa' (torch SDPA, any device)
+or 'reference' (float32 gather + SDPA; what ``force_fp32=True`` means).
+
+Shapes: ``P = S + T`` tokens per frame (``S`` specials first, then ``T`` patches), ``H`` heads,
+``D`` head dim. ``k, v, q: [P, H, D]``; a page holds ``T`` tokens (one frame's patches).
+
+What a frame attends to (model spec 5.3; ``N_s`` scale frames, window ``W``):
+
+* keyframe: ``append_frame`` -> ``evict_frames`` -> ``compute_attention``. Keys: the patches
+  of the scale frames and of the last ``W`` keyframes (itself included) plus the ``S``
+  specials of every cached frame: ``(N_s + min(n + 1 - N_s, W)) * T + S * (n + 1)`` for
+  keyframe ``n``;
+* non-keyframe: ``append_frame(keyframe=False)`` -> ``compute_attention`` ->
+  ``rollback_last_frame``. It sees the ``W`` window frames plus itself; nothing stays;
+* ``append_frame(keyframe=True)`` lets a keyframe take over the page of the frame it evicts;
+  without it (upstream's call) the keyframe takes the spare page and ``evict_frames`` copies
+  it into the evicted page, one page copy per block, to keep the visible pages contiguous;
+* phase 1: ``append_frame`` once per scale frame, no attention.
+
+Each block makes its calls for a frame before the next block starts. All blocks share one page
+table (``step_log.py``): block 0 decides where the frame goes, the others replay it, so host
+work per frame does not grow with the number of blocks. Page layout: ``page_table.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lingbot_map_ros.engine.attention.backend import BACKEND_NAMES, make_backend
+from lingbot_map_ros.engine.cache.kv_storage import KVStorage
+from lingbot_map_ros.engine.cache.page_table import PageLayout, StepKind, TwoStreamPageTable
+from lingbot_map_ros.engine.cache.step_log import LoggedStep, StepLog
+from lingbot_map_ros.engine.errors import CacheStateError
+
+
+def _resolve_backend(backend: str | None, force_fp32: bool,
+                     dtype: torch.dtype | str) -> tuple[str, torch.dtype]:
+    """Backend name and storage dtype from the constructor arguments."""
+    if isinstance(dtype, str):
+        name = dtype.removeprefix('torch.')
+        if not isinstance(getattr(torch, name, None), torch.dtype):
+            raise ValueError(f"dtype='{dtype}' is not a torch dtype name")
+        dtype = getattr(torch, name)
+    if force_fp32:
+        if backend not in (None, 'reference'):
+            raise ValueError(f"force_fp32=True means backend 'reference', got '{backend}'")
+        return 'reference', torch.float64 if dtype == torch.float64 else torch.float32
+    if backend is None:
+        backend = 'flashinfer'
+    if backend not in BACKEND_NAMES:
+        raise ValueError(f"backend='{backend}' is not one of {', '.join(BACKEND_NAMES)}")
+    return backend, dtype
+
+
+class FlashInferKVCacheManager:
+    """Paged two-stream KV cache for ``num_blocks`` global attention blocks.
+
+    Args:
+        num_blocks: Global attention blocks (layers) sharing the cache.
+        max_num_frames: Accepted for upstream compatibility and unused (as upstream): the
+            patch pool is sized by ``scale_frames + sliding_window + 1``.
+        tokens_per_frame: ``P``, specials plus patches of one frame.
+        num_heads: Heads ``H``.
+        head_dim: Head dim ``D``.
+        dtype: Storage dtype (or its name), kept as given (no silent cast), except with
+            ``force_fp32``.
+        device: Storage device.
+        num_special_tokens: ``S``, specials at the start of each frame.
+        scale_frames: ``N_s``, the first frames, pinned forever.
+        sliding_window: ``W``, keyframes after the scale frames that keep their patches.
+        max_total_frames: Capacity of the special stream, in frames.
+        force_fp32: Store float32 (float64 stays float64) and use backend 'reference'.
+        backend: 'flashinfer' (default), 'sdpa' or 'reference'.
+
+    Raises:
+        ValueError: bad sizes, unknown backend, or FlashInfer on CPU / in float32.
+        ImportError: backend 'flashinfer' and the flashinfer package is not installed.
+    """
+
+    def __init__(self, num_blocks: int, max_num_frames: int, tokens_per_frame: int,
+                 num_heads: int, head_dim: int, dtype: torch.dtype | str,
+                 device: torch.device | str, num_special_tokens: int = 6,
+                 scale_frames: int = 8, sliding_window: int = 64, max_total_frames: int = 2048,
+                 force_fp32: bool = False, backend: str | None = None) -> None:
+        if tokens_per_frame <= num_special_tokens:
+            raise ValueError(f'tokens_per_frame={tokens_per_frame} must exceed '
+                             f'num_special_tokens={num_special_tokens} (a page holds patches)')
+        if num_blocks < 1:
+            raise ValueError(f'num_blocks={num_blocks} must be >= 1')
+        self.num_blocks = num_blocks
+        self.max_num_frames = max_num_frames
+        self.tokens_per_frame = tokens_per_frame
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.num_special_tokens = num_special_tokens
+        self.page_size = tokens_per_frame - num_special_tokens
+        self.device = torch.device(device)
+        self.backend_name, self.dtype = _resolve_backend(backend, force_fp32, dtype)
+        self._table = TwoStreamPageTable(self.page_size, num_special_tokens, scale_frames,
+                                         sliding_window, max_total_frames)
+        # The backend first: a missing FlashInfer fails before gigabytes are allocated.
+        self._backend = make_backend(self.backend_name, num_heads=num_heads,
+                                     head_dim=head_dim, page_size=self.page_size,
+                                     num_pages=self._table.num_pages, dtype=self.dtype,
+                                     device=self.device)
+        self._storage = KVStorage(num_blocks, self._table.num_pages, self.page_size, num_heads,
+                                  head_dim, num_special_tokens, self.dtype, self.device)
+        self._log = StepLog(num_blocks, self._table.layout)
+        self._frame_shape = (tokens_per_frame, num_heads, head_dim)
+        self.skip_append = False
+        """Upstream's flag: the model is running a non-keyframe (read by upstream blocks)."""
+        self.defer_eviction = False
+        """Upstream's flag: set while a non-keyframe is in flight (forbids keyframe=True)."""
+
+    # Upstream block code reads and writes these private names on the manager.
+    @property
+    def _skip_append(self) -> bool:
+        return self.skip_append
+
+    @_skip_append.setter
+    def _skip_append(self, value: bool) -> None:
+        self.skip_append = value
+
+    @property
+    def _defer_eviction(self) -> bool:
+        return self.defer_eviction
+
+    @_defer_eviction.setter
+    def _defer_eviction(self, value: bool) -> None:
+        self.defer_eviction = value
+
+    @property
+    def scale_frames(self) -> int:
+        """``N_s``: frames pinned forever."""
+        return self._table.scale_frames
+
+    @property
+    def sliding_window(self) -> int:
+        """``W``: keyframes after the scale frames that keep their patches."""
+        return self._table.sliding_window
+
+    @property
+    def max_total_frames(self) -> int:
+        """Capacity of the special stream, in frames."""
+        return self._table.max_total_frames
+
+    @property
+    def page_table(self) -> TwoStreamPageTable:
+        """The shared page table, at the leading block's step (for diagnostics and tests)."""
+        return self._table
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of K and V preallocated for all blocks."""
+        return self._storage.num_bytes
+
+    def append_frame(self, block_idx: int, k: torch.Tensor, v: torch.Tensor,
+                     keyframe: bool | None = None) -> None:
+        """Write one frame's keys and values ``[P, H, D]`` (specials first) to the cache.
+
+        Args:
+            block_idx: Global block index.
+            k: Keys, post-RoPE, in the storage dtype (others are cast).
+            v: Values.
+            keyframe: True (fast path for keyframes): the frame stays; with a full window
+                the oldest window frame is evicted now and the new frame takes its page
+                (``evict_frames`` then has nothing left to do). False (non-keyframe): eviction
+                is deferred and the frame takes the spare page until ``rollback_last_frame``.
+                None (upstream's call): as False; if ``evict_frames`` follows, it evicts and
+                moves the new frame's page into the evicted one (one page copy per block)
+                so the visible pages stay contiguous.
+
+        Raises:
+            ValueError: bad ``block_idx`` or shapes, or ``keyframe=True`` while
+                ``defer_eviction`` is set.
+            CachePoolExhaustedError: the special stream holds ``max_total_frames`` frames.
+            CacheStateError: a call out of order with the other blocks, or more frames in
+                flight than the spare page allows.
+        """
+        self._check_block(block_idx)
+        if k.shape != self._frame_shape or v.shape != self._frame_shape:
+            raise ValueError(f'append_frame(block {block_idx}): k {tuple(k.shape)} and v '
+                             f'{tuple(v.shape)} must be [P, H, D] = {self._frame_shape}')
+        if keyframe and self.defer_eviction:
+            raise ValueError(f'append_frame(block {block_idx}, keyframe=True) while '
+                             'defer_eviction is set (a non-keyframe is in flight)')
+        logged = self._advance(block_idx, 'append', bool(keyframe))
+        self._storage.write(block_idx, logged.index, k, v)
+        self._move_pages(block_idx, logged)
+
+    def evict_frames(self, block_idx: int, scale_frames: int | None = None,
+                     sliding_window: int | None = None, cross_frame_special: bool = True,
+                     include_scale_frames: bool = True, camera_only: bool = False,
+                     num_register_tokens: int = 4) -> None:
+        """Evict the oldest window frames' patches so at most ``W`` window frames keep them.
+
+        Their specials stay. Upstream's option arguments are accepted; only their default
+        values (the behaviour upstream's paged manager implements) are supported.
+
+        Args:
+            block_idx: Global block index.
+            scale_frames: Must equal the constructor's ``scale_frames`` when given.
+            sliding_window: Must equal the constructor's ``sliding_window`` when given.
+            cross_frame_special: Must be True.
+            include_scale_frames: Must be True.
+            camera_only: Must be False.
+            num_register_tokens: Unused (the specials are cached as a whole).
+
+        Raises:
+            ValueError: bad ``block_idx`` or an argument that asks for other semantics.
+            CacheStateError: a call out of order with the other blocks.
+        """
+        self._check_block(block_idx)
+        if scale_frames not in (None, self.scale_frames) \
+                or sliding_window not in (None, self.sliding_window):
+            raise ValueError(f'evict_frames(scale_frames={scale_frames}, sliding_window='
+                             f'{sliding_window}): the cache was built for scale_frames='
+                             f'{self.scale_frames}, sliding_window={self.sliding_window}')
+        if not cross_frame_special or not include_scale_frames or camera_only:
+            raise ValueError('evict_frames: only cross_frame_special=True, include_scale_frames'
+                             f'=True, camera_only=False are supported, got {cross_frame_special}'
+                             f', {include_scale_frames}, {camera_only}')
+        self._move_pages(block_idx, self._advance(block_idx, 'evict'))
+
+    def rollback_last_frame(self, block_idx: int) -> None:
+        """Drop the newest frame: its patch page and its specials (the stream goes back).
+
+        Raises:
+            ValueError: bad ``block_idx``.
+            CacheStateError: no frame is cached, or a call out of order with the other blocks.
+        """
+        self._check_block(block_idx)
+        self._move_pages(block_idx, self._advance(block_idx, 'rollback'))
+
+    def compute_attention(self, block_idx: int, q: torch.Tensor) -> torch.Tensor:
+        """Attend queries ``q: [Q, H, D]`` to the block's visible cached tokens.
+
+        Returns:
+            ``[Q, H, D]``: in the storage dtype ('flashinfer', 'sdpa'), or float32 / float64
+            ('reference'). May be a non-contiguous view.
+
+        Raises:
+            ValueError: bad ``block_idx`` or shape.
+            CacheStateError: the block has no cached frame.
+        """
+        self._check_block(block_idx)
+        if q.dim() != 3 or q.shape[1:] != self._frame_shape[1:]:
+            raise ValueError(f'compute_attention(block {block_idx}): q {tuple(q.shape)} must '
+                             f'be [Q, {self.num_heads}, {self.head_dim}]')
+        layout = self._log.layout(block_idx)
+        if not layout.page_ids:
+            raise CacheStateError(f'compute_attention(block {block_idx}): the cache holds no '
+                                  'frame; append_frame first')
+        self._backend.plan(layout, q.shape[0])
+        return self._backend.run(q, self._storage.k[block_idx], self._storage.v[block_idx],
+                                 layout)
+
+    def plan(self, block_idx: int = 0, num_queries: int | None = None) -> None:
+        """Prepare the backend for the block's layout now (``compute_attention`` does it too).
+
+        Args:
+            block_idx: Global block index.
+            num_queries: Query tokens; default ``tokens_per_frame``.
+        """
+        self._check_block(block_idx)
+        layout = self._log.layout(block_idx)
+        if layout.page_ids:
+            self._backend.plan(layout, num_queries or self.tokens_per_frame)
+
+    def reset(self) -> None:
+        """Empty the cache (all blocks); the tensors stay allocated."""
+        self._table.reset()
+        self._log.reset(self._table.layout)
+
+    def remaining_frames(self) -> int:
+        """Keyframes that still fit before ``append_frame`` raises CachePoolExhaustedError."""
+        return self._table.remaining_frames()
+
+    def layout(self, block_idx: int = 0) -> PageLayout:
+        """The block's visible pages (scale -> window -> special) as a frozen snapshot."""
+        self._check_block(block_idx)
+        return self._log.layout(block_idx)
+
+    def build_visible_page_table(self, block_idx: int = 0) -> list[int]:
+        """Visible page ids of the block: scale pages, window pages, then special pages."""
+        return list(self.layout(block_idx).page_ids)
+
+    def compute_last_page_len(self, block_idx: int = 0) -> int:
+        """Valid tokens in the block's last visible page (a partly filled special page)."""
+        return self.layout(block_idx).last_page_len
+
+    def get_cache_stats(self, block_idx: int = 0) -> dict[str, Any]:
+        """Occupancy and capacity of the cache as ``block_idx`` sees it.
+
+        Returns:
+            ``frame_count`` (frames in the special stream), ``scale_pages``, ``live_pages``
+            (window pages), ``free_pages`` (free patch pages), ``special_tokens``,
+            ``special_pages``, ``free_special_pages``, ``visible_tokens``, ``contiguous``,
+            ``page_size``, ``num_patch_pages``, ``num_special_pages``, ``max_total_frames``,
+            ``remaining_frames``, ``kv_bytes`` (allocated, all blocks), ``kv_bytes_used``
+            (visible pages, all blocks), ``backend``, ``dtype``.
+        """
+        layout = self.layout(block_idx)
+        table = self._table
+        return {
+            'frame_count': layout.num_frames,
+            'scale_pages': layout.num_scale_pages,
+            'live_pages': layout.num_window_pages,
+            'free_pages': table.num_patch_pages - layout.num_scale_pages
+            - layout.num_window_pages,
+            'special_tokens': self.num_special_tokens * layout.num_frames,
+            'special_pages': layout.num_special_pages,
+            'free_special_pages': table.num_special_pages - layout.num_special_pages,
+            'visible_tokens': layout.num_tokens,
+            'contiguous': layout.is_contiguous,
+            'page_size': self.page_size,
+            'num_patch_pages': table.num_patch_pages,
+            'num_special_pages': table.num_special_pages,
+            'max_total_frames': table.max_total_frames,
+            'remaining_frames': table.max_total_frames - layout.num_frames,
+            'kv_bytes': self._storage.num_bytes,
+            'kv_bytes_used': layout.num_pages * self._storage.bytes_per_page * self.num_blocks,
+            'backend': self.backend_name,
+            'dtype': str(self.dtype).removeprefix('torch.'),
+        }
+
+    def _check_block(self, block_idx: int) -> None:
+        if not 0 <= block_idx < self.num_blocks:
+            raise ValueError(f'block_idx={block_idx} is outside [0, {self.num_blocks})')
+
+    def _advance(self, block_idx: int, kind: StepKind, keyframe: bool = True) -> LoggedStep:
+        """Lead a new table step or replay the recorded one; returns it."""
+        if not self._log.leads(block_idx):
+            return self._log.follow(block_idx, kind, keyframe)
+        if kind == 'append':
+            step = self._table.append(keyframe)
+            index = self._storage.frame_index(step.patch_page, step.special_start)
+            logged = LoggedStep(step, keyframe, index)
+        elif kind == 'evict':
+            logged = LoggedStep(self._table.evict())
+        else:
+            logged = LoggedStep(self._table.rollback())
+        self._log.record(block_idx, logged)
+        return logged
+
+    def _move_pages(self, block_idx: int, logged: LoggedStep) -> None:
+        for move in logged.step.moves:
+            self._storage.move_page(block_idx, move.src, move.dst)

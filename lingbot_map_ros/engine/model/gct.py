@@ -1,0 +1,169 @@
+"""LingbotMapModel: the streaming GCT network = aggregator + camera head (+ DPT depth head).
+
+Dims: S frames in one call, H x W image (multiples of 14), P tokens per frame, C embed dim,
+I camera-head iterations.
+
+Special:
+- State-dict names are exactly the official ones (``aggregator.*``, ``camera_head.*``,
+  ``depth_head.*``; 1342 tensors for the official config, no ``point_head``).
+- The model is stateful: the aggregator's paged KV cache and the camera head's K/V cache persist
+  between calls. The caller drives the schedule: :meth:`start_stream` (or :meth:`reset_stream`),
+  one :meth:`forward_scale` with the N_s scale frames, then :meth:`forward_frame` per frame with
+  the time index it owns (keyframes cached so far, scale frames included).
+- Precision: weights are float32 as loaded. :meth:`cast_aggregator` puts the aggregator (DINO
+  included) in bf16 for the GPU path; the heads always run in their own dtype (float32), on
+  float32 features. ``model.double()`` plus a float64 KV dtype gives a float64 reference run.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ...config import CacheConfig, ModelConfig
+from .aggregator import Aggregator, Mode
+from .heads.camera_head import CameraHead
+from .heads.dpt_head import DPTHead
+
+
+class LingbotMapModel(nn.Module):
+    """Streaming LingBot-Map model with official parameter names."""
+
+    def __init__(self, config: ModelConfig | None = None) -> None:
+        """Build the modules (weights uninitialised; load them with ``weights.load_weights``).
+
+        Args:
+            config: network shape; default the official model.
+        """
+        super().__init__()
+        self.config = config or ModelConfig()
+        self.aggregator = Aggregator(self.config)
+        self.camera_head = CameraHead.from_config(self.config)
+        self.depth_head = DPTHead.from_config(self.config) if self.config.enable_depth else None
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """Dtype of the aggregator weights (its GEMM dtype)."""
+        return self.aggregator.camera_token.dtype
+
+    def cast_aggregator(self, dtype: torch.dtype) -> 'LingbotMapModel':
+        """Convert the aggregator weights (DINO included) to ``dtype``; heads are unchanged.
+
+        bf16 gives the GPU path of spec §4.6: bf16 GEMMs and attention, float32 LayerNorms and
+        residual stream, float32 q/k after QK-norm and RoPE.
+
+        Args:
+            dtype: torch.bfloat16, torch.float16, torch.float32 or torch.float64.
+
+        Returns:
+            self.
+
+        Raises:
+            ValueError: not a floating dtype.
+        """
+        if not dtype.is_floating_point:
+            raise ValueError(f'cast_aggregator: dtype={dtype} is not a floating dtype')
+        self.aggregator.to(dtype)
+        return self
+
+    # ---- stream state ---------------------------------------------------------------------
+
+    def start_stream(self, cache: CacheConfig, kv_dtype: torch.dtype) -> None:
+        """Configure the KV caches for a new stream and empty them.
+
+        Args:
+            cache: N_s, W, capacity and attention backend of the global-attention cache.
+            kv_dtype: K/V storage dtype (bf16 on the GPU path; float32 or float64 on CPU).
+        """
+        self.aggregator.configure_cache(cache, kv_dtype)
+        self.camera_head.reset_cache()
+
+    def reset_stream(self) -> None:
+        """Empty both caches, keeping their configuration (and memory where possible)."""
+        self.aggregator.reset_cache()
+        self.camera_head.reset_cache(keep_memory=True)
+
+    def cache_stats(self) -> dict:
+        """Occupancy of the global KV cache and of the camera-head cache.
+
+        Returns:
+            The aggregator manager's counters plus ``camera_frames`` and ``camera_bytes``.
+        """
+        stats = self.aggregator.cache_stats()
+        camera = self.camera_head.cache_stats()
+        stats.update(camera_frames=camera.num_frames, camera_bytes=camera.allocated_bytes)
+        return stats
+
+    def remaining_frames(self) -> int:
+        """Keyframes the global KV cache can still take before it must be reset."""
+        return self.aggregator.remaining_frames()
+
+    # ---- forward --------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def forward_scale(self, images: torch.Tensor, with_depth: bool = False,
+                      return_taps: bool = False) -> dict[str, torch.Tensor | list[torch.Tensor]]:
+        """Phase 1: run the N_s scale frames together (time indices 0 .. N_s-1) and cache them.
+
+        Args:
+            images: [S, 3, H, W] in [0, 1], S = N_s frames of a freshly reset stream.
+            with_depth: also run the depth head.
+            return_taps: also return 'taps' (list of [S, P, 2C]) and 'dino_tokens' [S, h*w, C].
+
+        Returns:
+            See :meth:`forward`.
+        """
+        return self(images, 0, 'scale', with_depth, return_taps)
+
+    @torch.no_grad()
+    def forward_frame(self, image: torch.Tensor, time_index: int, keyframe: bool,
+                      with_depth: bool = False,
+                      return_taps: bool = False) -> dict[str, torch.Tensor | list[torch.Tensor]]:
+        """Phase 2: one streaming frame; a keyframe is cached, a non-keyframe is not.
+
+        Args:
+            image: [1, 3, H, W] in [0, 1].
+            time_index: keyframes cached so far (scale frames included); a non-keyframe uses
+                the index the next keyframe will get.
+            keyframe: cache the frame (global KV window + camera-head cache).
+            with_depth: also run the depth head.
+            return_taps: also return 'taps' and 'dino_tokens'.
+
+        Returns:
+            See :meth:`forward`.
+        """
+        mode: Mode = 'keyframe' if keyframe else 'non-keyframe'
+        return self(image, time_index, mode, with_depth, return_taps)
+
+    def forward(self, images: torch.Tensor, time_index: int, mode: Mode, with_depth: bool = False,
+                return_taps: bool = False) -> dict[str, torch.Tensor | list[torch.Tensor]]:
+        """Run aggregator and heads for one call of the schedule.
+
+        Args:
+            images: [S, 3, H, W] in [0, 1].
+            time_index: RoPE time of the first frame.
+            mode: 'scale', 'keyframe' or 'non-keyframe'.
+            with_depth: also run the depth head.
+            return_taps: also return the aggregator features.
+
+        Returns:
+            'pose_enc' [S, 9] and 'pose_enc_iters' [S, I, 9] (float32, ``[t, q_xyzw, fov_h,
+            fov_w]``); with depth 'depth' and 'depth_conf' [S, H, W]; with taps 'taps'
+            (list of [S, P, 2C]) and 'dino_tokens' [S, h*w, C].
+
+        Raises:
+            ValueError: depth requested but the depth head is not built; see also
+                :meth:`Aggregator.forward` and :meth:`CameraHead.forward`.
+        """
+        if with_depth and self.depth_head is None:
+            raise ValueError('with_depth=True but the model was built with enable_depth=False')
+        features = self.aggregator(images, time_index, mode)
+        pose_enc, pose_enc_iters = self.camera_head(features.taps[-1][:, 0], mode)
+        out: dict[str, torch.Tensor | list[torch.Tensor]] = {
+            'pose_enc': pose_enc, 'pose_enc_iters': pose_enc_iters}
+        if with_depth:
+            out['depth'], out['depth_conf'] = self.depth_head(features.taps, images.shape[-2:])
+        if return_taps:
+            out['taps'] = features.taps
+            out['dino_tokens'] = features.dino_tokens
+        return out

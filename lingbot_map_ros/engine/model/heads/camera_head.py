@@ -1,0 +1,275 @@
+"""Camera head: iterative AdaLN refinement of the camera token, causal over frames.
+
+Spec §6.1 (architecture) and §5.6 (cache).
+
+Dims: S frames in one call, C = 2 * embed_dim channels, I = ``num_iterations``, J = trunk blocks,
+heads x D = C.
+
+Per call, with ``c = token_norm(camera token of the last tap)`` [S, C] and for it = 0..I-1:
+
+- ``u = embed_pose(empty_pose_tokens)`` at it = 0, else ``embed_pose(p_raw.detach())``;
+- ``(shift, scale, gate) = poseLN_modulation(u)`` (SiLU, then Linear C -> 3C; chunked in that
+  order);
+- ``x = gate * (LN0(c) * (1 + scale) + shift) + c`` (LN0: no affine, eps 1e-6);
+- ``x = trunk(x)`` (J blocks: eps 1e-5, no QK-norm, no RoPE; attention over frames, see below);
+- ``p_raw += pose_branch(trunk_norm(x))`` (``p_raw = delta`` at it = 0);
+- output of the iteration: ``[p_raw[:7], ReLU(p_raw[7:9])]`` = ``[t(3), q_xyzw(4), fov_h, fov_w]``.
+
+The trunk attends across *frames*: each frame contributes one token. Every (iteration, block) has
+its own K/V cache of camera tokens, float (the parameters' dtype), never evicted:
+
+- ``'scale'``: the S scale frames attend bidirectionally to each other, then stay cached. The
+  cache must be empty (start of a session).
+- ``'keyframe'`` (S = 1): the frame's K/V is appended, then it attends over every cached frame.
+- ``'non-keyframe'`` (S = 1): it attends over the cached frames plus itself; nothing is kept.
+
+Special (better than the official cache, same numbers): K/V live in one preallocated buffer that
+grows geometrically (amortised O(1) per frame instead of re-concatenating and cloning the whole
+cache every frame). The new frame's K/V are written in place into the next free slot, and the
+frame-count only advances after the whole call succeeds, so a non-keyframe (or a failed call)
+leaves the cache as it was. Cached K/V are detached: the head is for inference. It runs with
+autocast disabled, in its parameters' dtype (float32 unless converted): the 4-iteration loop
+amplifies low-precision noise into the pose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from lingbot_map_ros.config import ModelConfig
+from ..layers import Attend, Block, Mlp
+from ...errors import CacheStateError
+
+Mode = Literal['scale', 'keyframe', 'non-keyframe']
+POSE_DIM = 9
+"""Pose encoding width: translation(3), quaternion xyzw(4), fov_h, fov_w."""
+
+
+@dataclass(frozen=True, slots=True)
+class CameraCacheStats:
+    """Size of the camera-head K/V cache, for diagnostics."""
+
+    num_frames: int
+    """Frames cached (scale frames + keyframes since the last reset)."""
+    capacity_frames: int
+    """Frames the allocated buffer holds before it has to grow."""
+    used_bytes: int
+    """Bytes holding cached K/V (I * J * 2 * C * itemsize per frame)."""
+    allocated_bytes: int
+    """Bytes of the allocated buffer."""
+
+
+class CameraKVCache:
+    """K/V of camera tokens for every (iteration, block); one shared frame count.
+
+    Layout ``[I, J, 2 (K/V), heads, capacity, D]``: the cached keys of one head are contiguous.
+    """
+
+    def __init__(self, num_iterations: int, num_blocks: int, num_heads: int, head_dim: int,
+                 min_capacity: int = 16) -> None:
+        """Describe the cache; no memory is allocated until the first frame.
+
+        Args:
+            num_iterations: I.
+            num_blocks: J.
+            num_heads: heads of the trunk attention.
+            head_dim: D.
+            min_capacity: frames of the first allocation.
+        """
+        self._dims = (num_iterations, num_blocks, 2, num_heads)
+        self._head_dim = head_dim
+        self._min_capacity = max(1, min_capacity)
+        self._buffer: torch.Tensor | None = None
+        self.num_frames = 0
+
+    @property
+    def capacity(self) -> int:
+        """Frames the current buffer holds."""
+        return 0 if self._buffer is None else self._buffer.shape[-2]
+
+    def reserve(self, num_frames: int, device: torch.device, dtype: torch.dtype) -> None:
+        """Make room for ``num_frames`` frames in total, growing at least 2x when it grows.
+
+        Args:
+            num_frames: total frames the buffer must hold.
+            device: device of the buffer.
+            dtype: dtype of the buffer.
+
+        Raises:
+            CacheStateError: the cache holds frames on another device or in another dtype.
+        """
+        buf = self._buffer
+        if buf is not None and (buf.device != device or buf.dtype != dtype):
+            if self.num_frames:
+                raise CacheStateError(
+                    f'camera cache holds {self.num_frames} frames as {buf.dtype} on {buf.device}; '
+                    f'got {dtype} on {device}: reset the cache first')
+            buf = self._buffer = None
+        if num_frames <= self.capacity:
+            return
+        capacity = max(num_frames, 2 * self.capacity, self._min_capacity)
+        # A plain (non-inference) tensor, so it can be written in and out of inference mode.
+        with torch.inference_mode(False), torch.no_grad():
+            new = torch.empty(self._dims + (capacity, self._head_dim), device=device,
+                              dtype=dtype)
+            if buf is not None and self.num_frames:
+                new[..., :self.num_frames, :] = buf[..., :self.num_frames, :]
+        self._buffer = new
+
+    def attend(self, iteration: int, block: int, q: torch.Tensor, k: torch.Tensor,
+               v: torch.Tensor) -> torch.Tensor:
+        """Write k, v after the cached frames, then attend over cached + new (no mask).
+
+        Args:
+            iteration: refinement iteration.
+            block: trunk block.
+            q: [1, heads, N, D] queries of the N new frames.
+            k: [1, heads, N, D] their keys.
+            v: [1, heads, N, D] their values.
+
+        Returns:
+            [1, heads, N, D] attended values.
+        """
+        start, stop = self.num_frames, self.num_frames + q.shape[-2]
+        self.reserve(stop, k.device, k.dtype)
+        kv = self._buffer[iteration, block]
+        kv[0, :, start:stop] = k[0].detach()
+        kv[1, :, start:stop] = v[0].detach()
+        return F.scaled_dot_product_attention(q, kv[0, None, :, :stop], kv[1, None, :, :stop])
+
+    def reset(self, keep_memory: bool = False) -> None:
+        """Forget every frame; free the buffer unless ``keep_memory``."""
+        self.num_frames = 0
+        if not keep_memory:
+            self._buffer = None
+
+    def stats(self) -> CameraCacheStats:
+        """Frame counts and bytes of the cache."""
+        per_frame = 0
+        if self._buffer is not None:
+            per_frame = self._buffer[..., :1, :].numel() * self._buffer.element_size()
+        return CameraCacheStats(num_frames=self.num_frames, capacity_frames=self.capacity,
+                                used_bytes=per_frame * self.num_frames,
+                                allocated_bytes=per_frame * self.capacity)
+
+
+class CameraHead(nn.Module):
+    """Pose encodings from camera tokens, streaming through a never-evicted K/V cache."""
+
+    def __init__(self, dim: int = 2048, num_heads: int = 16, trunk_depth: int = 4,
+                 num_iterations: int = 4, mlp_ratio: float = 4.0) -> None:
+        """Build the head (defaults: the official model).
+
+        Args:
+            dim: C = 2 * embed_dim, the width of a tap.
+            num_heads: trunk attention heads (must divide ``dim``).
+            trunk_depth: J, trunk blocks.
+            num_iterations: I, refinement iterations (not part of the weights).
+            mlp_ratio: trunk MLP width / C.
+
+        Raises:
+            ValueError: bad sizes.
+        """
+        super().__init__()
+        if num_iterations < 1 or trunk_depth < 1:
+            raise ValueError(f'CameraHead: num_iterations={num_iterations} and '
+                             f'trunk_depth={trunk_depth} must be >= 1')
+        self.num_iterations = num_iterations
+        self.token_norm = nn.LayerNorm(dim, eps=1e-5)
+        self.trunk = nn.ModuleList(Block(dim, num_heads, mlp_ratio, qk_norm=False, norm_eps=1e-5)
+                                   for _ in range(trunk_depth))
+        self.trunk_norm = nn.LayerNorm(dim, eps=1e-5)
+        self.empty_pose_tokens = nn.Parameter(torch.zeros(1, 1, POSE_DIM))
+        self.embed_pose = nn.Linear(POSE_DIM, dim)
+        self.poseLN_modulation = nn.Sequential(nn.SiLU(), nn.Linear(dim, 3 * dim))
+        self.adaln_norm = nn.LayerNorm(dim, elementwise_affine=False, eps=1e-6)
+        self.pose_branch = Mlp(dim, dim // 2, POSE_DIM)
+        self.cache = CameraKVCache(num_iterations, trunk_depth, num_heads, dim // num_heads)
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> 'CameraHead':
+        """Build the head for a model configuration (official or 'tiny')."""
+        return cls(dim=2 * config.embed_dim, num_heads=config.camera_num_heads,
+                   trunk_depth=config.camera_trunk_depth,
+                   num_iterations=config.camera_num_iterations, mlp_ratio=config.mlp_ratio)
+
+    def reset_cache(self, keep_memory: bool = False) -> None:
+        """Start a new session: forget all cached frames (free the memory unless asked)."""
+        self.cache.reset(keep_memory)
+
+    def reserve_cache(self, num_frames: int) -> None:
+        """Preallocate room for ``num_frames`` cached frames (optional; the cache grows anyway)."""
+        weight = self.embed_pose.weight
+        self.cache.reserve(num_frames, weight.device, weight.dtype)
+
+    def cache_stats(self) -> CameraCacheStats:
+        """Frames and bytes held by the K/V cache."""
+        return self.cache.stats()
+
+    def forward(self, tokens: torch.Tensor,
+                mode: Mode = 'scale') -> tuple[torch.Tensor, torch.Tensor]:
+        """Predict pose encodings and update the cache according to ``mode``.
+
+        Args:
+            tokens: the camera slot of the last tap, [S, C]; or the whole tap [S, P, C], of which
+                token 0 (the camera token) is used. Any float dtype.
+            mode: 'scale' (bidirectional over the S frames, cached; cache must be empty),
+                'keyframe' (S = 1, cached) or 'non-keyframe' (S = 1, not cached).
+
+        Returns:
+            ``(pose_enc [S, 9], pose_enc_iters [S, I, 9])`` in the parameters' dtype; the last
+            iteration is ``pose_enc``. Layout ``[t(3), q_xyzw(4), fov_h, fov_w]`` (see
+            ``geometry.py``).
+
+        Raises:
+            ValueError: bad shape or mode, or S != 1 for a streaming frame.
+            CacheStateError: 'scale' on a non-empty cache.
+        """
+        camera = self._check_inputs(tokens, mode)
+        with torch.autocast(device_type=camera.device.type, enabled=False):
+            camera = self.token_norm(camera.to(self.embed_pose.weight.dtype))[None]  # [1, S, C]
+            pose_raw: torch.Tensor | None = None
+            outputs = []
+            for it in range(self.num_iterations):
+                if pose_raw is None:
+                    cond = self.empty_pose_tokens.expand(1, camera.shape[1], POSE_DIM)
+                else:
+                    cond = pose_raw = pose_raw.detach()
+                shift, scale, gate = self.poseLN_modulation(self.embed_pose(cond)).chunk(3, -1)
+                x = gate * (self.adaln_norm(camera) * (1 + scale) + shift) + camera
+                for j, block in enumerate(self.trunk):
+                    x = block(x, attend=self._attend_fn(it, j))
+                delta = self.pose_branch(self.trunk_norm(x))
+                pose_raw = delta if pose_raw is None else pose_raw + delta
+                outputs.append(torch.cat([pose_raw[..., :7], F.relu(pose_raw[..., 7:])], -1))
+        if mode != 'non-keyframe':
+            self.cache.num_frames += camera.shape[1]
+        iters = torch.stack(outputs, dim=2)[0]  # [S, I, 9]
+        return iters[:, -1], iters
+
+    def _attend_fn(self, iteration: int, block: int) -> Attend:
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return self.cache.attend(iteration, block, q, k, v)
+        return attend
+
+    def _check_inputs(self, tokens: torch.Tensor, mode: str) -> torch.Tensor:
+        dim = self.embed_pose.out_features
+        if tokens.ndim == 3:
+            tokens = tokens[:, 0]
+        if tokens.ndim != 2 or tokens.shape[1] != dim or tokens.shape[0] < 1:
+            raise ValueError(f'CameraHead: expected tokens [S, {dim}] or [S, P, {dim}], got '
+                             f'{list(tokens.shape)}')
+        if mode not in ('scale', 'keyframe', 'non-keyframe'):
+            raise ValueError(f"CameraHead: mode='{mode}' is not 'scale', 'keyframe' or "
+                             "'non-keyframe'")
+        if mode == 'scale' and self.cache.num_frames:
+            raise CacheStateError(f"CameraHead: 'scale' needs an empty cache, it holds "
+                                  f'{self.cache.num_frames} frames; call reset_cache() first')
+        if mode != 'scale' and tokens.shape[0] != 1:
+            raise ValueError(f"CameraHead: mode='{mode}' takes one frame, got S={tokens.shape[0]}")
+        return tokens

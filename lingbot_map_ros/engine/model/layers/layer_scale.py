@@ -1,0 +1,31 @@
+"""Per-channel LayerScale of a residual branch (parameter ``gamma``)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class LayerScale(nn.Module):
+    """Multiply the last dimension by a learned vector ``gamma`` of shape [C]."""
+
+    def __init__(self, dim: int, init_value: float = 0.01) -> None:
+        """Build ``gamma`` filled with ``init_value`` (the checkpoint overwrites it).
+
+        Args:
+            dim: channel count C.
+            init_value: initial value of every entry.
+        """
+        super().__init__()
+        self.gamma = nn.Parameter(torch.full((dim,), float(init_value)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return ``x * gamma`` (out of place; the usual type promotion applies).
+
+        Args:
+            x: [..., C] tensor.
+
+        Returns:
+            [..., C] tensor.
+        """
+        return x * self.gamma

@@ -1,0 +1,311 @@
+"""StreamingSession: feed frames one at a time, get per-frame camera predictions.
+
+The session is the one owner of the streaming counters (frame index, keyframe count = RoPE time
+index) and of the phase logic; the model only runs what it is told:
+
+- **Scale phase.** The first ``N_s = cache.scale_frames`` frames are buffered. When the N_s-th
+  arrives they run together (bidirectional attention) and their N_s predictions come out at once,
+  so poses of the first N_s frames are delayed until then. ``flush()`` runs a shorter scale phase
+  on what is buffered (end of a stream shorter than N_s).
+- **Streaming.** Every later frame runs alone. Frame i is a keyframe iff ``K <= 1`` or
+  ``(i - N_s) % K == 0`` (K = ``stream.keyframe_interval``); keyframes are cached, non-keyframes
+  attend to the cache plus themselves and are discarded. Time index = keyframes cached so far.
+- **Limits.** Before a frame touches any cache the session checks the RoPE table
+  (``model.max_frame_num``) and the cache capacity (``cache.max_total_frames``) and raises
+  :class:`TimeIndexLimitError` / :class:`CachePoolExhaustedError`; a frame whose processed size
+  differs from the session's raises :class:`ResolutionChangedError`. In those cases the session is
+  unchanged: call ``reset()`` and resubmit. A NaN/Inf pose raises :class:`NonFiniteOutputError`
+  after the frame ran (the cache holds it): reset.
+
+All public methods are serialised by one lock, so a ROS service thread may call ``reset()`` while
+a worker thread is inside ``step()``; the reset waits for that frame to finish.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..config import EngineConfig
+from . import geometry
+from .errors import (CachePoolExhaustedError, NonFiniteOutputError, ResolutionChangedError,
+                     TimeIndexLimitError)
+from .model.gct import LingbotMapModel
+from .model.golden_weights import golden_state_dict
+from .model.weights import load_checkpoint, load_weights
+from .prediction import FramePrediction, Role
+from .preprocess import PreprocessInfo, preprocess_array, preprocess_path
+
+_LOG = logging.getLogger(__name__)
+_DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16, 'float32': torch.float32}
+
+
+class StreamingSession:
+    """One camera's streaming state: model, caches, counters and the scale-phase buffer."""
+
+    def __init__(self, config: EngineConfig, weights: str | Path | None = None, *,
+                 allow_random_weights: bool = False, seed: int = 0) -> None:
+        """Build the model, load the weights and prepare the caches.
+
+        Args:
+            config: engine configuration.
+            weights: checkpoint (.safetensors, .pt, .pth); None only with
+                ``allow_random_weights``.
+            allow_random_weights: run with random weights (demos, tests); logs a loud warning.
+            seed: seed of the random weights.
+
+        Raises:
+            ValueError: no weights and random weights not allowed, or a device/backend mismatch.
+            WeightsError: the checkpoint does not match the model.
+            ImportError: the FlashInfer backend was asked for and is not installed.
+        """
+        self.config = config
+        self._device = _resolve_device(config)
+        self._compute_dtype, self._kv_dtype = _resolve_dtypes(config, self._device)
+        if weights is None and not allow_random_weights:
+            raise ValueError('no weights given: set the checkpoint path (lingbot-map.pt or '
+                             '.safetensors), or allow random weights explicitly for a demo')
+        model = LingbotMapModel(config.model)
+        if weights is not None:
+            load_weights(model, load_checkpoint(weights))
+            self.weights = str(weights)
+        else:
+            _LOG.warning('*** RANDOM WEIGHTS (seed %d): poses, depth and clouds are meaningless. '
+                         'This is for demos and tests only; pass a checkpoint for real use. ***',
+                         seed)
+            # The golden-weights formula (salt = seed) rather than torch's init: deterministic
+            # on every machine and scaled so activations stay O(1) through all blocks.
+            shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+            load_weights(model, golden_state_dict(shapes, salt=seed))
+            self.weights = f'random (seed {seed})'
+        self._model = model.to(self._device).eval()
+        if self._compute_dtype != torch.float32:
+            self._model.cast_aggregator(self._compute_dtype)
+        self._model.start_stream(config.cache, self._kv_dtype)
+        self._lock = threading.RLock()
+        self._pending: list[tuple[torch.Tensor, PreprocessInfo, int]] = []
+        self._size_hw: tuple[int, int] | None = None
+        self._frames_in = 0
+        self._frames_out = 0
+        self._keyframes = 0
+
+    # ---- public API -----------------------------------------------------------------------
+
+    def step(self, image: np.ndarray | str | Path, stamp_ns: int) -> list[FramePrediction]:
+        """Feed one frame.
+
+        Args:
+            image: ``[H, W, 3]`` uint8 RGB (``[H, W]`` mono accepted) or an image file path.
+            stamp_ns: the frame's timestamp in nanoseconds, passed through to the prediction.
+
+        Returns:
+            ``[]`` while the scale frames are buffered, then the N_s scale predictions at once,
+            then one prediction per frame.
+
+        Raises:
+            InvalidFrameError: the image cannot be used (session unchanged).
+            SessionLimitError: see the module docstring.
+        """
+        start = time.perf_counter()
+        width, patch = self.config.stream.image_width, self.config.model.patch_size
+        if isinstance(image, (str, Path)):
+            tensor, info = preprocess_path(image, width, patch)
+        else:
+            tensor, info = preprocess_array(image, width, patch)
+        return self.step_tensor(tensor, info, stamp_ns, (time.perf_counter() - start) * 1e3)
+
+    def step_tensor(self, tensor: torch.Tensor, info: PreprocessInfo, stamp_ns: int,
+                    preprocess_ms: float = 0.0) -> list[FramePrediction]:
+        """Feed one already preprocessed frame (benchmarks, golden sets).
+
+        Args:
+            tensor: [3, H, W] float in [0, 1], as ``preprocess.preprocess_*`` returns.
+            info: how ``tensor`` relates to the original image.
+            stamp_ns: the frame's timestamp in nanoseconds.
+            preprocess_ms: time already spent on preprocessing, for the timings.
+
+        Returns:
+            As :meth:`step`.
+
+        Raises:
+            SessionLimitError: see the module docstring.
+        """
+        with self._lock:
+            if self._size_hw is not None and info.image_size_hw != self._size_hw:
+                raise ResolutionChangedError(
+                    f'frame size {info.image_size_hw} (processed H, W) differs from the '
+                    f'session size {self._size_hw}; reset the session to start a new map')
+            self._size_hw = info.image_size_hw
+            if self._frames_out == 0 and self._frames_in < self.config.cache.scale_frames:
+                self._frames_in += 1
+                self._pending.append((tensor, info, int(stamp_ns)))
+                if len(self._pending) < self.config.cache.scale_frames:
+                    return []
+                return self._run_scale(preprocess_ms)
+            self._frames_in += 1
+            try:
+                return [self._run_frame(tensor, info, int(stamp_ns), preprocess_ms)]
+            except (TimeIndexLimitError, CachePoolExhaustedError):
+                self._frames_in -= 1
+                raise
+
+    def flush(self) -> list[FramePrediction]:
+        """Run the buffered scale frames now (a stream shorter than N_s)."""
+        with self._lock:
+            return self._run_scale(0.0) if self._pending else []
+
+    def reset(self) -> dict[str, int]:
+        """Clear the session, the model caches and the counters.
+
+        Returns:
+            What was cleared: ``frames`` (predictions made), ``keyframes`` (cached frames),
+            ``pending_frames`` (buffered scale frames dropped).
+        """
+        with self._lock:
+            cleared = {'frames': self._frames_out, 'keyframes': self._keyframes,
+                       'pending_frames': len(self._pending)}
+            self._model.reset_stream()
+            self._pending.clear()
+            self._size_hw = None
+            self._frames_in = self._frames_out = self._keyframes = 0
+            return cleared
+
+    def stats(self) -> dict[str, Any]:
+        """Counters, cache statistics and memory, for diagnostics."""
+        with self._lock:
+            stats: dict[str, Any] = {
+                'frames_in': self._frames_in, 'frames_out': self._frames_out,
+                'keyframes': self._keyframes, 'time_index': self._keyframes,
+                'pending_frames': len(self._pending),
+                'max_time_index': self.config.model.max_frame_num,
+                'cache': dict(self._model.cache_stats()),
+                'backend': self.config.cache.backend, 'device': str(self._device),
+                'dtype': str(self._compute_dtype).replace('torch.', ''),
+                'weights': self.weights, 'model_preset': self.config.model.preset,
+                'image_size_hw': self._size_hw,
+            }
+        stats.update(_gpu_memory(self._device))
+        return stats
+
+    # ---- phases -----------------------------------------------------------------------------
+
+    def _run_scale(self, prep_ms: float) -> list[FramePrediction]:
+        num = len(self._pending)
+        self._check_limits(time_index=num - 1, new_frames=num)
+        start = time.perf_counter()
+        images = torch.stack([t for t, _, _ in self._pending]).to(self._device)
+        out = self._model.forward_scale(images, with_depth=self._with_depth)
+        model_ms = self._elapsed_ms(start)
+        preds = [self._prediction(out, i, i, 'scale', i, info, stamp, images[i],
+                                  {'preprocess': prep_ms, 'model': model_ms / num})
+                 for i, (_, info, stamp) in enumerate(self._pending)]
+        self._pending.clear()
+        self._keyframes = num
+        self._frames_out = num
+        self._check_finite(preds)
+        return preds
+
+    def _run_frame(self, tensor: torch.Tensor, info: PreprocessInfo, stamp_ns: int,
+                   prep_ms: float) -> FramePrediction:
+        index = self._frames_out
+        interval = self.config.stream.keyframe_interval
+        keyframe = interval <= 1 or (index - self.config.cache.scale_frames) % interval == 0
+        time_index = self._keyframes
+        self._check_limits(time_index=time_index, new_frames=1)
+        start = time.perf_counter()
+        image = tensor.to(self._device)[None]
+        out = self._model.forward_frame(image, time_index=time_index, keyframe=keyframe,
+                                        with_depth=self._with_depth)
+        model_ms = self._elapsed_ms(start)
+        self._frames_out += 1
+        self._keyframes += int(keyframe)
+        role: Role = 'keyframe' if keyframe else 'non-keyframe'
+        pred = self._prediction(out, 0, index, role, time_index, info, stamp_ns, image[0],
+                                {'preprocess': prep_ms, 'model': model_ms})
+        self._check_finite([pred])
+        return pred
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    @property
+    def _with_depth(self) -> bool:
+        return self.config.stream.enable_depth and self.config.model.enable_depth
+
+    def _check_limits(self, time_index: int, new_frames: int) -> None:
+        limit = self.config.model.max_frame_num
+        if time_index >= limit:
+            raise TimeIndexLimitError(
+                f'time index {time_index} would pass the RoPE table (model.max_frame_num='
+                f'{limit}) after {self._keyframes} cached keyframes; reset the session')
+        remaining = self._model.remaining_frames()
+        if remaining is not None and remaining < new_frames:
+            raise CachePoolExhaustedError(
+                f'KV cache full: {self._keyframes} keyframes cached, room for {remaining} more, '
+                f'{new_frames} needed (cache.max_total_frames={self.config.cache.max_total_frames})'
+                '; reset the session')
+
+    def _elapsed_ms(self, start: float) -> float:
+        if self._device.type == 'cuda':
+            torch.cuda.synchronize(self._device)
+        return (time.perf_counter() - start) * 1e3
+
+    def _prediction(self, out: dict[str, torch.Tensor], row: int, index: int, role: Role,
+                    time_index: int, info: PreprocessInfo, stamp_ns: int, image: torch.Tensor,
+                    timings: dict[str, float]) -> FramePrediction:
+        pose_enc = out['pose_enc'][row].detach().double().cpu().numpy()
+        depth = conf = rgb = None
+        if 'depth' in out:
+            depth = out['depth'][row].detach().float().cpu().numpy()
+            conf = out['depth_conf'][row].detach().float().cpu().numpy()
+            rgb = (image.detach().float().clamp(0, 1) * 255).round().to(torch.uint8)
+            rgb = rgb.permute(1, 2, 0).cpu().numpy()
+        c2w = k = k_orig = np.full((4, 4), np.nan)
+        if np.isfinite(pose_enc).all():
+            c2w = geometry.to_c2w_4x4(geometry.pose_encoding_to_extrinsics(pose_enc))
+            k = geometry.pose_encoding_to_intrinsics(pose_enc, info.image_size_hw)
+            k_orig = geometry.intrinsics_for_original(k, info)
+        timings = dict(timings, total=sum(timings.values()))
+        return FramePrediction(
+            frame_index=index, stamp_ns=stamp_ns, role=role, time_index=time_index,
+            pose_enc=pose_enc, c2w=c2w, intrinsics=k, intrinsics_original=k_orig,
+            image_size_hw=info.image_size_hw, original_size_hw=info.original_size_hw,
+            depth=depth, depth_conf=conf, image=rgb, timings_ms=timings)
+
+    @staticmethod
+    def _check_finite(preds: list[FramePrediction]) -> None:
+        for pred in preds:
+            if not np.isfinite(pred.pose_enc).all():
+                raise NonFiniteOutputError(
+                    f'frame {pred.frame_index} ({pred.role}) has a non-finite pose encoding '
+                    f'{pred.pose_enc.tolist()}; reset the session')
+
+
+def _resolve_device(config: EngineConfig) -> torch.device:
+    device = torch.device(config.stream.device)
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise ValueError(f"stream.device='{config.stream.device}' but CUDA is not available "
+                         "on this machine; set stream.device: cpu")
+    if config.cache.backend == 'flashinfer' and device.type != 'cuda':
+        raise ValueError(f"cache.backend='flashinfer' needs a CUDA device, got "
+                         f"stream.device='{config.stream.device}'; use cache.backend: sdpa")
+    return device
+
+
+def _resolve_dtypes(config: EngineConfig, device: torch.device) -> tuple[torch.dtype, torch.dtype]:
+    """(compute dtype, KV dtype): float32 on CPU, the configured dtypes on CUDA."""
+    if device.type != 'cuda':
+        return torch.float32, torch.float32
+    return _DTYPES[config.stream.dtype], _DTYPES[config.cache.dtype]
+
+
+def _gpu_memory(device: torch.device) -> dict[str, int]:
+    if device.type != 'cuda':
+        return {'gpu_memory_allocated_bytes': 0, 'gpu_memory_reserved_bytes': 0}
+    return {'gpu_memory_allocated_bytes': int(torch.cuda.memory_allocated(device)),
+            'gpu_memory_reserved_bytes': int(torch.cuda.memory_reserved(device))}

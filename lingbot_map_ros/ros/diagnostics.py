@@ -1,0 +1,254 @@
+"""Counters of the node and their ``/diagnostics`` rendering.
+
+:class:`NodeStats` is written by the subscription and worker threads and read by the diagnostics
+timer, so every access takes its lock. Each diagnostics period turns the counters into three
+``DiagnosticStatus`` entries named like ``diagnostic_updater`` names them
+(``<node name>: <task>``), so ``diagnostic_aggregator`` analyzers and ``rqt_robot_monitor`` group
+them as usual:
+
+- ``input``: rates, queue, drops by reason. STALE when no image arrived for
+  ``diagnostics.stale_after_s`` (or none yet), WARN when a frame was dropped in the period for any
+  reason other than the live queue keeping only the newest frame (that is by design), else OK.
+- ``engine``: backend, device, weights, latency, resets. ERROR when the engine raised an
+  unexpected error in the period, WARN when the session was reset automatically in the period.
+- ``cache``: the KV cache's own counters. WARN when the keyframe count or the time index is past
+  90 % of its ceiling (an automatic reset is coming), else OK.
+
+The node publishes these itself rather than through ``diagnostic_updater``: the message on the
+wire is the same, the period is our own parameter, and the path is tested here.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+import threading
+import time
+from typing import Any
+
+from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+
+OK, WARN, ERROR, STALE = (DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR,
+                          DiagnosticStatus.STALE)
+
+# Drop reasons that are normal operation, not a fault (shown, counted, no WARN).
+BENIGN_DROPS = frozenset({'queue_overflow'})
+# Fraction of a ceiling past which the cache status warns.
+_NEAR_FULL = 0.9
+
+
+@dataclass
+class PeriodReport:
+    """What happened since the previous report, plus running totals."""
+
+    elapsed_s: float
+    received: int
+    processed: int
+    drops: dict[str, int]
+    resets: dict[str, int]
+    errors: int
+    latency_ms: list[float]
+    inference_ms: list[float]
+    seconds_since_input: float | None
+    drops_total: dict[str, int]
+    resets_total: dict[str, int]
+    received_total: int
+    processed_total: int
+    errors_total: int
+    last_problem: str
+
+
+@dataclass
+class NodeStats:
+    """Thread-safe counters; :meth:`roll` returns a :class:`PeriodReport` and starts a period."""
+
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _received: int = 0
+    _processed: int = 0
+    _errors: int = 0
+    _drops: collections.Counter = field(default_factory=collections.Counter)
+    _resets: collections.Counter = field(default_factory=collections.Counter)
+    _latency_ms: list = field(default_factory=list)
+    _inference_ms: list = field(default_factory=list)
+    _last_input: float | None = None
+    _last_problem: str = ''
+    _mark: dict = field(default_factory=dict)
+    _mark_time: float = field(default_factory=time.monotonic)
+
+    def count_received(self) -> None:
+        """Count one image message taken from the subscription."""
+        with self._lock:
+            self._received += 1
+            self._last_input = time.monotonic()
+
+    def count_drop(self, reason: str, detail: str = '', num: int = 1) -> None:
+        """Count ``num`` dropped frames under ``reason``."""
+        with self._lock:
+            self._drops[reason] += num
+            if detail and reason not in BENIGN_DROPS:
+                self._last_problem = f'dropped ({reason}): {detail}'
+
+    def count_reset(self, reason: str, detail: str = '') -> None:
+        """Count a session reset (``manual`` or an automatic reason)."""
+        with self._lock:
+            self._resets[reason] += 1
+            if reason != 'manual':
+                self._last_problem = f'session reset ({reason}): {detail}'
+
+    def count_error(self, detail: str) -> None:
+        """Count an unexpected engine error."""
+        with self._lock:
+            self._errors += 1
+            self._last_problem = f'engine error: {detail}'
+
+    def count_output(self, latency_ms: float, inference_ms: float | None) -> None:
+        """Count one published prediction and its latencies."""
+        with self._lock:
+            self._processed += 1
+            self._latency_ms.append(latency_ms)
+            if inference_ms is not None:
+                self._inference_ms.append(inference_ms)
+
+    def drops_total(self) -> dict[str, int]:
+        """Return the drop counts by reason since start."""
+        with self._lock:
+            return dict(self._drops)
+
+    def roll(self) -> PeriodReport:
+        """Close the current period and return its report."""
+        now = time.monotonic()
+        with self._lock:
+            mark = self._mark or {'received': 0, 'processed': 0, 'errors': 0,
+                                  'drops': collections.Counter(),
+                                  'resets': collections.Counter()}
+            report = PeriodReport(
+                elapsed_s=max(now - self._mark_time, 1e-6),
+                received=self._received - mark['received'],
+                processed=self._processed - mark['processed'],
+                drops=dict(self._drops - mark['drops']),
+                resets=dict(self._resets - mark['resets']),
+                errors=self._errors - mark['errors'],
+                latency_ms=self._latency_ms, inference_ms=self._inference_ms,
+                seconds_since_input=None if self._last_input is None else now - self._last_input,
+                drops_total=dict(self._drops), resets_total=dict(self._resets),
+                received_total=self._received, processed_total=self._processed,
+                errors_total=self._errors, last_problem=self._last_problem)
+            self._mark = {'received': self._received, 'processed': self._processed,
+                          'errors': self._errors, 'drops': collections.Counter(self._drops),
+                          'resets': collections.Counter(self._resets)}
+            self._mark_time = now
+            self._latency_ms, self._inference_ms = [], []
+        return report
+
+
+def _kv(values: dict[str, Any]) -> list[KeyValue]:
+    out = []
+    for key, value in values.items():
+        if isinstance(value, float):
+            value = f'{value:.3f}'
+        out.append(KeyValue(key=key, value=str(value)))
+    return out
+
+
+def _stat(name: str, level: bytes, message: str, hardware_id: str,
+          values: dict[str, Any]) -> DiagnosticStatus:
+    return DiagnosticStatus(level=level, name=name, message=message, hardware_id=hardware_id,
+                            values=_kv(values))
+
+
+def input_status(node_name: str, report: PeriodReport, info: dict[str, Any],
+                 stale_after_s: float) -> DiagnosticStatus:
+    """Render the input status.
+
+    Args:
+        node_name: prefix of the status name.
+        report: the period's counters.
+        info: static facts to show (topic, transport, queue mode, queue length).
+        stale_after_s: seconds without input after which the status is STALE.
+
+    Returns:
+        The ``<node>: input`` status.
+    """
+    faults = {k: v for k, v in report.drops.items() if k not in BENIGN_DROPS}
+    values = dict(info)
+    values.update(input_rate_hz=report.received / report.elapsed_s,
+                  processed_rate_hz=report.processed / report.elapsed_s,
+                  received_total=report.received_total,
+                  drops_total=sum(report.drops_total.values()))
+    values.update({f'drops.{k}': v for k, v in sorted(report.drops_total.items())})
+    since = report.seconds_since_input
+    if since is None:
+        level, msg = STALE, f"no image received yet on '{info.get('topic', '?')}'"
+    elif since > stale_after_s:
+        level, msg = STALE, f'no image for {since:.1f} s'
+    elif faults:
+        level = WARN
+        msg = 'dropped ' + ', '.join(f'{v} {k}' for k, v in sorted(faults.items()))
+        values['last_problem'] = report.last_problem
+    else:
+        level, msg = OK, f'{values["input_rate_hz"]:.1f} Hz in, ' \
+            f'{values["processed_rate_hz"]:.1f} Hz processed'
+    return _stat(f'{node_name}: input', level, msg, info.get('topic', ''), values)
+
+
+def engine_status(node_name: str, report: PeriodReport, session: dict[str, Any],
+                  scale_frames: int) -> DiagnosticStatus:
+    """Render the engine status from the period report and ``StreamingSession.stats()``.
+
+    Args:
+        node_name: prefix of the status name.
+        report: the period's counters.
+        session: the session's ``stats()`` dict (without ``cache``).
+        scale_frames: N_s, to say how far the scale phase has buffered.
+
+    Returns:
+        The ``<node>: engine`` status.
+    """
+    values = {k: v for k, v in session.items() if k != 'cache'}
+    for name, samples in (('latency', report.latency_ms), ('inference', report.inference_ms)):
+        values[f'{name}_mean_ms'] = sum(samples) / len(samples) if samples else 0.0
+        values[f'{name}_max_ms'] = max(samples) if samples else 0.0
+    values.update({f'resets.{k}': v for k, v in sorted(report.resets_total.items())})
+    values['errors_total'] = report.errors_total
+    auto = {k: v for k, v in report.resets.items() if k != 'manual'}
+    if report.errors:
+        level, msg = ERROR, f'{report.errors} engine error(s): {report.last_problem}'
+    elif auto:
+        level, msg = WARN, 'session reset: ' + ', '.join(sorted(auto))
+    elif session.get('frames_out', 0) == 0:
+        pending = session.get('pending_frames', 0)
+        level, msg = OK, f'buffering scale frames ({pending}/{scale_frames})'
+    else:
+        level, msg = OK, f"tracking: frame {session.get('frames_out', 0)}, " \
+            f"{session.get('keyframes', 0)} keyframes"
+    if report.errors or auto:
+        values['last_problem'] = report.last_problem
+    return _stat(f'{node_name}: engine', level, msg, str(session.get('device', '')), values)
+
+
+def cache_status(node_name: str, cache: dict[str, Any], time_index: int,
+                 max_frame_num: int) -> DiagnosticStatus:
+    """Render the KV cache status.
+
+    Args:
+        node_name: prefix of the status name.
+        cache: ``stats()['cache']`` of the session.
+        time_index: the session's current time index.
+        max_frame_num: the time-index ceiling (``model.max_frame_num``).
+
+    Returns:
+        The ``<node>: cache`` status.
+    """
+    values = dict(cache)
+    capacity = int(cache.get('max_total_frames', 0)) or 1
+    frames = int(cache.get('frame_count', 0))
+    values['time_index'] = time_index
+    values['max_frame_num'] = max_frame_num
+    values['fill_percent'] = 100.0 * max(frames / capacity, time_index / max(max_frame_num, 1))
+    if frames >= _NEAR_FULL * capacity or time_index >= _NEAR_FULL * max_frame_num:
+        level = WARN
+        msg = (f'near capacity ({frames}/{capacity} keyframes, time index '
+               f'{time_index}/{max_frame_num}); the session resets when full')
+    else:
+        level, msg = OK, f"{frames} frames, {cache.get('live_pages', 0)} live pages"
+    return _stat(f'{node_name}: cache', level, msg, '', values)

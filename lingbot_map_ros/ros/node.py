@@ -1,0 +1,263 @@
+"""``lingbot_map_node``: online camera mapping with the LingBot-Map streaming transformer.
+
+Subscribes (relative names, so namespaces and remaps work):
+    ``image`` (sensor_msgs/Image) or ``<image>/compressed`` (sensor_msgs/CompressedImage) with
+    ``input.transport: compressed``; ``camera_info`` (optional, only compared with the estimate).
+Publishes (private names), stamped with the input image's stamp:
+    ``~/pose``, ``~/odometry``, ``~/path``, ``~/depth`` + ``~/depth/camera_info``, ``~/cloud``,
+    TF ``map_frame -> camera frame``, ``/diagnostics``.
+Services: ``~/reset`` (std_srvs/Trigger).
+
+Threads: the executor only queues messages; a worker thread runs inference
+(:mod:`~lingbot_map_ros.ros.worker`). The reset service and the diagnostics timer have their own
+callback groups, so they answer while a frame is being processed. Parameters:
+:mod:`~lingbot_map_ros.ros.params`. Frames and scale: :mod:`~lingbot_map_ros.ros.outputs`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.clock import JumpThreshold
+from rclpy.duration import Duration
+from rclpy.exceptions import ParameterException
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rcl_interfaces.msg import SetParametersResult
+from diagnostic_msgs.msg import DiagnosticArray
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image
+from std_srvs.srv import Trigger
+
+from lingbot_map_ros.engine.errors import WeightsError
+from lingbot_map_ros.engine.pipeline import StreamingSession
+from lingbot_map_ros.ros import conversions, diagnostics, params
+from lingbot_map_ros.ros.outputs import Outputs
+from lingbot_map_ros.ros.session_runner import InputFrame, SessionRunner
+from lingbot_map_ros.ros.worker import FrameQueue, Worker
+
+try:  # cv_bridge comes with a ROS install, not with the PyPI wheels.
+    from cv_bridge import CvBridge
+except ImportError:  # pragma: no cover - depends on the machine
+    CvBridge = None
+
+NODE_NAME = 'lingbot_map'
+# Longest wait of the reset service for the frame in progress.
+_RESET_WAIT_S = 10.0
+
+
+class LingbotMapNode(Node):
+    """Streams camera images through the engine and publishes poses, path, depth and cloud."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        """Declare parameters, build the engine session, then the ROS interfaces.
+
+        Args:
+            **kwargs: passed to ``rclpy.node.Node`` (e.g. ``parameter_overrides``, ``context``).
+
+        Raises:
+            ValueError: a bad parameter value, or no weights without allow_random_weights.
+            WeightsError: the checkpoint does not match the model.
+            ImportError: the configured attention backend is not installed.
+        """
+        super().__init__(NODE_NAME, **kwargs)
+        self._values = params.declare_all(self)
+        config = params.engine_config(self._values)
+        self._session = self._make_session(config)
+        self._stats = diagnostics.NodeStats()
+        self._outputs = Outputs(self, self._values['frames.map_frame'],
+                                self._values['frames.map_axes'])
+        bridge = CvBridge() if CvBridge is not None else None
+        self._runner = SessionRunner(self._session, self._outputs, self._stats,
+                                     self.get_logger(), lambda: self._values,
+                                     self._raw_converter(bridge))
+        bag = self._values['input.queue_mode'] == 'bag'
+        self._queue = FrameQueue(self._values['input.queue_size'] if bag else 1, bag)
+        self._worker = Worker(self._queue, self._runner.handle, self._on_worker_error)
+        self._create_interfaces()
+        self.add_on_set_parameters_callback(self._validate_parameters)
+        self.add_post_set_parameters_callback(self._apply_parameters)
+        # Sim time going backwards (bag loop) invalidates the map like an image stamp jump.
+        self._jump_handle = self.get_clock().create_jump_callback(
+            JumpThreshold(min_forward=None, min_backward=Duration(nanoseconds=-1)),
+            post_callback=lambda _jump: self._runner.request_reset('clock_jump'))
+        self._worker.start()
+        self._log_startup(config, bridge is not None)
+
+    def _make_session(self, config: Any) -> StreamingSession:
+        weights = self._values['weights'] or None
+        random_ok = self._values['allow_random_weights']
+        if weights is None and not random_ok:
+            raise ValueError("parameter 'weights' is empty: set it to the LingBot-Map checkpoint "
+                             '(weights:=/path/to/lingbot-map.pt), or set '
+                             'allow_random_weights:=true for a demo with meaningless poses')
+        if weights is None:
+            self.get_logger().warning(
+                '*** allow_random_weights is true: the model has RANDOM weights, so poses, '
+                'depth and clouds are meaningless. Demos and tests only. ***')
+        return StreamingSession(config, weights, allow_random_weights=random_ok,
+                                seed=self._values['seed'])
+
+    @staticmethod
+    def _raw_converter(bridge: Any) -> Any:
+        if bridge is None:
+            return conversions.image_msg_to_rgb
+
+        def convert(msg: Any) -> Any:
+            # Same checks as our converter first, so drop reasons do not depend on cv_bridge.
+            conversions.check_image_msg(msg, require_known=False)
+            return bridge.imgmsg_to_cv2(msg, desired_encoding='rgb8')
+        return convert
+
+    def _create_interfaces(self) -> None:
+        v = self._values
+        reliability = ReliabilityPolicy.RELIABLE if v['input.qos.reliability'] == 'reliable' \
+            else ReliabilityPolicy.BEST_EFFORT
+        qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=v['input.qos.depth'],
+                         reliability=reliability)
+        input_group = MutuallyExclusiveCallbackGroup()
+        self._compressed = v['input.transport'] == 'compressed'
+        # Like image_transport: the compressed topic hangs under the resolved raw topic.
+        self._topic = self.resolve_topic_name('image')
+        if self._compressed:
+            self._topic += '/compressed'
+        self.create_subscription(CompressedImage if self._compressed else Image, self._topic,
+                                 self._on_image, qos, callback_group=input_group)
+        self.create_subscription(CameraInfo, 'camera_info', self._on_camera_info, qos,
+                                 callback_group=input_group)
+        self.create_service(Trigger, '~/reset', self._on_reset,
+                            callback_group=MutuallyExclusiveCallbackGroup())
+        self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self._diag_group = MutuallyExclusiveCallbackGroup()
+        self._diag_timer = self.create_timer(v['diagnostics.period_s'], self._publish_diagnostics,
+                                             callback_group=self._diag_group)
+
+    def _log_startup(self, config: Any, has_bridge: bool) -> None:
+        v, log = self._values, self.get_logger()
+        log.info(f"listening on '{self._topic}' ({v['input.transport']}, "
+                 f"{v['input.queue_mode']} mode, converter "
+                 f"{'cv_bridge' if has_bridge else 'built-in'}); model "
+                 f"{config.model.preset} on {config.stream.device}, backend "
+                 f"{config.cache.backend}, weights {self._session.weights}")
+        if v['publish.tf'] and not self._outputs.has_tf:
+            log.warning('publish.tf is true but tf2_ros is not importable: no TF is broadcast')
+        if (v['publish.depth'] or v['publish.cloud']) and not config.stream.enable_depth:
+            log.warning('publish.depth/publish.cloud are on but stream.enable_depth is false: '
+                        'nothing will be published on ~/depth or ~/cloud')
+        if v['input.queue_mode'] == 'bag' and v['input.qos.reliability'] != 'reliable':
+            log.warning('bag mode with best-effort QoS: the middleware may still drop frames; '
+                        'set input.qos.reliability: reliable')
+
+    def _on_image(self, msg: Any) -> None:
+        self._stats.count_received()
+        dropped = self._queue.put(InputFrame(msg, self._compressed, time.monotonic()))
+        if dropped:
+            self._stats.count_drop('queue_overflow', num=dropped)
+
+    def _on_camera_info(self, msg: Any) -> None:
+        try:
+            self._runner.set_camera_k(conversions.camera_info_k(msg))
+        except ValueError as exc:
+            self.get_logger().warning(f'ignoring camera_info: {exc}',
+                                      throttle_duration_sec=60.0)
+
+    def _on_worker_error(self, exc: BaseException) -> None:
+        self._stats.count_error(f'{type(exc).__name__}: {exc}')
+        self.get_logger().error(f'unexpected error in the worker: {type(exc).__name__}: {exc}',
+                                throttle_duration_sec=5.0)
+
+    def _on_reset(self, request: Trigger.Request, response: Trigger.Response
+                  ) -> Trigger.Response:
+        try:
+            cleared = self._runner.reset('manual', _RESET_WAIT_S)
+        except Exception as exc:  # noqa: BLE001 - answer the caller instead of raising
+            response.success, response.message = False, f'reset failed: {exc}'
+            return response
+        response.success = True
+        if cleared is None:
+            response.message = (f'inference busy for more than {_RESET_WAIT_S:.0f} s; the '
+                                'reset runs before the next frame')
+        else:
+            response.message = 'cleared ' + ', '.join(f'{k}={v}' for k, v in cleared.items())
+        return response
+
+    def _publish_diagnostics(self) -> None:
+        try:
+            self._diag_pub.publish(self._diagnostics())
+        except Exception as exc:  # noqa: BLE001 - diagnostics must not stop the node
+            self.get_logger().error(f'diagnostics failed: {exc}', throttle_duration_sec=10.0)
+
+    def _diagnostics(self) -> DiagnosticArray:
+        report = self._stats.roll()
+        session = self._runner.session_stats()
+        config = self._session.config
+        info = {'topic': self._topic, 'transport': self._values['input.transport'],
+                'queue_mode': self._values['input.queue_mode'], 'queue_length': len(self._queue)}
+        # Namespaced, so two cameras' nodes do not share status names.
+        name = self.get_fully_qualified_name().lstrip('/')
+        msg = DiagnosticArray()
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.status = [
+            diagnostics.input_status(name, report, info,
+                                     self._values['diagnostics.stale_after_s']),
+            diagnostics.engine_status(name, report, session,
+                                      config.cache.scale_frames),
+            diagnostics.cache_status(name, session.get('cache', {}),
+                                     int(session.get('time_index', 0)),
+                                     config.model.max_frame_num)]
+        return msg
+
+    def _validate_parameters(self, changes: list[Any]) -> SetParametersResult:
+        reason = params.check_changes({p.name: p.value for p in changes}, self._values)
+        return SetParametersResult(successful=reason is None, reason=reason or '')
+
+    def _apply_parameters(self, changes: list[Any]) -> None:
+        self._values = {**self._values, **{p.name: p.value for p in changes}}
+        names = {p.name for p in changes}
+        if names & params.LIVE_ENGINE_PARAMS:
+            self._runner.set_pending_config(params.engine_config(self._values))
+            self.get_logger().info(f'{", ".join(sorted(names & params.LIVE_ENGINE_PARAMS))} '
+                                   'take effect at the next reset (call ~/reset)')
+        if 'diagnostics.period_s' in names:
+            self.destroy_timer(self._diag_timer)
+            self._diag_timer = self.create_timer(self._values['diagnostics.period_s'],
+                                                 self._publish_diagnostics,
+                                                 callback_group=self._diag_group)
+
+    def destroy_node(self) -> None:
+        """Stop the worker (finishing the frame in progress), then destroy the node."""
+        if not self._worker.stop():
+            self.get_logger().warning('worker did not finish its frame within 10 s')
+        super().destroy_node()
+
+
+def main(args: list[str] | None = None) -> int:
+    """Run the node until shutdown.
+
+    Returns:
+        Process exit code: 0 on a clean shutdown, 1 when the node could not start.
+    """
+    try:
+        with rclpy.init(args=args):
+            try:
+                node = LingbotMapNode()
+            except (ValueError, ImportError, WeightsError, OSError, ParameterException) as exc:
+                rclpy.logging.get_logger(NODE_NAME).fatal(f'cannot start: {exc}')
+                return 1
+            executor = MultiThreadedExecutor(num_threads=4)
+            executor.add_node(node)
+            try:
+                executor.spin()
+            finally:
+                node.destroy_node()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""Publishers of the node's outputs, all stamped with the input image's stamp.
+
+Frames (see the README): ``map_frame`` is anchored at the first camera of the current session
+(after every reset the map restarts there), with the axes chosen by ``frames.map_axes``. Poses are
+those of the camera *optical* frame (x right, y down, z forward). Translation, depth and the cloud
+share one non-metric scale fixed by the first ``cache.scale_frames`` frames; it changes after
+every reset. Odometry covariances are not estimated and are left at zero; the twist is a finite
+difference of consecutive poses, in the camera frame, in map units per second.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from geometry_msgs.msg import PoseStamped, TransformStamped
+from nav_msgs.msg import Odometry, Path
+import numpy as np
+from rclpy.qos import QoSProfile
+from sensor_msgs.msg import CameraInfo, Image, PointCloud2, PointField
+
+from lingbot_map_ros.engine.geometry import unproject_depth
+from lingbot_map_ros.engine.prediction import FramePrediction
+from lingbot_map_ros.ros import conversions
+
+try:  # tf2_ros comes with a ROS install, not with the PyPI wheels.
+    from tf2_ros import TransformBroadcaster
+except ImportError:  # pragma: no cover - depends on the machine
+    TransformBroadcaster = None
+
+# 'rgb' is FLOAT32 holding 0x00RRGGBB bits, as pcl::PointXYZRGB and RViz expect.
+_CLOUD_FIELDS = [PointField(name=n, offset=4 * i, datatype=PointField.FLOAT32, count=1)
+                 for i, n in enumerate(('x', 'y', 'z', 'rgb'))]
+
+
+class Outputs:
+    """Owns the output publishers, the bounded path and the previous pose (for the twist)."""
+
+    def __init__(self, node: Any, map_frame: str, map_axes: str) -> None:
+        """Create every output publisher (optional outputs are created too and stay silent).
+
+        Args:
+            node: the ``rclpy`` node.
+            map_frame: frame_id of poses, path, odometry and cloud.
+            map_axes: 'flu' or 'optical' (see :func:`conversions.map_axes_transform`).
+        """
+        self._node = node
+        self._map_frame = map_frame
+        self._axes = conversions.map_axes_transform(map_axes)
+        reliable = QoSProfile(depth=10)
+        self._pose_pub = node.create_publisher(PoseStamped, '~/pose', reliable)
+        self._odom_pub = node.create_publisher(Odometry, '~/odometry', reliable)
+        self._path_pub = node.create_publisher(Path, '~/path', QoSProfile(depth=1))
+        self._depth_pub = node.create_publisher(Image, '~/depth', QoSProfile(depth=2))
+        self._info_pub = node.create_publisher(CameraInfo, '~/depth/camera_info',
+                                               QoSProfile(depth=2))
+        self._cloud_pub = node.create_publisher(PointCloud2, '~/cloud', QoSProfile(depth=2))
+        self._tf = TransformBroadcaster(node) if TransformBroadcaster is not None else None
+        self._path: collections.deque[PoseStamped] = collections.deque(maxlen=1000)
+        self._prev: tuple[int, np.ndarray] | None = None
+
+    @property
+    def has_tf(self) -> bool:
+        """True when tf2_ros is importable and TF can be broadcast."""
+        return self._tf is not None
+
+    def clear(self) -> int:
+        """Forget the path and the previous pose (on reset). Returns the poses cleared."""
+        count = len(self._path)
+        self._path.clear()
+        self._prev = None
+        return count
+
+    def publish(self, pred: FramePrediction, camera_frame: str, opts: dict[str, Any]) -> None:
+        """Publish every enabled output for one prediction.
+
+        Args:
+            pred: the engine's prediction (its ``c2w`` must be finite).
+            camera_frame: child frame of the pose.
+            opts: current parameter values (``publish.*``).
+
+        Raises:
+            ValueError: non-finite pose (nothing is published).
+        """
+        c2w = self._axes @ pred.c2w
+        position, quat = conversions.c2w_to_pose(c2w)
+        pose = PoseStamped()
+        pose.header.frame_id = self._map_frame
+        conversions.fill_stamp(pose.header.stamp, pred.stamp_ns)
+        p, o = pose.pose.position, pose.pose.orientation
+        p.x, p.y, p.z = position
+        o.x, o.y, o.z, o.w = quat
+        self._pose_pub.publish(pose)
+        self._publish_odometry(pose, c2w, pred.stamp_ns, camera_frame)
+        self._publish_path(pose, int(opts['publish.path_max_poses']))
+        if opts['publish.tf'] and self._tf is not None:
+            self._publish_tf(pose, camera_frame)
+        if pred.depth is not None and opts['publish.depth']:
+            self._publish_depth(pred, pose.header, camera_frame)
+        if pred.depth is not None and opts['publish.cloud']:
+            self._publish_cloud(pred, pose.header, int(opts['publish.cloud_stride']))
+
+    def _publish_odometry(self, pose: PoseStamped, c2w: np.ndarray, stamp_ns: int,
+                          camera_frame: str) -> None:
+        odom = Odometry(header=pose.header, child_frame_id=camera_frame)
+        odom.pose.pose = pose.pose
+        if self._prev is not None and stamp_ns > self._prev[0]:
+            linear, angular = conversions.twist_between(self._prev[1], c2w,
+                                                        (stamp_ns - self._prev[0]) * 1e-9)
+            t = odom.twist.twist
+            t.linear.x, t.linear.y, t.linear.z = (float(v) for v in linear)
+            t.angular.x, t.angular.y, t.angular.z = (float(v) for v in angular)
+        self._prev = (stamp_ns, c2w)
+        self._odom_pub.publish(odom)
+
+    def _publish_path(self, pose: PoseStamped, max_poses: int) -> None:
+        if max_poses <= 0:
+            self._path.clear()
+            return
+        if self._path.maxlen != max_poses:
+            self._path = collections.deque(self._path, maxlen=max_poses)
+        self._path.append(pose)
+        self._path_pub.publish(Path(header=pose.header, poses=list(self._path)))
+
+    def _publish_tf(self, pose: PoseStamped, camera_frame: str) -> None:
+        tf = TransformStamped(header=pose.header, child_frame_id=camera_frame)
+        p, t = pose.pose.position, tf.transform.translation
+        t.x, t.y, t.z = p.x, p.y, p.z
+        tf.transform.rotation = pose.pose.orientation
+        self._tf.sendTransform(tf)
+
+    def _publish_depth(self, pred: FramePrediction, header: Any, camera_frame: str) -> None:
+        depth = np.ascontiguousarray(pred.depth, dtype='<f4')
+        height, width = depth.shape
+        img = Image(height=height, width=width, encoding='32FC1', is_bigendian=0,
+                    step=4 * width)
+        img.header.stamp, img.header.frame_id = header.stamp, camera_frame
+        img.data = depth.tobytes()
+        k = np.asarray(pred.intrinsics, np.float64)
+        info = CameraInfo(header=img.header, height=height, width=width,
+                          distortion_model='plumb_bob', d=[0.0] * 5)
+        info.k = k.reshape(-1).tolist()
+        info.r = np.eye(3).reshape(-1).tolist()
+        info.p = np.hstack([k, np.zeros((3, 1))]).reshape(-1).tolist()
+        self._depth_pub.publish(img)
+        self._info_pub.publish(info)
+
+    def _publish_cloud(self, pred: FramePrediction, header: Any, stride: int) -> None:
+        world = unproject_depth(pred.depth, pred.intrinsics, pred.c2w)
+        points = world @ self._axes[:3, :3].T
+        num, data = conversions.xyz_rgb_cloud(points, pred.image, stride,
+                                              valid=np.asarray(pred.depth) > 0)
+        cloud = PointCloud2(header=header, height=1, width=num, fields=_CLOUD_FIELDS,
+                            is_bigendian=False, point_step=16, row_step=16 * num,
+                            is_dense=True)
+        cloud.data = data
+        self._cloud_pub.publish(cloud)

@@ -1,0 +1,282 @@
+"""ROS parameters of ``lingbot_map_node``: one table, from the dataclasses to descriptors.
+
+Engine parameters are exactly the fields of :class:`~lingbot_map_ros.config.EngineConfig`, named
+``model.*``, ``cache.*`` and ``stream.*``; their defaults and descriptions come from the
+dataclasses (``config.field_docs``). ``model.preset`` is declared first and the other
+``model.*`` defaults come from that preset, so a parameter file that only sets
+``model.preset: tiny`` gets the whole tiny model. Node parameters (topics, frames, QoS, outputs,
+diagnostics) are listed in :data:`NODE_PARAMS`.
+
+Everything that sizes GPU memory or the model is read-only. Of the engine fields only
+:data:`LIVE_ENGINE_PARAMS` may change at run time; they take effect at the next session reset.
+
+``python -m lingbot_map_ros.ros.params`` prints the parameter table as Markdown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+import typing
+from typing import Any
+
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rcl_interfaces.msg import ParameterType
+
+from lingbot_map_ros import config
+
+ENGINE_SECTIONS: tuple[str, ...] = ('model', 'cache', 'stream')
+
+LIVE_ENGINE_PARAMS: frozenset[str] = frozenset({'stream.keyframe_interval',
+                                                'stream.enable_depth'})
+"""Engine parameters that may change while running (applied at the next reset)."""
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One declared parameter: default, description, limits."""
+
+    name: str
+    default: Any
+    description: str
+    read_only: bool = True
+    choices: tuple[str, ...] = ()
+    int_range: tuple[int, int, int] | None = None
+    """(from, to, step); step 0 means any value in the range."""
+    float_range: tuple[float, float] | None = None
+
+    def descriptor(self) -> ParameterDescriptor:
+        """Build the ``ParameterDescriptor`` announced to ``ros2 param describe``."""
+        desc = ParameterDescriptor(name=self.name, description=self.description,
+                                   read_only=self.read_only)
+        desc.type = _param_type(self.default)
+        if self.choices:
+            desc.additional_constraints = 'one of: ' + ', '.join(self.choices)
+        if self.int_range:
+            lo, hi, step = self.int_range
+            desc.integer_range = [IntegerRange(from_value=lo, to_value=hi, step=step)]
+        if self.float_range:
+            lo_f, hi_f = self.float_range
+            desc.floating_point_range = [FloatingPointRange(from_value=lo_f, to_value=hi_f,
+                                                            step=0.0)]
+        return desc
+
+
+def _param_type(value: Any) -> int:
+    if isinstance(value, bool):
+        return ParameterType.PARAMETER_BOOL
+    if isinstance(value, int):
+        return ParameterType.PARAMETER_INTEGER
+    if isinstance(value, float):
+        return ParameterType.PARAMETER_DOUBLE
+    if isinstance(value, str):
+        return ParameterType.PARAMETER_STRING
+    if isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value):
+        return ParameterType.PARAMETER_INTEGER_ARRAY
+    raise TypeError(f'no ROS parameter type for {value!r}')
+
+
+_RO, _LIVE = True, False
+
+NODE_PARAMS: tuple[ParamSpec, ...] = (
+    ParamSpec('weights', '', 'Checkpoint file (.pt / .safetensors). Required unless '
+              'allow_random_weights is true.', _RO),
+    ParamSpec('allow_random_weights', False, 'Run without weights on a randomly initialised '
+              'model (demos and tests only; the poses are meaningless).', _RO),
+    ParamSpec('seed', 0, 'Seed of the random initialisation (with allow_random_weights).', _RO,
+              int_range=(0, 2**31 - 1, 0)),
+    ParamSpec('input.transport', 'raw', "'raw': sensor_msgs/Image on 'image'; 'compressed': "
+              "sensor_msgs/CompressedImage on '<image>/compressed' (JPEG or PNG).", _RO,
+              choices=('raw', 'compressed')),
+    ParamSpec('input.queue_mode', 'live', "'live': keep only the newest frame, drop older ones "
+              "(counted as queue_overflow); 'bag': process every frame in order, blocking the "
+              'subscription when the queue is full (use reliable QoS with a deep history).', _RO,
+              choices=('live', 'bag')),
+    ParamSpec('input.queue_size', 64, 'Frames held between the subscription and the worker in '
+              "bag mode (live mode holds one).", _RO, int_range=(1, 10000, 0)),
+    ParamSpec('input.qos.reliability', 'best_effort', "Image subscription reliability: "
+              "'best_effort' (sensor data, default) or 'reliable'.", _RO,
+              choices=('best_effort', 'reliable')),
+    ParamSpec('input.qos.depth', 5, 'Image subscription history depth (keep last).', _RO,
+              int_range=(1, 10000, 0)),
+    ParamSpec('input.backwards_reset_s', 1.0, 'A stamp this many seconds older than the last '
+              'one is a clock jump (bag loop, simulator reset) and resets the session; a '
+              'smaller step back is a reordered frame and is dropped.', _LIVE,
+              float_range=(0.0, 3600.0)),
+    ParamSpec('frames.map_frame', 'map', 'Fixed frame of the poses, path, TF and cloud.', _RO),
+    ParamSpec('frames.camera_frame', '', 'Camera optical frame of the outputs; empty: the '
+              'frame_id of each input image.', _RO),
+    ParamSpec('frames.map_axes', 'flu', "Axes of map_frame at the first camera: 'flu' (REP 103:"
+              " x forward, y left, z up) or 'optical' (the first camera's optical frame, "
+              'z forward, y down).', _RO, choices=('flu', 'optical')),
+    ParamSpec('publish.tf', True, 'Broadcast map_frame -> camera frame on /tf (needs tf2_ros).',
+              _LIVE),
+    ParamSpec('publish.depth', False, 'Publish ~/depth (32FC1, non-metric) and '
+              '~/depth/camera_info; needs stream.enable_depth.', _LIVE),
+    ParamSpec('publish.cloud', False, 'Publish ~/cloud (PointCloud2 xyz+rgb in map_frame); '
+              'needs stream.enable_depth.', _LIVE),
+    ParamSpec('publish.cloud_stride', 4, 'Keep every n-th pixel in each direction for ~/cloud.',
+              _LIVE, int_range=(1, 64, 0)),
+    ParamSpec('publish.path_max_poses', 1000, 'Poses kept in ~/path (oldest dropped); 0 turns '
+              '~/path off.', _LIVE, int_range=(0, 100000, 0)),
+    ParamSpec('diagnostics.period_s', 1.0, 'Period of the /diagnostics message.', _LIVE,
+              float_range=(0.05, 60.0)),
+    ParamSpec('diagnostics.stale_after_s', 5.0, 'Input status is STALE when no image arrived '
+              'for this long.', _LIVE, float_range=(0.1, 3600.0)),
+)
+
+# Bounds announced for engine integers (the dataclasses check them again).
+_ENGINE_INT_RANGES: dict[str, tuple[int, int, int]] = {
+    'model.max_frame_num': (2, 1_000_000, 0),
+    'model.camera_num_iterations': (1, 64, 0),
+    'cache.scale_frames': (1, 1024, 0),
+    'cache.sliding_window': (1, 100_000, 0),
+    'cache.max_total_frames': (2, 10_000_000, 0),
+    'stream.image_width': (14, 4088, 14),
+    'stream.keyframe_interval': (1, 10_000, 0),
+}
+
+
+def engine_specs(preset: str = 'official') -> list[ParamSpec]:
+    """Specs of the engine parameters, with ``model.*`` defaults taken from ``preset``.
+
+    Args:
+        preset: model preset whose values are the ``model.*`` defaults.
+
+    Returns:
+        One spec per EngineConfig field, ``model.preset`` first.
+
+    Raises:
+        ValueError: unknown preset.
+    """
+    defaults = config.EngineConfig(model=config.ModelConfig.preset(preset)).to_flat()
+    if not isinstance(defaults['model.preset'], str):
+        # NOTE: ModelConfig's classmethod `preset` shadows the field default, so the official
+        # preset reports a method here; the name is what the parameter needs.
+        defaults['model.preset'] = preset
+    specs = []
+    for section in ENGINE_SECTIONS:
+        cls = getattr(config, f'{section.capitalize()}Config')
+        docs = config.field_docs(section)
+        hints = typing.get_type_hints(cls)
+        for f in fields(cls):
+            name = f'{section}.{f.name}'
+            default = defaults[name]
+            choices = tuple(typing.get_args(hints[f.name])) \
+                if typing.get_origin(hints[f.name]) is typing.Literal else ()
+            specs.append(ParamSpec(
+                name, list(default) if isinstance(default, tuple) else default,
+                docs.get(f.name, ''), read_only=name not in LIVE_ENGINE_PARAMS,
+                choices=choices, int_range=_ENGINE_INT_RANGES.get(name)))
+    return specs
+
+
+def all_specs(preset: str = 'official') -> list[ParamSpec]:
+    """Engine specs followed by node specs: every parameter the node declares."""
+    return engine_specs(preset) + list(NODE_PARAMS)
+
+
+def check_value(spec: ParamSpec, value: Any) -> str | None:
+    """Check a value against a spec's choices (rclpy checks types, ranges and read-only).
+
+    Args:
+        spec: the parameter's spec.
+        value: proposed value.
+
+    Returns:
+        None when acceptable, else the reason it is refused.
+    """
+    if spec.choices and value not in spec.choices:
+        return f"{spec.name}='{value}' is not one of {', '.join(spec.choices)}"
+    return None
+
+
+def engine_config(values: dict[str, Any]) -> config.EngineConfig:
+    """Build the EngineConfig from flat parameter values (non-engine keys are ignored).
+
+    Args:
+        values: ``{'model.preset': 'tiny', 'cache.backend': 'sdpa', ..., 'weights': ...}``.
+
+    Returns:
+        The engine configuration.
+
+    Raises:
+        ValueError: a bad engine value (from the dataclass checks).
+    """
+    flat = {k: v for k, v in values.items() if k.partition('.')[0] in ENGINE_SECTIONS}
+    return config.EngineConfig.from_flat(flat)
+
+
+def declare_all(node: Any) -> dict[str, Any]:
+    """Declare every parameter on ``node`` and return their values.
+
+    ``model.preset`` is declared first; its value picks the other ``model.*`` defaults.
+
+    Args:
+        node: the ``rclpy.node.Node`` to declare on.
+
+    Returns:
+        ``{name: value}`` for every declared parameter.
+
+    Raises:
+        ValueError: a value outside its choices or an invalid engine configuration.
+        rclpy.exceptions.InvalidParameterValueException: a value outside its range.
+    """
+    first = next(s for s in engine_specs() if s.name == 'model.preset')
+    preset = node.declare_parameter(first.name, first.default, first.descriptor()).value
+    values = {first.name: preset}
+    specs = [s for s in all_specs(preset) if s.name != first.name]
+    for spec in specs:
+        values[spec.name] = node.declare_parameter(spec.name, spec.default,
+                                                   spec.descriptor()).value
+    for spec in [first] + specs:
+        reason = check_value(spec, values[spec.name])
+        if reason:
+            raise ValueError(reason)
+    engine_config(values)
+    return values
+
+
+def check_changes(changes: dict[str, Any], current: dict[str, Any]) -> str | None:
+    """Validate a batch of run-time parameter changes against the current values.
+
+    Args:
+        changes: ``{name: new value}`` for the parameters being set.
+        current: every parameter's current value.
+
+    Returns:
+        None when the batch is acceptable, else the reason it is refused.
+    """
+    specs = {s.name: s for s in all_specs(current.get('model.preset', 'official'))}
+    for name, value in changes.items():
+        if name not in specs:
+            continue
+        reason = check_value(specs[name], value)
+        if reason:
+            return reason
+    merged = {**current, **changes}
+    try:
+        engine_config(merged)
+    except ValueError as exc:
+        return str(exc)
+    wants_depth = merged['publish.depth'] or merged['publish.cloud']
+    if wants_depth and not (merged['stream.enable_depth'] and merged['model.enable_depth']):
+        return ('publish.depth and publish.cloud need stream.enable_depth (and '
+                'model.enable_depth) to be true')
+    return None
+
+
+def markdown_table(preset: str = 'official') -> str:
+    """Render every parameter as a Markdown table (name, default, read-only, description)."""
+    rows = ['| name | default | read-only | description |', '|---|---|---|---|']
+    for spec in all_specs(preset):
+        default = f"'{spec.default}'" if isinstance(spec.default, str) else spec.default
+        extra = f' ({spec.descriptor().additional_constraints})' if spec.choices else ''
+        rows.append(f'| `{spec.name}` | `{default}` | {"yes" if spec.read_only else "no"} | '
+                    f'{spec.description}{extra} |')
+    return '\n'.join(rows)
+
+
+if __name__ == '__main__':
+    import sys
+
+    sys.stdout.write(markdown_table() + '\n')

@@ -1,0 +1,250 @@
+"""The worker-thread side of the node: one input frame in, outputs published, errors absorbed.
+
+For each queued message :class:`SessionRunner` converts the image, checks its stamp, feeds the
+engine session and publishes the predictions. Every failure ends as a counted drop or a counted
+reset, never as an exception into the executor:
+
+=======================  ===============================================================
+condition                what happens
+=======================  ===============================================================
+bad image                dropped, reason from the converter (encoding/size/step/...)
+stamp not newer          dropped as ``stamp_out_of_order`` (small step back, duplicate)
+stamp jumps back         session reset (``clock_jump``), the frame starts the new map
+engine refuses frame     dropped as ``invalid_frame``
+session limit            session reset (``time_index_limit``, ``cache_full``,
+                         ``resolution_changed``), the frame is fed again
+non-finite pose          session reset (``nan_pose``), the frame is dropped
+anything else            counted engine error, session reset (``engine_error``)
+=======================  ===============================================================
+
+One lock serialises ``handle`` and ``reset`` so the path, the stamp history and the session
+always agree; the reset service waits at most one frame for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from lingbot_map_ros.config import EngineConfig
+from lingbot_map_ros.engine import errors
+from lingbot_map_ros.engine.prediction import FramePrediction
+from lingbot_map_ros.ros import conversions
+from lingbot_map_ros.ros.diagnostics import NodeStats
+from lingbot_map_ros.ros.outputs import Outputs
+
+DEFAULT_CAMERA_FRAME = 'camera_optical_frame'
+_THROTTLE_S = 5.0
+_LIMIT_REASONS = ((errors.TimeIndexLimitError, 'time_index_limit'),
+                  (errors.CachePoolExhaustedError, 'cache_full'),
+                  (errors.ResolutionChangedError, 'resolution_changed'))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InputFrame:
+    """A message as it left the subscription callback."""
+
+    msg: Any
+    compressed: bool
+    received_s: float
+    """``time.monotonic()`` at reception, for the end-to-end latency."""
+
+
+class SessionRunner:
+    """Feeds frames to a ``StreamingSession`` and publishes what comes out."""
+
+    def __init__(self, session: Any, outputs: Outputs, stats: NodeStats, logger: Any,
+                 options: Callable[[], dict[str, Any]],
+                 convert_raw: Callable[[Any], np.ndarray]) -> None:
+        """Wire the runner.
+
+        Args:
+            session: the engine's ``StreamingSession``.
+            outputs: the publishers.
+            stats: shared counters.
+            logger: the node's logger.
+            options: returns the current parameter values.
+            convert_raw: ``sensor_msgs/Image`` -> RGB converter (cv_bridge or ours).
+        """
+        self._session = session
+        self._outputs = outputs
+        self._stats = stats
+        self._log = logger
+        self._options = options
+        self._convert_raw = convert_raw
+        self._lock = threading.Lock()
+        self._last_stamp_ns: int | None = None
+        self._frame_ids: dict[int, str] = {}
+        self._received: dict[int, float] = {}
+        self._pending_reset: str | None = None
+        self._pending_config: EngineConfig | None = None
+        self._camera_k: np.ndarray | None = None
+        self._camera_k_logged = False
+        self._drop_log: dict[str, tuple[float, int]] = {}
+        self._session_stats: dict[str, Any] = session.stats()
+
+    def session_stats(self) -> dict[str, Any]:
+        """Return the session's ``stats()`` as of the last frame or reset (never blocks)."""
+        return self._session_stats
+
+    def set_camera_k(self, k: np.ndarray) -> None:
+        """Store the camera_info intrinsics, to compare once with the estimate."""
+        self._camera_k = k
+
+    def set_pending_config(self, config: EngineConfig) -> None:
+        """Use ``config`` (only its live fields may differ) from the next reset on."""
+        self._pending_config = config
+
+    def request_reset(self, reason: str) -> None:
+        """Reset before the next frame (safe from any thread, never blocks)."""
+        self._pending_reset = reason
+
+    def reset(self, reason: str, timeout_s: float, detail: str = '') -> dict[str, int] | None:
+        """Reset now, waiting at most ``timeout_s`` for the frame in progress.
+
+        Returns:
+            What was cleared, or None when the lock was busy (a reset is then requested for
+            the next frame).
+        """
+        if not self._lock.acquire(timeout=timeout_s):
+            self.request_reset(reason)
+            return None
+        try:
+            return self._reset_locked(reason, detail)
+        finally:
+            self._lock.release()
+
+    def handle(self, item: InputFrame) -> None:
+        """Process one queued frame (worker thread)."""
+        opts = self._options()
+        image = self._convert(item)
+        if image is None:
+            return
+        stamp_ns = conversions.stamp_to_ns(item.msg.header.stamp)
+        frame_id = opts['frames.camera_frame'] or item.msg.header.frame_id
+        if not frame_id:
+            frame_id = DEFAULT_CAMERA_FRAME
+            self._log.warning(f"input image has no frame_id; using '{frame_id}' (set "
+                              'frames.camera_frame)', throttle_duration_sec=60.0)
+        with self._lock:
+            if self._pending_reset is not None:
+                self._reset_locked(self._pending_reset, 'requested')
+            if not self._accept_stamp(stamp_ns, opts['input.backwards_reset_s']):
+                return
+            preds = self._step(image, stamp_ns, frame_id, item.received_s)
+            self._publish(preds, opts)
+            self._session_stats = self._session.stats()
+
+    def _convert(self, item: InputFrame) -> np.ndarray | None:
+        try:
+            if item.compressed:
+                return conversions.compressed_msg_to_rgb(item.msg)
+            return self._convert_raw(item.msg)
+        except conversions.ImageConversionError as exc:
+            self._drop(exc.reason, str(exc))
+        except Exception as exc:  # noqa: BLE001 - e.g. CvBridgeError; never kill the thread
+            self._drop('decode', f'{type(exc).__name__}: {exc}')
+        return None
+
+    def _drop(self, reason: str, detail: str) -> None:
+        self._stats.count_drop(reason, detail)
+        # Throttled per reason, so a flood of one kind does not hide the first of another.
+        now = time.monotonic()
+        last, suppressed = self._drop_log.get(reason, (-_THROTTLE_S, 0))
+        if now - last < _THROTTLE_S:
+            self._drop_log[reason] = (last, suppressed + 1)
+            return
+        more = f' ({suppressed} more since the last message)' if suppressed else ''
+        self._log.warning(f'dropped frame ({reason}): {detail}{more}')
+        self._drop_log[reason] = (now, 0)
+
+    def _accept_stamp(self, stamp_ns: int, backwards_reset_s: float) -> bool:
+        last = self._last_stamp_ns
+        if last is None or stamp_ns > last:
+            self._last_stamp_ns = stamp_ns
+            return True
+        back_s = (last - stamp_ns) * 1e-9
+        if back_s > 0 and back_s >= backwards_reset_s:
+            self._reset_locked('clock_jump', f'stamp went back {back_s:.3f} s')
+            self._last_stamp_ns = stamp_ns
+            return True
+        self._drop('stamp_out_of_order', f'stamp {stamp_ns * 1e-9:.6f} s is not after the '
+                   f'previous {last * 1e-9:.6f} s')
+        return False
+
+    def _step(self, image: np.ndarray, stamp_ns: int, frame_id: str,
+              received_s: float) -> list[FramePrediction]:
+        for attempt in range(2):
+            # A reset forgets buffered frames, so register this one again on a retry.
+            self._frame_ids[stamp_ns] = frame_id
+            self._received[stamp_ns] = received_s
+            try:
+                return self._session.step(image, stamp_ns)
+            except errors.InvalidFrameError as exc:
+                self._drop('invalid_frame', str(exc))
+            except errors.NonFiniteOutputError as exc:
+                self._reset_locked('nan_pose', str(exc))
+            except errors.SessionLimitError as exc:
+                reason = next((r for t, r in _LIMIT_REASONS if isinstance(exc, t)),
+                              'session_limit')
+                self._reset_locked(reason, str(exc))
+                if attempt == 0:
+                    self._last_stamp_ns = stamp_ns
+                    continue
+            except Exception as exc:  # noqa: BLE001 - an engine bug must not stop the node
+                self._stats.count_error(f'{type(exc).__name__}: {exc}')
+                self._log.error(f'engine error, resetting the session: {type(exc).__name__}: '
+                                f'{exc}', throttle_duration_sec=_THROTTLE_S)
+                self._reset_locked('engine_error', str(exc))
+            return []
+        return []
+
+    def _publish(self, preds: list[FramePrediction], opts: dict[str, Any]) -> None:
+        for pred in preds:
+            frame_id = self._frame_ids.pop(pred.stamp_ns, DEFAULT_CAMERA_FRAME)
+            received = self._received.pop(pred.stamp_ns, time.monotonic())
+            try:
+                self._outputs.publish(pred, frame_id, opts)
+            except ValueError as exc:
+                self._reset_locked('nan_pose', str(exc))
+                return
+            self._stats.count_output((time.monotonic() - received) * 1e3,
+                                     pred.timings_ms.get('total'))
+            self._compare_camera_info(pred)
+
+    def _reset_locked(self, reason: str, detail: str) -> dict[str, int]:
+        self._pending_reset = None
+        cleared = dict(self._session.reset())
+        cleared['path_poses'] = self._outputs.clear()
+        self._frame_ids.clear()
+        self._received.clear()
+        self._last_stamp_ns = None
+        if self._pending_config is not None:
+            # Only live fields (keyframe interval, depth on/off) differ; the session reads
+            # them per frame, so swapping the config between sessions is enough.
+            self._session.config = self._pending_config
+            self._pending_config = None
+        self._stats.count_reset(reason, detail)
+        summary = ', '.join(f'{k}={v}' for k, v in cleared.items())
+        if reason == 'manual':
+            self._log.info(f'session reset on request; cleared {summary}')
+        else:
+            self._log.warning(f'session reset ({reason}): {detail}; cleared {summary}',
+                              throttle_duration_sec=1.0)
+        self._session_stats = self._session.stats()
+        return cleared
+
+    def _compare_camera_info(self, pred: FramePrediction) -> None:
+        if self._camera_k is None or self._camera_k_logged:
+            return
+        self._camera_k_logged = True
+        ours, theirs = pred.intrinsics_original, self._camera_k
+        self._log.info(
+            'intrinsics estimated for the input image vs camera_info: '
+            f'fx {ours[0, 0]:.1f} vs {theirs[0, 0]:.1f}, fy {ours[1, 1]:.1f} vs '
+            f'{theirs[1, 1]:.1f}, cx {ours[0, 2]:.1f} vs {theirs[0, 2]:.1f}, cy '
+            f'{ours[1, 2]:.1f} vs {theirs[1, 2]:.1f} (camera_info is only compared, not used)')

@@ -1,0 +1,155 @@
+"""Hand-off between the subscription callback and the inference thread.
+
+The executor thread must never run inference: a 50-500 ms model step inside a callback would
+stall every other callback of the node (reset, parameters, diagnostics). The subscription only
+puts the raw message into a :class:`FrameQueue`; one :class:`Worker` thread takes items out in
+order and runs the handler (conversion, engine step, publishing).
+
+Two queue policies:
+
+- ``live``: capacity 1 by default; a new frame replaces the waiting one, which is counted as
+  dropped. The map always works on the newest image, so latency stays bounded when the model is
+  slower than the camera.
+- ``bag``: every frame is kept in order. When the queue is full, ``put`` blocks the subscription
+  callback (backpressure). The DDS reader then buffers up to its history depth, and beyond that
+  the middleware drops (best effort) or slows the publisher (reliable), so bag mode is exact only
+  with reliable QoS and a history deep enough, or with ``ros2 bag play --rate`` slow enough.
+  The offline replay tool is the exact path.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any, Callable
+
+# How often a blocked put or an idle worker re-checks for shutdown.
+_POLL_S = 0.1
+
+
+class FrameQueue:
+    """Bounded FIFO with a drop-oldest (live) or blocking (bag) policy. Thread safe."""
+
+    def __init__(self, capacity: int, block_when_full: bool) -> None:
+        """Create an empty queue.
+
+        Args:
+            capacity: most items held at once (>= 1).
+            block_when_full: True for bag mode (``put`` waits), False for live mode (``put``
+                drops the oldest item).
+
+        Raises:
+            ValueError: capacity below 1.
+        """
+        if capacity < 1:
+            raise ValueError(f'queue capacity must be >= 1, got {capacity}')
+        self._items: collections.deque[Any] = collections.deque()
+        self._capacity = capacity
+        self._block = block_when_full
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def put(self, item: Any) -> int:
+        """Add an item at the back.
+
+        Returns:
+            Number of older items dropped to make room (always 0 in blocking mode, and 0 when
+            the queue is closed, in which case the item is discarded).
+        """
+        with self._cond:
+            if self._block:
+                while len(self._items) >= self._capacity and not self._closed:
+                    self._cond.wait(_POLL_S)
+            if self._closed:
+                return 0
+            dropped = 0
+            while len(self._items) >= self._capacity:
+                self._items.popleft()
+                dropped += 1
+            self._items.append(item)
+            self._cond.notify_all()
+            return dropped
+
+    def get(self, timeout_s: float) -> Any | None:
+        """Take the front item, waiting up to ``timeout_s``.
+
+        Returns:
+            The item, or None on timeout or when the queue is closed and empty.
+        """
+        with self._cond:
+            if not self._items and not self._closed:
+                self._cond.wait(timeout_s)
+            if not self._items:
+                return None
+            item = self._items.popleft()
+            self._cond.notify_all()
+            return item
+
+    def clear(self) -> int:
+        """Drop every waiting item and return how many there were."""
+        with self._cond:
+            count = len(self._items)
+            self._items.clear()
+            self._cond.notify_all()
+            return count
+
+    def close(self) -> None:
+        """Wake every waiter; later puts are discarded."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def __len__(self) -> int:
+        """Return the number of waiting items."""
+        with self._cond:
+            return len(self._items)
+
+
+class Worker:
+    """One thread that feeds queue items to a handler until stopped."""
+
+    def __init__(self, queue: FrameQueue, handler: Callable[[Any], None],
+                 on_error: Callable[[BaseException], None], name: str = 'lingbot_map_worker'
+                 ) -> None:
+        """Prepare (not start) the thread.
+
+        Args:
+            queue: where items come from.
+            handler: called with each item on the worker thread.
+            on_error: called with any exception the handler lets escape; the loop goes on.
+            name: thread name (shows in py-spy and gdb).
+        """
+        self._queue = queue
+        self._handler = handler
+        self._on_error = on_error
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> bool:
+        """Close the queue, let the current item finish and join the thread.
+
+        Args:
+            timeout_s: longest wait for the current item to finish.
+
+        Returns:
+            True if the thread ended within the timeout.
+        """
+        self._stop.set()
+        self._queue.close()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            item = self._queue.get(_POLL_S)
+            if item is None or self._stop.is_set():
+                continue
+            try:
+                self._handler(item)
+            except Exception as exc:  # noqa: BLE001 - the thread must outlive any bad frame
+                self._on_error(exc)

@@ -1,0 +1,63 @@
+"""``lingbot_map_bench``: the engine's benchmarks, one subcommand each.
+
+* ``cache``: one cache-attention layer (ms, TFLOP/s) and the cache's host work per frame, per
+  attention backend (``tools/bench_cache.py``);
+* ``model``: the whole streaming model, frame by frame (``tools/bench_model.py``).
+
+Each subcommand module has ``add_arguments(parser)`` and ``run(args) -> dict``; ``run`` warms
+up, synchronizes CUDA around its timings, prints a table and, as its last line, one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+from types import ModuleType
+
+_SUBCOMMANDS = {
+    'cache': 'lingbot_map_ros.tools.bench_cache',
+    # The 'model' subcommand lives in its own module, written separately; until that module
+    # exists the subcommand is simply absent (any other import error still surfaces).
+    'model': 'lingbot_map_ros.tools.bench_model',
+}
+_OPTIONAL = {'model'}
+
+
+def _load(name: str) -> ModuleType | None:
+    module_name = _SUBCOMMANDS[name]
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if name in _OPTIONAL and exc.name == module_name:
+            return None
+        raise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``lingbot_map_bench`` parser with one subparser per available benchmark."""
+    parser = argparse.ArgumentParser(prog='lingbot_map_bench', description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    subparsers = parser.add_subparsers(dest='command', required=True)
+    for name in _SUBCOMMANDS:
+        module = _load(name)
+        if module is None:
+            continue
+        summary = (module.__doc__ or name).strip().splitlines()[0]
+        sub = subparsers.add_parser(name, help=summary, description=module.__doc__,
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark named on the command line; returns the exit status."""
+    logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
+    args = build_parser().parse_args(argv)
+    args.run(args)
+    return 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

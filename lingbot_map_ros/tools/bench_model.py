@@ -1,0 +1,171 @@
+"""``lingbot_map_bench model``: streaming frame rate of the whole model, frame by frame.
+
+What it measures and why: a robot needs to know how many camera frames per second the node can
+map, and whether that rate holds over a long run as the trajectory memory (6 special tokens per
+keyframe) grows. This drives a real :class:`StreamingSession` with random (golden-formula)
+weights on synthetic frames that already sit on the device, exactly as the node would after
+decoding: phase 1 (the N_s scale frames together), then one call per frame with the keyframe
+schedule. Each call is timed with CUDA events and followed by a device sync, so a frame's time
+is its full latency (aggregator + camera head + optional depth head + the host work between
+kernels). Image decoding and preprocessing are not timed (the node does them on another path).
+
+Reported: global FPS (all frames incl. phase 1 over total time), windowed FPS around 10/50/90 %
+of the run and over the last frames, p50/p90/max ms per streaming frame, peak GPU memory, cache
+statistics. The last line printed is one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import platform
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..config import CacheConfig, EngineConfig, ModelConfig, StreamConfig
+from ..engine.pipeline import StreamingSession
+from ..engine.preprocess import PreprocessInfo
+
+_LOG = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of the ``model`` subcommand."""
+    parser.add_argument('--preset', default='official', choices=['official', 'tiny'],
+                        help='model size (official = the released checkpoint shape)')
+    parser.add_argument('--height', type=int, default=378, help='processed image height (px)')
+    parser.add_argument('--width', type=int, default=504, help='processed image width (px)')
+    parser.add_argument('--frames', type=int, default=200, help='frames to time, phase 1 incl.')
+    parser.add_argument('--warmup', type=int, default=20,
+                        help='untimed frames (a full stream with reset) before timing')
+    parser.add_argument('--scale-frames', type=int, default=8, help='N_s')
+    parser.add_argument('--window', type=int, default=64, help='sliding window W (keyframes)')
+    parser.add_argument('--keyframe-interval', type=int, default=1, help='K')
+    parser.add_argument('--backend', default='flashinfer',
+                        choices=['flashinfer', 'sdpa', 'reference'], help='cache attention')
+    parser.add_argument('--dtype', default='bfloat16', choices=['bfloat16', 'float16', 'float32'],
+                        help='aggregator compute and KV dtype (heads stay float32)')
+    parser.add_argument('--depth', action=argparse.BooleanOptionalAction, default=False,
+                        help='run the DPT depth head on every frame')
+    parser.add_argument('--device', default='cuda', help='torch device')
+    parser.add_argument('--seed', type=int, default=0, help='random-weights salt')
+    parser.add_argument('--report-window', type=int, default=30,
+                        help='frames on each side of the 10/50/90 %% marks for windowed FPS')
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the benchmark described by ``args``; print the table and return the JSON dict."""
+    keyframes = args.scale_frames + math.ceil(
+        max(0, args.frames - args.scale_frames) / args.keyframe_interval)
+    config = EngineConfig(
+        model=ModelConfig.preset(args.preset, max_frame_num=max(1024, keyframes + 16)),
+        cache=CacheConfig(backend=args.backend, scale_frames=args.scale_frames,
+                          sliding_window=args.window, max_total_frames=max(2048, keyframes + 16),
+                          dtype=args.dtype),
+        stream=StreamConfig(device=args.device, dtype=args.dtype, image_width=args.width,
+                            keyframe_interval=args.keyframe_interval, enable_depth=args.depth))
+    session = StreamingSession(config, allow_random_weights=True, seed=args.seed)
+    device = torch.device(args.device)
+    frames, info = _synthetic_frames(args.height, args.width, device)
+    _stream(session, frames, info, min(args.warmup, args.frames), device)
+    session.reset()
+    if device.type == 'cuda':
+        torch.cuda.reset_peak_memory_stats(device)
+    times_ms, roles = _stream(session, frames, info, args.frames, device)
+    result = _summarise(args, times_ms, roles, session, device)
+    _print_table(result)
+    return result
+
+
+def _synthetic_frames(height: int, width: int,
+                      device: torch.device) -> tuple[list[torch.Tensor], PreprocessInfo]:
+    """A pool of 16 distinct [3, H, W] frames on the device (smooth noise in [0, 1])."""
+    gen = torch.Generator().manual_seed(1234)
+    low = torch.rand(16, 3, height // 14 + 1, width // 14 + 1, generator=gen)
+    frames = torch.nn.functional.interpolate(low, size=(height, width), mode='bilinear',
+                                             align_corners=False).clamp(0, 1)
+    info = PreprocessInfo(original_size_hw=(height, width), resized_size_hw=(height, width),
+                          image_size_hw=(height, width), crop_top=0)
+    return [f.to(device) for f in frames], info
+
+
+def _stream(session: StreamingSession, frames: list[torch.Tensor], info: PreprocessInfo,
+            count: int, device: torch.device) -> tuple[list[float], list[str]]:
+    """Feed ``count`` frames; per call, the elapsed ms and the roles it produced."""
+    times_ms: list[float] = []
+    roles: list[str] = []
+    cuda = device.type == 'cuda'
+    for i in range(count):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        else:
+            t0 = time.perf_counter()
+        preds = session.step_tensor(frames[i % len(frames)], info, stamp_ns=i * 33_000_000)
+        if cuda:
+            end.record()
+            torch.cuda.synchronize(device)
+            elapsed = start.elapsed_time(end)
+        else:
+            elapsed = (time.perf_counter() - t0) * 1e3
+        if preds:
+            times_ms.append(elapsed)
+            roles.append(preds[0].role if len(preds) == 1 else f'scale x{len(preds)}')
+    return times_ms, roles
+
+
+def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str],
+               session: StreamingSession, device: torch.device) -> dict[str, Any]:
+    phase1_ms, stream_ms = times_ms[0], np.asarray(times_ms[1:])
+    total_frames = args.frames
+    result: dict[str, Any] = {
+        'mode': 'model', 'preset': args.preset, 'height': args.height, 'width': args.width,
+        'frames': total_frames, 'scale_frames': args.scale_frames, 'window': args.window,
+        'keyframe_interval': args.keyframe_interval, 'backend': args.backend,
+        'dtype': args.dtype, 'depth': args.depth,
+        'phase1_ms': round(phase1_ms, 3),
+        'global_fps': round(total_frames / ((phase1_ms + stream_ms.sum()) / 1e3), 3),
+    }
+    if len(stream_ms):
+        result.update({
+            'ms_p50': round(float(np.percentile(stream_ms, 50)), 3),
+            'ms_p90': round(float(np.percentile(stream_ms, 90)), 3),
+            'ms_max': round(float(stream_ms.max()), 3),
+            'ms_mean': round(float(stream_ms.mean()), 3),
+        })
+        for pct in (10, 50, 90):
+            centre = int(len(stream_ms) * pct / 100)
+            part = stream_ms[max(0, centre - args.report_window):centre + args.report_window]
+            result[f'fps_at_{pct}pct'] = round(1e3 / float(part.mean()), 3)
+        tail = stream_ms[-2 * args.report_window:]
+        result['fps_last'] = round(1e3 / float(tail.mean()), 3)
+        result['ms_first_streaming_window'] = round(
+            float(stream_ms[:2 * args.report_window].mean()), 3)
+        result['ms_last_window'] = round(float(tail.mean()), 3)
+    stats = session.stats()
+    result['cache'] = stats['cache']
+    result['keyframes'] = stats['keyframes']
+    if device.type == 'cuda':
+        result['peak_gpu_memory_gib'] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
+        result['gpu'] = torch.cuda.get_device_name(device)
+    result['torch'] = torch.__version__
+    result['python'] = platform.python_version()
+    try:
+        import flashinfer  # noqa: F401  (version report only)
+        result['flashinfer'] = getattr(flashinfer, '__version__', 'unknown')
+    except ImportError:
+        result['flashinfer'] = None
+    return result
+
+
+def _print_table(result: dict[str, Any]) -> None:
+    rows = [(k, v) for k, v in result.items() if not isinstance(v, dict)]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f'{key:<{width}}  {value}')
+    print(json.dumps(result, sort_keys=True))

@@ -1,0 +1,280 @@
+"""Run a golden streaming set (``shared/golden/stream_*.safetensors`` + ``.json``) and compare.
+
+Usage::
+
+    lingbot_map_golden ../shared/golden/stream_B.safetensors [--dtype float64] [--backend sdpa]
+
+Everything comes from the set's JSON: the weights salt (golden weights v1), the model settings
+(img_size, max_frame_num, camera iterations, depth head, tap layers), the stream settings
+(N_s, W, K, frame count) and the tolerances. The sequence is driven as the golden README §2.3
+says: phase 1 on the N_s scale frames, then one call per frame, frame i being a keyframe iff
+``K <= 1 or (i - N_s) % K == 0``, with time index = keyframes cached so far.
+
+The tool prints the largest error of each output against its tolerance; the last line is one
+JSON document with ``"pass"``. The exit status is 0 only when everything passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+import sys
+import time
+
+from safetensors.torch import load_file
+import torch
+
+from ..config import CacheConfig, ModelConfig
+from ..engine.model.aggregator import NUM_SPECIAL_TOKENS
+from ..engine.model.gct import LingbotMapModel
+from ..engine.model.golden_weights import golden_array
+
+logger = logging.getLogger(__name__)
+
+DTYPES = {'float32': torch.float32, 'float64': torch.float64}
+
+
+def model_config_from_json(meta: dict) -> ModelConfig:
+    """Build the model configuration a golden set was recorded with.
+
+    Args:
+        meta: the set's JSON document.
+
+    Returns:
+        The official architecture with the set's image size, time table, camera iterations,
+        depth head and tap layers.
+
+    Raises:
+        ValueError: the set needs a model this package does not build (point head, no 3-D RoPE,
+            another width).
+    """
+    model = meta['model']
+    if model.get('point_head') or not model.get('enable_3d_rope', True):
+        raise ValueError(f'golden set needs point_head={model.get("point_head")}, '
+                         f'enable_3d_rope={model.get("enable_3d_rope")}: not supported')
+    return ModelConfig(img_size=model['img_size'], patch_size=model['patch_size'],
+                       embed_dim=model['embed_dim'], max_frame_num=model['max_frame_num'],
+                       camera_num_iterations=model['camera_num_iterations'],
+                       enable_depth=bool(model['depth_head']),
+                       tap_layers=tuple(meta.get('tap_layers', ModelConfig().tap_layers)))
+
+
+def build_golden_model(config: ModelConfig, salt: int, dtype: torch.dtype) -> LingbotMapModel:
+    """Build the model filled with golden weights v1, tensor by tensor (one model copy in memory).
+
+    Args:
+        config: model configuration.
+        salt: the weights salt of the set.
+        dtype: float32 or float64 (the float32 values, upcast).
+
+    Returns:
+        The model in eval mode, on the CPU.
+    """
+    model = LingbotMapModel(config).eval()
+    with torch.no_grad():
+        for name, tensor in model.state_dict().items():
+            tensor.copy_(torch.from_numpy(golden_array(name, tuple(tensor.shape), salt)))
+    return model.to(dtype)
+
+
+def _schedule(num_frames: int, num_scale: int, interval: int) -> tuple[list[bool], list[int]]:
+    keyframe, time_index, count = [], [], 0
+    for i in range(num_frames):
+        is_key = i < num_scale or interval <= 1 or (i - num_scale) % interval == 0
+        keyframe.append(is_key)
+        time_index.append(i if i < num_scale else count)
+        count += is_key
+    return keyframe, time_index
+
+
+def _cache_occupancy(model: LingbotMapModel, keyframe: bool) -> dict[str, int]:
+    """The golden schedule's cache fields, read from the cache after a call."""
+    stats = model.cache_stats()
+    attended = stats['visible_tokens']
+    if not keyframe:  # the non-keyframe attended to itself too, then was rolled back
+        attended += stats['page_size'] + NUM_SPECIAL_TOKENS
+    return {'attended_keys_global_block': attended,
+            'scale_frames_with_patches': stats['scale_pages'],
+            'window_frames_with_patches': stats['live_pages'],
+            'special_tokens': stats['special_tokens'], 'frames_cached': stats['frame_count']}
+
+
+def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, backend: str,
+                 tap_frames: list[int], with_depth: bool) -> dict[str, object]:
+    """Run a whole sequence through the model as the golden README §2.3 prescribes.
+
+    Args:
+        model: the model (its parameter dtype is the working dtype).
+        images: [S, 3, H, W] in [0, 1].
+        stream: the set's ``stream`` section (num_scale_frames, sliding_window,
+            keyframe_interval).
+        backend: attention backend of the KV cache.
+        tap_frames: frames whose taps and DINO tokens are kept.
+        with_depth: run the depth head.
+
+    Returns:
+        Per-frame outputs stacked over frames ('pose_enc', 'pose_enc_iters', 'depth',
+        'depth_conf'), 'taps' [F, L, P, 2C] and 'dino' [F, h*w, C] of the tap frames, and the
+        schedule ('keyframe_mask', 'time_index') the run used.
+    """
+    num_scale = min(stream['num_scale_frames'], images.shape[0])
+    dtype = model.compute_dtype
+    cache = CacheConfig(backend=backend, scale_frames=stream['num_scale_frames'],
+                        sliding_window=stream['sliding_window'])
+    model.start_stream(cache, kv_dtype=dtype)
+    keyframe, time_index = _schedule(images.shape[0], num_scale, stream['keyframe_interval'])
+    images = images.to(dtype)
+    outputs = [model.forward_scale(images[:num_scale], with_depth, return_taps=True)]
+    frame_of = [(0, i) for i in range(num_scale)]  # (call, row) of every frame
+    schedule = [_cache_occupancy(model, True)] * num_scale
+    for i in range(num_scale, images.shape[0]):
+        outputs.append(model.forward_frame(images[i:i + 1], time_index[i], keyframe[i],
+                                           with_depth, return_taps=i in tap_frames))
+        frame_of.append((len(outputs) - 1, 0))
+        schedule.append(_cache_occupancy(model, keyframe[i]))
+
+    def gather(key: str, frames: list[int]) -> torch.Tensor:
+        return torch.stack([outputs[frame_of[f][0]][key][frame_of[f][1]] for f in frames])
+
+    result: dict[str, object] = {'keyframe_mask': keyframe, 'time_index': time_index,
+                                 'schedule': schedule}
+    all_frames = list(range(images.shape[0]))
+    for key in ('pose_enc', 'pose_enc_iters') + (('depth', 'depth_conf') if with_depth else ()):
+        result[key] = gather(key, all_frames)
+    result['dino'] = gather('dino_tokens', tap_frames)
+    result['taps'] = torch.stack([
+        torch.stack([tap[frame_of[f][1]] for tap in outputs[frame_of[f][0]]['taps']])
+        for f in tap_frames])
+    return result
+
+
+def _max_abs(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return (x.double() - ref.double()).abs().max().item()
+
+
+def _max_rel(x: torch.Tensor, ref: torch.Tensor) -> float:
+    ref = ref.double()
+    return ((x.double() - ref).abs() / ref.abs()).max().item()
+
+
+def _schedule_mismatches(observed: list[dict[str, int]], meta: dict) -> int:
+    mismatches = 0
+    for got, want in zip(observed, meta['schedule'], strict=True):
+        expected = dict(want['cache_after_call'],
+                        attended_keys_global_block=want['attended_keys_global_block'])
+        bad = {k: (got[k], v) for k, v in expected.items() if got[k] != v}
+        if bad:
+            logger.warning('frame %d: cache (got, want) %s', want['frame'], bad)
+            mismatches += 1
+    return mismatches
+
+
+def compare(result: dict[str, object], ref: dict[str, torch.Tensor], meta: dict) -> dict:
+    """Compare a run with the stored reference, using the set's tolerances.
+
+    Args:
+        result: output of :func:`drive_stream`.
+        ref: the set's tensors.
+        meta: the set's JSON document.
+
+    Returns:
+        ``{name: {'metric', 'error', 'tol', 'pass'}}`` per output (taps per layer), plus the
+        exact checks 'keyframe_mask' and 'time_index'.
+    """
+    tol = meta['tolerances']
+    checks = {}
+
+    def add(name: str, metric: str, error: float, limit: float) -> None:
+        checks[name] = {'metric': metric, 'error': error, 'tol': limit,
+                        'pass': bool(error <= limit)}
+
+    for key in ('pose_enc', 'pose_enc_iters'):
+        add(key, 'atol', _max_abs(result[key], ref[key]), tol[key]['atol'])
+    for key in ('depth', 'depth_conf'):
+        if key in ref:
+            add(key, 'rtol', _max_rel(result[key], ref[key]), tol[key]['rtol'])
+    add('dino_patch_tokens', 'atol', _max_abs(result['dino'], ref['dino_patch_tokens']),
+        tol['dino']['atol'])
+    for i, layer in enumerate(meta['tap_layers']):
+        add(f'taps_layer{layer}', 'atol', _max_abs(result['taps'][:, i], ref['taps'][:, i]),
+            tol['taps']['atol_per_layer'][str(layer)])
+    for key in ('keyframe_mask', 'time_index'):
+        mismatched = int((torch.tensor(result[key]) != ref[key].cpu()).sum())
+        add(key, 'mismatches', mismatched, 0)
+    if 'schedule' in meta:
+        add('cache_schedule', 'mismatches', _schedule_mismatches(result['schedule'], meta), 0)
+    return checks
+
+
+def run_golden(set_path: str | Path, config_path: str | Path | None = None,
+               dtype: str = 'float32', backend: str = 'reference',
+               model: LingbotMapModel | None = None) -> dict:
+    """Run one golden set end to end and compare every stored output.
+
+    Args:
+        set_path: the set's ``.safetensors``.
+        config_path: its JSON (default: same path with ``.json``).
+        dtype: 'float32' or 'float64' (weights, activations and KV cache).
+        backend: KV-cache attention backend ('reference' or 'sdpa' on the CPU).
+        model: a model already holding the set's golden weights in ``dtype`` (reused, e.g.
+            across sets of one salt); None builds one.
+
+    Returns:
+        ``{'set', 'dtype', 'backend', 'seconds', 'checks': {...}, 'pass': bool}``.
+
+    Raises:
+        ValueError: unknown dtype, or a model whose configuration or dtype does not fit the set.
+    """
+    set_path = Path(set_path)
+    config_path = Path(config_path) if config_path else set_path.with_suffix('.json')
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype='{dtype}' is not one of {sorted(DTYPES)}")
+    meta = json.loads(config_path.read_text(encoding='utf-8'))
+    ref = load_file(str(set_path))
+    config = model_config_from_json(meta)
+    start = time.perf_counter()
+    if model is None:
+        model = build_golden_model(config, meta['weights']['salt'], DTYPES[dtype])
+    elif model.config != config or model.compute_dtype != DTYPES[dtype]:
+        raise ValueError(f'run_golden: model ({model.compute_dtype}) does not fit set '
+                         f'{set_path.name} ({dtype}, {config})')
+    built = time.perf_counter()
+    result = drive_stream(model, ref['images'], meta['stream'], backend,
+                          ref['tap_frames'].tolist(), config.enable_depth)
+    checks = compare(result, ref, meta)
+    return {'set': meta.get('set', set_path.stem), 'dtype': dtype, 'backend': backend,
+            'seconds': {'build': round(built - start, 1),
+                        'run': round(time.perf_counter() - built, 1)},
+            'checks': checks, 'pass': all(c['pass'] for c in checks.values())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point ``lingbot_map_golden``; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog='lingbot_map_golden',
+        description='Run a golden streaming set and compare it with the stored reference.')
+    parser.add_argument('set', help='golden set .safetensors (e.g. shared/golden/stream_A)')
+    parser.add_argument('--config', default=None,
+                        help='the set JSON (default: the .safetensors path with .json)')
+    parser.add_argument('--dtype', choices=sorted(DTYPES), default='float32',
+                        help='working dtype of weights, activations and KV cache')
+    parser.add_argument('--backend', choices=['reference', 'sdpa'], default='reference',
+                        help='KV-cache attention backend')
+    parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    report = run_golden(args.set, args.config, args.dtype, args.backend)
+    for name, check in report['checks'].items():
+        verdict = 'ok' if check['pass'] else 'FAIL'
+        sys.stdout.write(f"{name:20s} {check['metric']:10s} {check['error']:<12.4g} "
+                         f"tol {check['tol']:<10.4g} {verdict}\n")
+    sys.stdout.write(json.dumps(report) + '\n')
+    return 0 if report['pass'] else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,289 @@
+"""``lingbot_map_replay make-bag``: a rosbag2 bag from images, a video or the synthetic scene.
+
+Every frame is written as ``sensor_msgs/Image`` (``rgb8`` or ``bgr8``) on ``--topic``, or as a JPEG
+``sensor_msgs/CompressedImage`` on ``<topic>/compressed`` (the ``image_transport`` name) with
+``--compressed``, plus a ``sensor_msgs/CameraInfo`` with the same stamp on ``--info-topic``
+(default: ``camera_info`` beside the image topic). Stamps start at ``--start-sec`` and step by
+``1 / fps``; the recording time of each message equals its header stamp.
+
+The intrinsics come from ``--fx/--fy/--cx/--cy`` when given, else from a pinhole guess with a
+``--hfov-deg`` horizontal field of view and the principal point at the image centre; the
+synthetic scene writes its exact intrinsics. ``--synthetic`` also writes the ground truth of the
+camera as a TUM file (``--gt``, default ``<bag>_gt.tum``) in the map axes the node publishes.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+import logging
+from pathlib import Path
+
+import cv2
+import numpy as np
+from tqdm import tqdm
+
+from lingbot_map_ros.ros.conversions import map_axes_transform
+from lingbot_map_ros.tools import bag_io
+from lingbot_map_ros.tools.synthetic_scene import pinhole_intrinsics, render_sequence, SceneConfig
+from lingbot_map_ros.tools.trajectory import Trajectory, write_tum
+
+_LOG = logging.getLogger(__name__)
+IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
+DEFAULT_TOPIC = '/camera/image_raw'
+DEFAULT_START_NS = 1_700_000_000 * 1_000_000_000
+
+
+@dataclass(frozen=True)
+class BagSpec:
+    """Where and how a bag is written."""
+
+    out: Path
+    """Output bag folder (must not exist)."""
+    storage: bag_io.Storage = 'sqlite3'
+    """rosbag2 storage plugin: 'sqlite3' or 'mcap'."""
+    topic: str = DEFAULT_TOPIC
+    """Raw image topic; compressed images go to ``<topic>/compressed``."""
+    info_topic: str = ''
+    """CameraInfo topic; empty: ``camera_info`` beside the image topic."""
+    frame_id: str = 'camera_optical_frame'
+    """``header.frame_id`` of every message."""
+    compressed: bool = False
+    """Write JPEG CompressedImage instead of raw Image."""
+    encoding: str = 'rgb8'
+    """Raw image encoding: 'rgb8' or 'bgr8'."""
+
+    @property
+    def image_topic(self) -> str:
+        """Topic the images are written on."""
+        return f'{self.topic}/compressed' if self.compressed else self.topic
+
+    @property
+    def camera_info_topic(self) -> str:
+        """Topic the CameraInfo messages are written on."""
+        return self.info_topic or f'{self.topic.rsplit("/", 1)[0]}/camera_info'
+
+
+def write_frames(spec: BagSpec, frames: Iterable[np.ndarray], k: np.ndarray | None,
+                 fps: float, start_ns: int = DEFAULT_START_NS, hfov_deg: float = 70.0,
+                 total: int | None = None) -> int:
+    """Write RGB frames (and one CameraInfo per frame) to a new bag.
+
+    Args:
+        spec: output bag, topics and format.
+        frames: [H, W, 3] uint8 RGB images, all of one size.
+        k: [3, 3] intrinsics, or None for the pinhole guess from ``hfov_deg``.
+        fps: frame rate that sets the stamps.
+        start_ns: stamp of the first frame.
+        hfov_deg: horizontal field of view of the guess.
+        total: number of frames, for the progress bar.
+
+    Returns:
+        Number of frames written.
+
+    Raises:
+        ValueError: no frames, or frames of different sizes.
+    """
+    count, size = 0, None
+    with bag_io.BagWriter(spec.out, spec.storage) as bag:
+        for rgb in tqdm(frames, total=total, desc='writing', unit='frame', leave=False):
+            h, w = rgb.shape[:2]
+            if size is None:
+                size = (h, w)
+                k = pinhole_intrinsics(w, h, hfov_deg) if k is None else k
+            elif size != (h, w):
+                raise ValueError(f'frame {count} is {w}x{h}, the first was {size[1]}x{size[0]}')
+            stamp = start_ns + int(round(count * 1e9 / fps))
+            if spec.compressed:
+                msg = bag_io.compressed_message(rgb, stamp, spec.frame_id)
+            else:
+                msg = bag_io.image_message(rgb, stamp, spec.frame_id, spec.encoding)
+            bag.write(spec.image_topic, stamp, msg)
+            bag.write(spec.camera_info_topic, stamp,
+                      bag_io.camera_info_message(k, w, h, stamp, spec.frame_id))
+            count += 1
+    if count == 0:
+        raise ValueError('no frames to write')
+    _LOG.info('wrote %d frames to %s (%s on %s, camera_info on %s)', count, spec.out,
+              'CompressedImage' if spec.compressed else 'Image', spec.image_topic,
+              spec.camera_info_topic)
+    return count
+
+
+def _resized(rgb: np.ndarray, width: int | None) -> np.ndarray:
+    if not width or rgb.shape[1] == width:
+        return rgb
+    height = int(round(rgb.shape[0] * width / rgb.shape[1]))
+    return cv2.resize(rgb, (width, height), interpolation=cv2.INTER_AREA)
+
+
+def image_files(folder: str | Path) -> list[Path]:
+    """Image files of a folder in name order.
+
+    Raises:
+        ValueError: not a folder, or no image files in it.
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        raise ValueError(f'--images {folder} is not a folder')
+    files = sorted(p for p in root.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise ValueError(f'no images ({", ".join(IMAGE_SUFFIXES)}) in {folder}')
+    return files
+
+
+def folder_frames(files: list[Path], width: int | None) -> Iterator[np.ndarray]:
+    """Read image files as RGB (optionally resized to ``width``)."""
+    for path in files:
+        bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        if bgr is None:
+            raise ValueError(f'cannot read image {path}')
+        yield _resized(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), width)
+
+
+def video_frames(path: str | Path, stride: int, max_frames: int | None,
+                 width: int | None) -> Iterator[np.ndarray]:
+    """Decode every ``stride``-th frame of a video as RGB."""
+    capture = cv2.VideoCapture(str(path))
+    try:
+        index = kept = 0
+        while max_frames is None or kept < max_frames:
+            ok, bgr = capture.read()
+            if not ok:
+                break
+            if index % stride == 0:
+                kept += 1
+                yield _resized(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), width)
+            index += 1
+    finally:
+        capture.release()
+
+
+def video_fps(path: str | Path) -> float:
+    """Frame rate a video declares (0 when unknown).
+
+    Raises:
+        ValueError: the file cannot be opened as a video.
+    """
+    capture = cv2.VideoCapture(str(path))
+    try:
+        if not capture.isOpened():
+            raise ValueError(f'cannot open video {path}')
+        return float(capture.get(cv2.CAP_PROP_FPS) or 0.0)
+    finally:
+        capture.release()
+
+
+def write_synthetic(spec: BagSpec, scene: SceneConfig, gt_path: str | Path,
+                    map_axes: str = 'flu') -> int:
+    """Render the synthetic loop into a bag and write its ground truth.
+
+    Args:
+        spec: output bag, topics and format.
+        scene: size, length, frame rate and seed of the scene.
+        gt_path: output TUM file of the true camera poses.
+        map_axes: axes of the ground truth's map frame ('flu' or 'optical'), as the node's
+            ``frames.map_axes``.
+
+    Returns:
+        Number of frames written.
+    """
+    seq = render_sequence(scene)
+    count = write_frames(spec, seq.images, seq.intrinsics, scene.fps, int(seq.stamps_ns[0]),
+                         total=len(seq.images))
+    c2w = map_axes_transform(map_axes) @ seq.c2w
+    write_tum(gt_path, Trajectory(seq.stamps_ns, c2w), comments=[
+        f'ground truth of the synthetic scene (seed {scene.seed}, {scene.num_frames} frames, '
+        f'{scene.width}x{scene.height}, hfov {scene.hfov_deg} deg)',
+        f'camera optical frame in the map frame (first camera, map axes {map_axes}), metres'])
+    _LOG.info('wrote ground truth %s', gt_path)
+    return count
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``make-bag`` subcommand to the replay CLI."""
+    p = subparsers.add_parser(
+        'make-bag', help='write a rosbag2 bag from images, a video or the synthetic scene',
+        description=__doc__.split('\n\n', 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument('--images', metavar='DIR', help='folder of images, sorted by name')
+    source.add_argument('--video', metavar='FILE', help='video file readable by OpenCV')
+    source.add_argument('--synthetic', action='store_true',
+                        help='the procedural textured room with a known camera loop')
+    p.add_argument('--out', required=True, metavar='BAG', help='output bag folder (new)')
+    p.add_argument('--storage', choices=('sqlite3', 'mcap'), default='sqlite3',
+                   help='rosbag2 storage plugin (default: %(default)s)')
+    p.add_argument('--topic', default=DEFAULT_TOPIC, help='image topic (default: %(default)s)')
+    p.add_argument('--info-topic', default='',
+                   help='CameraInfo topic (default: camera_info beside --topic)')
+    p.add_argument('--frame-id', default='camera_optical_frame',
+                   help='header.frame_id of the messages (default: %(default)s)')
+    p.add_argument('--compressed', action='store_true',
+                   help='write JPEG CompressedImage on <topic>/compressed instead of Image')
+    p.add_argument('--encoding', choices=('rgb8', 'bgr8'), default='rgb8',
+                   help='raw image encoding (default: %(default)s)')
+    p.add_argument('--fps', type=float, default=None,
+                   help='frame rate of the stamps (default: 10, or the video\'s own rate)')
+    p.add_argument('--start-sec', type=float, default=DEFAULT_START_NS / 1e9,
+                   help='stamp of the first frame in seconds (default: %(default)s)')
+    p.add_argument('--max-frames', type=int, default=None, help='stop after this many frames')
+    p.add_argument('--stride', type=int, default=1, help='keep every n-th image or video frame')
+    p.add_argument('--width', type=int, default=None,
+                   help='resize images to this width, keeping the aspect (images, video)')
+    p.add_argument('--hfov-deg', type=float, default=70.0,
+                   help='horizontal field of view of the pinhole guess (default: %(default)s)')
+    for name in ('fx', 'fy', 'cx', 'cy'):
+        p.add_argument(f'--{name}', type=float, default=None,
+                       help=f'intrinsic {name} in pixels of the written images (all four '
+                            'together; default: the pinhole guess)')
+    p.add_argument('--frames', type=int, default=SceneConfig.num_frames,
+                   help='synthetic: frames in the loop (default: %(default)s)')
+    p.add_argument('--size', default=f'{SceneConfig.width}x{SceneConfig.height}',
+                   help='synthetic: image size WxH (default: %(default)s)')
+    p.add_argument('--seed', type=int, default=0, help='synthetic: texture seed')
+    p.add_argument('--gt', default=None,
+                   help='synthetic: ground-truth TUM output (default: <out>_gt.tum)')
+    p.add_argument('--map-axes', choices=('flu', 'optical'), default='flu',
+                   help='synthetic: map axes of the ground truth, as the node\'s '
+                        'frames.map_axes (default: %(default)s)')
+    p.set_defaults(handler=run)
+    return p
+
+
+def _explicit_k(args: argparse.Namespace) -> np.ndarray | None:
+    given = [getattr(args, n) for n in ('fx', 'fy', 'cx', 'cy')]
+    if all(v is None for v in given):
+        return None
+    if any(v is None for v in given):
+        raise ValueError('--fx, --fy, --cx and --cy go together')
+    fx, fy, cx, cy = given
+    return np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]])
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``make-bag``; returns the exit code (errors raise ``ValueError`` / ``BagError``)."""
+    if args.stride < 1:
+        raise ValueError(f'--stride must be >= 1, got {args.stride}')
+    spec = BagSpec(out=Path(args.out), storage=args.storage, topic=args.topic,
+                   info_topic=args.info_topic, frame_id=args.frame_id,
+                   compressed=args.compressed, encoding=args.encoding)
+    start_ns = int(round(args.start_sec * 1e9))
+    if args.synthetic:
+        width, _, height = args.size.partition('x')
+        scene = SceneConfig(width=int(width), height=int(height), num_frames=args.frames,
+                            fps=args.fps or 10.0, seed=args.seed, start_ns=start_ns)
+        gt = args.gt or spec.out.parent / f'{spec.out.name}_gt.tum'
+        write_synthetic(spec, scene, gt, args.map_axes)
+        return 0
+    k = _explicit_k(args)
+    if args.images:
+        files = image_files(args.images)[::args.stride][:args.max_frames]
+        write_frames(spec, folder_frames(files, args.width), k, args.fps or 10.0, start_ns,
+                     args.hfov_deg, total=len(files))
+    else:
+        fps = args.fps or (video_fps(args.video) / args.stride) or 10.0
+        write_frames(spec, video_frames(args.video, args.stride, args.max_frames, args.width),
+                     k, fps, start_ns, args.hfov_deg)
+    return 0

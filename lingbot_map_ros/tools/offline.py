@@ -1,0 +1,293 @@
+"""The offline core of ``lingbot_map_replay run``: bag messages in, poses (depth, cloud) out.
+
+:class:`OfflineRunner` treats each frame as the node's worker does (``ros/session_runner.py``),
+so offline results equal what the node publishes in bag mode:
+
+=======================  ===============================================================
+condition                what happens
+=======================  ===============================================================
+bad image                dropped, reason from ``conversions.ImageConversionError``
+stamp not newer          dropped as ``stamp_out_of_order``
+stamp jumps back         session reset (``clock_jump``), the frame starts a new segment
+engine refuses frame     dropped as ``invalid_frame``
+session limit            session reset, new segment, the frame is fed again
+non-finite pose          session reset (``nan_pose``), the frame is dropped
+=======================  ===============================================================
+
+Poses are expressed in the node's map axes (``frames.map_axes``). Every reset re-anchors the
+map at the next frame, so poses of different segments are in different frames; the TUM header
+lists the segments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+import logging
+from pathlib import Path
+import time
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from lingbot_map_ros.config import EngineConfig
+from lingbot_map_ros.engine import errors
+from lingbot_map_ros.engine.geometry import unproject_depth
+from lingbot_map_ros.engine.pipeline import StreamingSession
+from lingbot_map_ros.engine.prediction import FramePrediction
+from lingbot_map_ros.ros import conversions
+from lingbot_map_ros.tools import bag_io
+from lingbot_map_ros.tools.trajectory import Trajectory
+
+_LOG = logging.getLogger(__name__)
+_ENGINE_SECTIONS = ('model', 'cache', 'stream')
+_LIMIT_REASONS = ((errors.TimeIndexLimitError, 'time_index_limit'),
+                  (errors.CachePoolExhaustedError, 'cache_full'),
+                  (errors.ResolutionChangedError, 'resolution_changed'))
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What the offline run writes and how it treats stamps."""
+
+    map_axes: str = 'flu'
+    """Axes of the map frame of the output poses ('flu' or 'optical'), as the node's."""
+    backwards_reset_s: float = 1.0
+    """A stamp this much older than the last resets the session (as the node's parameter)."""
+    save_depth: bool = False
+    """Write ``depth/<stamp_ns>.npz`` per frame (depth, depth_conf, intrinsics, c2w)."""
+    save_ply: bool = False
+    """Write the keyframes' coloured points as ``cloud.ply`` (``cloud_seg<N>.ply`` later)."""
+    ply_stride: int = 4
+    """Keep every n-th pixel per direction in the cloud."""
+    max_frames: int | None = None
+    """Stop after this many image messages."""
+
+
+def make_session(values: dict[str, Any]) -> StreamingSession:
+    """Build the engine session from node-style parameter values.
+
+    Args:
+        values: flat values as in the node's YAML (engine keys plus ``weights``,
+            ``allow_random_weights`` and ``seed``).
+
+    Returns:
+        A new session.
+
+    Raises:
+        ValueError: no weights and random weights not allowed, or a bad engine value.
+        WeightsError: the checkpoint does not match the model.
+    """
+    config = EngineConfig.from_flat({k: v for k, v in values.items()
+                                     if k.partition('.')[0] in _ENGINE_SECTIONS})
+    weights = values.get('weights') or None
+    random_ok = bool(values.get('allow_random_weights', False))
+    if weights is None and not random_ok:
+        raise ValueError('no weights: pass --weights /path/to/lingbot-map.pt, or '
+                         '--allow-random-weights for a demo with meaningless poses')
+    return StreamingSession(config, weights, allow_random_weights=random_ok,
+                            seed=int(values.get('seed', 0)))
+
+
+class OfflineRunner:
+    """Feeds raw bag messages to a session and collects what the node would publish."""
+
+    def __init__(self, session: StreamingSession, options: RunOptions, out_dir: Path) -> None:
+        """Prepare an empty run.
+
+        Args:
+            session: a fresh engine session.
+            options: what to write.
+            out_dir: output folder (created when something is written).
+        """
+        self._session = session
+        self._options = options
+        self._out = Path(out_dir)
+        self._axes = conversions.map_axes_transform(options.map_axes)
+        self._last_stamp_ns: int | None = None
+        self._stamps: list[int] = []
+        self._poses: list[np.ndarray] = []
+        self._engine_ms: list[float] = []
+        self._drops: dict[str, int] = {}
+        self._segments: list[dict[str, Any]] = [
+            {'index': 0, 'reason': 'start', 'start_stamp_ns': None, 'poses': 0}]
+        self._points: dict[int, list[np.ndarray]] = {}
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any], options: RunOptions,
+                    out_dir: Path) -> 'OfflineRunner':
+        """Build the session from node-style values (see :func:`make_session`), then the runner."""
+        return cls(make_session(values), options, out_dir)
+
+    @property
+    def trajectory(self) -> Trajectory:
+        """Every pose so far, in the map axes, in output order."""
+        return Trajectory(np.array(self._stamps, dtype=np.int64),
+                          np.array(self._poses).reshape(-1, 4, 4))
+
+    def run(self, messages: Iterable[bag_io.RawMessage], total: int | None = None
+            ) -> dict[str, Any]:
+        """Process image messages in order, flush the scale buffer, write depth and clouds.
+
+        Args:
+            messages: raw Image or CompressedImage messages.
+            total: number of messages, for the progress bar.
+
+        Returns:
+            The summary: frames read, poses, drops by reason, segments, timing.
+        """
+        limit = self._options.max_frames
+        start = time.perf_counter()
+        num_read = 0
+        bar_total = min(total, limit) if total is not None and limit else total or limit
+        with tqdm(total=bar_total, desc='replay', unit='frame') as bar:
+            for raw in messages:
+                if limit is not None and num_read >= limit:
+                    break
+                num_read += 1
+                self._handle(raw)
+                bar.update(1)
+        self._collect(self._session.flush())
+        wall_s = time.perf_counter() - start
+        self._write_clouds()
+        return {'frames_read': num_read, 'poses': len(self._stamps),
+                'drops': dict(sorted(self._drops.items())), 'segments': self._segments,
+                'wall_s': round(wall_s, 3),
+                'frames_per_s': round(num_read / wall_s, 3) if wall_s > 0 else 0.0,
+                'engine_ms_mean': round(float(np.mean(self._engine_ms)), 2)
+                if self._engine_ms else 0.0,
+                'weights': self._session.weights, 'map_axes': self._options.map_axes,
+                'config': self._session.config.to_flat()}
+
+    def tum_comments(self, summary: dict[str, Any]) -> list[str]:
+        """Header lines of the TUM file: source, model, drops and map segments."""
+        lines = [f'lingbot_map_replay: {summary.get("bag", "")} {summary.get("topic", "")}',
+                 f'weights {summary["weights"]}; map axes {summary["map_axes"]}; '
+                 'camera optical frame in the map frame; non-metric scale',
+                 f'frames read {summary["frames_read"]}, poses {summary["poses"]}, drops '
+                 f'{summary["drops"] or "none"}']
+        if len(self._segments) > 1:
+            lines.append('session resets split the map: each segment has its own origin/scale')
+            lines += [f'segment {s["index"]} ({s["reason"]}) starts at stamp '
+                      f'{s["start_stamp_ns"]}, {s["poses"]} poses' for s in self._segments]
+        return lines
+
+    def _handle(self, raw: bag_io.RawMessage) -> None:
+        msg = bag_io.deserialize(raw)
+        try:
+            if raw.msgtype == bag_io.COMPRESSED_TYPE:
+                image = conversions.compressed_msg_to_rgb(msg)
+            else:
+                image = conversions.image_msg_to_rgb(msg)
+        except conversions.ImageConversionError as exc:
+            self._drop(exc.reason, str(exc))
+            return
+        stamp_ns = conversions.stamp_to_ns(msg.header.stamp)
+        if self._accept_stamp(stamp_ns):
+            self._collect(self._step(image, stamp_ns))
+
+    def _drop(self, reason: str, detail: str) -> None:
+        self._drops[reason] = self._drops.get(reason, 0) + 1
+        _LOG.debug('dropped frame (%s): %s', reason, detail)
+
+    def _accept_stamp(self, stamp_ns: int) -> bool:
+        last = self._last_stamp_ns
+        if last is None or stamp_ns > last:
+            self._last_stamp_ns = stamp_ns
+            return True
+        back_s = (last - stamp_ns) * 1e-9
+        if back_s > 0 and back_s >= self._options.backwards_reset_s:
+            self._reset('clock_jump', f'stamp went back {back_s:.3f} s', stamp_ns)
+            self._last_stamp_ns = stamp_ns
+            return True
+        self._drop('stamp_out_of_order', f'stamp {stamp_ns} is not after {last}')
+        return False
+
+    def _step(self, image: np.ndarray, stamp_ns: int) -> list[FramePrediction]:
+        for attempt in range(2):
+            try:
+                return self._session.step(image, stamp_ns)
+            except errors.InvalidFrameError as exc:
+                self._drop('invalid_frame', str(exc))
+            except errors.NonFiniteOutputError as exc:
+                self._reset('nan_pose', str(exc), stamp_ns)
+            except errors.SessionLimitError as exc:
+                reason = next((r for t, r in _LIMIT_REASONS if isinstance(exc, t)),
+                              'session_limit')
+                self._reset(reason, str(exc), stamp_ns)
+                if attempt == 0:
+                    self._last_stamp_ns = stamp_ns
+                    continue
+            return []
+        return []
+
+    def _reset(self, reason: str, detail: str, stamp_ns: int) -> None:
+        cleared = self._session.reset()
+        self._last_stamp_ns = None
+        _LOG.warning('session reset (%s): %s; cleared %s', reason, detail, cleared)
+        self._segments.append({'index': len(self._segments), 'reason': reason,
+                               'start_stamp_ns': stamp_ns, 'poses': 0})
+
+    def _collect(self, preds: list[FramePrediction]) -> None:
+        segment = self._segments[-1]
+        for pred in preds:
+            c2w = self._axes @ pred.c2w
+            if segment['start_stamp_ns'] is None:
+                segment['start_stamp_ns'] = pred.stamp_ns
+            segment['poses'] += 1
+            self._stamps.append(pred.stamp_ns)
+            self._poses.append(c2w)
+            self._engine_ms.append(pred.timings_ms.get('total', 0.0))
+            if pred.depth is not None:
+                self._save_depth(pred, c2w)
+
+    def _save_depth(self, pred: FramePrediction, c2w: np.ndarray) -> None:
+        if self._options.save_depth:
+            folder = self._out / 'depth'
+            folder.mkdir(parents=True, exist_ok=True)
+            np.savez_compressed(folder / f'{pred.stamp_ns}.npz', depth=pred.depth,
+                                depth_conf=pred.depth_conf, intrinsics=pred.intrinsics,
+                                c2w=c2w)
+        if self._options.save_ply and pred.is_keyframe:
+            s = self._options.ply_stride
+            world = unproject_depth(pred.depth[::s, ::s], _strided_k(pred.intrinsics, s), c2w)
+            colours = pred.image[::s, ::s] if pred.image is not None else \
+                np.full(world.shape, 255, np.uint8)
+            keep = (pred.depth[::s, ::s] > 0) & np.isfinite(world).all(axis=-1)
+            record = np.concatenate([world[keep].astype(np.float32),
+                                     colours[keep].astype(np.float32)], axis=1)
+            self._points.setdefault(len(self._segments) - 1, []).append(record)
+
+    def _write_clouds(self) -> None:
+        for segment, records in self._points.items():
+            name = 'cloud.ply' if segment == 0 else f'cloud_seg{segment}.ply'
+            write_ply(self._out / name, np.concatenate(records))
+
+
+def _strided_k(k: np.ndarray, stride: int) -> np.ndarray:
+    """Intrinsics of ``image[::stride, ::stride]`` (pixel-centre indices without +0.5)."""
+    scaled = np.array(k, dtype=np.float64)
+    scaled[:2] /= stride
+    return scaled
+
+
+def write_ply(path: Path, points: np.ndarray) -> None:
+    """Write a binary little-endian PLY of coloured points.
+
+    Args:
+        path: output file.
+        points: [N, 6] ``x y z r g b`` (colours 0-255).
+    """
+    record = np.empty(len(points), dtype=[('x', '<f4'), ('y', '<f4'), ('z', '<f4'),
+                                          ('red', 'u1'), ('green', 'u1'), ('blue', 'u1')])
+    for i, name in enumerate(('x', 'y', 'z', 'red', 'green', 'blue')):
+        record[name] = points[:, i]
+    header = ('ply\nformat binary_little_endian 1.0\n'
+              f'element vertex {len(points)}\n'
+              'property float x\nproperty float y\nproperty float z\n'
+              'property uchar red\nproperty uchar green\nproperty uchar blue\nend_header\n')
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, 'wb') as f:
+        f.write(header.encode('ascii'))
+        f.write(record.tobytes())

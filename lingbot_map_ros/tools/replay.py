@@ -1,0 +1,232 @@
+"""``lingbot_map_replay``: run a rosbag2 bag through the engine offline, play it, or make one.
+
+Subcommands:
+
+- ``run BAG``: every image of one topic, in bag order, goes through the node's conversion
+  functions (``ros/conversions.py``) into the engine's ``StreamingSession`` -- no ROS graph, no
+  dropped frames, deterministic. It writes ``trajectory.tum`` (the poses the node would publish on
+  ``~/pose``, in the same map axes), ``trajectory.png``, ``summary.json``, and with ``--depth``
+  / ``--ply`` the depth maps and a coloured point cloud. With ``--gt`` it reports APE/RPE (evo).
+  Frames are handled as the node handles them: unreadable images and frames the engine refuses
+  are counted drops, a stamp that is not newer is dropped, a stamp jump back or a session limit
+  resets the session and starts a new map segment (listed in the summary and the TUM header).
+- ``play BAG``: publish the image and camera_info topics into a live ROS graph with the recorded
+  timing, like ``ros2 bag play --clock`` (see ``player.py``).
+- ``make-bag``: write a bag from an image folder, a video or the synthetic scene
+  (see ``make_bag.py``).
+
+Exit codes: 0 success, 1 a bag, topic, config or weights problem (the message says which), 2 bad
+command-line usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+import sys
+from typing import Any
+
+import torch
+import yaml
+
+from lingbot_map_ros.config import EngineConfig, load_yaml
+from lingbot_map_ros.engine.errors import LingbotMapError
+from lingbot_map_ros.tools import bag_io, make_bag, player, trajectory
+from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
+
+_LOG = logging.getLogger('lingbot_map_replay')
+PACKAGE = 'lingbot_map_ros'
+DEFAULT_PARAMS = 'lingbot_map.yaml'
+
+
+def find_config(name: str) -> Path:
+    """Path of a parameter file shipped in the package's ``config/`` folder.
+
+    Looks in the source tree first (running from a checkout), then in the installed share folder
+    (``<prefix>/share/lingbot_map_ros/config``).
+
+    Raises:
+        FileNotFoundError: the file is in neither place.
+    """
+    candidates = [Path(__file__).resolve().parents[2] / 'config' / name,
+                  Path(sys.prefix) / 'share' / PACKAGE / 'config' / name]
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f'{name} not found in ' + ' or '.join(map(str, candidates)))
+
+
+def _parse_set(items: list[str]) -> dict[str, Any]:
+    """``['cache.scale_frames=4', ...]`` -> ``{'cache.scale_frames': 4}`` (values read as YAML)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition('=')
+        if not sep or not key:
+            raise ValueError(f"--set expects KEY=VALUE, got '{item}'")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def run_options(args: argparse.Namespace) -> tuple[dict[str, Any], RunOptions]:
+    """Merge the parameter file with the flags into node-style values and run options.
+
+    Returns:
+        ``(flat parameter values, run options)``.
+
+    Raises:
+        ValueError: unknown ``--set`` key or a bad value.
+    """
+    values = load_yaml(args.params_file or find_config(DEFAULT_PARAMS))
+    overrides = _parse_set(args.set)
+    unknown = sorted(set(overrides) - set(values) - set(EngineConfig().to_flat()))
+    if unknown:
+        raise ValueError(f'--set: unknown parameter(s) {", ".join(unknown)}')
+    values.update(overrides)
+    if args.weights:
+        values['weights'] = args.weights
+    if args.allow_random_weights:
+        values['allow_random_weights'] = True
+    if args.seed is not None:
+        values['seed'] = args.seed
+    if args.device:
+        values['stream.device'] = args.device
+    if args.map_axes:
+        values['frames.map_axes'] = args.map_axes
+    if args.depth or args.ply:
+        values['stream.enable_depth'] = True
+    options = RunOptions(
+        map_axes=values.get('frames.map_axes', 'flu'),
+        backwards_reset_s=float(values.get('input.backwards_reset_s', 1.0)),
+        save_depth=args.depth, save_ply=args.ply, ply_stride=args.ply_stride,
+        max_frames=args.max_frames)
+    return values, options
+
+
+def _pick_topic(reader: Any, topic: str | None) -> bag_io.TopicInfo:
+    if topic:
+        return bag_io.require_topic(reader, topic, bag_io.IMAGE_TYPES)
+    topics = bag_io.list_topics(reader)
+    images = [t for t in topics.values() if t.msgtype in bag_io.IMAGE_TYPES]
+    if len(images) != 1:
+        raise bag_io.BagError(f'the bag has {len(images)} image topics; pick one with --topic:'
+                              f'\n{bag_io.describe_topics(topics)}')
+    return images[0]
+
+
+def run_bag(args: argparse.Namespace) -> int:
+    """Run the ``run`` subcommand; returns the exit code."""
+    values, options = run_options(args)
+    out = Path(args.out)
+    if args.torch_threads > 0:
+        torch.set_num_threads(args.torch_threads)
+    with bag_io.open_bag(args.bag) as reader:
+        info = _pick_topic(reader, args.topic)
+        runner = OfflineRunner.from_values(values, options, out)
+        summary = runner.run(bag_io.read_raw(reader, [info.name]), info.num_messages)
+    summary.update(bag=str(args.bag), topic=info.name, msgtype=info.msgtype)
+    if runner.trajectory.stamps_ns.size == 0:
+        _LOG.error('no poses: %d frames read, drops %s', summary['frames_read'],
+                   summary['drops'])
+    else:
+        _write_trajectory(args, runner, summary, options.map_axes)
+    (out / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n', encoding='utf-8')
+    _log_summary(summary, out)
+    return 0 if runner.trajectory.stamps_ns.size else 1
+
+
+def _write_trajectory(args: argparse.Namespace, runner: OfflineRunner, summary: dict[str, Any],
+                      map_axes: str) -> None:
+    tum = Path(args.out) / 'trajectory.tum'
+    trajectory.write_tum(tum, runner.trajectory, runner.tum_comments(summary))
+    gt = trajectory.read_tum(args.gt) if args.gt else None
+    trajectory.plot(Path(args.out) / 'trajectory.png', runner.trajectory, gt,
+                    title=f'{Path(args.bag).name}: {summary["poses"]} poses', map_axes=map_axes)
+    if args.gt:
+        if len(summary['segments']) > 1:
+            _LOG.warning('%d map segments (session resets): APE/RPE over all of them mixes '
+                         'frames', len(summary['segments']))
+        summary['evaluation'] = trajectory.evaluate(tum, args.gt)
+
+
+def _log_summary(summary: dict[str, Any], out: Path) -> None:
+    drops = ', '.join(f'{k}={v}' for k, v in summary['drops'].items()) or 'none'
+    _LOG.info('frames read %d, poses %d, drops: %s; %.1f s, %.2f frames/s '
+              '(engine %.0f ms/frame)', summary['frames_read'], summary['poses'], drops,
+              summary['wall_s'], summary['frames_per_s'], summary['engine_ms_mean'])
+    for seg in summary['segments'][1:]:
+        _LOG.warning('session reset (%s) at stamp %s: new map segment %d',
+                     seg['reason'], seg['start_stamp_ns'], seg['index'])
+    evaluation = summary.get('evaluation')
+    if evaluation:
+        _LOG.info('vs ground truth (Sim(3)-aligned, %d pairs): APE rmse %.4f, RPE rmse %.4f',
+                  evaluation['num_pairs'], evaluation['ape_m']['rmse'],
+                  evaluation['rpe_m']['rmse'])
+    for name in ('trajectory.tum', 'trajectory.png', 'cloud.ply', 'depth', 'summary.json'):
+        if (out / name).exists():
+            _LOG.info('wrote %s', out / name)
+
+
+def _add_run_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser('run', help='run every image of a bag through the engine offline')
+    p.add_argument('bag', help='rosbag2 folder (sqlite3 or MCAP)')
+    p.add_argument('--topic', default=None,
+                   help='image topic (Image or CompressedImage); default: the only one')
+    p.add_argument('--out', required=True, help='output folder')
+    p.add_argument('--params-file', default=None,
+                   help=f'node parameter YAML (default: the package\'s {DEFAULT_PARAMS})')
+    weights = p.add_mutually_exclusive_group()
+    weights.add_argument('--weights', default=None, help='checkpoint file (overrides the YAML)')
+    weights.add_argument('--allow-random-weights', action='store_true',
+                         help='run a random-weight model (meaningless poses; demos, tests)')
+    p.add_argument('--seed', type=int, default=None, help='seed of the random weights')
+    p.add_argument('--device', default=None, help="engine device override, e.g. 'cpu'")
+    p.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
+                   help='override any parameter of the YAML, e.g. cache.scale_frames=4')
+    p.add_argument('--map-axes', choices=('flu', 'optical'), default=None,
+                   help='map axes of the output poses (default: frames.map_axes of the YAML)')
+    p.add_argument('--gt', default=None, help='ground-truth TUM file: APE/RPE (needs evo)')
+    p.add_argument('--depth', action='store_true',
+                   help='save depth maps as depth/<stamp_ns>.npy (turns stream.enable_depth on)')
+    p.add_argument('--ply', action='store_true',
+                   help='save a coloured point cloud of the keyframes as cloud.ply')
+    p.add_argument('--ply-stride', type=int, default=4,
+                   help='keep every n-th pixel per direction in the cloud (default: 4)')
+    p.add_argument('--max-frames', type=int, default=None, help='stop after this many images')
+    p.add_argument('--torch-threads', type=int, default=0,
+                   help='CPU threads of torch (0: torch default; 1 is fastest on a busy '
+                        'machine with few cores)')
+    p.set_defaults(handler=run_bag)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``lingbot_map_replay`` argument parser with its three subcommands."""
+    parser = argparse.ArgumentParser(
+        prog='lingbot_map_replay', description=__doc__.split('\n\n', 1)[0],
+        epilog='Run "lingbot_map_replay SUBCOMMAND --help" for the options of each.')
+    parser.add_argument('--log-level', default='INFO',
+                        choices=('DEBUG', 'INFO', 'WARNING', 'ERROR'), help='logging level')
+    subparsers = parser.add_subparsers(dest='command', required=True, metavar='SUBCOMMAND')
+    _add_run_parser(subparsers)
+    player.add_parser(subparsers)
+    make_bag.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format='[%(levelname)s] %(name)s: %(message)s')
+    try:
+        return args.handler(args)
+    except (bag_io.BagError, LingbotMapError, ValueError, FileNotFoundError) as exc:
+        _LOG.error('%s', exc)
+        return 1
+    except KeyboardInterrupt:
+        _LOG.warning('interrupted')
+        return 130
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""Streaming model behaviour on the 'tiny' preset: schedule, errors, precision paths.
+
+Run: ``python -m pytest test/engine/test_gct_model.py`` from the repository root (CPU, seconds).
+Numerical parity with the upstream model is in ``test_golden_parity.py`` (slow).
+"""
+
+import pytest
+import torch
+
+from lingbot_map_ros.config import CacheConfig, ModelConfig
+from lingbot_map_ros.engine.errors import (CacheStateError, InvalidFrameError,
+                                           ResolutionChangedError, TimeIndexLimitError)
+from lingbot_map_ros.engine.model.gct import LingbotMapModel
+from lingbot_map_ros.engine.model.weights import load_weights
+
+CACHE = CacheConfig(backend='sdpa', scale_frames=2, sliding_window=2)
+
+
+def _state(config: ModelConfig, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    state = {}
+    for name, t in LingbotMapModel(config).state_dict().items():
+        if name.endswith('gamma'):
+            state[name] = torch.full(t.shape, 0.1)
+        elif 'norm' in name and name.endswith('weight'):
+            state[name] = 1 + 0.1 * torch.randn(t.shape, generator=g)
+        else:
+            state[name] = 0.05 * torch.randn(t.shape, generator=g)
+    return state
+
+
+def _model(seed: int = 0, **overrides) -> LingbotMapModel:
+    config = ModelConfig.preset('tiny', **overrides)
+    model = LingbotMapModel(config).eval()
+    load_weights(model, _state(config, seed))
+    return model
+
+
+@pytest.fixture(scope='module')
+def images() -> torch.Tensor:
+    return torch.rand(8, 3, 56, 84, generator=torch.Generator().manual_seed(1))
+
+
+def _run(model, images, keyframes, kv_dtype=torch.float32, with_depth=False):
+    model.start_stream(CACHE, kv_dtype)
+    outs = [model.forward_scale(images[:2].to(kv_dtype), with_depth=with_depth,
+                                return_taps=True)]
+    t = 2
+    for i, key in enumerate(keyframes):
+        outs.append(model.forward_frame(images[2 + i:3 + i].to(kv_dtype), t, key,
+                                        with_depth=with_depth, return_taps=True))
+        t += key
+    return outs
+
+
+def test_outputs_shapes_and_cache_counts(images):
+    model = _model()
+    outs = _run(model, images, [True, False, True], with_depth=True)
+    assert outs[0]['pose_enc'].shape == (2, 9)
+    assert outs[0]['pose_enc_iters'].shape == (2, 4, 9)
+    assert outs[1]['depth'].shape == outs[1]['depth_conf'].shape == (1, 56, 84)
+    assert [t.shape for t in outs[1]['taps']] == [(1, 30, 256)] * 4
+    torch.testing.assert_close(outs[3]['pose_enc_iters'][:, -1], outs[3]['pose_enc'])
+    stats = model.cache_stats()
+    assert stats['frame_count'] == 4 and stats['camera_frames'] == 4
+    assert model.remaining_frames() == CACHE.max_total_frames - 4
+
+
+def test_non_keyframe_leaves_no_trace(images):
+    model = _model()
+    with_skip = _run(model, images, [True, False, True])
+    # same frames minus the non-keyframe: the last keyframe must not notice the difference
+    model.start_stream(CACHE, torch.float32)
+    model.forward_scale(images[:2])
+    model.forward_frame(images[2:3], 2, True)
+    last = model.forward_frame(images[4:5], 3, True, return_taps=True)
+    torch.testing.assert_close(last['pose_enc'], with_skip[-1]['pose_enc'], rtol=0, atol=1e-6)
+    torch.testing.assert_close(last['taps'][-1], with_skip[-1]['taps'][-1], rtol=0, atol=1e-6)
+
+
+def test_special_token_variants():
+    model = _model()
+    agg = model.aggregator
+    scale = agg.special_tokens(3, 'scale', torch.float32)
+    stream = agg.special_tokens(1, 'keyframe', torch.float32)
+    camera, register, scale_token = agg.camera_token[0], agg.register_token[0], agg.scale_token[0]
+    assert torch.equal(scale[0, 0], camera[0, 0]) and torch.equal(scale[1, 0], camera[1, 0])
+    assert torch.equal(scale[0, 1:5], register[0]) and torch.equal(scale[2, 1:5], register[1])
+    assert all(torch.equal(scale[f, 5], scale_token[0, 0]) for f in range(3))
+    assert torch.equal(stream[0], torch.cat([camera[1], register[1], scale_token[1]]))
+
+
+def test_time_index_limit_is_checked_before_the_cache(images):
+    model = _model(max_frame_num=4)
+    _run(model, images, [True, True])  # time indices 0..3 fill the table
+    before = model.cache_stats()
+    with pytest.raises(TimeIndexLimitError, match='max_frame_num=4'):
+        model.forward_frame(images[4:5], 4, False)
+    assert model.cache_stats() == before
+    model.reset_stream()
+    model.forward_scale(images[:2])  # a reset session starts again at time 0
+
+
+def test_call_order_and_frame_errors(images):
+    model = _model()
+    model.start_stream(CACHE, torch.float32)
+    with pytest.raises(CacheStateError):
+        model.forward_frame(images[:1], 0, True)
+    model.forward_scale(images[:2])
+    with pytest.raises(CacheStateError):
+        model.forward_scale(images[:2])
+    with pytest.raises(InvalidFrameError):
+        model.forward_frame(images[:1, :, :50], 2, True)
+    with pytest.raises(ResolutionChangedError):
+        model.forward_frame(images[:1, :, :, :56], 2, True)
+    with pytest.raises(ValueError):
+        model.forward_frame(images[:2], 2, True)
+    model.reset_stream()
+    out = model.forward_scale(images[:2, :, :, :56], with_depth=True)  # new size after a reset
+    assert out['depth'].shape == (2, 56, 56)
+
+
+def test_bf16_aggregator_path_runs_on_cpu(images):
+    model = _model()
+    ref = _run(model, images, [True, False])
+    model.cast_aggregator(torch.bfloat16)
+    assert model.compute_dtype == torch.bfloat16
+    assert model.camera_head.embed_pose.weight.dtype == torch.float32
+    out = _run(model, images, [True, False], kv_dtype=torch.bfloat16)
+    assert model.cache_stats()['dtype'] == 'bfloat16'
+    for got, want in zip(out, ref):
+        assert got['taps'][0].dtype == torch.float32  # float32 residual stream
+        assert got['pose_enc'].dtype == torch.float32  # heads in float32
+        err = (got['pose_enc'] - want['pose_enc']).abs().max().item()
+        assert 0 < err < 0.05 * want['pose_enc'].abs().max().item()
+
+
+def test_float64_model_agrees_with_float32(images):
+    model = _model()
+    ref = _run(model, images, [True, False])
+    model.double()
+    out = _run(model, images, [True, False], kv_dtype=torch.float64)
+    for got, want in zip(out, ref):
+        assert got['pose_enc'].dtype == torch.float64
+        torch.testing.assert_close(got['pose_enc'].float(), want['pose_enc'], rtol=0, atol=2e-5)
+
+
+def test_new_weights_refresh_the_position_table(images):
+    model = _model(seed=0)
+    model.start_stream(CACHE, torch.float32)
+    model.forward_scale(images[:2])  # builds the resampled table for seed-0 weights
+    load_weights(model, _state(model.config, seed=5))
+    model.reset_stream()
+    got = model.forward_scale(images[:2], return_taps=True)['dino_tokens']
+    fresh = _model(seed=5)
+    fresh.start_stream(CACHE, torch.float32)
+    want = fresh.forward_scale(images[:2], return_taps=True)['dino_tokens']
+    torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -1,0 +1,19 @@
+"""Shared set-up of the ROS tests: a private DDS domain and a real rclpy graph helper.
+
+The domain is chosen before any test initialises rclpy, so parallel runs on one machine (other
+engineers, CI) never see each other's nodes. ``scripts/test.sh`` sets ``ROS_DOMAIN_ID`` already;
+a bare ``pytest test/ros`` gets a random one here.
+"""
+
+import os
+import random
+
+import torch
+
+os.environ.setdefault('ROS_DOMAIN_ID', str(random.randint(100, 199)))
+# Keep discovery on this host (Kilted name; ROS_LOCALHOST_ONLY is the older spelling).
+os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+
+# Two cores shared with other jobs: torch's default intra-op threads spin against each other
+# (a tiny-model frame goes from ~25 ms to ~1 s). One thread keeps the node tests fast.
+torch.set_num_threads(1)

@@ -1,0 +1,188 @@
+"""Helpers for node tests: one rclpy context, a spinning executor and a probe node.
+
+The probe publishes images and records everything the node under test publishes, with the
+arrival order kept, so tests can assert on values (stamps, frame ids, diagnostics key/values).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any, Callable
+
+import cv2
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import PoseStamped
+from nav_msgs.msg import Odometry, Path
+import numpy as np
+import rclpy
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rcl_interfaces.srv import SetParameters
+from sensor_msgs.msg import CompressedImage, Image, PointCloud2
+from std_srvs.srv import Trigger
+
+_counter = itertools.count()
+
+# The tiny random-weight engine on CPU, small images: a few frames per second on 2 cores.
+TINY_CPU = {
+    'model.preset': 'tiny',
+    'stream.device': 'cpu',
+    'stream.dtype': 'float32',
+    'stream.image_width': 112,
+    'cache.backend': 'sdpa',
+    'cache.scale_frames': 3,
+    'cache.sliding_window': 4,
+    'allow_random_weights': True,
+    'diagnostics.period_s': 0.25,
+}
+
+
+def make_image(index: int, height: int = 60, width: int = 80) -> np.ndarray:
+    """Return a textured RGB frame that shifts with ``index`` (deterministic)."""
+    rng = np.random.default_rng(7)
+    base = rng.integers(0, 255, (height, width * 2, 3), dtype=np.uint8)
+    base = cv2.GaussianBlur(base, (5, 5), 0)
+    return np.ascontiguousarray(base[:, index % width:index % width + width])
+
+
+def image_msg(rgb: np.ndarray, stamp_ns: int, frame_id: str = 'cam_optical') -> Image:
+    """Build an rgb8 ``sensor_msgs/Image``."""
+    msg = Image(height=rgb.shape[0], width=rgb.shape[1], encoding='rgb8', is_bigendian=0,
+                step=rgb.shape[1] * 3)
+    msg.header.frame_id = frame_id
+    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
+    msg.data = rgb.tobytes()
+    return msg
+
+
+def jpeg_msg(rgb: np.ndarray, stamp_ns: int, frame_id: str = 'cam_optical') -> CompressedImage:
+    """Build a JPEG ``sensor_msgs/CompressedImage``."""
+    ok, data = cv2.imencode('.jpg', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    assert ok
+    msg = CompressedImage(format='rgb8; jpeg compressed bgr8')
+    msg.header.frame_id = frame_id
+    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
+    msg.data = data.tobytes()
+    return msg
+
+
+def stamp_ns(msg: Any) -> int:
+    """Nanoseconds of a message header stamp."""
+    return msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+
+
+def wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    """Poll ``condition`` until it is truthy; fail the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f'timed out after {timeout_s} s waiting for {what}')
+
+
+class Probe(Node):
+    """Publishes input images to a node under test and records its outputs."""
+
+    def __init__(self, context: Any, namespace: str, compressed: bool = False) -> None:
+        """Create publishers and subscriptions in ``namespace``."""
+        super().__init__(f'probe_{next(_counter)}', namespace=namespace, context=context)
+        reliable = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+        self.image_pub = self.create_publisher(
+            CompressedImage if compressed else Image,
+            'image/compressed' if compressed else 'image', reliable)
+        self.raw_pub = self.image_pub if not compressed else None
+        self.lock = threading.Lock()
+        self.poses: list[PoseStamped] = []
+        self.odometry: list[Odometry] = []
+        self.paths: list[Path] = []
+        self.clouds: list[PointCloud2] = []
+        self.depths: list[Image] = []
+        self.diagnostics: list[DiagnosticArray] = []
+        prefix = 'lingbot_map/'
+        for msg_type, topic, store in ((PoseStamped, 'pose', self.poses),
+                                       (Odometry, 'odometry', self.odometry),
+                                       (Path, 'path', self.paths),
+                                       (PointCloud2, 'cloud', self.clouds),
+                                       (Image, 'depth', self.depths)):
+            self.create_subscription(msg_type, prefix + topic, self._recorder(store), reliable)
+        self.create_subscription(DiagnosticArray, '/diagnostics',
+                                 self._recorder(self.diagnostics), reliable)
+        self.reset_client = self.create_client(Trigger, prefix + 'reset')
+        self.param_client = self.create_client(SetParameters, prefix + 'set_parameters')
+
+    def _recorder(self, store: list) -> Callable[[Any], None]:
+        def record(msg: Any) -> None:
+            with self.lock:
+                store.append(msg)
+        return record
+
+    def count(self, store: list) -> int:
+        """Thread-safe length of a record list."""
+        with self.lock:
+            return len(store)
+
+    def call(self, client: Any, request: Any, timeout_s: float = 30.0) -> Any:
+        """Call a service from the test thread and wait for the response."""
+        wait_for(lambda: client.wait_for_service(timeout_sec=0.1), timeout_s,
+                 f'service {client.srv_name}')
+        future = client.call_async(request)
+        wait_for(future.done, timeout_s, f'response of {client.srv_name}')
+        return future.result()
+
+    def set_params(self, **values: Any) -> list[Any]:
+        """Set parameters of the node under test through its service; return the results."""
+        request = SetParameters.Request()
+        request.parameters = [Parameter(k.replace('__', '.'), value=v).to_parameter_msg()
+                              for k, v in values.items()]
+        return list(self.call(self.param_client, request).results)
+
+    def status(self, node_fqn: str, task: str) -> tuple[bytes, str, dict[str, str]] | None:
+        """Latest diagnostics status ``<node>: <task>`` as (level, message, values)."""
+        name = f'{node_fqn.lstrip("/")}: {task}'
+        with self.lock:
+            arrays = list(self.diagnostics)
+        for array in reversed(arrays):
+            for status in array.status:
+                if status.name == name:
+                    return status.level, status.message, {kv.key: kv.value
+                                                          for kv in status.values}
+        return None
+
+
+class Graph:
+    """An rclpy context with a multi-threaded executor spinning in a background thread."""
+
+    def __init__(self) -> None:
+        """Initialise rclpy in a private context and start spinning."""
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.executor = MultiThreadedExecutor(num_threads=4, context=self.context)
+        self._thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self._nodes: list[Node] = []
+        self._thread.start()
+
+    def add(self, node: Node) -> Node:
+        """Spin ``node`` until :meth:`close`."""
+        self._nodes.append(node)
+        self.executor.add_node(node)
+        return node
+
+    def remove(self, node: Node) -> None:
+        """Stop spinning and destroy ``node``."""
+        self.executor.remove_node(node)
+        self._nodes.remove(node)
+        node.destroy_node()
+
+    def close(self) -> None:
+        """Destroy every node and shut the context down."""
+        for node in list(self._nodes):
+            self.remove(node)
+        self.executor.shutdown(timeout_sec=5.0)
+        rclpy.shutdown(context=self.context)
+        self._thread.join(5.0)

@@ -1,0 +1,236 @@
+"""lingbot_map_node on a real rclpy graph with the tiny random-weight engine on CPU.
+
+Run: ``pytest test/ros/test_node.py`` (about a minute on 2 cores; marker ``rostest``).
+
+Each test talks to the node only through ROS (topics, the reset service, the parameter service,
+/diagnostics), as a user would, and asserts on values: stamps and frame ids of the outputs, the
+cache counters in the diagnostics, the drop counters by reason, the refusal reasons.
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+from rclpy.parameter import Parameter
+from std_srvs.srv import Trigger
+
+from lingbot_map_ros.ros.node import LingbotMapNode
+from node_harness import Graph, image_msg, jpeg_msg, Probe, stamp_ns, make_image, TINY_CPU
+from node_harness import wait_for
+
+pytestmark = pytest.mark.rostest
+
+_ns = itertools.count()
+# Generous: two CPU cores are shared with other jobs.
+_TIMEOUT_S = 60.0
+_SEC = 1_000_000_000
+
+
+@pytest.fixture(scope='module')
+def graph():
+    g = Graph()
+    yield g
+    g.close()
+
+
+def start(graph, **overrides):
+    """Start a node under test and a probe in a fresh namespace."""
+    namespace = f'/t{next(_ns)}'
+    values = {**TINY_CPU, **{k.replace('__', '.'): v for k, v in overrides.items()}}
+    node = graph.add(LingbotMapNode(
+        context=graph.context, namespace=namespace,
+        parameter_overrides=[Parameter(k, value=v) for k, v in values.items()]))
+    probe = graph.add(Probe(graph.context, namespace,
+                            compressed=values.get('input.transport') == 'compressed'))
+    wait_for(lambda: probe.image_pub.get_subscription_count() > 0, _TIMEOUT_S, 'discovery')
+    return node, probe
+
+
+def bag(**overrides):
+    """Overrides for bag mode: every frame processed, in order (deterministic tests)."""
+    return {'input__queue_mode': 'bag', 'input__qos__reliability': 'reliable', **overrides}
+
+
+def publish(probe, msgs):
+    for msg in msgs:
+        probe.image_pub.publish(msg)
+
+
+def wait_poses(probe, num):
+    return wait_for(lambda: probe.count(probe.poses) >= num, _TIMEOUT_S,
+                    f'{num} poses (have {probe.count(probe.poses)})')
+
+
+def wait_status(probe, node, task, predicate, what):
+    """Wait for a diagnostics status of ``node`` satisfying ``predicate(level, msg, values)``."""
+    def check():
+        status = probe.status(node.get_fully_qualified_name(), task)
+        return status if status and predicate(*status) else None
+    return wait_for(check, _TIMEOUT_S, what)
+
+
+def stamps(start_s, num, step_s=0.1):
+    return [int((start_s + i * step_s) * _SEC) for i in range(num)]
+
+
+def test_raw_images_give_poses_with_matching_stamps_and_frames(graph):
+    node, probe = start(graph, **bag(publish__path_max_poses=5))
+    sent = stamps(100.0, 8)
+    publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(sent)])
+    wait_poses(probe, 8)
+    wait_for(lambda: probe.count(probe.odometry) >= 8, _TIMEOUT_S, 'odometry')
+    wait_for(lambda: probe.paths and stamp_ns(probe.paths[-1].poses[-1]) == sent[-1],
+             _TIMEOUT_S, 'the last path')
+    assert [stamp_ns(p) for p in probe.poses] == sent
+    assert {p.header.frame_id for p in probe.poses} == {'map'}
+    assert [stamp_ns(o) for o in probe.odometry] == sent
+    assert {o.child_frame_id for o in probe.odometry} == {'cam_optical'}
+    quat = probe.poses[-1].pose.orientation
+    assert abs(quat.x ** 2 + quat.y ** 2 + quat.z ** 2 + quat.w ** 2 - 1.0) < 1e-6
+    # Bounded path: the newest 5 poses, in order.
+    assert [stamp_ns(p) for p in probe.paths[-1].poses] == sent[-5:]
+    graph.remove(node)
+
+
+def test_cache_diagnostics_follow_the_stream_and_reset(graph):
+    node, probe = start(graph, **bag())
+    window = TINY_CPU['cache.sliding_window']
+    frame_counts = []
+    for chunk in range(3):
+        publish(probe, [image_msg(make_image(i), t)
+                        for i, t in enumerate(stamps(10.0 + chunk, 4), start=4 * chunk)])
+        wait_poses(probe, 4 * (chunk + 1))
+        _, _, cache = wait_status(
+            probe, node, 'cache', lambda lvl, msg, v: int(v['frame_count']) == 4 * (chunk + 1),
+            f'cache frame_count {4 * (chunk + 1)}')
+        frame_counts.append(int(cache['frame_count']))
+        assert int(cache['scale_pages']) == TINY_CPU['cache.scale_frames']
+        assert 0 < int(cache['live_pages']) <= window
+        assert int(cache['kv_bytes']) > 0 and int(cache['max_total_frames']) == 2048
+    assert frame_counts == [4, 8, 12]
+    assert int(cache['live_pages']) == window  # full window after 12 frames
+    level, _, engine = wait_status(probe, node, 'engine', lambda *a: True, 'engine status')
+    assert engine['backend'] == 'sdpa' and engine['device'] == 'cpu'
+    assert engine['weights'].startswith('random') and float(engine['latency_max_ms']) >= 0
+    reply = probe.call(probe.reset_client, Trigger.Request())
+    assert reply.success
+    assert 'frames=12' in reply.message and 'path_poses=12' in reply.message
+    _, _, cache = wait_status(probe, node, 'cache',
+                              lambda lvl, msg, v: int(v['frame_count']) == 0, 'empty cache')
+    assert int(cache['live_pages']) == 0 and int(cache['special_tokens']) == 0
+    _, _, engine = wait_status(probe, node, 'engine', lambda *a: True, 'engine status')
+    assert engine['resets.manual'] == '1'
+    graph.remove(node)
+
+
+def test_reset_answers_during_a_stream_and_mapping_resumes(graph):
+    node, probe = start(graph, **bag())
+    sent = stamps(50.0, 16)
+    publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(sent[:10])])
+    wait_poses(probe, 3)  # the scale phase is over, the rest is queued or running
+    reply = probe.call(probe.reset_client, Trigger.Request(), timeout_s=15.0)
+    assert reply.success and reply.message.startswith('cleared frames=')
+    done_before = probe.count(probe.poses)
+    publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(sent[10:], start=10)])
+    wait_for(lambda: probe.count(probe.poses) > done_before and
+             stamp_ns(probe.poses[-1]) == sent[-1], _TIMEOUT_S, 'poses after the reset')
+    # The path restarted at the reset: it holds only post-reset poses.
+    wait_for(lambda: stamp_ns(probe.paths[-1].poses[-1]) == sent[-1], _TIMEOUT_S, 'path')
+    assert len(probe.paths[-1].poses) < len(sent)
+    graph.remove(node)
+
+
+def test_compressed_images_give_poses(graph):
+    node, probe = start(graph, **bag(input__transport='compressed'))
+    sent = stamps(7.0, 5)
+    publish(probe, [jpeg_msg(make_image(i), t, 'jpeg_cam') for i, t in enumerate(sent)])
+    wait_poses(probe, 5)
+    assert [stamp_ns(p) for p in probe.poses] == sent
+    wait_for(lambda: probe.count(probe.odometry) >= 5, _TIMEOUT_S, 'odometry')
+    assert probe.odometry[-1].child_frame_id == 'jpeg_cam'
+    # Corrupt and cut JPEGs are dropped; the stream goes on.
+    good = jpeg_msg(make_image(9), int(8.0 * _SEC))
+    cut = jpeg_msg(make_image(9), int(8.1 * _SEC))
+    cut.data = bytes(good.data)[:len(good.data) // 2]
+    corrupt = jpeg_msg(make_image(9), int(8.2 * _SEC))
+    corrupt.data = b'\xff\xd8' + bytes(200) + b'\xff\xd9'
+    publish(probe, [cut, corrupt, good, jpeg_msg(make_image(10), int(8.3 * _SEC))])
+    wait_poses(probe, 7)
+    _, _, values = wait_status(probe, node, 'input',
+                               lambda lvl, msg, v: v.get('drops.truncated') == '1' and
+                               v.get('drops.decode') == '1', 'compressed drop counters')
+    assert stamp_ns(probe.poses[-1]) == int(8.3 * _SEC)
+    graph.remove(node)
+
+
+def bad_corpus(base_s):
+    """Every kind of bad raw frame, each with a fresh stamp, and what it counts as."""
+    def frame(offset, **fields):
+        msg = image_msg(make_image(0), int((base_s + offset) * _SEC))
+        for key, value in fields.items():
+            setattr(msg, key, value)
+        return msg
+    short = frame(0.2)
+    short.data = bytes(short.data)[:100]
+    return [(frame(0.1, encoding='weird_encoding'), 'encoding'),
+            (short, 'truncated'),
+            (frame(0.3, step=10), 'step'),
+            (frame(0.4, height=0, width=0, step=0, data=b''), 'size'),
+            (frame(0.5, encoding='32FC1'), 'encoding')]
+
+
+def test_bad_input_corpus_is_dropped_counted_and_the_node_goes_on(graph):
+    node, probe = start(graph, **bag())
+    publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(stamps(20.0, 4))])
+    wait_poses(probe, 4)
+    corpus = bad_corpus(20.5)
+    publish(probe, [msg for msg, _ in corpus])
+    # Stamps: equal to the last one and slightly back are reordered frames (dropped) ...
+    last = int(20.3 * _SEC)
+    publish(probe, [image_msg(make_image(1), last), image_msg(make_image(1), last - 10**8)])
+    level, msg, values = wait_status(
+        probe, node, 'input', lambda lvl, msg, v: v.get('drops.stamp_out_of_order') == '2',
+        'stamp drops')
+    # ... the bad frames are counted by reason, with a WARN in the period they happened.
+    assert values['drops.encoding'] == '2'
+    assert values['drops.truncated'] == values['drops.step'] == values['drops.size'] == '1'
+    assert values['drops_total'] == '7'
+    assert any(s.level == b'\x01' and s.name.endswith('input')
+               for a in probe.diagnostics for s in a.status)
+    # A big jump back is a clock jump: the session resets and the frame starts a new map.
+    count = probe.count(probe.poses)
+    jump = stamps(1.0, 4)
+    publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(jump)])
+    wait_poses(probe, count + 4)
+    assert [stamp_ns(p) for p in probe.poses[-4:]] == jump
+    _, emsg, engine = wait_status(probe, node, 'engine',
+                                  lambda lvl, m, v: v.get('resets.clock_jump') == '1',
+                                  'clock-jump reset')
+    assert any(s.level == b'\x01' and 'clock_jump' in s.message
+               for a in probe.diagnostics for s in a.status)
+    graph.remove(node)
+
+
+def test_parameter_changes_are_validated(graph):
+    node, probe = start(graph)
+    refused = {
+        'cache.sliding_window': (8, 'read-only'),
+        'model.preset': ('official', 'read-only'),
+        'publish.cloud_stride': (0, 'out of range'),
+        'diagnostics.period_s': (0.0, 'out of range'),
+        'publish.cloud': (True, 'stream.enable_depth'),
+        'publish.tf': ('yes', ''),
+    }
+    for name, (value, reason) in refused.items():
+        [result] = probe.set_params(**{name.replace('.', '__'): value})
+        assert not result.successful, name
+        assert reason in result.reason, (name, result.reason)
+    assert node.get_parameter('publish.cloud_stride').value == 4
+    accepted = probe.set_params(publish__path_max_poses=2, stream__keyframe_interval=3,
+                                diagnostics__period_s=0.2)
+    assert all(r.successful for r in accepted)
+    assert node.get_parameter('publish.path_max_poses').value == 2
+    # Turning depth on makes the cloud acceptable in the same request.
+    results = probe.set_params(stream__enable_depth=True, publish__cloud=True)
+    assert all(r.successful for r in results), results
+    graph.remove(node)
