@@ -16,16 +16,19 @@ from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node, SetParameter
 
-ARGUMENTS = (
-    ('namespace', '', 'Namespace of the node and its topics'),
-    ('params_file', os.path.join(get_package_share_directory('lingbot_map_ros'), 'config',
-                                 'lingbot_map.yaml'), 'Parameter file of the node'),
-    ('use_sim_time', 'false', 'Use /clock (bag playback, simulation)'),
-    ('log_level', 'info', 'Log level: debug, info, warn, error, fatal'),
-    ('image_topic', 'camera/image_raw', 'Input image topic (raw; the node appends /compressed '
-     'itself with input.transport: compressed)'),
-    ('weights', '', 'Checkpoint path; empty keeps the value of params_file'),
-)
+
+def arguments():
+    """Return (name, default, description) of every launch argument."""
+    config = os.path.join(get_package_share_directory('lingbot_map_ros'), 'config')
+    return (
+        ('namespace', '', 'Namespace of the node and its topics'),
+        ('params_file', os.path.join(config, 'lingbot_map.yaml'), 'Parameter file of the node'),
+        ('use_sim_time', 'false', 'Use /clock (bag playback, simulation)'),
+        ('log_level', 'info', 'Log level: debug, info, warn, error, fatal'),
+        ('image_topic', 'camera/image_raw', 'Input image topic (raw; the node appends '
+         '/compressed itself with input.transport: compressed)'),
+        ('weights', '', 'Checkpoint path; empty keeps the value of params_file'),
+    )
 
 
 def _node(context, *_args, **_kwargs):
@@ -47,7 +50,7 @@ def _node(context, *_args, **_kwargs):
 def generate_launch_description():
     """Declare the arguments, set use_sim_time, start the node."""
     declared = [DeclareLaunchArgument(name, default_value=default, description=description)
-                for name, default, description in ARGUMENTS]
+                for name, default, description in arguments()]
     return LaunchDescription(declared + [
         SetParameter(name='use_sim_time', value=LaunchConfiguration('use_sim_time')),
         OpaqueFunction(function=_node),

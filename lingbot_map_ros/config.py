@@ -1,13 +1,14 @@
 """One tree of frozen dataclasses: YAML -> ROS parameters -> engine.
 
-``EngineConfig`` = ``ModelConfig`` (what the network is) + ``CacheConfig`` (how the global-attention
-KV cache is sized and which attention backend runs it) + ``StreamConfig`` (how frames are fed).
+``EngineConfig`` = ``ModelConfig`` (what the network is) + ``CacheConfig`` (how the
+global-attention KV cache is sized and which attention backend runs it) + ``StreamConfig`` (how
+frames are fed).
 Each dataclass is the only source of its defaults. The ROS node declares one parameter per field
 (``section.field``), the YAML file ``config/lingbot_map.yaml`` carries the same keys, and the tools
 load that YAML with :func:`load_yaml`.
 
 The ``ModelConfig`` default is the official LingBot-Map model (ViT-L/14-reg trunk, 24+24 blocks,
-4 camera iterations, DPT depth head); ``ModelConfig.preset('tiny')`` is a small random-weight
+4 camera iterations, DPT depth head); ``ModelConfig.from_preset('tiny')`` is a small random-weight
 model for CPU tests and demos.
 """
 
@@ -30,7 +31,7 @@ class ModelConfig:
     """Network shape. Defaults are the official checkpoint's."""
 
     preset: Preset = 'official'
-    """Name of the preset these values came from (informational; see ``ModelConfig.preset``)."""
+    """Preset the values came from: 'official' or 'tiny' (see ``ModelConfig.from_preset``)."""
     img_size: int = 518
     """Image size the DINO position table was trained for (37x37 grid + cls). Keep 518."""
     patch_size: int = 14
@@ -91,7 +92,7 @@ class ModelConfig:
         return self.embed_dim // self.num_heads
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> 'ModelConfig':
+    def from_preset(cls, name: str, **overrides: Any) -> 'ModelConfig':
         """Return the named preset ('official' or 'tiny'), with field overrides.
 
         Raises:
@@ -183,7 +184,7 @@ class EngineConfig:
                 value = tuple(value)
             sections[section][name] = value
         preset = sections['model'].pop('preset', 'official')
-        return cls(model=ModelConfig.preset(preset, **sections['model']),
+        return cls(model=ModelConfig.from_preset(preset, **sections['model']),
                    cache=CacheConfig(**sections['cache']),
                    stream=StreamConfig(**sections['stream']))
 
@@ -247,7 +248,7 @@ def _flatten(tree: dict[str, Any], prefix: str = '') -> dict[str, Any]:
 
 
 def engine_config_from_yaml(path: str | Path, **overrides: Any) -> EngineConfig:
-    """EngineConfig from the engine keys (model./cache./stream.) of a parameter file."""
+    """Build an EngineConfig from the engine keys (model./cache./stream.) of a parameter file."""
     flat = {k: v for k, v in load_yaml(path).items() if k.partition('.')[0] in _SECTIONS}
     flat.update(overrides)
     return EngineConfig.from_flat(flat)

@@ -247,8 +247,8 @@ class StreamingSession:
         if remaining is not None and remaining < new_frames:
             raise CachePoolExhaustedError(
                 f'KV cache full: {self._keyframes} keyframes cached, room for {remaining} more, '
-                f'{new_frames} needed (cache.max_total_frames={self.config.cache.max_total_frames})'
-                '; reset the session')
+                f'{new_frames} needed (cache.max_total_frames='
+                f'{self.config.cache.max_total_frames}); reset the session')
 
     def _elapsed_ms(self, start: float) -> float:
         if self._device.type == 'cuda':
@@ -297,7 +297,8 @@ def _resolve_device(config: EngineConfig) -> torch.device:
     return device
 
 
-def _resolve_dtypes(config: EngineConfig, device: torch.device) -> tuple[torch.dtype, torch.dtype]:
+def _resolve_dtypes(config: EngineConfig,
+                    device: torch.device) -> tuple[torch.dtype, torch.dtype]:
     """(compute dtype, KV dtype): float32 on CPU, the configured dtypes on CUDA."""
     if device.type != 'cuda':
         return torch.float32, torch.float32

@@ -101,16 +101,14 @@ def _check_size(height: int, width: int) -> None:
             'size', f'image size {width}x{height} exceeds {MAX_SIDE_PX} px per side')
 
 
-def check_image_msg(msg: Any, require_known: bool = True) -> np.ndarray:
-    """Check a ``sensor_msgs/Image``'s size, step and data length; return its bytes.
+def check_image_msg(msg: Any) -> np.ndarray:
+    """Check a ``sensor_msgs/Image``'s encoding, size, step and data length; return its bytes.
 
-    Used before any conversion (ours or cv_bridge's), so every converter drops bad frames for
-    the same reasons.
+    The node runs this before any converter (cv_bridge or ours), so the same frames are accepted
+    and dropped for the same reasons whichever converter is installed.
 
     Args:
         msg: object with ``height``, ``width``, ``encoding``, ``step``, ``data``.
-        require_known: refuse encodings outside :data:`SUPPORTED_ENCODINGS`. With False an
-            unknown encoding only gets the size and data-length checks (for cv_bridge).
 
     Returns:
         The message data as a flat uint8 array (a view, no copy).
@@ -120,23 +118,20 @@ def check_image_msg(msg: Any, require_known: bool = True) -> np.ndarray:
     """
     encoding = str(msg.encoding)
     spec = _RAW_ENCODINGS.get(encoding)
-    if spec is None and require_known:
+    if spec is None:
         raise ImageConversionError(
             'encoding', f"unsupported encoding '{encoding}' (supported: "
             f"{', '.join(SUPPORTED_ENCODINGS)})")
+    channels, depth_bytes, _ = spec
     height, width, step = int(msg.height), int(msg.width), int(msg.step)
     _check_size(height, width)
-    if spec is not None:
-        channels, depth_bytes, _ = spec
-        if channels == 2 and width % 2:
-            raise ImageConversionError('size', f"'{encoding}' needs an even width, got {width}")
-        row_bytes = width * channels * depth_bytes
-        if step < row_bytes or step % depth_bytes:
-            raise ImageConversionError(
-                'step', f"step {step} does not fit width {width} of '{encoding}' "
-                f'(needs >= {row_bytes} and a multiple of {depth_bytes})')
-    elif step < width:
-        raise ImageConversionError('step', f'step {step} is smaller than width {width}')
+    if channels == 2 and width % 2:
+        raise ImageConversionError('size', f"'{encoding}' needs an even width, got {width}")
+    row_bytes = width * channels * depth_bytes
+    if step < row_bytes or step % depth_bytes:
+        raise ImageConversionError(
+            'step', f"step {step} does not fit width {width} of '{encoding}' "
+            f'(needs >= {row_bytes} and a multiple of {depth_bytes})')
     buf = _as_bytes(msg.data)
     if buf.size < step * height:
         raise ImageConversionError(

@@ -108,9 +108,13 @@ class LingbotMapNode(Node):
             return conversions.image_msg_to_rgb
 
         def convert(msg: Any) -> Any:
-            # Same checks as our converter first, so drop reasons do not depend on cv_bridge.
-            conversions.check_image_msg(msg, require_known=False)
-            return bridge.imgmsg_to_cv2(msg, desired_encoding='rgb8')
+            # Our checks first: the same encodings are accepted, for the same drop reasons,
+            # whether cv_bridge is installed or not.
+            conversions.check_image_msg(msg)
+            try:
+                return bridge.imgmsg_to_cv2(msg, desired_encoding='rgb8')
+            except Exception:  # noqa: BLE001 - cv_bridge refuses e.g. 8UC3 -> rgb8; ours does not
+                return conversions.image_msg_to_rgb(msg)
         return convert
 
     def _create_interfaces(self) -> None:
@@ -148,9 +152,11 @@ class LingbotMapNode(Node):
         if (v['publish.depth'] or v['publish.cloud']) and not config.stream.enable_depth:
             log.warning('publish.depth/publish.cloud are on but stream.enable_depth is false: '
                         'nothing will be published on ~/depth or ~/cloud')
-        if v['input.queue_mode'] == 'bag' and v['input.qos.reliability'] != 'reliable':
-            log.warning('bag mode with best-effort QoS: the middleware may still drop frames; '
-                        'set input.qos.reliability: reliable')
+        if v['input.queue_mode'] == 'bag' and (v['input.qos.reliability'] != 'reliable' or
+                                               v['input.qos.depth'] < v['input.queue_size']):
+            log.warning('bag mode: the middleware still drops frames that arrive faster than '
+                        'they are processed unless input.qos.reliability is reliable and '
+                        'input.qos.depth >= input.queue_size')
 
     def _on_image(self, msg: Any) -> None:
         self._stats.count_received()
@@ -166,6 +172,8 @@ class LingbotMapNode(Node):
                                       throttle_duration_sec=60.0)
 
     def _on_worker_error(self, exc: BaseException) -> None:
+        if not self.context.ok():
+            return  # shutting down: the frame in flight may fail to publish, that is expected
         self._stats.count_error(f'{type(exc).__name__}: {exc}')
         self.get_logger().error(f'unexpected error in the worker: {type(exc).__name__}: {exc}',
                                 throttle_duration_sec=5.0)

@@ -148,7 +148,7 @@ def engine_specs(preset: str = 'official') -> list[ParamSpec]:
     Raises:
         ValueError: unknown preset.
     """
-    defaults = config.EngineConfig(model=config.ModelConfig.preset(preset)).to_flat()
+    defaults = config.EngineConfig(model=config.ModelConfig.from_preset(preset)).to_flat()
     if not isinstance(defaults['model.preset'], str):
         # NOTE: ModelConfig's classmethod `preset` shadows the field default, so the official
         # preset reports a method here; the name is what the parameter needs.

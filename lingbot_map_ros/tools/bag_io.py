@@ -96,7 +96,7 @@ def open_bag(path: str | Path) -> Iterator[Reader]:
 
 
 def list_topics(reader: Reader) -> dict[str, TopicInfo]:
-    """Topics of an opened bag, by name.
+    """List the topics of an opened bag, by name.
 
     Args:
         reader: an opened reader.
@@ -109,7 +109,7 @@ def list_topics(reader: Reader) -> dict[str, TopicInfo]:
 
 
 def describe_topics(topics: dict[str, TopicInfo]) -> str:
-    """One line per topic, ``name [type] N msgs``, for error messages and logs."""
+    """Describe topics, one line each (``name [type] N msgs``), for errors and logs."""
     if not topics:
         return '  (the bag has no topics)'
     return '\n'.join(f'  {t.name} [{t.msgtype}] {t.num_messages} msgs' for t in topics.values())

@@ -35,7 +35,7 @@ def _load(name: str) -> ModuleType | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``lingbot_map_bench`` parser with one subparser per available benchmark."""
+    """Build the ``lingbot_map_bench`` parser, one subparser per available benchmark."""
     parser = argparse.ArgumentParser(prog='lingbot_map_bench', description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     subparsers = parser.add_subparsers(dest='command', required=True)

@@ -12,9 +12,10 @@ x 64, bf16) it reports, for each attention backend:
 * ``host_us_keyframe``: wall-clock host time of ``append_frame`` + ``evict_frames`` + ``plan``
   over all ``--layers`` blocks for one keyframe (not waiting for the GPU), averaged over
   ``--host-frames`` frames in steady state; ``host_us_non_keyframe`` likewise for
-  ``append_frame`` + ``plan`` + ``rollback_last_frame``; ``host_us_bookkeeping``: a
-  keyframe's page-table steps and one plan, without tensor writes (what upstream repeats per
-  layer, plus its plan).
+  ``append_frame`` + ``plan`` + ``rollback_last_frame``; ``host_us_writes``: the K/V writes
+  alone (two ``index_copy_`` launches per layer), the floor of any eager per-layer append;
+  ``host_us_bookkeeping``: a keyframe's page-table steps and one plan, without tensor writes
+  (what upstream repeats per layer, plus its plan).
 
 A ``dense`` row times torch SDPA over contiguous K/V of the same length: the kernel's roofline
 without any cache. The last line printed is one JSON document.
@@ -33,12 +34,13 @@ import torch.nn.functional as F
 from lingbot_map_ros.engine.attention.backend import make_backend
 from lingbot_map_ros.engine.attention.flashinfer import import_flashinfer
 from lingbot_map_ros.engine.cache import FlashInferKVCacheManager, TwoStreamPageTable
+from lingbot_map_ros.engine.cache.kv_storage import KVStorage
 
 SPECIALS = 6
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of the ``cache`` subcommand."""
+    """Add the flags of the ``cache`` subcommand to ``parser``."""
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu',
                         help='torch device (default: cuda when available)')
     parser.add_argument('--dtype', default='bfloat16',
@@ -153,7 +155,16 @@ def _host_us(args: argparse.Namespace, backend: str, device: torch.device,
         _keyframe(manager, kv, plan=True)
     keyframe_us = _host_time_us(lambda: _keyframe(manager, kv, plan=True), device, args)
     non_keyframe_us = _host_time_us(lambda: _non_keyframe(manager, kv), device, args)
-    del manager
+    # The tensor writes alone: one index_copy_ for K and one for V per layer.
+    storage = KVStorage(args.layers, 2, args.patches, args.heads, args.head_dim, SPECIALS,
+                        dtype, device)
+
+    def writes() -> None:
+        index = storage.frame_index(0, args.patches)
+        for layer in range(args.layers):
+            storage.write(layer, index, kv, kv)
+
+    writes_us = _host_time_us(writes, device, args)
     # A keyframe's page-table steps and one plan, without any tensor write.
     table = TwoStreamPageTable(args.patches, SPECIALS, args.scale_frames, args.window,
                                num_frames)
@@ -170,7 +181,7 @@ def _host_us(args: argparse.Namespace, backend: str, device: torch.device,
         bookkeeping()
     bookkeeping_us = _host_time_us(bookkeeping, device, args)
     return {'host_us_keyframe': keyframe_us, 'host_us_non_keyframe': non_keyframe_us,
-            'host_us_bookkeeping': bookkeeping_us}
+            'host_us_writes': writes_us, 'host_us_bookkeeping': bookkeeping_us}
 
 
 def _host_time_us(step: Callable[[], Any], device: torch.device,
@@ -222,9 +233,9 @@ def _print_table(result: dict[str, Any]) -> None:
           f"{shape['heads']} heads x {shape['head_dim']}; host time over {shape['layers']} "
           'layers')
     columns = ('ms_per_layer', 'tflops', 'host_us_keyframe', 'host_us_non_keyframe',
-               'host_us_bookkeeping')
-    print(f"{'backend':<11}" + ''.join(f'{c:>22}' for c in columns))
+               'host_us_writes', 'host_us_bookkeeping')
+    print(f"{'backend':<11}" + ''.join(f'{c:>21}' for c in columns))
     for name, row in result['results'].items():
-        cells = ''.join(f'{row[c]:>22.3f}' if c in row else f"{'-':>22}" for c in columns)
+        cells = ''.join(f'{row[c]:>21.3f}' if c in row else f"{'-':>21}" for c in columns)
         print(f'{name:<11}{cells}')
     print(json.dumps(result, sort_keys=True))

@@ -35,7 +35,7 @@ _LOG = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of the ``model`` subcommand."""
+    """Add the flags of the ``model`` subcommand to ``parser``."""
     parser.add_argument('--preset', default='official', choices=['official', 'tiny'],
                         help='model size (official = the released checkpoint shape)')
     parser.add_argument('--height', type=int, default=378, help='processed image height (px)')
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     keyframes = args.scale_frames + math.ceil(
         max(0, args.frames - args.scale_frames) / args.keyframe_interval)
     config = EngineConfig(
-        model=ModelConfig.preset(args.preset, max_frame_num=max(1024, keyframes + 16)),
+        model=ModelConfig.from_preset(args.preset, max_frame_num=max(1024, keyframes + 16)),
         cache=CacheConfig(backend=args.backend, scale_frames=args.scale_frames,
                           sliding_window=args.window, max_total_frames=max(2048, keyframes + 16),
                           dtype=args.dtype),
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _synthetic_frames(height: int, width: int,
                       device: torch.device) -> tuple[list[torch.Tensor], PreprocessInfo]:
-    """A pool of 16 distinct [3, H, W] frames on the device (smooth noise in [0, 1])."""
+    """Make a pool of 16 distinct [3, H, W] frames on the device (smooth noise in [0, 1])."""
     gen = torch.Generator().manual_seed(1234)
     low = torch.rand(16, 3, height // 14 + 1, width // 14 + 1, generator=gen)
     frames = torch.nn.functional.interpolate(low, size=(height, width), mode='bilinear',

@@ -53,7 +53,7 @@ def convert(src: str | Path, dst: str | Path, check: bool = True, preset: str = 
     state_dict = drop_ignored(load_checkpoint(src, allow_pickle=allow_pickle))
     if check:
         with torch.device('meta'):
-            model = LingbotMapModel(ModelConfig.preset(preset))
+            model = LingbotMapModel(ModelConfig.from_preset(preset))
         check_state_dict(model, state_dict)
     # safetensors refuses shared or strided storage: write plain contiguous copies
     tensors = {k: v.detach().contiguous().clone() if _shares_storage(v) else

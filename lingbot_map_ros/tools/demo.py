@@ -36,6 +36,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
+from lingbot_map_ros.config import load_yaml
 from lingbot_map_ros.engine.geometry import quaternion_to_rotation
 from lingbot_map_ros.ros.conversions import stamp_to_ns
 from lingbot_map_ros.tools import bag_io, trajectory
@@ -84,7 +85,7 @@ class NodeProcess:
                                       stderr=subprocess.STDOUT, env=env)
 
     def exit_code(self) -> int | None:
-        """The exit code once the process has ended, else None."""
+        """Return the exit code once the process has ended, else None."""
         return None if self._proc is None else self._proc.poll()
 
     def stop(self, timeout_s: float = 15.0) -> int | None:
@@ -102,7 +103,7 @@ class NodeProcess:
         return self._proc.returncode
 
     def log_tail(self, num_lines: int = 20) -> str:
-        """Last lines of the node's log."""
+        """Return the last lines of the node's log."""
         if not self.log_path.exists():
             return ''
         text = self.log_path.read_text(encoding='utf-8', errors='replace')
@@ -136,14 +137,14 @@ class PoseRecorder:
             return len(self._stamps)
 
     def trajectory(self) -> trajectory.Trajectory:
-        """The poses received so far, in arrival order."""
+        """Return the poses received so far, in arrival order."""
         with self._lock:
             return trajectory.Trajectory(np.array(self._stamps, dtype=np.int64),
                                          np.array(self._poses).reshape(-1, 4, 4))
 
 
 def node_overrides(num_frames: int, weights: str | None) -> dict[str, Any]:
-    """Parameters that make the node take every frame of a played bag, in order."""
+    """Return the parameters that make the node take every frame of a played bag, in order."""
     values: dict[str, Any] = {
         'input.queue_mode': 'bag', 'input.qos.reliability': 'reliable',
         'input.qos.depth': max(100, num_frames), 'input.queue_size': max(64, num_frames),
@@ -165,6 +166,20 @@ def _wait_for_node(player: BagPlayer, node: NodeProcess, timeout_s: float) -> No
                                f'{node.log_tail()}')
 
 
+def _wait_for_poses(recorder: PoseRecorder, node: NodeProcess, expected: int,
+                    idle_s: float) -> None:
+    """Wait for ``expected`` poses, giving up after ``idle_s`` without a new one."""
+    last_count, last_change = -1, time.monotonic()
+    while recorder.count < expected and node.exit_code() is None:
+        if recorder.count != last_count:
+            last_count, last_change = recorder.count, time.monotonic()
+        elif time.monotonic() - last_change > idle_s:
+            _LOG.warning('%d of %d poses after %.0f s without a new one; giving up',
+                         last_count, expected, idle_s)
+            return
+        time.sleep(0.1)
+
+
 def play_and_record(bag: str | Path, node: NodeProcess, expected: int, rate: float = 1.0,
                     timeout_s: float = 120.0) -> trajectory.Trajectory:
     """Start ``node``, play ``bag`` into it with /clock, and record its poses.
@@ -174,7 +189,7 @@ def play_and_record(bag: str | Path, node: NodeProcess, expected: int, rate: flo
         node: the node process (started here, stopped before returning).
         expected: number of poses to wait for.
         rate: playback speed factor.
-        timeout_s: longest wait for the node to start and, separately, for the poses.
+        timeout_s: longest wait for the node to start, and for each next pose after playback.
 
     Returns:
         The recorded poses, in arrival order (possibly fewer than ``expected`` on timeout).
@@ -199,10 +214,7 @@ def play_and_record(bag: str | Path, node: NodeProcess, expected: int, rate: flo
             _wait_for_node(player, node, timeout_s)
             _LOG.info('node is up; playing %s at rate %g', bag, rate)
             player.play()
-        deadline = time.monotonic() + timeout_s
-        while recorder.count < expected and time.monotonic() < deadline \
-                and node.exit_code() is None:
-            time.sleep(0.1)
+        _wait_for_poses(recorder, node, expected, timeout_s)
         return recorder.trajectory()
     finally:
         code = node.stop()
@@ -225,10 +237,15 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     bag, gt = out / 'bag', out / 'gt.tum'
     if bag.exists():
         shutil.rmtree(bag)  # our own output of an earlier run
-    scene = SceneConfig(num_frames=args.frames)
-    write_synthetic(BagSpec(out=bag), scene, gt, map_axes='flu')
     params = args.params_file or find_config('lingbot_map.yaml' if args.weights
                                              else 'demo_tiny_cpu.yaml')
+    values = load_yaml(params)
+    if args.frames < values.get('cache.scale_frames', 8):
+        raise ValueError(f'--frames {args.frames} is less than cache.scale_frames='
+                         f'{values.get("cache.scale_frames", 8)} of {params}: the node would '
+                         'output nothing')
+    map_axes = values.get('frames.map_axes', 'flu')
+    write_synthetic(BagSpec(out=bag), SceneConfig(num_frames=args.frames), gt, map_axes)
     if not args.weights:
         _LOG.warning('*** no --weights: the node runs the tiny model with RANDOM weights, so '
                      'the trajectory is meaningless; this only shows the pipeline working. '
@@ -246,7 +263,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     tum, png = out / 'trajectory.tum', out / 'trajectory.png'
     trajectory.write_tum(tum, est, [f'lingbot_map_demo: poses recorded from {POSE_TOPIC}',
                                     f'weights: {args.weights or "RANDOM (tiny preset)"}'])
-    trajectory.plot(png, est, trajectory.read_tum(gt), map_axes='flu',
+    trajectory.plot(png, est, trajectory.read_tum(gt), map_axes=map_axes,
                     title=f'lingbot_map_demo: {est.stamps_ns.size} poses'
                           f'{"" if args.weights else " (RANDOM weights)"}')
     summary = {'frames': args.frames, 'poses': int(est.stamps_ns.size),
@@ -259,7 +276,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``lingbot_map_demo`` argument parser."""
+    """Build the ``lingbot_map_demo`` argument parser."""
     parser = argparse.ArgumentParser(prog='lingbot_map_demo',
                                      description=__doc__.split('\n\n', 1)[0])
     parser.add_argument('--out', default='lingbot_map_demo_out',
@@ -275,7 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--rate', type=float, default=1.0,
                         help='playback speed factor of the 10 fps bag (default: %(default)s)')
     parser.add_argument('--timeout', type=float, default=120.0,
-                        help='seconds to wait for the node to start, and for its poses')
+                        help='seconds to wait for the node to start, and for each next pose '
+                             'after playback (default: %(default)s)')
     parser.add_argument('--torch-threads', type=int, default=1,
                         help='CPU threads of the node\'s torch (default: %(default)s)')
     parser.add_argument('--log-level', default='INFO',
@@ -293,8 +311,10 @@ def main(argv: list[str] | None = None) -> int:
         _LOG.error('%s', exc)
         return 1
     evaluation = summary['evaluation']
+    weights = summary['weights'] if args.weights else \
+        'RANDOM weights: the poses are meaningless, pass --weights for real ones'
     lines = [f'lingbot_map_demo: {summary["poses"]}/{summary["frames"]} poses in '
-             f'{summary["seconds"]} s ({summary["weights"]} weights)',
+             f'{summary["seconds"]} s ({weights})',
              f'  bag:          {summary["bag"]}',
              f'  ground truth: {summary["ground_truth"]}',
              f'  trajectory:   {summary["trajectory"]}',

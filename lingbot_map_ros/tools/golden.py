@@ -54,11 +54,15 @@ def model_config_from_json(meta: dict) -> ModelConfig:
     if model.get('point_head') or not model.get('enable_3d_rope', True):
         raise ValueError(f'golden set needs point_head={model.get("point_head")}, '
                          f'enable_3d_rope={model.get("enable_3d_rope")}: not supported')
-    return ModelConfig(img_size=model['img_size'], patch_size=model['patch_size'],
-                       embed_dim=model['embed_dim'], max_frame_num=model['max_frame_num'],
-                       camera_num_iterations=model['camera_num_iterations'],
-                       enable_depth=bool(model['depth_head']),
-                       tap_layers=tuple(meta.get('tap_layers', ModelConfig().tap_layers)))
+    default = ModelConfig()
+    return ModelConfig(img_size=model.get('img_size', default.img_size),
+                       patch_size=model.get('patch_size', default.patch_size),
+                       embed_dim=model.get('embed_dim', default.embed_dim),
+                       max_frame_num=model.get('max_frame_num', default.max_frame_num),
+                       camera_num_iterations=model.get('camera_num_iterations',
+                                                       default.camera_num_iterations),
+                       enable_depth=bool(model.get('depth_head', default.enable_depth)),
+                       tap_layers=tuple(meta.get('tap_layers', default.tap_layers)))
 
 
 def build_golden_model(config: ModelConfig, salt: int, dtype: torch.dtype) -> LingbotMapModel:
@@ -71,12 +75,20 @@ def build_golden_model(config: ModelConfig, salt: int, dtype: torch.dtype) -> Li
 
     Returns:
         The model in eval mode, on the CPU.
+
+    Raises:
+        RuntimeError: the model has buffers, which this construction would leave unset.
     """
-    model = LingbotMapModel(config).eval()
+    with torch.device('meta'):
+        model = LingbotMapModel(config).eval()
+    if any(True for _ in model.buffers()):
+        raise RuntimeError('build_golden_model: the model has buffers; fill them explicitly')
+    # Allocate straight in the target dtype: no float32 copy next to a float64 one.
+    model = model.to(dtype).to_empty(device='cpu')
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
             tensor.copy_(torch.from_numpy(golden_array(name, tuple(tensor.shape), salt)))
-    return model.to(dtype)
+    return model
 
 
 def _schedule(num_frames: int, num_scale: int, interval: int) -> tuple[list[bool], list[int]]:
@@ -121,8 +133,11 @@ def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, bac
     """
     num_scale = min(stream['num_scale_frames'], images.shape[0])
     dtype = model.compute_dtype
+    # Special-stream capacity for this sequence only (the default 2048 frames would allocate
+    # gigabytes for the official width).
     cache = CacheConfig(backend=backend, scale_frames=stream['num_scale_frames'],
-                        sliding_window=stream['sliding_window'])
+                        sliding_window=stream['sliding_window'],
+                        max_total_frames=max(images.shape[0], stream['num_scale_frames'] + 1))
     model.start_stream(cache, kv_dtype=dtype)
     keyframe, time_index = _schedule(images.shape[0], num_scale, stream['keyframe_interval'])
     images = images.to(dtype)

@@ -119,7 +119,7 @@ def _resized(rgb: np.ndarray, width: int | None) -> np.ndarray:
 
 
 def image_files(folder: str | Path) -> list[Path]:
-    """Image files of a folder in name order.
+    """List the image files of a folder in name order.
 
     Raises:
         ValueError: not a folder, or no image files in it.
@@ -161,7 +161,7 @@ def video_frames(path: str | Path, stride: int, max_frames: int | None,
 
 
 def video_fps(path: str | Path) -> float:
-    """Frame rate a video declares (0 when unknown).
+    """Return the frame rate a video declares (0 when unknown).
 
     Raises:
         ValueError: the file cannot be opened as a video.

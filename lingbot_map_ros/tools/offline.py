@@ -138,10 +138,11 @@ class OfflineRunner:
             The summary: frames read, poses, drops by reason, segments, timing.
         """
         limit = self._options.max_frames
+        if limit is not None:
+            total = limit if total is None else min(total, limit)
         start = time.perf_counter()
         num_read = 0
-        bar_total = min(total, limit) if total is not None and limit else total or limit
-        with tqdm(total=bar_total, desc='replay', unit='frame') as bar:
+        with tqdm(total=total, desc='replay', unit='frame') as bar:
             for raw in messages:
                 if limit is not None and num_read >= limit:
                     break
@@ -189,7 +190,9 @@ class OfflineRunner:
 
     def _drop(self, reason: str, detail: str) -> None:
         self._drops[reason] = self._drops.get(reason, 0) + 1
-        _LOG.debug('dropped frame (%s): %s', reason, detail)
+        # The first drop of each kind is worth seeing; the summary counts the rest.
+        level = logging.WARNING if self._drops[reason] == 1 else logging.DEBUG
+        _LOG.log(level, 'dropped frame (%s): %s', reason, detail)
 
     def _accept_stamp(self, stamp_ns: int) -> bool:
         last = self._last_stamp_ns
@@ -240,9 +243,9 @@ class OfflineRunner:
             self._poses.append(c2w)
             self._engine_ms.append(pred.timings_ms.get('total', 0.0))
             if pred.depth is not None:
-                self._save_depth(pred, c2w)
+                self._save_dense_outputs(pred, c2w)
 
-    def _save_depth(self, pred: FramePrediction, c2w: np.ndarray) -> None:
+    def _save_dense_outputs(self, pred: FramePrediction, c2w: np.ndarray) -> None:
         if self._options.save_depth:
             folder = self._out / 'depth'
             folder.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from typing import Any
 
 import rclpy
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 
 from lingbot_map_ros.ros.conversions import fill_stamp
@@ -61,6 +61,7 @@ class PlayOptions:
     """Longest wait for subscribers."""
 
     def __post_init__(self) -> None:
+        """Reject out-of-range values."""
         if self.rate <= 0:
             raise ValueError(f'--rate must be > 0, got {self.rate}')
         if self.clock_hz <= 0:
@@ -83,7 +84,7 @@ def message_class(msgtype: str) -> Any:
 
 def select_topics(topics: dict[str, bag_io.TopicInfo],
                   wanted: tuple[str, ...]) -> list[bag_io.TopicInfo]:
-    """The topics to play.
+    """Pick the topics to play.
 
     Raises:
         bag_io.BagError: a requested topic is not in the bag, or nothing to play.
@@ -128,7 +129,7 @@ class BagPlayer:
                       for t in self.topics}
         # Reliable /clock matches both reliable and best-effort clock subscriptions.
         self._clock_pub = node.create_publisher(
-            Clock, '/clock', QoSProfile(depth=1, durability=DurabilityPolicy.VOLATILE)) \
+            Clock, '/clock', QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)) \
             if options.clock else None
         self.num_published = 0
 

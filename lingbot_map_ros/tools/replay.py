@@ -42,16 +42,21 @@ DEFAULT_PARAMS = 'lingbot_map.yaml'
 
 
 def find_config(name: str) -> Path:
-    """Path of a parameter file shipped in the package's ``config/`` folder.
+    """Find a parameter file shipped in the package's ``config/`` folder.
 
     Looks in the source tree first (running from a checkout), then in the installed share folder
-    (``<prefix>/share/lingbot_map_ros/config``).
+    (``<python prefix>/share/lingbot_map_ros/config``, or the ament index of a colcon install).
 
     Raises:
         FileNotFoundError: the file is in neither place.
     """
     candidates = [Path(__file__).resolve().parents[2] / 'config' / name,
                   Path(sys.prefix) / 'share' / PACKAGE / 'config' / name]
+    try:  # a colcon install: the share folder is known to the ament index
+        from ament_index_python.packages import get_package_share_directory
+        candidates.append(Path(get_package_share_directory(PACKAGE)) / 'config' / name)
+    except (ImportError, LookupError, OSError):  # OSError: no AMENT_PREFIX_PATH
+        pass
     for path in candidates:
         if path.is_file():
             return path
@@ -188,7 +193,8 @@ def _add_run_parser(subparsers: argparse._SubParsersAction) -> None:
                    help='map axes of the output poses (default: frames.map_axes of the YAML)')
     p.add_argument('--gt', default=None, help='ground-truth TUM file: APE/RPE (needs evo)')
     p.add_argument('--depth', action='store_true',
-                   help='save depth maps as depth/<stamp_ns>.npy (turns stream.enable_depth on)')
+                   help='save depth/<stamp_ns>.npz per frame: depth, depth_conf, intrinsics, c2w '
+                        '(turns stream.enable_depth on)')
     p.add_argument('--ply', action='store_true',
                    help='save a coloured point cloud of the keyframes as cloud.ply')
     p.add_argument('--ply-stride', type=int, default=4,
@@ -201,9 +207,10 @@ def _add_run_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``lingbot_map_replay`` argument parser with its three subcommands."""
+    """Build the ``lingbot_map_replay`` argument parser with its three subcommands."""
     parser = argparse.ArgumentParser(
-        prog='lingbot_map_replay', description=__doc__.split('\n\n', 1)[0],
+        prog='lingbot_map_replay',
+        description='Run a rosbag2 bag through the engine offline, play it, or make one.',
         epilog='Run "lingbot_map_replay SUBCOMMAND --help" for the options of each.')
     parser.add_argument('--log-level', default='INFO',
                         choices=('DEBUG', 'INFO', 'WARNING', 'ERROR'), help='logging level')

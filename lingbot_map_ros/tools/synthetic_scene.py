@@ -61,6 +61,7 @@ class SceneConfig:
     """Render at this factor and downsample with area averaging (anti-aliasing)."""
 
     def __post_init__(self) -> None:
+        """Reject out-of-range values."""
         if self.width < 16 or self.height < 16:
             raise ValueError(f'scene size {self.width}x{self.height} must be at least 16x16')
         if self.num_frames < 1:
@@ -90,7 +91,7 @@ class SyntheticSequence:
 
 
 def pinhole_intrinsics(width: int, height: int, hfov_deg: float) -> np.ndarray:
-    """Pinhole matrix with square pixels and the principal point at the image centre.
+    """Return the pinhole matrix with square pixels and the principal point at the image centre.
 
     Args:
         width: image width in pixels.
@@ -105,7 +106,7 @@ def pinhole_intrinsics(width: int, height: int, hfov_deg: float) -> np.ndarray:
 
 
 def camera_path(num_frames: int) -> np.ndarray:
-    """Camera-to-room transforms of the loop, optical axes.
+    """Return the camera-to-room transforms of the loop, optical axes.
 
     Args:
         num_frames: number of poses, evenly spaced in the loop parameter.

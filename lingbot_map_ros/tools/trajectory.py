@@ -129,7 +129,7 @@ def associate(est: Trajectory, ref: Trajectory,
 
 
 def align_sim3(src: np.ndarray, dst: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-    """Least-squares similarity ``dst ~ s * R @ src + t`` (Umeyama 1991).
+    """Fit the least-squares similarity ``dst ~ s * R @ src + t`` (Umeyama 1991).
 
     Args:
         src: [N, 3] points to move (N >= 3, not all collinear for a unique rotation).
@@ -152,7 +152,7 @@ def align_sim3(src: np.ndarray, dst: np.ndarray) -> tuple[float, np.ndarray, np.
 
 
 def evaluate(est_path: str | Path, ref_path: str | Path) -> dict[str, Any] | None:
-    """APE and RPE (translation, after a Sim(3) alignment) with ``evo``.
+    """Compute APE and RPE (translation, after a Sim(3) alignment) with ``evo``.
 
     Args:
         est_path: estimated TUM file.

@@ -313,8 +313,9 @@ def test_upstream_flags_and_bad_arguments():
         _manager(backend='dense')
     with pytest.raises(ValueError, match='needs a CUDA device'):
         _manager(backend='flashinfer')
-    with pytest.raises(ValueError, match="force_fp32=True means backend 'reference'"):
-        _manager(force_fp32=True)
+    with pytest.raises(ValueError, match="backend 'flashinfer'"):
+        FlashInferKVCacheManager(1, 0, 30, 1, 2, torch.bfloat16, 'cuda', force_fp32=True,
+                                 backend='flashinfer')
 
 
 def test_force_fp32_is_the_reference_backend_in_float32():
@@ -322,6 +323,11 @@ def test_force_fp32_is_the_reference_backend_in_float32():
     assert (manager.backend_name, manager.dtype) == ('reference', torch.float32)
     manager = FlashInferKVCacheManager(1, 0, 30, 1, 2, 'float64', 'cpu', force_fp32=True)
     assert manager.dtype == torch.float64
-    stats = manager.get_cache_stats()
-    assert stats['kv_bytes'] == manager.kv_bytes == \
-        2 * (8 + 64 + 1 + -(-2048 * 6 // 24)) * 24 * 1 * 2 * 8
+    # K and V x (8 + 64 + 1 patch pages + ceil(2048 * 6 / 24) special pages) x 24 tokens
+    # x 1 head x 2 dims x 8 bytes.
+    assert manager.get_cache_stats()['kv_bytes'] == manager.kv_bytes == \
+        2 * (8 + 64 + 1 + 512) * 24 * 1 * 2 * 8
+    # An explicit backend wins; force_fp32 still keeps the storage float32.
+    manager = FlashInferKVCacheManager(1, 0, 30, 1, 2, torch.bfloat16, 'cpu', force_fp32=True,
+                                       backend='sdpa')
+    assert (manager.backend_name, manager.dtype) == ('sdpa', torch.float32)

@@ -23,9 +23,10 @@ pytestmark = [
 ]
 
 HEADS, HEAD_DIM, SPECIALS = 16, 64, 6
-# bf16 storage; FlashInfer and SDPA round P to bf16 in P @ V and the output to bf16. Observed
-# max error on an H200 was about 1e-3 at these shapes.
-ATOL = 4e-3
+# bf16 storage; FlashInfer and SDPA round P to bf16 in P @ V and the output to bf16. On an H200
+# (FlashInfer 0.6.8 fa2/fa3, torch 2.11 cuDNN SDPA) the largest error was 2.7e-3 for outputs up
+# to 0.27; leaving out one frame's tokens changes outputs by far more than 1e-2.
+ATOL = 1e-2
 
 
 def _managers(page_size: int, num_blocks: int, backends=('flashinfer', 'sdpa', 'reference')):

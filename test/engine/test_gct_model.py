@@ -30,7 +30,7 @@ def _state(config: ModelConfig, seed: int) -> dict[str, torch.Tensor]:
 
 
 def _model(seed: int = 0, **overrides) -> LingbotMapModel:
-    config = ModelConfig.preset('tiny', **overrides)
+    config = ModelConfig.from_preset('tiny', **overrides)
     model = LingbotMapModel(config).eval()
     load_weights(model, _state(config, seed))
     return model

@@ -1,6 +1,7 @@
 """Golden parity: the whole streaming model vs the upstream float64 reference (sets A and B).
 
-Run: ``python -m pytest -m slow test/engine/test_golden_parity.py`` from the repository root.
+Run: ``python -m pytest test/engine/test_golden_parity.py`` from the repository root (add
+``-m 'not slow'`` for the fast checks of the comparison and the schedule only).
 Needs ``../shared/golden`` beside the repository, about 5 GB of RAM (the full model in float32,
 built once for both sets) and a few minutes on 2 CPU cores. It calls the same code as
 ``lingbot_map_golden`` (``tools/golden.py: run_golden``).
@@ -12,10 +13,8 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from lingbot_map_ros.tools.golden import (build_golden_model, DTYPES, model_config_from_json,
-                                          run_golden)
-
-pytestmark = pytest.mark.slow
+from lingbot_map_ros.tools.golden import (build_golden_model, compare, DTYPES,
+                                          model_config_from_json, run_golden)
 
 GOLDEN = Path(__file__).resolve().parents[2] / '..' / 'shared' / 'golden'
 SETS = ('A', 'B')
@@ -39,6 +38,7 @@ def golden_model():
     del model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name,backend', [('A', 'reference'), ('B', 'reference'), ('B', 'sdpa')])
 def test_stream_matches_reference(golden_model, name, backend):
     report = run_golden(GOLDEN / f'stream_{name}.safetensors', dtype='float32', backend=backend,
@@ -70,3 +70,26 @@ def test_golden_schedule_follows_keyframe_rule(name):
     assert ref['time_index'].tolist() == times
     if name == 'B':  # README table: a non-keyframe shares the next keyframe's index
         assert times == [0, 1, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7]
+
+
+def test_compare_flags_errors_beyond_tolerance():
+    # The reference compared with itself passes; a perturbation of 2x the tolerance fails.
+    if not (GOLDEN / 'stream_B.safetensors').is_file():
+        pytest.skip(f'{GOLDEN} not found')
+    ref = load_file(str(GOLDEN / 'stream_B.safetensors'))
+    meta = _meta('B')
+    schedule = [dict(s['cache_after_call'],
+                     attended_keys_global_block=s['attended_keys_global_block'])
+                for s in meta['schedule']]
+    result = {'pose_enc': ref['pose_enc'].clone(), 'pose_enc_iters': ref['pose_enc_iters'],
+              'depth': ref['depth'], 'depth_conf': ref['depth_conf'],
+              'dino': ref['dino_patch_tokens'], 'taps': ref['taps'].clone(),
+              'keyframe_mask': ref['keyframe_mask'].tolist(),
+              'time_index': ref['time_index'].tolist(), 'schedule': schedule}
+    assert all(c['pass'] for c in compare(result, ref, meta).values())
+    result['pose_enc'][5, 2] += 2 * meta['tolerances']['pose_enc']['atol']
+    result['taps'][1, 2, 3, 4] -= 2 * meta['tolerances']['taps']['atol_per_layer']['17']
+    result['time_index'][7] += 1
+    result['schedule'][9] = dict(schedule[9], attended_keys_global_block=162)
+    failed = {k for k, c in compare(result, ref, meta).items() if not c['pass']}
+    assert failed == {'pose_enc', 'taps_layer17', 'time_index', 'cache_schedule'}

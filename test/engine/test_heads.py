@@ -123,7 +123,7 @@ def test_camera_head_takes_full_tap(official_camera: CameraHead, stream_a: tuple
 
 
 def _tiny_camera_head(dtype: torch.dtype = torch.float64) -> CameraHead:
-    head = CameraHead.from_config(ModelConfig.preset('tiny'))
+    head = CameraHead.from_config(ModelConfig.from_preset('tiny'))
     _load_golden(head, 'camera_head.', salt=7)
     return head.to(dtype).eval()
 
@@ -210,7 +210,7 @@ def test_camera_cache_reset_and_errors() -> None:
 def test_heads_ignore_caller_autocast() -> None:
     torch.manual_seed(1)
     camera = _tiny_camera_head(torch.float32)
-    dpt = DPTHead.from_config(ModelConfig.preset('tiny'))
+    dpt = DPTHead.from_config(ModelConfig.from_preset('tiny'))
     _load_golden(dpt, 'depth_head.', salt=7)
     taps = [torch.randn(2, 6 + 2 * 3, 256) for _ in range(4)]
     with torch.inference_mode():
@@ -225,7 +225,7 @@ def test_heads_ignore_caller_autocast() -> None:
 
 def test_dpt_chunking_and_input_checks() -> None:
     torch.manual_seed(2)
-    dpt = DPTHead.from_config(ModelConfig.preset('tiny'))
+    dpt = DPTHead.from_config(ModelConfig.from_preset('tiny'))
     _load_golden(dpt, 'depth_head.', salt=3)
     dpt = dpt.double().eval()
     taps = [torch.randn(5, 6 + 3 * 2, 256, dtype=torch.float64) for _ in range(4)]

@@ -18,7 +18,7 @@ from lingbot_map_ros.tools.convert import convert, main as convert_main
 
 
 def _tiny() -> LingbotMapModel:
-    return LingbotMapModel(ModelConfig.preset('tiny'))
+    return LingbotMapModel(ModelConfig.from_preset('tiny'))
 
 
 @pytest.fixture(scope='module')

@@ -105,16 +105,29 @@ class Probe(Node):
         self.depths: list[Image] = []
         self.diagnostics: list[DiagnosticArray] = []
         prefix = 'lingbot_map/'
-        for msg_type, topic, store in ((PoseStamped, 'pose', self.poses),
-                                       (Odometry, 'odometry', self.odometry),
-                                       (Path, 'path', self.paths),
-                                       (PointCloud2, 'cloud', self.clouds),
-                                       (Image, 'depth', self.depths)):
-            self.create_subscription(msg_type, prefix + topic, self._recorder(store), reliable)
+        outputs = ((PoseStamped, 'pose', self.poses), (Odometry, 'odometry', self.odometry),
+                   (Path, 'path', self.paths), (PointCloud2, 'cloud', self.clouds),
+                   (Image, 'depth', self.depths))
+        self.subs = [self.create_subscription(msg_type, prefix + topic, self._recorder(store),
+                                              reliable)
+                     for msg_type, topic, store in outputs]
         self.create_subscription(DiagnosticArray, '/diagnostics',
                                  self._recorder(self.diagnostics), reliable)
         self.reset_client = self.create_client(Trigger, prefix + 'reset')
         self.param_client = self.create_client(SetParameters, prefix + 'set_parameters')
+
+    def wait_matched(self, node: Node, timeout_s: float = 30.0) -> None:
+        """Wait until images reach ``node`` and its outputs reach us, both ways matched.
+
+        A publisher can see a subscription before that subscription has matched the publisher;
+        frames sent in between are lost, so both ends are checked.
+        """
+        image_subs = [s for s in node.subscriptions if s.topic_name.endswith(
+            self.image_pub.topic_name.rsplit('/', 1)[-1])]
+        wait_for(lambda: self.image_pub.get_subscription_count() > 0 and
+                 all(s.get_publisher_count() > 0 for s in image_subs) and
+                 all(s.get_publisher_count() > 0 for s in self.subs[:3]),
+                 timeout_s, 'publisher/subscription matching')
 
     def _recorder(self, store: list) -> Callable[[Any], None]:
         def record(msg: Any) -> None:

@@ -8,13 +8,19 @@ cache counters in the diagnostics, the drop counters by reason, the refusal reas
 """
 
 import itertools
+import os
+from pathlib import Path
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from rclpy.parameter import Parameter
 from std_srvs.srv import Trigger
 
-from lingbot_map_ros.ros.node import LingbotMapNode
+from lingbot_map_ros.engine import errors
+from lingbot_map_ros.ros.node import LingbotMapNode, main
 from node_harness import Graph, image_msg, jpeg_msg, Probe, stamp_ns, make_image, TINY_CPU
 from node_harness import wait_for
 
@@ -42,13 +48,14 @@ def start(graph, **overrides):
         parameter_overrides=[Parameter(k, value=v) for k, v in values.items()]))
     probe = graph.add(Probe(graph.context, namespace,
                             compressed=values.get('input.transport') == 'compressed'))
-    wait_for(lambda: probe.image_pub.get_subscription_count() > 0, _TIMEOUT_S, 'discovery')
+    probe.wait_matched(node)
     return node, probe
 
 
 def bag(**overrides):
     """Overrides for bag mode: every frame processed, in order (deterministic tests)."""
-    return {'input__queue_mode': 'bag', 'input__qos__reliability': 'reliable', **overrides}
+    return {'input__queue_mode': 'bag', 'input__qos__reliability': 'reliable',
+            'input__qos__depth': 100, **overrides}
 
 
 def publish(probe, msgs):
@@ -234,3 +241,125 @@ def test_parameter_changes_are_validated(graph):
     results = probe.set_params(stream__enable_depth=True, publish__cloud=True)
     assert all(r.successful for r in results), results
     graph.remove(node)
+
+
+def test_live_mode_keeps_the_newest_frame(graph):
+    node, probe = start(graph)
+    sent = stamps(30.0, 20, step_s=0.01)
+    publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(sent)])
+    wait_for(lambda: probe.poses and stamp_ns(probe.poses[-1]) == sent[-1], _TIMEOUT_S,
+             'the newest frame to come out')
+    level, _, values = wait_status(
+        probe, node, 'input', lambda lvl, msg, v: int(v['received_total']) > 0 and
+        int(v.get('drops.queue_overflow', 0)) > 0, 'queue overflow counted')
+    received = int(values['received_total'])
+    assert probe.count(probe.poses) + int(values['drops.queue_overflow']) == received
+    # Keeping only the newest frame is the live policy, not a fault: no WARN for it.
+    assert not any(s.level != b'\x00' and s.name.endswith(': input') and 'dropped' in s.message
+                   for a in probe.diagnostics for s in a.status)
+    graph.remove(node)
+
+
+def test_depth_and_cloud_outputs(graph):
+    node, probe = start(graph, **bag(stream__enable_depth=True, publish__depth=True,
+                                     publish__cloud=True, publish__cloud_stride=4))
+    sent = stamps(40.0, 4)
+    publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(sent)])
+    wait_for(lambda: probe.count(probe.clouds) >= 4 and probe.count(probe.depths) >= 4,
+             _TIMEOUT_S, 'depth and clouds')
+    depth = probe.depths[-1]
+    assert (depth.encoding, depth.height, depth.width, depth.step) == ('32FC1', 84, 112, 448)
+    assert depth.header.frame_id == 'cam_optical' and stamp_ns(depth) == sent[-1]
+    values = np.frombuffer(bytes(depth.data), '<f4')
+    assert values.size == 84 * 112 and np.all(np.isfinite(values))
+    cloud = probe.clouds[-1]
+    assert cloud.header.frame_id == 'map' and stamp_ns(cloud) == sent[-1]
+    assert [f.name for f in cloud.fields] == ['x', 'y', 'z', 'rgb']
+    assert 0 < cloud.width <= 21 * 28 and len(cloud.data) == 16 * cloud.width
+    xyz = np.frombuffer(bytes(cloud.data), '<f4').reshape(-1, 4)[:, :3]
+    assert np.all(np.isfinite(xyz))
+    graph.remove(node)
+
+
+@pytest.mark.parametrize('limit,reason', [({'model__max_frame_num': 6}, 'time_index_limit'),
+                                          ({'cache__max_total_frames': 6}, 'cache_full')])
+def test_session_limits_reset_automatically(graph, limit, reason):
+    node, probe = start(graph, **bag(**limit))
+    sent = stamps(60.0, 10)
+    publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(sent)])
+    # 6 frames fill the session; the 7th resets it and starts the next map with 4 frames.
+    wait_poses(probe, 10)
+    assert [stamp_ns(p) for p in probe.poses] == sent
+    _, msg, values = wait_status(probe, node, 'engine',
+                                 lambda lvl, m, v: v.get(f'resets.{reason}') == '1', reason)
+    assert any(s.level == b'\x01' and reason in s.message
+               for a in probe.diagnostics for s in a.status)
+    wait_for(lambda: len(probe.paths[-1].poses) == 4, _TIMEOUT_S, 'path restarted')
+    graph.remove(node)
+
+
+def test_resolution_change_nan_pose_and_engine_errors_reset(graph, monkeypatch):
+    node, probe = start(graph, **bag())
+    publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(stamps(70.0, 4))])
+    wait_poses(probe, 4)
+    # The camera switches resolution: a new map at the new size.
+    publish(probe, [image_msg(make_image(i, 120, 80), t)
+                    for i, t in enumerate(stamps(71.0, 3))])
+    wait_poses(probe, 7)
+    real_step = node._session.step
+    failures = [errors.NonFiniteOutputError('pose is NaN'), RuntimeError('CUDA went away')]
+
+    def failing_step(image, stamp):
+        if failures:
+            raise failures.pop(0)
+        return real_step(image, stamp)
+    monkeypatch.setattr(node._session, 'step', failing_step)
+    sent = stamps(72.0, 5)
+    publish(probe, [image_msg(make_image(i, 120, 80), t) for i, t in enumerate(sent)])
+    wait_for(lambda: stamp_ns(probe.poses[-1]) == sent[-1], _TIMEOUT_S, 'recovery')
+    _, _, values = wait_status(probe, node, 'engine',
+                               lambda lvl, m, v: v.get('resets.engine_error') == '1',
+                               'engine error reset')
+    assert values['resets.resolution_changed'] == values['resets.nan_pose'] == '1'
+    assert values['errors_total'] == '1'
+    assert any(s.level == b'\x02' and 'CUDA went away' in s.message
+               for a in probe.diagnostics for s in a.status)
+    graph.remove(node)
+
+
+def test_no_weights_refuses_to_start(graph):
+    overrides = {**TINY_CPU, 'allow_random_weights': False}
+    with pytest.raises(ValueError, match="parameter 'weights' is empty"):
+        LingbotMapNode(context=graph.context, namespace='/noweights',
+                       parameter_overrides=[Parameter(k, value=v)
+                                            for k, v in overrides.items()])
+    assert main(['lingbot_map_node', '--ros-args', '-r', '__ns:=/noweights_main']) == 1
+
+
+def test_module_entry_point_with_the_demo_file_runs_and_stops_on_sigint(graph):
+    """``python -m lingbot_map_ros.ros.node`` with config/demo_tiny_cpu.yaml, as a process."""
+    params_file = Path(__file__).resolve().parents[2] / 'config' / 'demo_tiny_cpu.yaml'
+    env = dict(os.environ, OMP_NUM_THREADS='1')
+    proc = subprocess.Popen(
+        [sys.executable, '-m', 'lingbot_map_ros.ros.node', '--ros-args', '--params-file',
+         str(params_file), '-r', '__ns:=/proc', '-p', 'input.queue_mode:=bag', '-p',
+         'input.qos.reliability:=reliable', '-p', 'input.qos.depth:=50'],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        probe = graph.add(Probe(graph.context, '/proc'))
+        wait_for(lambda: probe.image_pub.get_subscription_count() > 0 and
+                 all(s.get_publisher_count() > 0 for s in probe.subs[:3]), _TIMEOUT_S,
+                 'the node process')
+        sent = stamps(5.0, 6)
+        publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(sent)])
+        wait_poses(probe, 6)
+        assert [stamp_ns(p) for p in probe.poses] == sent
+        wait_for(lambda: probe.status('/proc/lingbot_map', 'cache'), _TIMEOUT_S, 'diagnostics')
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, output
+    assert 'RANDOM weights' in output and 'Traceback' not in output

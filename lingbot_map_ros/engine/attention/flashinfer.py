@@ -42,8 +42,8 @@ def import_flashinfer() -> Any:
         import flashinfer
     except ImportError as exc:
         raise ImportError(
-            "attention backend 'flashinfer' needs FlashInfer (CUDA only): "
-            "pip install flashinfer-python (see https://docs.flashinfer.ai/installation.html); "
+            "attention backend 'flashinfer' needs FlashInfer (CUDA only): pip install "
+            'flashinfer-python (see https://docs.flashinfer.ai/installation.html); '
             "or choose backend 'sdpa'") from exc
     return flashinfer
 

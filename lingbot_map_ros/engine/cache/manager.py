@@ -46,14 +46,15 @@ def _resolve_backend(backend: str | None, force_fp32: bool,
         if not isinstance(getattr(torch, name, None), torch.dtype):
             raise ValueError(f"dtype='{dtype}' is not a torch dtype name")
         dtype = getattr(torch, name)
-    if force_fp32:
-        if backend not in (None, 'reference'):
-            raise ValueError(f"force_fp32=True means backend 'reference', got '{backend}'")
-        return 'reference', torch.float64 if dtype == torch.float64 else torch.float32
     if backend is None:
-        backend = 'flashinfer'
+        backend = 'reference' if force_fp32 else 'flashinfer'
     if backend not in BACKEND_NAMES:
         raise ValueError(f"backend='{backend}' is not one of {', '.join(BACKEND_NAMES)}")
+    if force_fp32:
+        if backend == 'flashinfer':
+            raise ValueError("force_fp32=True keeps float32 storage, which backend 'flashinfer'"
+                             " cannot read; use backend 'reference' (the default then) or 'sdpa'")
+        return backend, torch.float64 if dtype == torch.float64 else torch.float32
     return backend, dtype
 
 
@@ -74,7 +75,8 @@ class FlashInferKVCacheManager:
         scale_frames: ``N_s``, the first frames, pinned forever.
         sliding_window: ``W``, keyframes after the scale frames that keep their patches.
         max_total_frames: Capacity of the special stream, in frames.
-        force_fp32: Store float32 (float64 stays float64) and use backend 'reference'.
+        force_fp32: Store float32 (float64 stays float64); the default backend is then
+            'reference' (upstream's float32 gather + SDPA path).
         backend: 'flashinfer' (default), 'sdpa' or 'reference'.
 
     Raises:
@@ -98,6 +100,9 @@ class FlashInferKVCacheManager:
         self.num_heads = num_heads
         self.head_dim = head_dim
         self.num_special_tokens = num_special_tokens
+        self.scale_frames = scale_frames
+        self.sliding_window = sliding_window
+        self.max_total_frames = max_total_frames
         self.page_size = tokens_per_frame - num_special_tokens
         self.device = torch.device(device)
         self.backend_name, self.dtype = _resolve_backend(backend, force_fp32, dtype)
@@ -112,10 +117,10 @@ class FlashInferKVCacheManager:
                                   head_dim, num_special_tokens, self.dtype, self.device)
         self._log = StepLog(num_blocks, self._table.layout)
         self._frame_shape = (tokens_per_frame, num_heads, head_dim)
+        # Upstream's flags: a non-keyframe is running (read by upstream's blocks), and its
+        # eviction is deferred (append_frame then refuses keyframe=True).
         self.skip_append = False
-        """Upstream's flag: the model is running a non-keyframe (read by upstream blocks)."""
         self.defer_eviction = False
-        """Upstream's flag: set while a non-keyframe is in flight (forbids keyframe=True)."""
 
     # Upstream block code reads and writes these private names on the manager.
     @property
@@ -133,21 +138,6 @@ class FlashInferKVCacheManager:
     @_defer_eviction.setter
     def _defer_eviction(self, value: bool) -> None:
         self.defer_eviction = value
-
-    @property
-    def scale_frames(self) -> int:
-        """``N_s``: frames pinned forever."""
-        return self._table.scale_frames
-
-    @property
-    def sliding_window(self) -> int:
-        """``W``: keyframes after the scale frames that keep their patches."""
-        return self._table.sliding_window
-
-    @property
-    def max_total_frames(self) -> int:
-        """Capacity of the special stream, in frames."""
-        return self._table.max_total_frames
 
     @property
     def page_table(self) -> TwoStreamPageTable:
@@ -182,7 +172,6 @@ class FlashInferKVCacheManager:
             CacheStateError: a call out of order with the other blocks, or more frames in
                 flight than the spare page allows.
         """
-        self._check_block(block_idx)
         if k.shape != self._frame_shape or v.shape != self._frame_shape:
             raise ValueError(f'append_frame(block {block_idx}): k {tuple(k.shape)} and v '
                              f'{tuple(v.shape)} must be [P, H, D] = {self._frame_shape}')
@@ -191,7 +180,8 @@ class FlashInferKVCacheManager:
                              'defer_eviction is set (a non-keyframe is in flight)')
         logged = self._advance(block_idx, 'append', bool(keyframe))
         self._storage.write(block_idx, logged.index, k, v)
-        self._move_pages(block_idx, logged)
+        if logged.step.moves:
+            self._move_pages(block_idx, logged)
 
     def evict_frames(self, block_idx: int, scale_frames: int | None = None,
                      sliding_window: int | None = None, cross_frame_special: bool = True,
@@ -215,7 +205,6 @@ class FlashInferKVCacheManager:
             ValueError: bad ``block_idx`` or an argument that asks for other semantics.
             CacheStateError: a call out of order with the other blocks.
         """
-        self._check_block(block_idx)
         if scale_frames not in (None, self.scale_frames) \
                 or sliding_window not in (None, self.sliding_window):
             raise ValueError(f'evict_frames(scale_frames={scale_frames}, sliding_window='
@@ -225,7 +214,9 @@ class FlashInferKVCacheManager:
             raise ValueError('evict_frames: only cross_frame_special=True, include_scale_frames'
                              f'=True, camera_only=False are supported, got {cross_frame_special}'
                              f', {include_scale_frames}, {camera_only}')
-        self._move_pages(block_idx, self._advance(block_idx, 'evict'))
+        logged = self._advance(block_idx, 'evict')
+        if logged.step.moves:
+            self._move_pages(block_idx, logged)
 
     def rollback_last_frame(self, block_idx: int) -> None:
         """Drop the newest frame: its patch page and its specials (the stream goes back).
@@ -234,8 +225,9 @@ class FlashInferKVCacheManager:
             ValueError: bad ``block_idx``.
             CacheStateError: no frame is cached, or a call out of order with the other blocks.
         """
-        self._check_block(block_idx)
-        self._move_pages(block_idx, self._advance(block_idx, 'rollback'))
+        logged = self._advance(block_idx, 'rollback')
+        if logged.step.moves:
+            self._move_pages(block_idx, logged)
 
     def compute_attention(self, block_idx: int, q: torch.Tensor) -> torch.Tensor:
         """Attend queries ``q: [Q, H, D]`` to the block's visible cached tokens.
@@ -282,16 +274,16 @@ class FlashInferKVCacheManager:
         return self._table.remaining_frames()
 
     def layout(self, block_idx: int = 0) -> PageLayout:
-        """The block's visible pages (scale -> window -> special) as a frozen snapshot."""
+        """Return the block's visible pages (scale -> window -> special) as a frozen snapshot."""
         self._check_block(block_idx)
         return self._log.layout(block_idx)
 
     def build_visible_page_table(self, block_idx: int = 0) -> list[int]:
-        """Visible page ids of the block: scale pages, window pages, then special pages."""
+        """Return the block's visible page ids: scale pages, window pages, then special pages."""
         return list(self.layout(block_idx).page_ids)
 
     def compute_last_page_len(self, block_idx: int = 0) -> int:
-        """Valid tokens in the block's last visible page (a partly filled special page)."""
+        """Return the valid tokens in the block's last visible page (a partly filled one)."""
         return self.layout(block_idx).last_page_len
 
     def get_cache_stats(self, block_idx: int = 0) -> dict[str, Any]:
@@ -335,8 +327,10 @@ class FlashInferKVCacheManager:
 
     def _advance(self, block_idx: int, kind: StepKind, keyframe: bool = True) -> LoggedStep:
         """Lead a new table step or replay the recorded one; returns it."""
+        self._check_block(block_idx)
         if not self._log.leads(block_idx):
             return self._log.follow(block_idx, kind, keyframe)
+        self._log.reserve(block_idx)
         if kind == 'append':
             step = self._table.append(keyframe)
             index = self._storage.frame_index(step.patch_page, step.special_start)

@@ -68,7 +68,7 @@ class StepLog:
         self._steps: list[LoggedStep] = []
 
     def position(self, block_idx: int) -> int:
-        """Number of steps ``block_idx`` has done since the last reset."""
+        """Return how many steps ``block_idx`` has done since the last reset."""
         return self._positions[block_idx]
 
     def leads(self, block_idx: int) -> bool:
@@ -80,8 +80,10 @@ class StepLog:
         done = self._positions[block_idx] - self._base
         return self._steps[done - 1].step.layout if done else self._base_layout
 
-    def record(self, block_idx: int, logged: LoggedStep) -> None:
-        """Append the step the leading ``block_idx`` just made and move it past it.
+    def reserve(self, block_idx: int) -> None:
+        """Make room for the step the leading ``block_idx`` is about to make.
+
+        Called before the page table changes, so a refusal leaves table and log in step.
 
         Raises:
             CacheStateError: some block trails by ``MAX_LAG_STEPS`` steps.
@@ -97,6 +99,9 @@ class StepLog:
                 f'block {lagging} is at cache step {self._positions[lagging]} while block '
                 f'{block_idx} is at step {self._head}: every block must make the same '
                 'append/evict/rollback calls for each frame')
+
+    def record(self, block_idx: int, logged: LoggedStep) -> None:
+        """Append the step the leading ``block_idx`` just made (after ``reserve``)."""
         self._steps.append(logged)
         self._head += 1
         self._positions[block_idx] = self._head

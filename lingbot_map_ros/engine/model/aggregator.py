@@ -133,9 +133,13 @@ class Aggregator(nn.Module):
 
     def _ensure_cache(self, tokens_per_frame: int, device: torch.device) -> None:
         cache = self._cache
-        if cache is not None and cache.tokens_per_frame == tokens_per_frame:
+        if cache is not None and cache.tokens_per_frame == tokens_per_frame \
+                and cache.device == device:
             return
         if cache is not None and self._cache_used:
+            if cache.device != device:
+                raise CacheStateError(f'frame on {device} but the cache holds frames on '
+                                      f'{cache.device}; reset the stream first')
             raise ResolutionChangedError(
                 f'frame has {tokens_per_frame} tokens but the cache holds frames of '
                 f'{cache.tokens_per_frame}; reset the stream to change resolution')
@@ -261,7 +265,8 @@ class Aggregator(nn.Module):
             ValueError: bad mode, frame count or time index.
             TimeIndexLimitError: a time index at or past ``max_frame_num``.
             CachePoolExhaustedError: no room for another keyframe.
-            CacheStateError: scale pass on a used cache, or a frame before the scale pass.
+            CacheStateError: scale pass on a used cache, a frame before the scale pass, or a
+                frame on another device than the cached ones.
             ResolutionChangedError: the frame size differs from the cached frames'.
         """
         h, w = self._check_images(images)

@@ -1,0 +1,147 @@
+"""StreamingSession with the tiny random-weight model on CPU: phases, schedule, limits, reset.
+
+Run: ``python -m pytest test/engine/test_pipeline.py`` (about 10 s on 2 cores).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lingbot_map_ros.config import EngineConfig
+from lingbot_map_ros.engine.errors import (CachePoolExhaustedError, InvalidFrameError,
+                                           ResolutionChangedError, SessionLimitError,
+                                           TimeIndexLimitError)
+from lingbot_map_ros.engine.pipeline import StreamingSession
+
+N_S = 3
+WINDOW = 4
+
+
+def _config(**overrides) -> EngineConfig:
+    values = {'model.preset': 'tiny', 'stream.device': 'cpu', 'stream.image_width': 112,
+              'cache.backend': 'sdpa', 'cache.scale_frames': N_S,
+              'cache.sliding_window': WINDOW}
+    values.update(overrides)
+    return EngineConfig.from_flat(values)
+
+
+def _frames(count: int, height: int = 64, width: int = 128, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for _ in range(count)]
+
+
+def _run(session: StreamingSession, frames: list[np.ndarray]) -> list:
+    preds = []
+    for i, frame in enumerate(frames):
+        preds.extend(session.step(frame, stamp_ns=1_000 + i))
+    return preds
+
+
+def test_weights_are_required_unless_random_is_asked_for():
+    with pytest.raises(ValueError, match='no weights'):
+        StreamingSession(_config())
+
+
+def test_scale_phase_then_streaming_schedule():
+    session = StreamingSession(_config(**{'stream.keyframe_interval': 2}),
+                               allow_random_weights=True)
+    frames = _frames(N_S + 6)
+    outputs = [session.step(f, stamp_ns=100 + i) for i, f in enumerate(frames)]
+    # The first N_s - 1 calls buffer; the N_s-th returns all scale predictions at once.
+    assert [len(o) for o in outputs] == [0] * (N_S - 1) + [N_S] + [1] * 6
+    preds = [p for o in outputs for p in o]
+    assert [p.stamp_ns for p in preds] == [100 + i for i in range(N_S + 6)]
+    assert [p.frame_index for p in preds] == list(range(N_S + 6))
+    # K=2: streaming frame i is a keyframe iff (i - N_s) % 2 == 0; the time index counts
+    # keyframes cached before the frame, so a non-keyframe shares the next keyframe's index.
+    assert [p.role for p in preds] == ['scale'] * N_S + ['keyframe', 'non-keyframe'] * 3
+    assert [p.time_index for p in preds] == [0, 1, 2, 3, 4, 4, 5, 5, 6]
+    stats = session.stats()
+    assert stats['keyframes'] == N_S + 3 and stats['frames_out'] == N_S + 6
+    assert stats['cache']['frame_count'] == N_S + 3
+    assert stats['cache']['live_pages'] == min(3, WINDOW)
+    for pred in preds:
+        rot = pred.c2w[:3, :3]
+        np.testing.assert_allclose(rot @ rot.T, np.eye(3), atol=1e-9)
+        assert pred.image_size_hw == (56, 112) and pred.original_size_hw == (64, 128)
+
+
+def test_window_caps_live_pages_and_specials_grow():
+    session = StreamingSession(_config(), allow_random_weights=True)
+    _run(session, _frames(N_S + WINDOW + 5))
+    cache = session.stats()['cache']
+    assert cache['scale_pages'] == N_S
+    assert cache['live_pages'] == WINDOW
+    assert cache['frame_count'] == N_S + WINDOW + 5
+    assert cache['special_tokens'] == 6 * (N_S + WINDOW + 5)
+
+
+def test_same_seed_same_poses_and_reset_restarts_identically():
+    frames = _frames(N_S + 3)
+    first = StreamingSession(_config(), allow_random_weights=True, seed=7)
+    second = StreamingSession(_config(), allow_random_weights=True, seed=7)
+    a, b = _run(first, frames), _run(second, frames)
+    np.testing.assert_array_equal(np.stack([p.pose_enc for p in a]),
+                                  np.stack([p.pose_enc for p in b]))
+    cleared = first.reset()
+    assert cleared == {'frames': N_S + 3, 'keyframes': N_S + 3, 'pending_frames': 0}
+    assert first.stats()['cache']['frame_count'] == 0
+    again = _run(first, frames)
+    np.testing.assert_allclose(np.stack([p.pose_enc for p in again]),
+                               np.stack([p.pose_enc for p in a]), atol=1e-6)
+    other_seed = _run(StreamingSession(_config(), allow_random_weights=True, seed=8), frames)
+    assert np.abs(other_seed[0].pose_enc - a[0].pose_enc).max() > 1e-3
+
+
+def test_time_index_limit_raises_before_touching_the_cache():
+    session = StreamingSession(_config(**{'model.max_frame_num': N_S + 2}),
+                               allow_random_weights=True)
+    preds = _run(session, _frames(N_S + 2))
+    assert preds[-1].time_index == N_S + 1
+    before = session.stats()
+    with pytest.raises(TimeIndexLimitError, match='max_frame_num'):
+        session.step(_frames(1, seed=3)[0], stamp_ns=99)
+    after = session.stats()
+    assert after['frames_in'] == before['frames_in']
+    assert after['cache']['frame_count'] == before['cache']['frame_count']
+    session.reset()
+    assert len(_run(session, _frames(N_S))) == N_S
+
+
+def test_pool_exhaustion_is_a_typed_error_naming_the_capacity():
+    session = StreamingSession(_config(**{'cache.max_total_frames': N_S + 2}),
+                               allow_random_weights=True)
+    _run(session, _frames(N_S + 2))
+    with pytest.raises(CachePoolExhaustedError, match='max_total_frames') as err:
+        session.step(_frames(1, seed=4)[0], stamp_ns=5)
+    assert isinstance(err.value, SessionLimitError)
+
+
+def test_bad_frames_and_resolution_changes_leave_the_session_usable():
+    session = StreamingSession(_config(), allow_random_weights=True)
+    _run(session, _frames(N_S))
+    for bad in (np.zeros((0, 5, 3), np.uint8), np.zeros((64, 128, 3), np.float32),
+                np.zeros((64, 128, 2), np.uint8)):
+        with pytest.raises(InvalidFrameError):
+            session.step(bad, stamp_ns=1)
+    with pytest.raises(ResolutionChangedError):
+        session.step(_frames(1, height=128)[0], stamp_ns=2)
+    assert session.stats()['frames_in'] == N_S
+    assert len(session.step(_frames(1)[0], stamp_ns=3)) == 1
+
+
+def test_flush_runs_a_short_scale_phase_and_depth_comes_out():
+    session = StreamingSession(_config(**{'stream.enable_depth': True}),
+                               allow_random_weights=True)
+    assert session.step(_frames(1)[0], stamp_ns=10) == []
+    preds = session.flush()
+    assert len(preds) == 1 and preds[0].role == 'scale'
+    pred = preds[0]
+    assert pred.depth.shape == (56, 112) and pred.depth_conf.shape == (56, 112)
+    assert np.all(pred.depth > 0) and np.all(pred.depth_conf >= 1)
+    assert pred.image.shape == (56, 112, 3) and pred.image.dtype == np.uint8
+    # 128x64 (W x H) becomes 112x56: both focal lengths scale by 128/112 = 64/56.
+    assert pred.intrinsics_original[1, 1] == pytest.approx(pred.intrinsics[1, 1] * 64 / 56)
+    assert pred.intrinsics_original[0, 0] == pytest.approx(pred.intrinsics[0, 0] * 128 / 112)
+    assert session.flush() == []

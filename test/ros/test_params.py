@@ -1,0 +1,138 @@
+"""Parameters: YAML files == declared parameters == EngineConfig fields; descriptors; checks.
+
+Run: ``pytest test/ros/test_params.py`` (a few seconds; creates plain rclpy nodes, no engine).
+"""
+
+from dataclasses import asdict, fields
+from pathlib import Path
+
+import pytest
+import rclpy
+from rclpy.node import Node
+
+from lingbot_map_ros import config
+from lingbot_map_ros.ros import params
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / 'config'
+YAMLS = sorted(CONFIG_DIR.glob('*.yaml'))
+READ_ONLY_ENGINE = {'cache.backend', 'cache.scale_frames', 'cache.sliding_window',
+                    'cache.max_total_frames', 'cache.dtype', 'stream.device', 'stream.dtype',
+                    'stream.image_width'}
+
+
+def engine_fields():
+    return {f'{section}.{f.name}' for section in params.ENGINE_SECTIONS
+            for f in fields(getattr(config, f'{section.capitalize()}Config'))}
+
+
+@pytest.fixture(scope='module')
+def context():
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    yield ctx
+    rclpy.shutdown(context=ctx)
+
+
+def test_both_parameter_files_are_shipped():
+    assert {p.name for p in YAMLS} == {'lingbot_map.yaml', 'demo_tiny_cpu.yaml'}
+
+
+@pytest.mark.parametrize('path', YAMLS, ids=lambda p: p.name)
+def test_yaml_keys_equal_declared_parameters_and_dataclass_fields(path):
+    keys = set(config.load_yaml(path))
+    declared = {s.name for s in params.all_specs()}
+    assert keys == declared
+    assert {k for k in keys if k.partition('.')[0] in params.ENGINE_SECTIONS} == \
+        engine_fields()
+
+
+@pytest.mark.parametrize('path', YAMLS, ids=lambda p: p.name)
+def test_yaml_loads_into_a_node_with_the_declared_types(path, context):
+    """rclpy refuses a YAML value of the wrong type (4 for a double): load it for real."""
+    node = Node('lingbot_map', context=context, namespace='/yaml_check',
+                cli_args=['--ros-args', '--params-file', str(path)])
+    try:
+        values = params.declare_all(node)
+    finally:
+        node.destroy_node()
+    expected = config.load_yaml(path)
+    assert {k: values[k] for k in expected} == expected
+
+
+def test_yaml_model_sections_match_their_presets():
+    for name, preset in (('lingbot_map.yaml', 'official'), ('demo_tiny_cpu.yaml', 'tiny')):
+        flat = config.load_yaml(CONFIG_DIR / name)
+        built = params.engine_config(flat)
+        reference = asdict(config.ModelConfig.from_preset(preset))
+        reference['preset'] = preset
+        got = asdict(built.model)
+        got['preset'] = flat['model.preset']
+        assert got == reference, name
+
+
+def test_robot_defaults_and_demo_overrides():
+    robot = config.load_yaml(CONFIG_DIR / 'lingbot_map.yaml')
+    assert (robot['cache.backend'], robot['stream.device']) == ('flashinfer', 'cuda')
+    assert robot['weights'] == '' and robot['allow_random_weights'] is False
+    demo = config.load_yaml(CONFIG_DIR / 'demo_tiny_cpu.yaml')
+    assert (demo['model.preset'], demo['stream.device'], demo['cache.backend']) == \
+        ('tiny', 'cpu', 'sdpa')
+    assert demo['allow_random_weights'] is True
+
+
+def test_descriptors_read_only_ranges_and_descriptions():
+    specs = {s.name: s for s in params.all_specs()}
+    for name, spec in specs.items():
+        assert spec.description, name
+        if name.startswith('model.') or name in READ_ONLY_ENGINE:
+            assert spec.read_only, name
+    assert not specs['stream.keyframe_interval'].read_only
+    assert not specs['stream.enable_depth'].read_only
+    assert not specs['publish.cloud'].read_only
+    desc = specs['stream.image_width'].descriptor()
+    assert (desc.integer_range[0].from_value, desc.integer_range[0].step) == (14, 14)
+    assert 'flashinfer' in specs['cache.backend'].descriptor().additional_constraints
+    assert specs['cache.sliding_window'].description == \
+        config.field_docs('cache')['sliding_window']
+
+
+def test_model_defaults_follow_the_declared_preset(context):
+    node = Node('lingbot_map', context=context, namespace='/preset_check',
+                parameter_overrides=[rclpy.parameter.Parameter('model.preset', value='tiny')])
+    try:
+        values = params.declare_all(node)
+        assert values['model.embed_dim'] == 128
+        assert node.describe_parameter('model.embed_dim').read_only
+        assert not node.describe_parameter('publish.tf').read_only
+    finally:
+        node.destroy_node()
+
+
+def test_bad_start_values_are_refused(context):
+    for name, value, match in (('cache.backend', 'cudnn', 'one of'),
+                               ('input.queue_mode', 'fast', 'one of'),
+                               ('stream.keyframe_interval', 0, 'out of range|keyframe')):
+        node = Node('lingbot_map', context=context, namespace='/bad_start',
+                    parameter_overrides=[rclpy.parameter.Parameter(name, value=value)])
+        try:
+            with pytest.raises(Exception, match=match):
+                params.declare_all(node)
+        finally:
+            node.destroy_node()
+
+
+def test_check_changes_reasons():
+    current = dict(config.load_yaml(CONFIG_DIR / 'demo_tiny_cpu.yaml'))
+    assert params.check_changes({'publish.tf': False}, current) is None
+    assert 'enable_depth' in params.check_changes({'publish.depth': True}, current)
+    assert params.check_changes({'publish.depth': True, 'stream.enable_depth': True},
+                                current) is None
+    on = {**current, 'stream.enable_depth': True, 'publish.cloud': True}
+    assert 'enable_depth' in params.check_changes({'stream.enable_depth': False}, on)
+    assert 'one of' in params.check_changes({'frames.map_axes': 'enu'}, current)
+
+
+def test_markdown_table_lists_every_parameter():
+    table = params.markdown_table()
+    for spec in params.all_specs():
+        assert f'`{spec.name}`' in table

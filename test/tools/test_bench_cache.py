@@ -1,0 +1,43 @@
+"""``lingbot_map_bench cache`` on CPU at a small shape, and the bench tool's subcommand loading.
+
+Run: ``python -m pytest test/tools/test_bench_cache.py`` (repo root; CPU only, a few seconds).
+"""
+
+import json
+
+import pytest
+
+from lingbot_map_ros.tools import bench
+
+SMALL = ['cache', '--device', 'cpu', '--dtype', 'float32', '--patches', '64', '--frames', '20',
+         '--scale-frames', '2', '--window', '4', '--heads', '2', '--head-dim', '16',
+         '--layers', '3', '--iters', '2', '--warmup', '1', '--host-frames', '4']
+
+
+def test_cache_bench_small_shape_on_cpu(capsys):
+    assert bench.main(SMALL) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    result = json.loads(lines[-1])
+    # Keys of a keyframe at the timed state: (N_s + W) patch pages + 6 specials per frame.
+    assert result['num_keys'] == (2 + 4) * 64 + 6 * 20
+    assert set(result['results']) == {'sdpa', 'reference', 'dense'}
+    for name in ('sdpa', 'reference'):
+        row = result['results'][name]
+        assert row['ms_per_layer'] > 0 and row['host_us_keyframe'] > 0
+        assert row['tflops'] == pytest.approx(
+            4 * 70 * result['num_keys'] * 2 * 16 / row['ms_per_layer'] / 1e9)
+    assert any(line.startswith('sdpa ') for line in lines[:-1])
+
+
+def test_optional_model_subcommand_may_be_missing(monkeypatch):
+    monkeypatch.setitem(bench._SUBCOMMANDS, 'model', 'lingbot_map_ros.tools.no_such_bench')
+    parser = bench.build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args(['model'])
+    assert parser.parse_args(SMALL).run.__module__ == 'lingbot_map_ros.tools.bench_cache'
+
+
+def test_other_import_errors_are_not_hidden(monkeypatch):
+    monkeypatch.setitem(bench._SUBCOMMANDS, 'model', 'no_such_package.bench_model')
+    with pytest.raises(ModuleNotFoundError, match='no_such_package'):
+        bench.build_parser()
