@@ -54,8 +54,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='run the DPT depth head on every frame')
     parser.add_argument('--device', default='cuda', help='torch device')
     parser.add_argument('--seed', type=int, default=0, help='random-weights salt')
+    parser.add_argument('--weights', default=None,
+                        help='checkpoint to load instead of random weights (same speed; saves '
+                             'generating the random weights again in repeated runs)')
     parser.add_argument('--report-window', type=int, default=30,
                         help='frames on each side of the 10/50/90 %% marks for windowed FPS')
+    parser.add_argument('--profile', type=int, default=0, metavar='N',
+                        help='after the timed run, profile N more streaming frames with '
+                             'torch.profiler and print the top operators by device time')
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -69,7 +75,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                           dtype=args.dtype),
         stream=StreamConfig(device=args.device, dtype=args.dtype, image_width=args.width,
                             keyframe_interval=args.keyframe_interval, enable_depth=args.depth))
-    session = StreamingSession(config, allow_random_weights=True, seed=args.seed)
+    session = StreamingSession(config, args.weights, allow_random_weights=args.weights is None,
+                               seed=args.seed)
     device = torch.device(args.device)
     frames, info = _synthetic_frames(args.height, args.width, device)
     _stream(session, frames, info, min(args.warmup, args.frames), device)
@@ -78,8 +85,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         torch.cuda.reset_peak_memory_stats(device)
     times_ms, roles = _stream(session, frames, info, args.frames, device)
     result = _summarise(args, times_ms, roles, session, device)
+    if args.profile:
+        _profile(session, frames, info, args.profile, device)
     _print_table(result)
     return result
+
+
+def _profile(session: StreamingSession, frames: list[torch.Tensor], info: PreprocessInfo,
+             count: int, device: torch.device) -> None:
+    """Print where the time of ``count`` more frames goes, operator by operator."""
+    from torch.profiler import profile, ProfilerActivity
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == 'cuda':
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        _stream(session, frames, info, count, device)
+    sort = 'cuda_time_total' if device.type == 'cuda' else 'cpu_time_total'
+    print(prof.key_averages().table(sort_by=sort, row_limit=30, max_name_column_width=60))
 
 
 def _synthetic_frames(height: int, width: int,

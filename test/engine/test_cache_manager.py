@@ -273,6 +273,8 @@ def test_a_block_that_never_follows_is_reported():
         for _ in range(5000):
             manager.append_frame(0, kv, kv, keyframe=False)
             manager.rollback_last_frame(0)
+    # The refused call changed nothing: block 0 and the table still agree.
+    assert manager.layout(0).num_frames == manager.page_table.num_frames == 0
 
 
 def test_pool_exhaustion_names_max_total_frames():

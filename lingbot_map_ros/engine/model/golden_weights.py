@@ -20,7 +20,8 @@ _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 _MUL1 = np.uint64(0xBF58476D1CE4E5B9)
 _MUL2 = np.uint64(0x94D049BB133111EB)
-_NORM_RE = re.compile(r'(^|\.)(norm|norm1|norm2|q_norm|k_norm|token_norm|trunk_norm)\.(weight|bias)$')
+_NORM_RE = re.compile(
+    r'(^|\.)(norm|norm1|norm2|q_norm|k_norm|token_norm|trunk_norm)\.(weight|bias)$')
 # Elements hashed per numpy call: bounds peak memory for the 12.6M-element camera-head weights.
 _CHUNK = 1 << 22
 
@@ -60,7 +61,8 @@ def golden_array(name: str, shape: Iterable[int], salt: int = 0) -> np.ndarray:
     return out.reshape(shape)
 
 
-def golden_state_dict(shapes: Mapping[str, Iterable[int]], salt: int = 0) -> dict[str, torch.Tensor]:
+def golden_state_dict(shapes: Mapping[str, Iterable[int]],
+                      salt: int = 0) -> dict[str, torch.Tensor]:
     """Golden weights for every ``name -> shape`` (e.g. a model's ``state_dict()`` shapes)."""
     return {name: torch.from_numpy(golden_array(name, shape, salt))
             for name, shape in shapes.items()}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU runs behind bench/results/: golden set A on CUDA (bf16 + FlashInfer, fp32 + SDPA) and
+# the model benchmark at upstream's profiling shape (504x378, N_s=8, W=64, bf16). Run from the
+# repository root on a CUDA machine with FlashInfer installed (../shared/tools/gpu-wheels.sh
+# fetches the wheels into .whl/) and golden set A copied to .gpu_data/. Writes to $OUT.
+set -uo pipefail
+out="${OUT:-bench/results/raw}"
+mkdir -p "$out"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH="/tmp/site:$PWD"
+fi
+export PYTHONUNBUFFERED=1
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  python3 -c "import torch, flashinfer; print('torch', torch.__version__, 'cuda', \
+torch.version.cuda, 'flashinfer', flashinfer.__version__)"; } > "$out/env.txt" 2>&1
+golden="python3 -m lingbot_map_ros.tools.golden .gpu_data/stream_A.safetensors --device cuda"
+$golden --dtype bfloat16 --backend flashinfer > "$out/golden_A_bf16_flashinfer.txt" 2>&1
+$golden --dtype float32 --backend sdpa > "$out/golden_A_fp32_sdpa.txt" 2>&1
+# Random (golden-formula) weights written once, so each benchmark only loads them.
+python3 - <<'PY'
+from safetensors.torch import save_file
+from lingbot_map_ros.engine.model.gct import LingbotMapModel
+from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
+import torch
+with torch.device('meta'):
+    shapes = {k: tuple(v.shape) for k, v in LingbotMapModel().state_dict().items()}
+save_file(golden_state_dict(shapes, salt=0), '/tmp/bench_weights.safetensors')
+PY
+bench="python3 -m lingbot_map_ros.tools.bench model --weights /tmp/bench_weights.safetensors"
+$bench --backend flashinfer > "$out/model_flashinfer_pose.txt" 2>&1
+$bench --backend sdpa > "$out/model_sdpa_pose.txt" 2>&1
+$bench --backend sdpa --depth > "$out/model_sdpa_depth.txt" 2>&1
+$bench --backend sdpa --frames 30 --warmup 10 --profile 10 > "$out/profile_sdpa.txt" 2>&1
+for f in "$out"/*.txt; do echo "== $f"; tail -n 2 "$f" | cut -c1-1500; done
