@@ -44,9 +44,11 @@ logger = logging.getLogger(__name__)
 DTYPES = {'float32': torch.float32, 'float64': torch.float64, 'bfloat16': torch.bfloat16}
 
 # Bounds for the bf16 GPU path (max abs for pose/taps/dino, max elementwise relative for depth
-# and confidence). Measured on the H200 with golden set A (FlashInfer, bf16 KV): see README.
-BF16_TOLERANCES = {'pose_enc': 0.05, 'pose_enc_iters': 0.05, 'depth': 0.05, 'depth_conf': 0.05,
-                   'dino': 0.1, 'taps': 0.25}
+# and confidence): about 2x the errors measured on the H200 with golden set A (FlashInfer, bf16
+# KV; bench/results/h200_baseline): pose 0.050, depth 0.019, confidence 0.017, DINO 0.115,
+# taps 0.116. The same path on the CPU measured pose 0.058, DINO 0.115, taps 0.133.
+BF16_TOLERANCES = {'pose_enc': 0.1, 'pose_enc_iters': 0.1, 'depth': 0.05, 'depth_conf': 0.05,
+                   'dino': 0.25, 'taps': 0.25}
 
 
 def model_config_from_json(meta: dict) -> ModelConfig:

@@ -176,9 +176,20 @@ class Graph:
         self.context = rclpy.Context()
         rclpy.init(context=self.context)
         self.executor = MultiThreadedExecutor(num_threads=4, context=self.context)
-        self._thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self.errors: list[BaseException] = []
+        self._thread = threading.Thread(target=self._spin, daemon=True)
         self._nodes: list[Node] = []
         self._thread.start()
+
+    def _spin(self) -> None:
+        # Keep spinning through callback exceptions, so one bad callback cannot silently stop
+        # every later test; the exceptions are kept for the tests to check.
+        while self.context.ok():
+            try:
+                self.executor.spin_once(timeout_sec=0.1)
+            except Exception as exc:  # noqa: BLE001
+                if self.context.ok():
+                    self.errors.append(exc)
 
     def add(self, node: Node) -> Node:
         """Spin ``node`` until :meth:`close`."""

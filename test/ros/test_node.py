@@ -39,6 +39,14 @@ def graph():
     g.close()
 
 
+@pytest.fixture(autouse=True)
+def no_callback_errors(graph):
+    """Fail a test whose callbacks raised into the executor (the node must never do that)."""
+    yield
+    errors, graph.errors[:] = list(graph.errors), []
+    assert not errors, [f'{type(e).__name__}: {e}' for e in errors]
+
+
 def start(graph, **overrides):
     """Start a node under test and a probe in a fresh namespace."""
     namespace = f'/t{next(_ns)}'
