@@ -86,7 +86,7 @@ def quaternion_to_rotation(quat: Array) -> Array:
 
 
 def rotation_to_quaternion(rotation: Array) -> Array:
-    """Unit scalar-last quaternions of rotation matrices (for ROS ``geometry_msgs``).
+    """Convert rotation matrices to unit scalar-last quaternions (for ROS ``geometry_msgs``).
 
     Uses the numerically best of the four trace-based formulas per matrix, normalises, and picks
     the sign with ``w >= 0`` (q and -q are the same rotation).

@@ -298,9 +298,9 @@ def _resolve_device(config: EngineConfig) -> torch.device:
     device = torch.device(config.stream.device)
     if device.type == 'cuda' and not torch.cuda.is_available():
         raise ValueError(f"stream.device='{config.stream.device}' but CUDA is not available "
-                         "on this machine; set stream.device: cpu")
+                         'on this machine; set stream.device: cpu')
     if config.cache.backend == 'flashinfer' and device.type != 'cuda':
-        raise ValueError(f"cache.backend='flashinfer' needs a CUDA device, got "
+        raise ValueError("cache.backend='flashinfer' needs a CUDA device, got "
                          f"stream.device='{config.stream.device}'; use cache.backend: sdpa")
     return device
 

@@ -35,7 +35,7 @@ from std_srvs.srv import Trigger
 
 from lingbot_map_ros.engine.errors import WeightsError
 from lingbot_map_ros.engine.pipeline import StreamingSession
-from lingbot_map_ros.ros import conversions, diagnostics, params
+from lingbot_map_ros.ros import conversions, diagnostics, logging_bridge, params
 from lingbot_map_ros.ros.outputs import Outputs
 from lingbot_map_ros.ros.session_runner import InputFrame, SessionRunner
 from lingbot_map_ros.ros.worker import FrameQueue, Worker
@@ -65,6 +65,14 @@ class LingbotMapNode(Node):
             ImportError: the configured attention backend is not installed.
         """
         super().__init__(NODE_NAME, **kwargs)
+        self._log_handler = logging_bridge.attach(self.get_logger())
+        try:
+            self._build()
+        except BaseException:
+            logging_bridge.detach(self._log_handler)
+            raise
+
+    def _build(self) -> None:
         self._values = params.declare_all(self)
         config = params.engine_config(self._values)
         self._session = self._make_session(config)
@@ -95,10 +103,7 @@ class LingbotMapNode(Node):
             raise ValueError("parameter 'weights' is empty: set it to the LingBot-Map checkpoint "
                              '(weights:=/path/to/lingbot-map.pt), or set '
                              'allow_random_weights:=true for a demo with meaningless poses')
-        if weights is None:
-            self.get_logger().warning(
-                '*** allow_random_weights is true: the model has RANDOM weights, so poses, '
-                'depth and clouds are meaningless. Demos and tests only. ***')
+        # With random weights the session itself logs a loud warning (through the bridge).
         return StreamingSession(config, weights, allow_random_weights=random_ok,
                                 seed=self._values['seed'])
 
@@ -240,6 +245,7 @@ class LingbotMapNode(Node):
         """Stop the worker (finishing the frame in progress), then destroy the node."""
         if not self._worker.stop():
             self.get_logger().warning('worker did not finish its frame within 10 s')
+        logging_bridge.detach(self._log_handler)
         super().destroy_node()
 
 

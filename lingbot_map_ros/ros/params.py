@@ -149,10 +149,6 @@ def engine_specs(preset: str = 'official') -> list[ParamSpec]:
         ValueError: unknown preset.
     """
     defaults = config.EngineConfig(model=config.ModelConfig.from_preset(preset)).to_flat()
-    if not isinstance(defaults['model.preset'], str):
-        # NOTE: ModelConfig's classmethod `preset` shadows the field default, so the official
-        # preset reports a method here; the name is what the parameter needs.
-        defaults['model.preset'] = preset
     specs = []
     for section in ENGINE_SECTIONS:
         cls = getattr(config, f'{section.capitalize()}Config')

@@ -185,6 +185,8 @@ class SessionRunner:
             try:
                 return self._session.step(image, stamp_ns)
             except errors.InvalidFrameError as exc:
+                self._frame_ids.pop(stamp_ns, None)
+                self._received.pop(stamp_ns, None)
                 self._drop('invalid_frame', str(exc))
             except errors.NonFiniteOutputError as exc:
                 self._reset_locked('nan_pose', str(exc))

@@ -123,7 +123,7 @@ def _schedule(num_frames: int, num_scale: int, interval: int) -> tuple[list[bool
 
 
 def _cache_occupancy(model: LingbotMapModel, keyframe: bool) -> dict[str, int]:
-    """The golden schedule's cache fields, read from the cache after a call."""
+    """Read the golden schedule's cache fields from the cache after a call."""
     stats = model.cache_stats()
     attended = stats['visible_tokens']
     if not keyframe:  # the non-keyframe attended to itself too, then was rolled back

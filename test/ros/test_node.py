@@ -1,10 +1,11 @@
 """lingbot_map_node on a real rclpy graph with the tiny random-weight engine on CPU.
 
-Run: ``pytest test/ros/test_node.py`` (about a minute on 2 cores; marker ``rostest``).
+Run: ``pytest test/ros/test_node.py`` (10-20 s on 2 cores; markers ``rostest``, one ``slow``).
 
-Each test talks to the node only through ROS (topics, the reset service, the parameter service,
+Each test talks to the node through ROS only (topics, the reset service, the parameter service,
 /diagnostics), as a user would, and asserts on values: stamps and frame ids of the outputs, the
-cache counters in the diagnostics, the drop counters by reason, the refusal reasons.
+cache counters in the diagnostics, the drop counters by reason, the refusal reasons. The one
+exception makes the real engine fail on purpose (NaN pose, crash) by wrapping its ``step``.
 """
 
 import itertools
@@ -17,6 +18,7 @@ import sys
 import numpy as np
 import pytest
 from rclpy.parameter import Parameter
+from sensor_msgs.msg import CameraInfo
 from std_srvs.srv import Trigger
 
 from lingbot_map_ros.engine import errors
@@ -227,7 +229,7 @@ def test_bad_input_corpus_is_dropped_counted_and_the_node_goes_on(graph):
 
 
 def test_parameter_changes_are_validated(graph):
-    node, probe = start(graph)
+    node, probe = start(graph, **bag())
     refused = {
         'cache.sliding_window': (8, 'read-only'),
         'model.preset': ('official', 'read-only'),
@@ -248,11 +250,25 @@ def test_parameter_changes_are_validated(graph):
     # Turning depth on makes the cloud acceptable in the same request.
     results = probe.set_params(stream__enable_depth=True, publish__cloud=True)
     assert all(r.successful for r in results), results
+    # Engine changes apply from the next reset: every 3rd streaming frame is then a keyframe.
+    assert probe.call(probe.reset_client, Trigger.Request()).success
+    publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(stamps(90.0, 9))])
+    wait_poses(probe, 9)
+    wait_for(lambda: probe.count(probe.clouds) == 9, _TIMEOUT_S, 'clouds after the reset')
+    _, _, engine = wait_status(probe, node, 'engine',
+                               lambda lvl, m, v: v['frames_out'] == '9', 'nine frames')
+    assert engine['keyframes'] == '5'  # 3 scale frames + streaming frames 3 and 6
     graph.remove(node)
 
 
 def test_live_mode_keeps_the_newest_frame(graph):
     node, probe = start(graph)
+    # Scale phase first, paced, so that the burst below meets a streaming session.
+    for i, t in enumerate(stamps(29.0, 3)):
+        publish(probe, [image_msg(make_image(i), t)])
+        wait_status(probe, node, 'engine', lambda lvl, m, v, i=i: int(v['frames_in']) > i,
+                    'scale frame taken')
+    wait_poses(probe, 3)
     sent = stamps(30.0, 20, step_s=0.01)
     publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(sent)])
     wait_for(lambda: probe.poses and stamp_ns(probe.poses[-1]) == sent[-1], _TIMEOUT_S,
@@ -344,6 +360,7 @@ def test_no_weights_refuses_to_start(graph):
     assert main(['lingbot_map_node', '--ros-args', '-r', '__ns:=/noweights_main']) == 1
 
 
+@pytest.mark.slow
 def test_module_entry_point_with_the_demo_file_runs_and_stops_on_sigint(graph):
     """``python -m lingbot_map_ros.ros.node`` with config/demo_tiny_cpu.yaml, as a process."""
     params_file = Path(__file__).resolve().parents[2] / 'config' / 'demo_tiny_cpu.yaml'
@@ -358,6 +375,10 @@ def test_module_entry_point_with_the_demo_file_runs_and_stops_on_sigint(graph):
         wait_for(lambda: probe.image_pub.get_subscription_count() > 0 and
                  all(s.get_publisher_count() > 0 for s in probe.subs[:3]), _TIMEOUT_S,
                  'the node process')
+        info = CameraInfo(width=80, height=60, k=[70.0, 0.0, 40.0, 0.0, 70.0, 30.0, 0, 0, 1.0])
+        info_pub = probe.create_publisher(CameraInfo, 'camera_info', 10)
+        wait_for(lambda: info_pub.get_subscription_count() > 0, _TIMEOUT_S, 'camera_info sub')
+        info_pub.publish(info)
         sent = stamps(5.0, 6)
         publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(sent)])
         wait_poses(probe, 6)
@@ -370,4 +391,6 @@ def test_module_entry_point_with_the_demo_file_runs_and_stops_on_sigint(graph):
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, output
-    assert 'RANDOM weights' in output and 'Traceback' not in output
+    assert 'RANDOM WEIGHTS' in output and 'Traceback' not in output
+    # camera_info is compared once with the estimate, in the log.
+    assert output.count('vs camera_info') == 1 and 'fx' in output

@@ -1,6 +1,6 @@
 """Parameters: YAML files == declared parameters == EngineConfig fields; descriptors; checks.
 
-Run: ``pytest test/ros/test_params.py`` (a few seconds; creates plain rclpy nodes, no engine).
+Run: ``pytest test/ros/test_params.py`` (a second; plain rclpy nodes, no engine; marker rostest).
 """
 
 from dataclasses import asdict, fields
@@ -15,6 +15,8 @@ from lingbot_map_ros.ros import params
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / 'config'
 YAMLS = sorted(CONFIG_DIR.glob('*.yaml'))
+pytestmark = pytest.mark.rostest
+
 READ_ONLY_ENGINE = {'cache.backend', 'cache.scale_frames', 'cache.sliding_window',
                     'cache.max_total_frames', 'cache.dtype', 'stream.device', 'stream.dtype',
                     'stream.image_width'}
@@ -63,11 +65,7 @@ def test_yaml_model_sections_match_their_presets():
     for name, preset in (('lingbot_map.yaml', 'official'), ('demo_tiny_cpu.yaml', 'tiny')):
         flat = config.load_yaml(CONFIG_DIR / name)
         built = params.engine_config(flat)
-        reference = asdict(config.ModelConfig.from_preset(preset))
-        reference['preset'] = preset
-        got = asdict(built.model)
-        got['preset'] = flat['model.preset']
-        assert got == reference, name
+        assert asdict(built.model) == asdict(config.ModelConfig.from_preset(preset)), name
 
 
 def test_robot_defaults_and_demo_overrides():

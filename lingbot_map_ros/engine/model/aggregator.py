@@ -231,7 +231,7 @@ class Aggregator(nn.Module):
         return (images.to(wide) - mean) / std
 
     def special_tokens(self, num_frames: int, mode: Mode, dtype: torch.dtype) -> torch.Tensor:
-        """The [S, 6, C] special tokens of a call, variants chosen as in the module docstring.
+        """Return the [S, 6, C] special tokens of a call (variants as in the module docstring).
 
         Args:
             num_frames: S.

@@ -35,7 +35,7 @@ def _grid_positions(h: int, w: int, special_rows: torch.Tensor,
 
 
 def _frequencies(width: int, base: float) -> torch.Tensor:
-    """The width/2 frequencies ``base^(-2j/width)`` of one rotary axis (float64)."""
+    """Return the width/2 frequencies ``base^(-2j/width)`` of one rotary axis (float64)."""
     return base ** (-torch.arange(0, width, 2, dtype=torch.float64) / width)
 
 
