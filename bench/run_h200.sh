@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The GPU runs behind bench/results/: golden set A on CUDA (bf16 + FlashInfer, fp32 + SDPA) and
-# the model benchmark at upstream's profiling shape (504x378, N_s=8, W=64, bf16). Run from the
-# repository root on a CUDA machine with FlashInfer installed (../shared/tools/gpu-wheels.sh
-# fetches the wheels into .whl/) and golden set A copied to .gpu_data/. Writes to $OUT.
+# The GPU runs behind bench/results/: GPU tests, golden set A on CUDA (bf16 through the CUDA-graph
+# fast path with FlashInfer and SDPA), the model benchmark at upstream's profiling shape
+# (504x378, N_s=8, W=64, bf16) and a 10,000-frame run (K=10). Run from the repository root on a
+# CUDA machine with FlashInfer installed (../shared/tools/gpu-wheels.sh fetches the wheels into
+# .whl/) and golden set A copied to .gpu_data/. Writes to $OUT (default bench/results/raw).
 set -uo pipefail
 out="${OUT:-bench/results/raw}"
 mkdir -p "$out"
@@ -15,9 +16,12 @@ export PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import torch, flashinfer; print('torch', torch.__version__, 'cuda', \
 torch.version.cuda, 'flashinfer', flashinfer.__version__)"; } > "$out/env.txt" 2>&1
+python3 -m pytest -q -m gpu -p no:cacheprovider test/engine/test_flashinfer_cache.py \
+  test/engine/test_frame_graphs.py > "$out/gpu_tests.txt" 2>&1
 golden="python3 -m lingbot_map_ros.tools.golden .gpu_data/stream_A.safetensors --device cuda"
-$golden --dtype bfloat16 --backend flashinfer > "$out/golden_A_bf16_flashinfer.txt" 2>&1
-$golden --dtype float32 --backend sdpa > "$out/golden_A_fp32_sdpa.txt" 2>&1
+{ $golden --dtype bfloat16 --backend flashinfer --cuda-graphs
+  $golden --dtype bfloat16 --backend sdpa --cuda-graphs
+  $golden --dtype float32 --backend sdpa; } > "$out/golden_A_cuda.txt" 2>&1
 # Random (golden-formula) weights written once, so each benchmark only loads them.
 python3 - <<'PY'
 from safetensors.torch import save_file
@@ -33,4 +37,6 @@ $bench --backend flashinfer > "$out/model_flashinfer_pose.txt" 2>&1
 $bench --backend sdpa > "$out/model_sdpa_pose.txt" 2>&1
 $bench --backend sdpa --depth > "$out/model_sdpa_depth.txt" 2>&1
 $bench --backend sdpa --frames 30 --warmup 10 --profile 10 > "$out/profile_sdpa.txt" 2>&1
-for f in "$out"/*.txt; do echo "== $f"; tail -n 2 "$f" | cut -c1-1500; done
+timeout "${LONG_RUN_S:-330}" $bench --backend sdpa --frames 10000 --keyframe-interval 10 \
+  --warmup 20 --progress 200 > "$out/model_sdpa_10k.txt" 2>&1
+for f in "$out"/*.txt; do echo "== $f"; tail -n 3 "$f" | cut -c1-1200; done

@@ -149,6 +149,9 @@ class StreamConfig:
     """Every K-th streaming frame is cached (K=1: every frame)."""
     enable_depth: bool = False
     """Run the DPT depth head on every frame (needed for depth and point-cloud outputs)."""
+    cuda_graphs: bool = True
+    """On CUDA, replay each streaming frame's fixed-shape work as CUDA graphs (far less host
+    time per frame); the cache attention stays eager. Ignored on the CPU."""
 
     def __post_init__(self) -> None:
         if self.keyframe_interval < 1:

@@ -93,6 +93,8 @@ class StreamingSession:
         self._model = model.to(self._device).eval()
         if self._compute_dtype != torch.float32:
             self._model.cast_aggregator(self._compute_dtype)
+        self._model.aggregator.cuda_graphs = config.stream.cuda_graphs \
+            and self._device.type == 'cuda'
         self._model.start_stream(config.cache, self._kv_dtype)
         self._lock = threading.RLock()
         self._pending: list[tuple[torch.Tensor, PreprocessInfo, int]] = []

@@ -218,7 +218,7 @@ def compressed_msg_to_rgb(msg: Any) -> np.ndarray:
                                    '(supported: jpeg, png)')
     decoded = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED)
     if decoded is None or decoded.size == 0:
-        raise ImageConversionError('decode', f"cannot decode {buf.size} bytes of "
+        raise ImageConversionError('decode', f'cannot decode {buf.size} bytes of '
                                    f"'{msg.format}' data")
     _check_size(decoded.shape[0], decoded.shape[1])
     return _decoded_to_rgb(decoded)

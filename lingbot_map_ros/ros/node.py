@@ -20,6 +20,8 @@ import sys
 import time
 from typing import Any
 
+from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import SetParametersResult
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import JumpThreshold
@@ -28,8 +30,6 @@ from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
-from rcl_interfaces.msg import SetParametersResult
-from diagnostic_msgs.msg import DiagnosticArray
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_srvs.srv import Trigger
 
@@ -150,8 +150,8 @@ class LingbotMapNode(Node):
         log.info(f"listening on '{self._topic}' ({v['input.transport']}, "
                  f"{v['input.queue_mode']} mode, converter "
                  f"{'cv_bridge' if has_bridge else 'built-in'}); model "
-                 f"{config.model.preset} on {config.stream.device}, backend "
-                 f"{config.cache.backend}, weights {self._session.weights}")
+                 f'{config.model.preset} on {config.stream.device}, backend '
+                 f'{config.cache.backend}, weights {self._session.weights}')
         if v['publish.tf'] and not self._outputs.has_tf:
             log.warning('publish.tf is true but tf2_ros is not importable: no TF is broadcast')
         if (v['publish.depth'] or v['publish.cloud']) and not config.stream.enable_depth:

@@ -92,8 +92,8 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
               'subscription when the queue is full (use reliable QoS with a deep history).', _RO,
               choices=('live', 'bag')),
     ParamSpec('input.queue_size', 64, 'Frames held between the subscription and the worker in '
-              "bag mode (live mode holds one).", _RO, int_range=(1, 10000, 0)),
-    ParamSpec('input.qos.reliability', 'best_effort', "Image subscription reliability: "
+              'bag mode (live mode holds one).', _RO, int_range=(1, 10000, 0)),
+    ParamSpec('input.qos.reliability', 'best_effort', 'Image subscription reliability: '
               "'best_effort' (sensor data, default) or 'reliable'.", _RO,
               choices=('best_effort', 'reliable')),
     ParamSpec('input.qos.depth', 5, 'Image subscription history depth (keep last).', _RO,

@@ -59,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              'generating the random weights again in repeated runs)')
     parser.add_argument('--report-window', type=int, default=30,
                         help='frames on each side of the 10/50/90 %% marks for windowed FPS')
+    parser.add_argument('--cuda-graphs', action=argparse.BooleanOptionalAction, default=True,
+                        help="replay each frame's fixed-shape work as CUDA graphs")
+    parser.add_argument('--progress', type=int, default=0, metavar='N',
+                        help='log the mean ms of every N frames while running (long runs)')
     parser.add_argument('--profile', type=int, default=0, metavar='N',
                         help='after the timed run, profile N more streaming frames with '
                              'torch.profiler and print the top operators by device time')
@@ -74,7 +78,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                           sliding_window=args.window, max_total_frames=max(2048, keyframes + 16),
                           dtype=args.dtype),
         stream=StreamConfig(device=args.device, dtype=args.dtype, image_width=args.width,
-                            keyframe_interval=args.keyframe_interval, enable_depth=args.depth))
+                            keyframe_interval=args.keyframe_interval, enable_depth=args.depth,
+                            cuda_graphs=args.cuda_graphs))
     session = StreamingSession(config, args.weights, allow_random_weights=args.weights is None,
                                seed=args.seed)
     device = torch.device(args.device)
@@ -83,7 +88,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     session.reset()
     if device.type == 'cuda':
         torch.cuda.reset_peak_memory_stats(device)
-    times_ms, roles = _stream(session, frames, info, args.frames, device)
+    times_ms, roles = _stream(session, frames, info, args.frames, device, args.progress)
     result = _summarise(args, times_ms, roles, session, device)
     if args.profile:
         _profile(session, frames, info, args.profile, device)
@@ -118,7 +123,8 @@ def _synthetic_frames(height: int, width: int,
 
 
 def _stream(session: StreamingSession, frames: list[torch.Tensor], info: PreprocessInfo,
-            count: int, device: torch.device) -> tuple[list[float], list[str]]:
+            count: int, device: torch.device,
+            progress: int = 0) -> tuple[list[float], list[str]]:
     """Feed ``count`` frames; per call, the elapsed ms and the roles it produced."""
     times_ms: list[float] = []
     roles: list[str] = []
@@ -139,6 +145,9 @@ def _stream(session: StreamingSession, frames: list[torch.Tensor], info: Preproc
         if preds:
             times_ms.append(elapsed)
             roles.append(preds[0].role if len(preds) == 1 else f'scale x{len(preds)}')
+        if progress and (i + 1) % progress == 0:
+            print(f'frames {i + 1 - progress}..{i}: {np.mean(times_ms[-progress:]):.2f} ms/frame',
+                  flush=True)
     return times_ms, roles
 
 
@@ -150,7 +159,7 @@ def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str]
         'mode': 'model', 'preset': args.preset, 'height': args.height, 'width': args.width,
         'frames': total_frames, 'scale_frames': args.scale_frames, 'window': args.window,
         'keyframe_interval': args.keyframe_interval, 'backend': args.backend,
-        'dtype': args.dtype, 'depth': args.depth,
+        'dtype': args.dtype, 'depth': args.depth, 'cuda_graphs': args.cuda_graphs,
         'phase1_ms': round(phase1_ms, 3),
         'global_fps': round(total_frames / ((phase1_ms + stream_ms.sum()) / 1e3), 3),
     }

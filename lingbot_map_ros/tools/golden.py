@@ -258,7 +258,8 @@ def compare(result: dict[str, object], ref: dict[str, torch.Tensor], meta: dict,
 
 def run_golden(set_path: str | Path, config_path: str | Path | None = None,
                dtype: str = 'float32', backend: str = 'reference',
-               model: LingbotMapModel | None = None, device: str = 'cpu') -> dict:
+               model: LingbotMapModel | None = None, device: str = 'cpu',
+               cuda_graphs: bool = False) -> dict:
     """Run one golden set end to end and compare every stored output.
 
     Args:
@@ -271,6 +272,7 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
         model: a model already holding the set's golden weights in ``dtype`` (reused, e.g.
             across sets of one salt); None builds one.
         device: device to build the model on when ``model`` is None.
+        cuda_graphs: run streaming frames through the segmented (CUDA-graph) path.
 
     Returns:
         ``{'set', 'dtype', 'backend', 'seconds', 'checks': {...}, 'pass': bool}``.
@@ -292,11 +294,12 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
         raise ValueError(f'run_golden: model ({model.compute_dtype}) does not fit set '
                          f'{set_path.name} ({dtype}, {config})')
     built = time.perf_counter()
+    model.aggregator.cuda_graphs = cuda_graphs
     result = drive_stream(model, ref['images'], meta['stream'], backend,
                           ref['tap_frames'].tolist(), config.enable_depth)
     checks = compare(result, ref, meta, low_precision=dtype == 'bfloat16')
     return {'set': meta.get('set', set_path.stem), 'dtype': dtype, 'backend': backend,
-            'device': str(next(model.parameters()).device),
+            'device': str(next(model.parameters()).device), 'cuda_graphs': cuda_graphs,
             'seconds': {'build': round(built - start, 1),
                         'run': round(time.perf_counter() - built, 1)},
             'checks': checks, 'pass': all(c['pass'] for c in checks.values())}
@@ -315,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--backend', choices=['reference', 'sdpa', 'flashinfer'],
                         default='reference', help='KV-cache attention backend')
     parser.add_argument('--device', default='cpu', help="torch device ('cpu', 'cuda')")
+    parser.add_argument('--cuda-graphs', action='store_true',
+                        help='run streaming frames through the CUDA-graph segments (the '
+                             "node's fast path on CUDA; eager segments on the CPU)")
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
@@ -324,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         # The set's float32 tolerances assume true float32 products: no TF32 on Ampere+ GPUs.
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-    report = run_golden(args.set, args.config, args.dtype, args.backend, device=args.device)
+    report = run_golden(args.set, args.config, args.dtype, args.backend, device=args.device,
+                        cuda_graphs=args.cuda_graphs)
     for name, check in report['checks'].items():
         verdict = 'ok' if check['pass'] else 'FAIL'
         sys.stdout.write(f"{name:20s} {check['metric']:10s} {check['error']:<12.4g} "

@@ -16,13 +16,13 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Odometry, Path
 import numpy as np
+from rcl_interfaces.srv import SetParameters
 import rclpy
 from rclpy.exceptions import InvalidHandle
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from rcl_interfaces.srv import SetParameters
 from sensor_msgs.msg import CompressedImage, Image, PointCloud2
 from std_srvs.srv import Trigger
 

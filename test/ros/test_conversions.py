@@ -101,14 +101,14 @@ def test_uyvy_grey_round_trip():
 
 
 @pytest.mark.parametrize('mutate,reason', [
-    (dict(encoding='32FC1'), 'encoding'),
-    (dict(encoding='weird'), 'encoding'),
-    (dict(height=0, width=0, step=0), 'size'),
-    (dict(width=100000), 'size'),
-    (dict(step=10), 'step'),
-    (dict(step=-1), 'step'),
-    (dict(encoding='mono16', step=17), 'step'),
-    (dict(encoding='yuv422', width=5, step=10), 'size'),
+    ({'encoding': '32FC1'}, 'encoding'),
+    ({'encoding': 'weird'}, 'encoding'),
+    ({'height': 0, 'width': 0, 'step': 0}, 'size'),
+    ({'width': 100000}, 'size'),
+    ({'step': 10}, 'step'),
+    ({'step': -1}, 'step'),
+    ({'encoding': 'mono16', 'step': 17}, 'step'),
+    ({'encoding': 'yuv422', 'width': 5, 'step': 10}, 'size'),
 ])
 def test_bad_headers_are_refused_with_reason(mutate, reason):
     msg = raw(RGB, 'rgb8')

@@ -15,16 +15,19 @@ import signal
 import subprocess
 import sys
 
+from builtin_interfaces.msg import Time
+# node_harness sits next to this file (pytest puts test/ros on sys.path).
+from node_harness import (Graph, image_msg, jpeg_msg, make_image, Probe, stamp_ns, TINY_CPU,
+                          wait_for)
 import numpy as np
 import pytest
 from rclpy.parameter import Parameter
+from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo
 from std_srvs.srv import Trigger
 
 from lingbot_map_ros.engine import errors
 from lingbot_map_ros.ros.node import LingbotMapNode, main
-from node_harness import Graph, image_msg, jpeg_msg, Probe, stamp_ns, make_image, TINY_CPU
-from node_harness import wait_for
 
 pytestmark = pytest.mark.rostest
 
@@ -394,3 +397,26 @@ def test_module_entry_point_with_the_demo_file_runs_and_stops_on_sigint(graph):
     assert 'RANDOM WEIGHTS' in output and 'Traceback' not in output
     # camera_info is compared once with the estimate, in the log.
     assert output.count('vs camera_info') == 1 and 'fx' in output
+
+
+def test_sim_clock_jumping_back_resets_the_session(graph):
+    node, probe = start(graph, **bag(use_sim_time=True))
+    clock_pub = probe.create_publisher(Clock, '/clock', 10)
+    wait_for(lambda: clock_pub.get_subscription_count() > 0, _TIMEOUT_S, '/clock subscriber')
+
+    def set_clock(seconds):
+        clock_pub.publish(Clock(clock=Time(sec=seconds)))
+        wait_for(lambda: node.get_clock().now().nanoseconds == seconds * _SEC, _TIMEOUT_S,
+                 f'sim time {seconds} s')
+    set_clock(200)
+    publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(stamps(200.0, 4))])
+    wait_poses(probe, 4)
+    set_clock(100)  # a bag loop: /clock goes back, image stamps will follow
+    later = stamps(201.0, 3)  # still newer stamps: only the clock can trigger this reset
+    publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(later)])
+    wait_poses(probe, 7)
+    _, _, engine = wait_status(probe, node, 'engine',
+                               lambda lvl, m, v: v.get('resets.clock_jump') == '1', 'reset')
+    wait_for(lambda: [stamp_ns(p) for p in probe.paths[-1].poses] == later, _TIMEOUT_S,
+             'a path restarted at the jump')
+    graph.remove(node)

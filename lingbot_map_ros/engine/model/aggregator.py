@@ -36,6 +36,7 @@ from ..cache import FlashInferKVCacheManager
 from ..errors import (CachePoolExhaustedError, CacheStateError, InvalidFrameError,
                       ResolutionChangedError, TimeIndexLimitError)
 from .dino import DinoTrunk
+from .graphed import FrameGraphs
 from .layers import Attend, Block, dense_attention, wide_dtype
 from .layers.rope import FrameRope, rotate_half_2d, rotate_interleaved, VideoRope
 
@@ -90,6 +91,9 @@ class Aggregator(nn.Module):
         self._kv_dtype = torch.float32
         self._cache: FlashInferKVCacheManager | None = None
         self._cache_used = False
+        self.cuda_graphs = False
+        """Replay streaming frames' fixed-shape work as CUDA graphs (``graphed.py``)."""
+        self._frame_graphs: tuple[tuple, FrameGraphs] | None = None
 
     # ---- KV cache -------------------------------------------------------------------------
 
@@ -110,6 +114,11 @@ class Aggregator(nn.Module):
         if self._cache is not None:
             self._cache.reset()
         self._cache_used = False
+
+    @property
+    def kv_dtype(self) -> torch.dtype:
+        """Storage dtype of the cached K/V."""
+        return self._kv_dtype
 
     @property
     def kv_cache(self) -> FlashInferKVCacheManager | None:
@@ -177,8 +186,9 @@ class Aggregator(nn.Module):
                     f'KV cache has room for {remaining} more keyframes, {num_frames} needed '
                     f'(cache.max_total_frames={self._cache_config.max_total_frames}); reset')
 
-    def _global_attend(self, block_idx: int, mode: Mode, num_frames: int,
-                       tokens_per_frame: int) -> Attend:
+    def global_attention(self, block_idx: int, mode: Mode, num_frames: int,
+                         tokens_per_frame: int) -> Attend:
+        """Attention of global block ``block_idx`` through the paged cache, for one call."""
         cache, kv_dtype = self._cache, self._kv_dtype
         cfg = self._cache_config
 
@@ -206,6 +216,16 @@ class Aggregator(nn.Module):
         return attend
 
     # ---- forward --------------------------------------------------------------------------
+
+    def _graphs_for(self, images: torch.Tensor) -> FrameGraphs:
+        """The segment runner of this resolution, dtype and device (built on first use)."""
+        key = (tuple(images.shape), images.device, self._kv_dtype, self.camera_token.dtype,
+               self.camera_token.data_ptr())
+        if self._frame_graphs is None or self._frame_graphs[0] != key:
+            self._frame_graphs = None  # release the old graphs' memory first
+            runner = FrameGraphs(self, images, capture=images.device.type == 'cuda')
+            self._frame_graphs = (key, runner)
+        return self._frame_graphs[1]
 
     def _check_images(self, images: torch.Tensor) -> tuple[int, int]:
         patch = self.config.patch_size
@@ -273,6 +293,9 @@ class Aggregator(nn.Module):
         s, p = images.shape[0], NUM_SPECIAL_TOKENS + h * w
         self._check_state(s, time_index, mode)
         self._ensure_cache(p, images.device)
+        if mode != 'scale' and self.cuda_graphs:
+            self._cache_used = True
+            return self._graphs_for(images).run(images, time_index, mode)
         dino = self.patch_embed(self._normalize(images))
         x = torch.cat([self.special_tokens(s, mode, dino.dtype), dino], dim=1)
         rope_dtype = wide_dtype(self.camera_token.dtype)
@@ -287,7 +310,7 @@ class Aggregator(nn.Module):
             frame_out = x
             x = global_block(x.reshape(1, s * p, -1),
                              rope=lambda t: rotate_interleaved(t, video_cos, video_sin),
-                             attend=self._global_attend(i, mode, s, p)).reshape(s, p, -1)
+                             attend=self.global_attention(i, mode, s, p)).reshape(s, p, -1)
             if i in self.config.tap_layers:
                 taps.append(torch.cat([frame_out, x], dim=-1))
         return AggregatorOutput(taps=taps, dino_tokens=dino, patch_hw=(h, w))
