@@ -24,7 +24,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.clock import JumpThreshold
+from rclpy.clock import Clock, ClockType, JumpThreshold
 from rclpy.duration import Duration
 from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
@@ -142,8 +142,14 @@ class LingbotMapNode(Node):
                             callback_group=MutuallyExclusiveCallbackGroup())
         self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self._diag_group = MutuallyExclusiveCallbackGroup()
-        self._diag_timer = self.create_timer(v['diagnostics.period_s'], self._publish_diagnostics,
-                                             callback_group=self._diag_group)
+        self._diag_timer = self._create_diagnostics_timer()
+
+    def _create_diagnostics_timer(self) -> Any:
+        # Steady clock: with use_sim_time a paused bag freezes ROS time, and diagnostics must
+        # still report (that is when STALE matters).
+        return self.create_timer(self._values['diagnostics.period_s'], self._publish_diagnostics,
+                                 callback_group=self._diag_group,
+                                 clock=Clock(clock_type=ClockType.STEADY_TIME))
 
     def _log_startup(self, config: Any, has_bridge: bool) -> None:
         v, log = self._values, self.get_logger()
@@ -237,9 +243,7 @@ class LingbotMapNode(Node):
                                    'take effect at the next reset (call ~/reset)')
         if 'diagnostics.period_s' in names:
             self.destroy_timer(self._diag_timer)
-            self._diag_timer = self.create_timer(self._values['diagnostics.period_s'],
-                                                 self._publish_diagnostics,
-                                                 callback_group=self._diag_group)
+            self._diag_timer = self._create_diagnostics_timer()
 
     def destroy_node(self) -> None:
         """Stop the worker (finishing the frame in progress), then destroy the node."""

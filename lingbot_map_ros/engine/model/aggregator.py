@@ -218,7 +218,7 @@ class Aggregator(nn.Module):
     # ---- forward --------------------------------------------------------------------------
 
     def _graphs_for(self, images: torch.Tensor) -> FrameGraphs:
-        """The segment runner of this resolution, dtype and device (built on first use)."""
+        """Return the segment runner of this resolution, dtype and device (built once)."""
         key = (tuple(images.shape), images.device, self._kv_dtype, self.camera_token.dtype,
                self.camera_token.data_ptr())
         if self._frame_graphs is None or self._frame_graphs[0] != key:
