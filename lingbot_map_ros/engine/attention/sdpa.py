@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from lingbot_map_ros.engine.attention.split import SplitAttention
+
 if TYPE_CHECKING:
     from lingbot_map_ros.engine.cache.page_table import PageLayout
 
@@ -53,6 +55,7 @@ class SdpaBackend:
 
     def __init__(self) -> None:
         self._gather = _PageGather()
+        self._split = SplitAttention()
 
     def plan(self, layout: PageLayout, num_queries: int) -> None:
         """Nothing to plan: the kernel reads the layout's token range directly."""
@@ -72,6 +75,12 @@ class SdpaBackend:
             num_heads, head_dim = k_pages.shape[2], k_pages.shape[3]
             k = k_pages.view(-1, num_heads, head_dim)[start:stop]
             v = v_pages.view(-1, num_heads, head_dim)[start:stop]
+            # In a contiguous layout the patch pages come first, then the special stream.
+            patches = (layout.num_scale_pages + layout.num_window_pages) * layout.page_size
+            if self._split.usable(q, patches, layout.num_tokens):
+                out = self._split(q, k, v, patches)
+                if out is not None:
+                    return out
         else:
             k = self._gather(k_pages, layout)
             v = self._gather(v_pages, layout)
