@@ -42,7 +42,8 @@ class AttentionBackend(Protocol):
 
 
 def make_backend(name: str, *, num_heads: int, head_dim: int, page_size: int, num_pages: int,
-                 dtype: torch.dtype, device: torch.device) -> AttentionBackend:
+                 dtype: torch.dtype, device: torch.device,
+                 full_patch_pages: int = 0) -> AttentionBackend:
     """Build the named backend for pools of ``num_pages`` pages ``[T, H, D]`` in ``dtype``.
 
     Args:
@@ -53,6 +54,8 @@ def make_backend(name: str, *, num_heads: int, head_dim: int, page_size: int, nu
         num_pages: Pages per layer pool.
         dtype: Storage dtype of the pools.
         device: Device of the pools.
+        full_patch_pages: Patch pages of a frame once the window is full (N_s + W); 'sdpa'
+            splits its CUDA attention only from then on (see ``attention/split.py``).
 
     Returns:
         The backend.
@@ -64,7 +67,7 @@ def make_backend(name: str, *, num_heads: int, head_dim: int, page_size: int, nu
     """
     if name == 'sdpa':
         from lingbot_map_ros.engine.attention.sdpa import SdpaBackend
-        return SdpaBackend()
+        return SdpaBackend(full_patch_pages)
     if name == 'reference':
         from lingbot_map_ros.engine.attention.sdpa import ReferenceBackend
         return ReferenceBackend()

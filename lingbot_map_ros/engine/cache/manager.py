@@ -112,7 +112,8 @@ class FlashInferKVCacheManager:
         self._backend = make_backend(self.backend_name, num_heads=num_heads,
                                      head_dim=head_dim, page_size=self.page_size,
                                      num_pages=self._table.num_pages, dtype=self.dtype,
-                                     device=self.device)
+                                     device=self.device,
+                                     full_patch_pages=scale_frames + sliding_window)
         self._storage = KVStorage(num_blocks, self._table.num_pages, self.page_size, num_heads,
                                   head_dim, num_special_tokens, self.dtype, self.device)
         self._log = StepLog(num_blocks, self._table.layout)
