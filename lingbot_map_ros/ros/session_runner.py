@@ -1,8 +1,9 @@
 """The worker-thread side of the node: one input frame in, outputs published, errors absorbed.
 
-For each queued message :class:`SessionRunner` converts the image, checks its stamp, feeds the
-engine session and publishes the predictions. Every failure ends as a counted drop or a counted
-reset, never as an exception into the executor:
+For each queued message :class:`SessionRunner` converts the image, feeds it to the engine
+session through a :class:`~lingbot_map_ros.engine.stream_feeder.StreamFeeder` (which checks the
+stamp and holds the drop and reset policy) and publishes the predictions. Every failure ends as
+a counted drop or a counted reset, never as an exception into the executor:
 
 =======================  ===============================================================
 condition                what happens
@@ -31,17 +32,14 @@ from typing import Any, Callable
 import numpy as np
 
 from lingbot_map_ros.config import EngineConfig
-from lingbot_map_ros.engine import errors
 from lingbot_map_ros.engine.prediction import FramePrediction
+from lingbot_map_ros.engine.stream_feeder import FeedResult, StreamFeeder
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.ros.diagnostics import NodeStats
 from lingbot_map_ros.ros.outputs import Outputs
 
 DEFAULT_CAMERA_FRAME = 'camera_optical_frame'
 _THROTTLE_S = 5.0
-_LIMIT_REASONS = ((errors.TimeIndexLimitError, 'time_index_limit'),
-                  (errors.CachePoolExhaustedError, 'cache_full'),
-                  (errors.ResolutionChangedError, 'resolution_changed'))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -77,7 +75,8 @@ class SessionRunner:
         self._options = options
         self._convert_raw = convert_raw
         self._lock = threading.Lock()
-        self._last_stamp_ns: int | None = None
+        self._feeder = StreamFeeder(session, reset_on_error=True,
+                                    on_reset=self._on_session_reset)
         self._frame_ids: dict[int, str] = {}
         self._received: dict[int, float] = {}
         self._pending_reset: str | None = None
@@ -133,10 +132,14 @@ class SessionRunner:
         with self._lock:
             if self._pending_reset is not None:
                 self._reset_locked(self._pending_reset, 'requested')
-            if not self._accept_stamp(stamp_ns, opts['input.backwards_reset_s']):
-                return
-            preds = self._step(image, stamp_ns, frame_id, item.received_s)
-            self._publish(preds, opts)
+            self._feeder.backwards_reset_s = opts['input.backwards_reset_s']
+            fed = self._feeder.feed(image, stamp_ns)
+            self._report(fed)
+            if fed.accepted:
+                # Registered after the resets reported above, which forget buffered frames.
+                self._frame_ids[stamp_ns] = frame_id
+                self._received[stamp_ns] = item.received_s
+            self._publish(fed.predictions, opts)
             self._session_stats = self._session.stats()
 
     def _convert(self, item: InputFrame) -> np.ndarray | None:
@@ -162,48 +165,16 @@ class SessionRunner:
         self._log.warning(f'dropped frame ({reason}): {detail}{more}')
         self._drop_log[reason] = (now, 0)
 
-    def _accept_stamp(self, stamp_ns: int, backwards_reset_s: float) -> bool:
-        last = self._last_stamp_ns
-        if last is None or stamp_ns > last:
-            self._last_stamp_ns = stamp_ns
-            return True
-        back_s = (last - stamp_ns) * 1e-9
-        if back_s > 0 and back_s >= backwards_reset_s:
-            self._reset_locked('clock_jump', f'stamp went back {back_s:.3f} s')
-            self._last_stamp_ns = stamp_ns
-            return True
-        self._drop('stamp_out_of_order', f'stamp {stamp_ns * 1e-9:.6f} s is not after the '
-                   f'previous {last * 1e-9:.6f} s')
-        return False
-
-    def _step(self, image: np.ndarray, stamp_ns: int, frame_id: str,
-              received_s: float) -> list[FramePrediction]:
-        for attempt in range(2):
-            # A reset forgets buffered frames, so register this one again on a retry.
-            self._frame_ids[stamp_ns] = frame_id
-            self._received[stamp_ns] = received_s
-            try:
-                return self._session.step(image, stamp_ns)
-            except errors.InvalidFrameError as exc:
-                self._frame_ids.pop(stamp_ns, None)
-                self._received.pop(stamp_ns, None)
-                self._drop('invalid_frame', str(exc))
-            except errors.NonFiniteOutputError as exc:
-                self._reset_locked('nan_pose', str(exc))
-            except errors.SessionLimitError as exc:
-                reason = next((r for t, r in _LIMIT_REASONS if isinstance(exc, t)),
-                              'session_limit')
-                self._reset_locked(reason, str(exc))
-                if attempt == 0:
-                    self._last_stamp_ns = stamp_ns
-                    continue
-            except Exception as exc:  # noqa: BLE001 - an engine bug must not stop the node
-                self._stats.count_error(f'{type(exc).__name__}: {exc}')
-                self._log.error(f'engine error, resetting the session: {type(exc).__name__}: '
-                                f'{exc}', throttle_duration_sec=_THROTTLE_S)
-                self._reset_locked('engine_error', str(exc))
-            return []
-        return []
+    def _report(self, fed: FeedResult) -> None:
+        for reset in fed.resets:
+            if reset.error is not None:
+                error = f'{type(reset.error).__name__}: {reset.error}'
+                self._stats.count_error(error)
+                self._log.error(f'engine error, resetting the session: {error}',
+                                throttle_duration_sec=_THROTTLE_S)
+            self._record_reset(reset.reason, reset.detail, reset.cleared)
+        if fed.drop is not None:
+            self._drop(fed.drop.reason, fed.drop.detail)
 
     def _publish(self, preds: list[FramePrediction], opts: dict[str, Any]) -> None:
         for pred in preds:
@@ -219,17 +190,23 @@ class SessionRunner:
             self._compare_camera_info(pred)
 
     def _reset_locked(self, reason: str, detail: str) -> dict[str, int]:
+        return self._record_reset(reason, detail, self._feeder.reset())
+
+    def _on_session_reset(self) -> None:
+        """Run by the feeder right after every session reset, before any frame is fed again."""
         self._pending_reset = None
-        cleared = dict(self._session.reset())
-        cleared['path_poses'] = self._outputs.clear()
-        self._frame_ids.clear()
-        self._received.clear()
-        self._last_stamp_ns = None
         if self._pending_config is not None:
             # Only live fields (keyframe interval, depth on/off) differ; the session reads
-            # them per frame, so swapping the config between sessions is enough.
+            # them per frame, so swapping the config between sessions is enough. It is swapped
+            # here so that a frame fed again after a limit reset already sees it.
             self._session.config = self._pending_config
             self._pending_config = None
+
+    def _record_reset(self, reason: str, detail: str, cleared: dict[str, int]
+                      ) -> dict[str, int]:
+        cleared = {**cleared, 'path_poses': self._outputs.clear()}
+        self._frame_ids.clear()
+        self._received.clear()
         self._stats.count_reset(reason, detail)
         summary = ', '.join(f'{k}={v}' for k, v in cleared.items())
         if reason == 'manual':

@@ -1,7 +1,8 @@
 """The offline core of ``lingbot_map_replay run``: bag messages in, poses (depth, cloud) out.
 
-:class:`OfflineRunner` treats each frame as the node's worker does (``ros/session_runner.py``),
-so offline results equal what the node publishes in bag mode:
+:class:`OfflineRunner` treats each frame as the node's worker does (``ros/session_runner.py``):
+both feed the session through the same ``engine/stream_feeder.py`` policy, so offline results
+equal what the node publishes in bag mode:
 
 =======================  ===============================================================
 condition                what happens
@@ -12,6 +13,7 @@ stamp jumps back         session reset (``clock_jump``), the frame starts a new 
 engine refuses frame     dropped as ``invalid_frame``
 session limit            session reset, new segment, the frame is fed again
 non-finite pose          session reset (``nan_pose``), the frame is dropped
+anything else            raised: unlike the node, the run stops
 =======================  ===============================================================
 
 Poses are expressed in the node's map axes (``frames.map_axes``). Every reset re-anchors the
@@ -32,19 +34,16 @@ import numpy as np
 from tqdm import tqdm
 
 from lingbot_map_ros.config import EngineConfig
-from lingbot_map_ros.engine import errors
 from lingbot_map_ros.engine.geometry import unproject_depth
 from lingbot_map_ros.engine.pipeline import StreamingSession
 from lingbot_map_ros.engine.prediction import FramePrediction
+from lingbot_map_ros.engine.stream_feeder import SessionReset, StreamFeeder
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.trajectory import Trajectory
 
 _LOG = logging.getLogger(__name__)
 _ENGINE_SECTIONS = ('model', 'cache', 'stream')
-_LIMIT_REASONS = ((errors.TimeIndexLimitError, 'time_index_limit'),
-                  (errors.CachePoolExhaustedError, 'cache_full'),
-                  (errors.ResolutionChangedError, 'resolution_changed'))
 
 
 @dataclass(frozen=True)
@@ -105,7 +104,7 @@ class OfflineRunner:
         self._options = options
         self._out = Path(out_dir)
         self._axes = conversions.map_axes_transform(options.map_axes)
-        self._last_stamp_ns: int | None = None
+        self._feeder = StreamFeeder(session, options.backwards_reset_s)
         self._stamps: list[int] = []
         self._poses: list[np.ndarray] = []
         self._engine_ms: list[float] = []
@@ -185,8 +184,12 @@ class OfflineRunner:
             self._drop(exc.reason, str(exc))
             return
         stamp_ns = conversions.stamp_to_ns(msg.header.stamp)
-        if self._accept_stamp(stamp_ns):
-            self._collect(self._step(image, stamp_ns))
+        fed = self._feeder.feed(image, stamp_ns)
+        for reset in fed.resets:
+            self._start_segment(reset, stamp_ns)
+        if fed.drop is not None:
+            self._drop(fed.drop.reason, fed.drop.detail)
+        self._collect(fed.predictions)
 
     def _drop(self, reason: str, detail: str) -> None:
         self._drops[reason] = self._drops.get(reason, 0) + 1
@@ -194,42 +197,10 @@ class OfflineRunner:
         level = logging.WARNING if self._drops[reason] == 1 else logging.DEBUG
         _LOG.log(level, 'dropped frame (%s): %s', reason, detail)
 
-    def _accept_stamp(self, stamp_ns: int) -> bool:
-        last = self._last_stamp_ns
-        if last is None or stamp_ns > last:
-            self._last_stamp_ns = stamp_ns
-            return True
-        back_s = (last - stamp_ns) * 1e-9
-        if back_s > 0 and back_s >= self._options.backwards_reset_s:
-            self._reset('clock_jump', f'stamp went back {back_s:.3f} s', stamp_ns)
-            self._last_stamp_ns = stamp_ns
-            return True
-        self._drop('stamp_out_of_order', f'stamp {stamp_ns} is not after {last}')
-        return False
-
-    def _step(self, image: np.ndarray, stamp_ns: int) -> list[FramePrediction]:
-        for attempt in range(2):
-            try:
-                return self._session.step(image, stamp_ns)
-            except errors.InvalidFrameError as exc:
-                self._drop('invalid_frame', str(exc))
-            except errors.NonFiniteOutputError as exc:
-                self._reset('nan_pose', str(exc), stamp_ns)
-            except errors.SessionLimitError as exc:
-                reason = next((r for t, r in _LIMIT_REASONS if isinstance(exc, t)),
-                              'session_limit')
-                self._reset(reason, str(exc), stamp_ns)
-                if attempt == 0:
-                    self._last_stamp_ns = stamp_ns
-                    continue
-            return []
-        return []
-
-    def _reset(self, reason: str, detail: str, stamp_ns: int) -> None:
-        cleared = self._session.reset()
-        self._last_stamp_ns = None
-        _LOG.warning('session reset (%s): %s; cleared %s', reason, detail, cleared)
-        self._segments.append({'index': len(self._segments), 'reason': reason,
+    def _start_segment(self, reset: SessionReset, stamp_ns: int) -> None:
+        _LOG.warning('session reset (%s): %s; cleared %s', reset.reason, reset.detail,
+                     reset.cleared)
+        self._segments.append({'index': len(self._segments), 'reason': reset.reason,
                                'start_stamp_ns': stamp_ns, 'poses': 0})
 
     def _collect(self, preds: list[FramePrediction]) -> None:
