@@ -24,7 +24,7 @@ setup(
     python_requires='>=3.10',
     # torch is not pinned: GPU users install the build that matches their CUDA.
     install_requires=['setuptools', 'numpy', 'pyyaml', 'pillow', 'opencv-python-headless',
-                      'safetensors'],
+                      'safetensors', 'rosbags', 'tqdm', 'matplotlib'],
     extras_require={'torch': ['torch>=2.1']},
     zip_safe=True,
     maintainer='lingbot_map_ros maintainers',

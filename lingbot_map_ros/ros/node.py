@@ -259,21 +259,25 @@ def main(args: list[str] | None = None) -> int:
     Returns:
         Process exit code: 0 on a clean shutdown, 1 when the node could not start.
     """
+    # Explicit init/shutdown rather than `with rclpy.init()`, which only newer rclpy has
+    # (Jazzy robots run this node too).
     try:
-        with rclpy.init(args=args):
-            try:
-                node = LingbotMapNode()
-            except (ValueError, ImportError, WeightsError, OSError, ParameterException) as exc:
-                rclpy.logging.get_logger(NODE_NAME).fatal(f'cannot start: {exc}')
-                return 1
-            executor = MultiThreadedExecutor(num_threads=4)
-            executor.add_node(node)
-            try:
-                executor.spin()
-            finally:
-                node.destroy_node()
+        rclpy.init(args=args)
+        try:
+            node = LingbotMapNode()
+        except (ValueError, ImportError, WeightsError, OSError, ParameterException) as exc:
+            rclpy.logging.get_logger(NODE_NAME).fatal(f'cannot start: {exc}')
+            return 1
+        executor = MultiThreadedExecutor(num_threads=4)
+        executor.add_node(node)
+        try:
+            executor.spin()
+        finally:
+            node.destroy_node()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    finally:
+        rclpy.try_shutdown()
     return 0
 
 

@@ -33,7 +33,7 @@ import yaml
 
 from lingbot_map_ros.config import EngineConfig, load_yaml
 from lingbot_map_ros.engine.errors import LingbotMapError
-from lingbot_map_ros.tools import bag_io, make_bag, player, trajectory
+from lingbot_map_ros.tools import bag_io, make_bag, trajectory
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
 
 _LOG = logging.getLogger('lingbot_map_replay')
@@ -216,9 +216,23 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=('DEBUG', 'INFO', 'WARNING', 'ERROR'), help='logging level')
     subparsers = parser.add_subparsers(dest='command', required=True, metavar='SUBCOMMAND')
     _add_run_parser(subparsers)
-    player.add_parser(subparsers)
+    try:
+        # `play` needs rclpy; `run` and `make-bag` work without any ROS install.
+        from lingbot_map_ros.tools import player
+    except ImportError as exc:
+        reason = f'play needs rclpy and rosgraph_msgs ({exc})'
+        stand_in = subparsers.add_parser('play', help=f'unavailable here: {reason}')
+        stand_in.add_argument('args', nargs=argparse.REMAINDER, help='ignored')
+        stand_in.set_defaults(handler=lambda _args: _unavailable(reason))
+    else:
+        player.add_parser(subparsers)
     make_bag.add_parser(subparsers)
     return parser
+
+
+def _unavailable(reason: str) -> int:
+    _LOG.error('%s', reason)
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:
