@@ -190,10 +190,16 @@ def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, bac
 
 
 def _max_abs(x: torch.Tensor, ref: torch.Tensor) -> float:
+    if x.shape != ref.shape:  # a failed check, not a crash: the set does not fit the run
+        logger.error('shape %s differs from the reference %s', list(x.shape), list(ref.shape))
+        return float('inf')
     return (x.double() - ref.double()).abs().max().item()
 
 
 def _max_rel(x: torch.Tensor, ref: torch.Tensor) -> float:
+    if x.shape != ref.shape:
+        logger.error('shape %s differs from the reference %s', list(x.shape), list(ref.shape))
+        return float('inf')
     ref = ref.double()
     return ((x.double() - ref).abs() / ref.abs()).max().item()
 
