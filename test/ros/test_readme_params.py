@@ -1,0 +1,27 @@
+"""The README's parameter table lists exactly the parameters the node declares.
+
+Run: ``python -m pytest test/ros/test_readme_params.py`` (instant).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+import re
+
+from lingbot_map_ros.ros import params
+
+README = Path(__file__).resolve().parents[2] / 'README.md'
+
+
+def _documented_parameters() -> set[str]:
+    text = README.read_text(encoding='utf-8')
+    section = text.split('### Parameters', 1)[1].split('\n## ', 1)[0]
+    return set(re.findall(r'^\| `([a-z_.]+)` \|', section, flags=re.MULTILINE))
+
+
+def test_readme_parameter_table_matches_the_declared_parameters():
+    declared = {spec.name for spec in params.all_specs()}
+    documented = _documented_parameters()
+    assert len(declared) > 40
+    assert documented == declared, (f'missing from README: {sorted(declared - documented)}; '
+                                    f'not declared: {sorted(documented - declared)}')
