@@ -67,3 +67,20 @@ def test_eager_segments_equal_the_plain_forward_on_cpu():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
 def test_cuda_graphs_equal_the_plain_forward_in_bf16():
     _compare('cuda', torch.bfloat16, atol=1e-3)
+
+
+def test_a_runner_that_cannot_be_built_falls_back_to_the_plain_forward(monkeypatch):
+    import lingbot_map_ros.engine.model.aggregator as aggregator_module
+
+    def refuse(*_args, **_kwargs):
+        raise RuntimeError('operation not permitted when stream is capturing')
+
+    torch.manual_seed(0)
+    images = torch.rand(5, 3, 56, 84)
+    model = _model('cpu', torch.float32)
+    plain = _stream(model, images, graphs=False, kv_dtype=torch.float32)
+    monkeypatch.setattr(aggregator_module, 'FrameGraphs', refuse)
+    fallback = _stream(model, images, graphs=True, kv_dtype=torch.float32)
+    assert model.aggregator.cuda_graphs is False
+    for a, b in zip(plain, fallback):
+        torch.testing.assert_close(b['pose_enc'], a['pose_enc'], atol=0, rtol=0)

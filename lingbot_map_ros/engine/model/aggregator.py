@@ -217,13 +217,23 @@ class Aggregator(nn.Module):
 
     # ---- forward --------------------------------------------------------------------------
 
-    def _graphs_for(self, images: torch.Tensor) -> FrameGraphs:
-        """Return the segment runner of this resolution, dtype and device (built once)."""
+    def _graphs_for(self, images: torch.Tensor) -> FrameGraphs | None:
+        """Return the segment runner of this resolution, dtype and device (built once).
+
+        Returns None, and turns :attr:`cuda_graphs` off, when the runner cannot be built (e.g.
+        a CUDA graph capture this PyTorch/driver refuses): frames then run eagerly, slower but
+        right, instead of failing one after another.
+        """
         key = (tuple(images.shape), images.device, self._kv_dtype, self.camera_token.dtype,
                self.camera_token.data_ptr())
         if self._frame_graphs is None or self._frame_graphs[0] != key:
             self._frame_graphs = None  # release the old graphs' memory first
-            runner = FrameGraphs(self, images, capture=images.device.type == 'cuda')
+            try:
+                runner = FrameGraphs(self, images, capture=images.device.type == 'cuda')
+            except RuntimeError as exc:
+                logger.warning('CUDA graphs unavailable (%s); running frames eagerly', exc)
+                self.cuda_graphs = False
+                return None
             self._frame_graphs = (key, runner)
         return self._frame_graphs[1]
 
@@ -293,9 +303,10 @@ class Aggregator(nn.Module):
         s, p = images.shape[0], NUM_SPECIAL_TOKENS + h * w
         self._check_state(s, time_index, mode)
         self._ensure_cache(p, images.device)
-        if mode != 'scale' and self.cuda_graphs:
+        runner = self._graphs_for(images) if mode != 'scale' and self.cuda_graphs else None
+        if runner is not None:
             self._cache_used = True
-            return self._graphs_for(images).run(images, time_index, mode)
+            return runner.run(images, time_index, mode)
         dino = self.patch_embed(self._normalize(images))
         x = torch.cat([self.special_tokens(s, mode, dino.dtype), dino], dim=1)
         rope_dtype = wide_dtype(self.camera_token.dtype)
