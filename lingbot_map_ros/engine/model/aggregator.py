@@ -193,8 +193,10 @@ class Aggregator(nn.Module):
         cfg = self._cache_config
 
         def per_token(t: torch.Tensor) -> torch.Tensor:
-            # [1, H, N, D] -> [N, H, D] in the KV dtype
-            return t[0].transpose(0, 1).to(kv_dtype).contiguous()
+            # [1, H, N, D] -> [N, H, D] in the KV dtype: cast and relayout in one copy (a cast
+            # keeps the strides, and .contiguous() after it was a second kernel per tensor).
+            return t[0].transpose(0, 1).to(kv_dtype, copy=True,
+                                           memory_format=torch.contiguous_format)
 
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             if mode == 'scale':
