@@ -38,7 +38,7 @@ from . import geometry
 from .errors import (CachePoolExhaustedError, NonFiniteOutputError, ResolutionChangedError,
                      TimeIndexLimitError)
 from .model.gct import LingbotMapModel
-from .model.golden_weights import golden_state_dict
+from .model.golden_weights import fill_golden_weights
 from .model.weights import load_checkpoint, load_weights
 from .prediction import FramePrediction, Role
 from .preprocess import PreprocessInfo, preprocess_array, preprocess_path
@@ -77,7 +77,7 @@ class StreamingSession:
         if weights is None and not allow_random_weights:
             raise ValueError('no weights given: set the checkpoint path (lingbot-map.pt or '
                              '.safetensors), or allow random weights explicitly for a demo')
-        model = LingbotMapModel(config.model)
+        model = LingbotMapModel.empty(config.model)
         if weights is not None:
             load_weights(model, load_checkpoint(weights))
             self.weights = str(weights)
@@ -87,8 +87,7 @@ class StreamingSession:
                          seed)
             # The golden-weights formula (salt = seed) rather than torch's init: deterministic
             # on every machine and scaled so activations stay O(1) through all blocks.
-            shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
-            load_weights(model, golden_state_dict(shapes, salt=seed))
+            fill_golden_weights(model, salt=seed)
             self.weights = f'random (seed {seed})'
         self._model = model.to(self._device).eval()
         if self._compute_dtype != torch.float32:

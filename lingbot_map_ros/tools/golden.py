@@ -37,7 +37,7 @@ import torch
 from ..config import CacheConfig, ModelConfig
 from ..engine.model.aggregator import NUM_SPECIAL_TOKENS
 from ..engine.model.gct import LingbotMapModel
-from ..engine.model.golden_weights import golden_array
+from ..engine.model.golden_weights import fill_golden_weights
 
 logger = logging.getLogger(__name__)
 
@@ -94,19 +94,10 @@ def build_golden_model(config: ModelConfig, salt: int, dtype: torch.dtype,
     Returns:
         The model in eval mode, on ``device``.
 
-    Raises:
-        RuntimeError: the model has buffers, which this construction would leave unset.
     """
-    with torch.device('meta'):
-        model = LingbotMapModel(config).eval()
-    if any(True for _ in model.buffers()):
-        raise RuntimeError('build_golden_model: the model has buffers; fill them explicitly')
     # Allocate straight in the target dtype: no float32 copy next to a float64 one.
     wide = torch.float32 if dtype == torch.bfloat16 else dtype
-    model = model.to(wide).to_empty(device=device)
-    with torch.no_grad():
-        for name, tensor in model.state_dict().items():
-            tensor.copy_(torch.from_numpy(golden_array(name, tuple(tensor.shape), salt)))
+    model = fill_golden_weights(LingbotMapModel.empty(config, device, wide), salt)
     if dtype == torch.bfloat16:
         model.cast_aggregator(torch.bfloat16)
     return model

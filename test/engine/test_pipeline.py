@@ -145,3 +145,16 @@ def test_flush_runs_a_short_scale_phase_and_depth_comes_out():
     assert pred.intrinsics_original[1, 1] == pytest.approx(pred.intrinsics[1, 1] * 64 / 56)
     assert pred.intrinsics_original[0, 0] == pytest.approx(pred.intrinsics[0, 0] * 128 / 112)
     assert session.flush() == []
+
+
+def test_a_saved_checkpoint_reproduces_the_session_it_came_from(tmp_path):
+    from safetensors.torch import save_file
+
+    source = StreamingSession(_config(), allow_random_weights=True, seed=4)
+    path = tmp_path / 'tiny.safetensors'
+    save_file({k: v.contiguous() for k, v in source._model.state_dict().items()}, str(path))
+    loaded = StreamingSession(_config(), path)
+    assert loaded.weights == str(path)
+    frames = _frames(N_S + 2)
+    for a, b in zip(_run(source, frames), _run(loaded, frames)):
+        np.testing.assert_array_equal(a.pose_enc, b.pose_enc)

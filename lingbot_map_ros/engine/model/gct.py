@@ -41,6 +41,23 @@ class LingbotMapModel(nn.Module):
         self.camera_head = CameraHead.from_config(self.config)
         self.depth_head = DPTHead.from_config(self.config) if self.config.enable_depth else None
 
+    @classmethod
+    def empty(cls, config: ModelConfig | None = None, device: str | torch.device = 'cpu',
+              dtype: torch.dtype = torch.float32) -> 'LingbotMapModel':
+        """Allocate the model without initialising it (every tensor is loaded right after).
+
+        Skips torch's random init of 1.16 B parameters, which only gets overwritten.
+
+        Raises:
+            RuntimeError: the model has buffers, which ``to_empty`` would leave unset.
+        """
+        with torch.device('meta'):
+            model = cls(config)
+        if any(True for _ in model.buffers()):
+            raise RuntimeError('LingbotMapModel.empty: the model has buffers; fill them '
+                               'explicitly')
+        return model.to(dtype).to_empty(device=device).eval()
+
     @property
     def compute_dtype(self) -> torch.dtype:
         """Dtype of the aggregator weights (its GEMM dtype)."""
