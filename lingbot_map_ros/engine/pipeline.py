@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.nn.attention import sdpa_kernel, SDPBackend
 
 from ..config import EngineConfig
 from . import geometry
@@ -44,11 +43,6 @@ from .prediction import FramePrediction, Role
 from .preprocess import PreprocessInfo, preprocess_array, preprocess_path
 
 _LOG = logging.getLogger(__name__)
-# NOTE: cuDNN's SDPA builds an execution plan per new sequence length, and the global blocks'
-# key count changes every frame: on the H200 that cost ~0.8 ms of host time per call
-# (bench/results/h200_baseline/profile_sdpa.txt). Flash (bf16/fp16) and memory-efficient (fp32)
-# kernels take any length at no planning cost; the math kernel covers the CPU.
-_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 _DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16, 'float32': torch.float32}
 
 
@@ -207,8 +201,7 @@ class StreamingSession:
         self._check_limits(time_index=num - 1, new_frames=num)
         start = time.perf_counter()
         images = torch.stack([t for t, _, _ in self._pending]).to(self._device)
-        with sdpa_kernel(_SDPA_BACKENDS):
-            out = self._model.forward_scale(images, with_depth=self._with_depth)
+        out = self._model.forward_scale(images, with_depth=self._with_depth)
         model_ms = self._elapsed_ms(start)
         preds = [self._prediction(out, i, i, 'scale', i, info, stamp, images[i],
                                   {'preprocess': prep_ms, 'model': model_ms / num})
@@ -228,9 +221,8 @@ class StreamingSession:
         self._check_limits(time_index=time_index, new_frames=1)
         start = time.perf_counter()
         image = tensor.to(self._device)[None]
-        with sdpa_kernel(_SDPA_BACKENDS):
-            out = self._model.forward_frame(image, time_index=time_index, keyframe=keyframe,
-                                            with_depth=self._with_depth)
+        out = self._model.forward_frame(image, time_index=time_index, keyframe=keyframe,
+                                        with_depth=self._with_depth)
         model_ms = self._elapsed_ms(start)
         self._frames_out += 1
         self._keyframes += int(keyframe)

@@ -19,11 +19,19 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn.attention import sdpa_kernel, SDPBackend
 
 from ...config import CacheConfig, ModelConfig
 from .aggregator import Aggregator, Mode
 from .heads.camera_head import CameraHead
 from .heads.dpt_head import DPTHead
+
+# NOTE: cuDNN's SDPA builds an execution plan per new sequence length, and the global blocks'
+# key count changes every frame: on the H200 that cost ~0.8 ms of host time per call
+# (bench/results/h200_baseline/profile_sdpa.txt). Flash (bf16/fp16) and memory-efficient (fp32)
+# kernels take any length at no planning cost; the math kernel covers the CPU. (The cache's
+# ``sdpa`` backend still calls cuDNN on purpose where the length is fixed: attention/split.py.)
+_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 class LingbotMapModel(nn.Module):
@@ -174,8 +182,9 @@ class LingbotMapModel(nn.Module):
         """
         if with_depth and self.depth_head is None:
             raise ValueError('with_depth=True but the model was built with enable_depth=False')
-        features = self.aggregator(images, time_index, mode)
-        pose_enc, pose_enc_iters = self.camera_head(features.taps[-1][:, 0], mode)
+        with sdpa_kernel(_SDPA_BACKENDS):
+            features = self.aggregator(images, time_index, mode)
+            pose_enc, pose_enc_iters = self.camera_head(features.taps[-1][:, 0], mode)
         out: dict[str, torch.Tensor | list[torch.Tensor]] = {
             'pose_enc': pose_enc, 'pose_enc_iters': pose_enc_iters}
         if with_depth:
