@@ -152,6 +152,11 @@ class StreamConfig:
     cuda_graphs: bool = True
     """On CUDA, replay each streaming frame's fixed-shape work as CUDA graphs (far less host
     time per frame); the cache attention stays eager. Ignored on the CPU."""
+    compile: bool = False
+    """``torch.compile`` (Inductor) each streaming frame's fixed-shape work before it is
+    captured: fuses the LayerNorm/cast/RoPE/residual kernels. Costs a one-off compilation at
+    the first frame of each resolution (cached on disk by Inductor for later starts); falls
+    back to uncompiled with a warning where Inductor cannot run."""
 
     def __post_init__(self) -> None:
         if self.keyframe_interval < 1:

@@ -86,8 +86,8 @@ class StreamingSession:
         self._model = model.to(self._device).eval()
         if self._compute_dtype != torch.float32:
             self._model.cast_aggregator(self._compute_dtype)
-        self._model.aggregator.cuda_graphs = config.stream.cuda_graphs \
-            and self._device.type == 'cuda'
+        self._model.set_fast_path(config.stream.cuda_graphs and self._device.type == 'cuda',
+                                  config.stream.compile)
         self._model.start_stream(config.cache, self._kv_dtype)
         self._lock = threading.RLock()
         self._pending: list[tuple[torch.Tensor, PreprocessInfo, int]] = []
@@ -190,6 +190,9 @@ class StreamingSession:
                 'dtype': str(self._compute_dtype).replace('torch.', ''),
                 'weights': self.weights, 'model_preset': self.config.model.preset,
                 'image_size_hw': self._size_hw,
+                # In effect now: either turns itself off (with a warning) where it cannot run.
+                'cuda_graphs': self._model.aggregator.cuda_graphs,
+                'compiled': self._model.aggregator.compile_segments,
             }
         stats.update(_gpu_memory(self._device))
         return stats
@@ -231,6 +234,11 @@ class StreamingSession:
                                 {'preprocess': prep_ms, 'model': model_ms})
         self._check_finite([pred])
         return pred
+
+    @property
+    def model(self) -> LingbotMapModel:
+        """Return the network, for tools that time or inspect its parts (do not step it)."""
+        return self._model
 
     # ---- helpers ------------------------------------------------------------------------------
 

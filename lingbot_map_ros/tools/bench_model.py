@@ -41,8 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--height', type=int, default=378, help='processed image height (px)')
     parser.add_argument('--width', type=int, default=504, help='processed image width (px)')
     parser.add_argument('--frames', type=int, default=200, help='frames to time, phase 1 incl.')
-    parser.add_argument('--warmup', type=int, default=20,
-                        help='untimed frames (a full stream with reset) before timing')
+    parser.add_argument('--warmup', type=int, default=None,
+                        help='untimed frames (a stream, then a reset) before timing; default '
+                             'N_s + W + 10, past the window fill, so one-off costs (compilation, '
+                             'graph capture, kernel plans of the full window) stay out of the '
+                             'timed frames')
     parser.add_argument('--scale-frames', type=int, default=8, help='N_s')
     parser.add_argument('--window', type=int, default=64, help='sliding window W (keyframes)')
     parser.add_argument('--keyframe-interval', type=int, default=1, help='K')
@@ -61,8 +64,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='frames on each side of the 10/50/90 %% marks for windowed FPS')
     parser.add_argument('--cuda-graphs', action=argparse.BooleanOptionalAction, default=True,
                         help="replay each frame's fixed-shape work as CUDA graphs")
+    parser.add_argument('--compile', action=argparse.BooleanOptionalAction, default=False,
+                        help="torch.compile each frame's fixed-shape work (Inductor) before "
+                             'capture; compiled during warm-up')
     parser.add_argument('--progress', type=int, default=0, metavar='N',
                         help='log the mean ms of every N frames while running (long runs)')
+    parser.add_argument('--components', type=int, default=0, metavar='N',
+                        help='after the timed run, time N more streaming frames part by part '
+                             '(aggregator, camera head, depth head; CUDA events)')
     parser.add_argument('--profile', type=int, default=0, metavar='N',
                         help='after the timed run, profile N more streaming frames with '
                              'torch.profiler and print the top operators by device time')
@@ -79,17 +88,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                           dtype=args.dtype),
         stream=StreamConfig(device=args.device, dtype=args.dtype, image_width=args.width,
                             keyframe_interval=args.keyframe_interval, enable_depth=args.depth,
-                            cuda_graphs=args.cuda_graphs))
+                            cuda_graphs=args.cuda_graphs, compile=args.compile))
     session = StreamingSession(config, args.weights, allow_random_weights=args.weights is None,
                                seed=args.seed)
     device = torch.device(args.device)
     frames, info = _synthetic_frames(args.height, args.width, device)
-    _stream(session, frames, info, min(args.warmup, args.frames), device)
+    warmup = args.scale_frames + args.window + 10 if args.warmup is None else args.warmup
+    _stream(session, frames, info, warmup, device)
     session.reset()
     if device.type == 'cuda':
         torch.cuda.reset_peak_memory_stats(device)
     times_ms, roles = _stream(session, frames, info, args.frames, device, args.progress)
     result = _summarise(args, times_ms, roles, session, device)
+    if args.components and device.type == 'cuda':
+        result['components_ms'] = _components(session, frames, info, args.components, device)
     if args.profile:
         _profile(session, frames, info, args.profile, device)
     _print_table(result)
@@ -108,6 +120,42 @@ def _profile(session: StreamingSession, frames: list[torch.Tensor], info: Prepro
         _stream(session, frames, info, count, device)
     sort = 'cuda_time_total' if device.type == 'cuda' else 'cpu_time_total'
     print(prof.key_averages().table(sort_by=sort, row_limit=30, max_name_column_width=60))
+
+
+def _components(session: StreamingSession, frames: list[torch.Tensor], info: PreprocessInfo,
+                count: int, device: torch.device) -> dict[str, float]:
+    """Mean device ms per streaming frame of each model part, and of the whole call.
+
+    CUDA events recorded by forward hooks bracket each part on the stream; a frame's parts run
+    one after another, so they add up to the model's share of the frame time (the rest is
+    host-side: preprocessing hand-off, pose decoding).
+    """
+    model = session.model
+    parts = {'aggregator': model.aggregator, 'camera_head': model.camera_head}
+    if model.depth_head is not None and session.config.stream.enable_depth:
+        parts['depth_head'] = model.depth_head
+    events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {p: [] for p in parts}
+    handles = []
+    for name, module in parts.items():
+        def pre(_module: Any, _args: Any, name: str = name) -> None:
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+            events[name].append((start, torch.cuda.Event(enable_timing=True)))
+
+        def post(_module: Any, _args: Any, _out: Any, name: str = name) -> None:
+            events[name][-1][1].record()
+
+        handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+    try:
+        times_ms, _ = _stream(session, frames, info, count, device)
+    finally:
+        for handle in handles:
+            handle.remove()
+    torch.cuda.synchronize(device)
+    out = {name: round(float(np.mean([a.elapsed_time(b) for a, b in pairs])), 3)
+           for name, pairs in events.items() if pairs}
+    out['frame'] = round(float(np.mean(times_ms)), 3)
+    return out
 
 
 def _synthetic_frames(height: int, width: int,
@@ -159,7 +207,8 @@ def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str]
         'mode': 'model', 'preset': args.preset, 'height': args.height, 'width': args.width,
         'frames': total_frames, 'scale_frames': args.scale_frames, 'window': args.window,
         'keyframe_interval': args.keyframe_interval, 'backend': args.backend,
-        'dtype': args.dtype, 'depth': args.depth, 'cuda_graphs': args.cuda_graphs,
+        'dtype': args.dtype, 'depth': args.depth,
+        'cuda_graphs': session.stats()['cuda_graphs'], 'compile': session.stats()['compiled'],
         'phase1_ms': round(phase1_ms, 3),
         'global_fps': round(total_frames / ((phase1_ms + stream_ms.sum()) / 1e3), 3),
     }
@@ -168,6 +217,7 @@ def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str]
             'ms_p50': round(float(np.percentile(stream_ms, 50)), 3),
             'ms_p90': round(float(np.percentile(stream_ms, 90)), 3),
             'ms_max': round(float(stream_ms.max()), 3),
+            'ms_max_at_frame': int(stream_ms.argmax()) + args.scale_frames,
             'ms_mean': round(float(stream_ms.mean()), 3),
         })
         for pct in (10, 50, 90):
@@ -196,7 +246,7 @@ def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str]
 
 
 def _print_table(result: dict[str, Any]) -> None:
-    rows = [(k, v) for k, v in result.items() if not isinstance(v, dict)]
+    rows = [(k, v) for k, v in result.items() if k != 'cache']
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f'{key:<{width}}  {value}')

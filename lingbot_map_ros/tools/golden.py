@@ -256,7 +256,7 @@ def compare(result: dict[str, object], ref: dict[str, torch.Tensor], meta: dict,
 def run_golden(set_path: str | Path, config_path: str | Path | None = None,
                dtype: str = 'float32', backend: str = 'reference',
                model: LingbotMapModel | None = None, device: str = 'cpu',
-               cuda_graphs: bool = False) -> dict:
+               cuda_graphs: bool = False, compile_segments: bool = False) -> dict:
     """Run one golden set end to end and compare every stored output.
 
     Args:
@@ -270,6 +270,8 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
             across sets of one salt); None builds one.
         device: device to build the model on when ``model`` is None.
         cuda_graphs: run streaming frames through the segmented (CUDA-graph) path.
+        compile_segments: ``torch.compile`` those segments (the segmented path, even without
+            ``cuda_graphs``).
 
     Returns:
         ``{'set', 'dtype', 'backend', 'seconds', 'checks': {...}, 'pass': bool}``.
@@ -291,12 +293,13 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
         raise ValueError(f'run_golden: model ({model.compute_dtype}) does not fit set '
                          f'{set_path.name} ({dtype}, {config})')
     built = time.perf_counter()
-    model.aggregator.cuda_graphs = cuda_graphs
+    model.set_fast_path(cuda_graphs, compile_segments)
     result = drive_stream(model, ref['images'], meta['stream'], backend,
                           ref['tap_frames'].tolist(), config.enable_depth)
     checks = compare(result, ref, meta, low_precision=dtype == 'bfloat16')
     return {'set': meta.get('set', set_path.stem), 'dtype': dtype, 'backend': backend,
             'device': str(next(model.parameters()).device), 'cuda_graphs': cuda_graphs,
+            'compile': model.aggregator.compile_segments,
             'seconds': {'build': round(built - start, 1),
                         'run': round(time.perf_counter() - built, 1)},
             'checks': checks, 'pass': all(c['pass'] for c in checks.values())}
@@ -318,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--cuda-graphs', action='store_true',
                         help='run streaming frames through the CUDA-graph segments (the '
                              "node's fast path on CUDA; eager segments on the CPU)")
+    parser.add_argument('--compile', action='store_true',
+                        help='torch.compile the streaming segments (Inductor) first')
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
@@ -328,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     report = run_golden(args.set, args.config, args.dtype, args.backend, device=args.device,
-                        cuda_graphs=args.cuda_graphs)
+                        cuda_graphs=args.cuda_graphs, compile_segments=args.compile)
     for name, check in report['checks'].items():
         verdict = 'ok' if check['pass'] else 'FAIL'
         sys.stdout.write(f"{name:20s} {check['metric']:10s} {check['error']:<12.4g} "

@@ -156,9 +156,13 @@ def _naive_camera_iters(head: CameraHead, tokens: torch.Tensor, num_scale: int) 
     return torch.stack(outputs, 2)[0]
 
 
-def test_camera_cache_matches_naive_recomputation() -> None:
+@pytest.mark.parametrize('fixed_shape', [False, True], ids=['growing', 'fixed-shape'])
+def test_camera_cache_matches_naive_recomputation(fixed_shape: bool) -> None:
+    # fixed-shape: the CUDA-graph path (slot as a tensor, masked attention over the whole
+    # buffer), here run without capture; it must rebuild when the buffer grows (16 -> 32).
     torch.manual_seed(0)
     head = _tiny_camera_head()
+    head.cuda_graphs = fixed_shape
     num_scale, num_stream = 3, 24
     tokens = torch.randn(num_scale + num_stream, 256, dtype=torch.float64)
     # Streaming roles: keyframes with non-keyframes in between, two keyframes in a row at the
@@ -179,6 +183,7 @@ def test_camera_cache_matches_naive_recomputation() -> None:
             assert head.cache_stats().num_frames == len(kept)
     stats = head.cache_stats()
     assert len(kept) == 20 and stats.capacity_frames == 32
+    assert head.cuda_graphs is fixed_shape and (head._frame_call is not None) is fixed_shape
     per_frame = head.num_iterations * len(head.trunk) * 2 * 256 * 8
     assert stats.used_bytes == 20 * per_frame and stats.allocated_bytes == 32 * per_frame
     # The last frame's result depends on its history (here: without the previous keyframe),

@@ -93,6 +93,8 @@ class Aggregator(nn.Module):
         self._cache_used = False
         self.cuda_graphs = False
         """Replay streaming frames' fixed-shape work as CUDA graphs (``graphed.py``)."""
+        self.compile_segments = False
+        """``torch.compile`` the streaming frames' fixed-shape work (``graphed.py``)."""
         self._frame_graphs: tuple[tuple, FrameGraphs] | None = None
 
     # ---- KV cache -------------------------------------------------------------------------
@@ -193,10 +195,13 @@ class Aggregator(nn.Module):
         cfg = self._cache_config
 
         def per_token(t: torch.Tensor) -> torch.Tensor:
-            # [1, H, N, D] -> [N, H, D] in the KV dtype: cast and relayout in one copy (a cast
-            # keeps the strides, and .contiguous() after it was a second kernel per tensor).
-            return t[0].transpose(0, 1).to(kv_dtype, copy=True,
-                                           memory_format=torch.contiguous_format)
+            # [1, H, N, D] -> [N, H, D] in the KV dtype. The segment runner hands over views of
+            # token-major tensors already (no copy here); otherwise cast and relayout in one copy
+            # (a cast keeps the strides, and .contiguous() after it was a second kernel).
+            tokens = t[0].transpose(0, 1)
+            if tokens.dtype == kv_dtype and tokens.is_contiguous():
+                return tokens
+            return tokens.to(kv_dtype, memory_format=torch.contiguous_format)
 
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             if mode == 'scale':
@@ -224,18 +229,25 @@ class Aggregator(nn.Module):
 
         Returns None, and turns :attr:`cuda_graphs` off, when the runner cannot be built (e.g.
         a CUDA graph capture this PyTorch/driver refuses): frames then run eagerly, slower but
-        right, instead of failing one after another.
+        right, instead of failing one after another. A failed ``torch.compile`` (no compiler,
+        no Triton) turns :attr:`compile_segments` off and builds the uncompiled runner.
         """
+        capture = self.cuda_graphs and images.device.type == 'cuda'
         key = (tuple(images.shape), images.device, self._kv_dtype, self.camera_token.dtype,
-               self.camera_token.data_ptr())
+               self.camera_token.data_ptr(), capture, self.compile_segments)
         if self._frame_graphs is None or self._frame_graphs[0] != key:
             self._frame_graphs = None  # release the old graphs' memory first
             try:
-                runner = FrameGraphs(self, images, capture=images.device.type == 'cuda')
-            except RuntimeError as exc:
-                logger.warning('CUDA graphs unavailable (%s); running frames eagerly', exc)
-                self.cuda_graphs = False
-                return None
+                runner = FrameGraphs(self, images, capture, self.compile_segments)
+            except Exception as exc:  # noqa: BLE001 - Inductor/Triton raise many kinds
+                if not self.compile_segments:
+                    logger.warning('CUDA graphs unavailable (%s); running frames eagerly', exc)
+                    self.cuda_graphs = False
+                    return None
+                logger.warning('torch.compile of the frame segments failed (%s: %s); '
+                               'running them uncompiled', type(exc).__name__, exc)
+                self.compile_segments = False
+                return self._graphs_for(images)
             self._frame_graphs = (key, runner)
         return self._frame_graphs[1]
 
@@ -305,7 +317,8 @@ class Aggregator(nn.Module):
         s, p = images.shape[0], NUM_SPECIAL_TOKENS + h * w
         self._check_state(s, time_index, mode)
         self._ensure_cache(p, images.device)
-        runner = self._graphs_for(images) if mode != 'scale' and self.cuda_graphs else None
+        segmented = self.cuda_graphs or self.compile_segments
+        runner = self._graphs_for(images) if mode != 'scale' and segmented else None
         if runner is not None:
             self._cache_used = True
             return runner.run(images, time_index, mode)

@@ -124,13 +124,35 @@ class DinoTrunk(nn.Module):
         Returns:
             [S, h*w, C] final-normed patch tokens, float32 (float64 for a float64 model).
         """
+        x = self.embed(images)
+        for block in self.blocks:
+            x = block(x)
+        return self.finish(x)
+
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        """Patch-embed and add the cls token, positions and registers (before the blocks).
+
+        Args:
+            images: [S, 3, H, W] ImageNet-normalised images.
+
+        Returns:
+            [S, 1 + R + h*w, C] tokens [cls, registers, patches] in the weight dtype.
+        """
         s, _, height, width = images.shape
         h, w = height // self.patch_size, width // self.patch_size
         x = self.patch_embed(images)
         cls = self.cls_token.to(x.dtype).expand(s, -1, -1)
         x = torch.cat([cls, x], dim=1) + self.position_embedding(h, w, x.dtype)
         registers = self.register_tokens.to(x.dtype).expand(s, -1, -1)
-        x = torch.cat([x[:, :1], registers, x[:, 1:]], dim=1)
-        for block in self.blocks:
-            x = block(x)
+        return torch.cat([x[:, :1], registers, x[:, 1:]], dim=1)
+
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply the final norm to the blocks' output; drop cls and registers.
+
+        Args:
+            x: [S, 1 + R + h*w, C] output of the last block.
+
+        Returns:
+            [S, h*w, C] patch tokens, float32 (float64 for a float64 model).
+        """
         return self.norm(x)[:, 1 + self.num_registers:]

@@ -91,6 +91,21 @@ class LingbotMapModel(nn.Module):
         self.aggregator.to(dtype)
         return self
 
+    def set_fast_path(self, cuda_graphs: bool, compile_frames: bool) -> None:
+        """Choose how streaming frames run (outputs equal the plain path's to rounding).
+
+        Args:
+            cuda_graphs: replay the fixed-shape work of a frame (aggregator segments, depth
+                head) as CUDA graphs; CUDA only (on the CPU the segments run eagerly).
+            compile_frames: ``torch.compile`` that work first (Inductor fusion).
+        """
+        self.aggregator.cuda_graphs = cuda_graphs
+        self.aggregator.compile_segments = compile_frames
+        self.camera_head.cuda_graphs = cuda_graphs
+        if self.depth_head is not None:
+            self.depth_head.cuda_graphs = cuda_graphs
+            self.depth_head.compile_frames = compile_frames
+
     # ---- stream state ---------------------------------------------------------------------
 
     def start_stream(self, cache: CacheConfig, kv_dtype: torch.dtype) -> None:

@@ -23,12 +23,16 @@ Special (all needed for parity with the official numbers):
 - The uv embedding (5 places) is computed in float64, rounded to float32, scaled by 0.1.
 - The head runs with autocast disabled, in its parameters' dtype (float32 unless converted).
 - Frames are processed in chunks of ``frames_chunk_size`` to bound activation memory.
+- A streaming frame (S = 1) can run as one CUDA graph (``cuda_graphs``), compiled first
+  (``compile_frames``): its shapes are fixed per resolution, and op by op the head was
+  launch-bound (~18 ms of a frame on the H200 for ~200 GFLOP of convolutions).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 import functools
+import logging
 import math
 
 import torch
@@ -36,6 +40,9 @@ from torch import nn
 import torch.nn.functional as F
 
 from lingbot_map_ros.config import ModelConfig
+from ..captured import CapturedCall
+
+_LOG = logging.getLogger(__name__)
 
 NUM_SPECIAL_TOKENS = 6
 """Tokens ahead of the patches in every frame: camera, 4 registers, scale."""
@@ -81,9 +88,16 @@ def uv_embedding(channels: int, height: int, width: int, aspect: float) -> torch
     return (emb.to(torch.float32) * _POS_EMBED_RATIO).contiguous()
 
 
+@functools.lru_cache(maxsize=32)
+def _uv_embedding_on(channels: int, height: int, width: int, aspect: float,
+                     device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    # Kept on the device: no host-to-device copy per frame, which a CUDA graph capture of the
+    # head (``dpt_graphed.py``) would also refuse.
+    return uv_embedding(channels, height, width, aspect).to(device=device, dtype=dtype)
+
+
 def _add_uv_embedding(x: torch.Tensor, aspect: float) -> torch.Tensor:
-    emb = uv_embedding(x.shape[1], x.shape[2], x.shape[3], aspect)
-    return x + emb.to(device=x.device, dtype=x.dtype)
+    return x + _uv_embedding_on(x.shape[1], x.shape[2], x.shape[3], aspect, x.device, x.dtype)
 
 
 def _resize(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -232,6 +246,11 @@ class DPTHead(nn.Module):
             nn.Conv2d(out_channels[3], out_channels[3], 3, stride=2, padding=1),
         ])
         self.scratch = DPTScratch(out_channels, features, output_dim=2)
+        self.cuda_graphs = False
+        """Replay a streaming frame's head (S = 1) as one CUDA graph per resolution (CUDA)."""
+        self.compile_frames = False
+        """``torch.compile`` that single-frame head first."""
+        self._frame_call: tuple[tuple, CapturedCall] | None = None
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> 'DPTHead':
@@ -262,12 +281,44 @@ class DPTHead(nn.Module):
         num_frames = features[0].shape[0]
         depths, confs = [], []
         with torch.autocast(device_type=features[0].device.type, enabled=False):
+            call = self._single_frame_call(features, grid_hw, image_size_hw) \
+                if num_frames == 1 and (self.cuda_graphs or self.compile_frames) else None
+            if call is not None:
+                depth, conf = call(*features)
+                return depth, conf
             for start in range(0, num_frames, chunk):
                 taps = [f[start:start + chunk].to(dtype) for f in features]
                 depth, conf = self._forward_frames(taps, grid_hw, image_size_hw)
                 depths.append(depth)
                 confs.append(conf)
         return torch.cat(depths), torch.cat(confs)
+
+    def _single_frame_call(self, features: Sequence[torch.Tensor], grid_hw: tuple[int, int],
+                           image_size_hw: tuple[int, int]) -> CapturedCall | None:
+        """Return the graphed/compiled head of one frame of these shapes (built once).
+
+        None if it cannot be built here (the fast path then turns itself off with a warning).
+        """
+        tap = features[0]
+        capture = self.cuda_graphs and tap.is_cuda
+        key = (tuple(tap.shape), tap.dtype, tap.device, tuple(image_size_hw),
+               self.norm.weight.dtype, self.norm.weight.data_ptr(), capture, self.compile_frames)
+        if self._frame_call is None or self._frame_call[0] != key:
+            self._frame_call = None  # release the old graph's memory first
+            dtype = self.norm.weight.dtype
+
+            def head(*taps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                return self._forward_frames([t.to(dtype) for t in taps], grid_hw, image_size_hw)
+
+            try:
+                call = CapturedCall(head, features, capture, self.compile_frames)
+            except Exception as exc:  # noqa: BLE001 - capture/Inductor/Triton raise many kinds
+                _LOG.warning('DPT head fast path unavailable (%s: %s); running it eagerly',
+                             type(exc).__name__, exc)
+                self.cuda_graphs = self.compile_frames = False
+                return None
+            self._frame_call = (key, call)
+        return self._frame_call[1]
 
     def _check_inputs(self, features: Sequence[torch.Tensor],
                       image_size_hw: tuple[int, int]) -> tuple[int, int]:

@@ -1,0 +1,94 @@
+"""CUDA-graph capture of fixed-shape work, and a replayable call built on it.
+
+Why: at streaming batch size 1 the model's parts are launch-bound when issued op by op from
+Python (bench/results/h200_baseline/profile_sdpa.txt). Work whose shapes are fixed for a
+resolution can be captured once and replayed with one launch. ``capture_graph`` is the shared
+warm-up + capture step (the aggregator's segments use it too); ``CapturedCall`` wraps a whole
+function of tensors (the DPT head of a streaming frame).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+
+def capture_graph(fn: Callable[[], Any],
+                  pool: Any = None) -> tuple[torch.cuda.CUDAGraph, Any]:
+    """Run ``fn`` once on a side stream (warm-up), then capture it.
+
+    The warm-up creates library handles, autotunes and compiles (``torch.compile``), none of
+    which may happen during capture.
+
+    Args:
+        fn: the work; reads and writes only tensors that outlive the graph.
+        pool: memory pool shared with other graphs of the same runner, or None.
+
+    Returns:
+        ``(graph, outputs)``: ``graph.replay()`` refills the captured ``outputs`` in place.
+    """
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        outputs = fn()
+    return graph, outputs
+
+
+def maybe_compile(fn: Callable, enabled: bool) -> Callable:
+    """``torch.compile`` for one fixed-shape graph without breaks, or ``fn`` itself.
+
+    fullgraph: a graph break would silently leave unfused kernels behind; fail instead and let
+    the caller fall back to the plain function.
+    """
+    return torch.compile(fn, dynamic=False, fullgraph=True) if enabled else fn
+
+
+class CapturedCall:
+    """``fn(*tensors) -> tuple of tensors`` with fixed shapes, replayed as one CUDA graph.
+
+    Inputs are copied into static buffers before each replay; outputs are cloned, since the
+    next replay overwrites them. Without ``capture`` it just calls ``fn`` (compiled or not).
+    """
+
+    def __init__(self, fn: Callable[..., tuple[torch.Tensor, ...]],
+                 example_inputs: Sequence[torch.Tensor], capture: bool,
+                 compile_fn: bool = False) -> None:
+        """Compile (optionally) and capture ``fn`` for inputs shaped like ``example_inputs``.
+
+        Args:
+            fn: pure function of the tensors (module parameters may be read).
+            example_inputs: tensors of the shapes, dtypes and device of every later call.
+            capture: capture a CUDA graph (CUDA only); False runs ``fn`` directly.
+            compile_fn: ``torch.compile`` ``fn`` first.
+        """
+        self._fn = maybe_compile(fn, compile_fn)
+        self._capture = capture
+        self._static = [t.detach().clone() for t in example_inputs]
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._outputs: tuple[torch.Tensor, ...] = ()
+        if capture:
+            self._graph, self._outputs = capture_graph(lambda: self._fn(*self._static))
+        elif compile_fn:
+            self._fn(*self._static)  # compile now, where the caller can still fall back
+
+    def __call__(self, *inputs: torch.Tensor | int | float) -> tuple[torch.Tensor, ...]:
+        """Run on ``inputs`` (same shapes as the examples); returns fresh output tensors.
+
+        A Python number stands for a 0-d input: it fills the static buffer with one kernel
+        (no host-to-device copy).
+        """
+        for static, value in zip(self._static, inputs):
+            if isinstance(value, torch.Tensor):
+                static.copy_(value)
+            else:
+                static.fill_(value)
+        if self._graph is None:
+            return self._fn(*self._static)
+        self._graph.replay()
+        return tuple(out.clone() for out in self._outputs)
