@@ -6,6 +6,7 @@
 #     torch.compile) with SDPA and FlashInfer, `bench model` at upstream's profiling shape
 #     (504x378, N_s=8, W=64, bf16): pose and depth with per-part timings, FlashInfer, the
 #     uncompiled graphs, and a profile.
+#   STAGE=check: the CUDA-graph/compile GPU tests and golden set A (SDPA, compiled) only.
 #   STAGE=long: 10,000 frames at K=10 (compiled, pose path), progress every 100 frames.
 set -uo pipefail
 out="${OUT:-bench/results/raw}"
@@ -22,7 +23,7 @@ export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}"
 torch.version.cuda, 'triton', triton.__version__, 'flashinfer', flashinfer.__version__)"
 } > "$out/env.txt" 2>&1
 # Random (golden-formula) weights written once, so each benchmark only loads them.
-python3 - <<'PY'
+[ -f /tmp/bench_weights.safetensors ] || python3 - <<'PY'
 from safetensors.torch import save_file
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
@@ -32,14 +33,18 @@ with torch.device('meta'):
 save_file(golden_state_dict(shapes, salt=0), '/tmp/bench_weights.safetensors')
 PY
 bench="python3 -m lingbot_map_ros.tools.bench model --weights /tmp/bench_weights.safetensors"
-if [ "$stage" = long ]; then
-  timeout "${LONG_RUN_S:-520}" $bench --backend sdpa --compile --frames 10000 \
+golden="python3 -m lingbot_map_ros.tools.golden .gpu_data/stream_A.safetensors --device cuda"
+if [ "$stage" = check ]; then
+  python3 -m pytest -q -m gpu -p no:cacheprovider test/engine/test_frame_graphs.py \
+    > "$out/gpu_tests_check.txt" 2>&1
+  $golden --dtype bfloat16 --backend sdpa --cuda-graphs --compile > "$out/golden_A_check.txt" 2>&1
+elif [ "$stage" = long ]; then
+  timeout "${LONG_RUN_S:-560}" $bench --backend sdpa --compile --frames 10000 \
     --keyframe-interval 10 --progress 100 > "$out/model_sdpa_compile_10k.txt" 2>&1
 else
   python3 -m pytest -q -m gpu -p no:cacheprovider test/engine/test_flashinfer_cache.py \
     test/engine/test_split_attention.py test/engine/test_frame_graphs.py \
     > "$out/gpu_tests.txt" 2>&1
-  golden="python3 -m lingbot_map_ros.tools.golden .gpu_data/stream_A.safetensors --device cuda"
   { $golden --dtype bfloat16 --backend sdpa --cuda-graphs --compile
     $golden --dtype bfloat16 --backend flashinfer --cuda-graphs --compile
   } > "$out/golden_A_cuda.txt" 2>&1

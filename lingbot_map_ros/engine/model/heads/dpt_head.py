@@ -91,13 +91,8 @@ def uv_embedding(channels: int, height: int, width: int, aspect: float) -> torch
 @functools.lru_cache(maxsize=32)
 def _uv_embedding_on(channels: int, height: int, width: int, aspect: float,
                      device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    # Kept on the device: no host-to-device copy per frame, which a CUDA graph capture of the
-    # head (``dpt_graphed.py``) would also refuse.
+    # Kept on the device: no host-to-device copy per frame.
     return uv_embedding(channels, height, width, aspect).to(device=device, dtype=dtype)
-
-
-def _add_uv_embedding(x: torch.Tensor, aspect: float) -> torch.Tensor:
-    return x + _uv_embedding_on(x.shape[1], x.shape[2], x.shape[3], aspect, x.device, x.dtype)
 
 
 def _resize(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -280,21 +275,36 @@ class DPTHead(nn.Module):
         dtype = self.norm.weight.dtype
         num_frames = features[0].shape[0]
         depths, confs = [], []
+        uv = self._uv_tables(grid_hw, image_size_hw, features[0].device)
         with torch.autocast(device_type=features[0].device.type, enabled=False):
-            call = self._single_frame_call(features, grid_hw, image_size_hw) \
+            call = self._single_frame_call(features, grid_hw, image_size_hw, uv) \
                 if num_frames == 1 and (self.cuda_graphs or self.compile_frames) else None
             if call is not None:
                 depth, conf = call(*features)
                 return depth, conf
             for start in range(0, num_frames, chunk):
                 taps = [f[start:start + chunk].to(dtype) for f in features]
-                depth, conf = self._forward_frames(taps, grid_hw, image_size_hw)
+                depth, conf = self._forward_frames(taps, grid_hw, image_size_hw, uv)
                 depths.append(depth)
                 confs.append(conf)
         return torch.cat(depths), torch.cat(confs)
 
+    def _uv_tables(self, grid_hw: tuple[int, int], image_size_hw: tuple[int, int],
+                   device: torch.device) -> list[torch.Tensor]:
+        """Return the 5 uv embeddings of a frame size: 4 levels (grid size), then the output.
+
+        Looked up outside any compiled or captured region: Dynamo traces through the cache
+        wrapper, which would put the float64 CPU computation and its copy into the graph.
+        """
+        aspect = image_size_hw[1] / image_size_hw[0]
+        dtype = self.norm.weight.dtype
+        sizes = [(project.out_channels, *grid_hw) for project in self.projects]
+        sizes.append((self.scratch.output_conv1.out_channels, *image_size_hw))
+        return [_uv_embedding_on(c, h, w, aspect, device, dtype) for c, h, w in sizes]
+
     def _single_frame_call(self, features: Sequence[torch.Tensor], grid_hw: tuple[int, int],
-                           image_size_hw: tuple[int, int]) -> CapturedCall | None:
+                           image_size_hw: tuple[int, int],
+                           uv: list[torch.Tensor]) -> CapturedCall | None:
         """Return the graphed/compiled head of one frame of these shapes (built once).
 
         None if it cannot be built here (the fast path then turns itself off with a warning).
@@ -308,7 +318,8 @@ class DPTHead(nn.Module):
             dtype = self.norm.weight.dtype
 
             def head(*taps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-                return self._forward_frames([t.to(dtype) for t in taps], grid_hw, image_size_hw)
+                return self._forward_frames([t.to(dtype) for t in taps], grid_hw, image_size_hw,
+                                            uv)
 
             try:
                 call = CapturedCall(head, features, capture, self.compile_frames)
@@ -337,14 +348,13 @@ class DPTHead(nn.Module):
         return grid_hw
 
     def _forward_frames(self, taps: list[torch.Tensor], grid_hw: tuple[int, int],
-                        image_size_hw: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
-        aspect = image_size_hw[1] / image_size_hw[0]
+                        image_size_hw: tuple[int, int],
+                        uv: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         levels = []
-        for tap, project, resize in zip(taps, self.projects, self.resize_layers):
+        for tap, project, resize, uv_level in zip(taps, self.projects, self.resize_layers, uv):
             x = self.norm(tap[:, NUM_SPECIAL_TOKENS:])
             x = x.permute(0, 2, 1).reshape(x.shape[0], x.shape[2], *grid_hw)
-            x = _add_uv_embedding(project(x), aspect)
-            levels.append(resize(x))
+            levels.append(resize(project(x) + uv_level))
         out = _resize(self.scratch.fuse(levels), image_size_hw)
-        out = self.scratch.output_conv2(_add_uv_embedding(out, aspect))
+        out = self.scratch.output_conv2(out + uv[-1])
         return torch.exp(out[:, 0]), 1.0 + torch.exp(out[:, 1])
