@@ -82,11 +82,16 @@ class SdpaBackend:
             start = layout.first_page * layout.page_size
             stop = start + layout.num_tokens
             num_heads, head_dim = k_pages.shape[2], k_pages.shape[3]
-            k = k_pages.view(-1, num_heads, head_dim)[start:stop]
-            v = v_pages.view(-1, num_heads, head_dim)[start:stop]
+            all_k = k_pages.view(-1, num_heads, head_dim)
+            all_v = v_pages.view(-1, num_heads, head_dim)
+            k, v = all_k[start:stop], all_v[start:stop]
             # In a contiguous layout the patch pages come first, then the special stream.
             patch_pages = layout.num_scale_pages + layout.num_window_pages
             patches = patch_pages * layout.page_size
+            # Keyframes of a full window, and non-keyframes (one page more) from one frame
+            # before it fills: plan both now rather than mid-stream.
+            self._split.prepare(q, all_k, all_v, (self._split_from * layout.page_size,
+                                                  (self._split_from + 1) * layout.page_size))
             if patch_pages >= self._split_from \
                     and self._split.usable(q, patches, layout.num_tokens):
                 out = self._split(q, k, v, patches)
