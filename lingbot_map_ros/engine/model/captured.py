@@ -68,7 +68,6 @@ class CapturedCall:
             compile_fn: ``torch.compile`` ``fn`` first.
         """
         self._fn = maybe_compile(fn, compile_fn)
-        self._capture = capture
         self._static = [t.detach().clone() for t in example_inputs]
         self._graph: torch.cuda.CUDAGraph | None = None
         self._outputs: tuple[torch.Tensor, ...] = ()
