@@ -155,8 +155,9 @@ class StreamConfig:
     compile: bool = False
     """``torch.compile`` (Inductor) each streaming frame's fixed-shape work before it is
     captured: fuses the LayerNorm/cast/RoPE/residual kernels. Costs a one-off compilation at
-    the first frame of each resolution (cached on disk by Inductor for later starts); falls
-    back to uncompiled with a warning where Inductor cannot run."""
+    the first image of each size, before it is used (the session's warm-up; cached on disk by
+    Inductor for later starts); falls back to uncompiled with a warning where Inductor cannot
+    run."""
 
     def __post_init__(self) -> None:
         if self.keyframe_interval < 1:

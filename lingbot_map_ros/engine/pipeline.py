@@ -17,6 +17,13 @@ index) and of the phase logic; the model only runs what it is told:
   unchanged: call ``reset()`` and resubmit. A NaN/Inf pose raises :class:`NonFiniteOutputError`
   after the frame ran (the cache holds it): reset.
 
+**Warm-up.** With the fast path on (CUDA graphs, ``torch.compile``), the first frame of each
+processed size first runs a throw-away scale pass and two streaming frames on copies of itself
+(compilation, graph capture, cuDNN plans: ~30 s compiled on the H200, once per size and
+process), then resets the model. Otherwise that one-off cost would land on the first streaming
+frame, between the scale frames and the rest of the stream: a 30 s hole in the trajectory a
+live camera keeps moving through.
+
 All public methods are serialised by one lock, so a ROS service thread may call ``reset()`` while
 a worker thread is inside ``step()``; the reset waits for that frame to finish.
 """
@@ -95,6 +102,7 @@ class StreamingSession:
         self._frames_in = 0
         self._frames_out = 0
         self._keyframes = 0
+        self._warmed_sizes: set[tuple[int, int]] = set()
 
     # ---- public API -----------------------------------------------------------------------
 
@@ -142,6 +150,8 @@ class StreamingSession:
                 raise ResolutionChangedError(
                     f'frame size {info.image_size_hw} (processed H, W) differs from the '
                     f'session size {self._size_hw}; reset the session to start a new map')
+            if self._size_hw is None:
+                self._warm_up(tensor, info.image_size_hw)
             self._size_hw = info.image_size_hw
             if self._frames_out == 0 and self._frames_in < self.config.cache.scale_frames:
                 self._frames_in += 1
@@ -198,6 +208,34 @@ class StreamingSession:
         return stats
 
     # ---- phases -----------------------------------------------------------------------------
+
+    def _warm_up(self, tensor: torch.Tensor, size_hw: tuple[int, int]) -> None:
+        """Build the fast path for this frame size before the stream uses it (module docstring).
+
+        Runs the model on copies of ``tensor`` (N_s scale frames, a keyframe, a non-keyframe)
+        and resets it; the session's counters and buffers are not touched.
+        """
+        aggregator = self._model.aggregator
+        num_scale = self.config.cache.scale_frames
+        if size_hw in self._warmed_sizes or not (aggregator.cuda_graphs
+                                                 or aggregator.compile_segments) \
+                or num_scale + 2 > self.config.model.max_frame_num:
+            return
+        start = time.perf_counter()
+        _LOG.info('building the fast path for %dx%d frames (one-off: compilation, CUDA graphs)',
+                  size_hw[1], size_hw[0])
+        image = tensor.to(self._device)[None]
+        try:
+            self._model.forward_scale(image.expand(num_scale, -1, -1, -1),
+                                      with_depth=self._with_depth)
+            # A keyframe, then a non-keyframe at the time index the next keyframe would get.
+            for offset, keyframe in ((0, True), (1, False)):
+                self._model.forward_frame(image, time_index=num_scale + offset,
+                                          keyframe=keyframe, with_depth=self._with_depth)
+        finally:
+            self._model.reset_stream()
+        self._warmed_sizes.add(size_hw)
+        _LOG.info('fast path ready in %.1f s', time.perf_counter() - start)
 
     def _run_scale(self, prep_ms: float) -> list[FramePrediction]:
         num = len(self._pending)

@@ -158,3 +158,38 @@ def test_a_saved_checkpoint_reproduces_the_session_it_came_from(tmp_path):
     frames = _frames(N_S + 2)
     for a, b in zip(_run(source, frames), _run(loaded, frames)):
         np.testing.assert_array_equal(a.pose_enc, b.pose_enc)
+
+
+def test_fast_path_is_built_before_the_stream_and_leaves_no_trace():
+    # stream.compile on the CPU: Inductor's C++ backend, the same warm-up as CUDA graphs get.
+    frames = _frames(N_S + 4)
+    plain = _run(StreamingSession(_config(**{'stream.keyframe_interval': 2}),
+                                  allow_random_weights=True, seed=7), frames)
+    session = StreamingSession(_config(**{'stream.compile': True, 'stream.keyframe_interval': 2}),
+                               allow_random_weights=True, seed=7)
+    assert session.step(frames[0], stamp_ns=1_000) == []
+    # Built at the first frame, before any streaming frame; the warm-up's frames are gone.
+    assert session.model.aggregator._frame_graphs is not None
+    stats = session.stats()
+    assert stats['compiled'] is True
+    assert (stats['frames_in'], stats['frames_out'], stats['keyframes']) == (1, 0, 0)
+    assert stats['cache']['frame_count'] == 0 and stats['pending_frames'] == 1
+    assert session.model.camera_head.cache_stats().num_frames == 0
+    compiled = _run_from(session, frames, 1)
+    assert [p.role for p in compiled] == [p.role for p in plain]
+    assert [(p.frame_index, p.time_index) for p in compiled] == \
+        [(p.frame_index, p.time_index) for p in plain]
+    np.testing.assert_allclose(np.stack([p.pose_enc for p in compiled]),
+                               np.stack([p.pose_enc for p in plain]), atol=1e-4)
+    # Once per size: a reset does not build it again.
+    runner = session.model.aggregator._frame_graphs
+    session.reset()
+    _run(session, frames[:N_S + 1])
+    assert session.model.aggregator._frame_graphs is runner
+
+
+def _run_from(session: StreamingSession, frames: list[np.ndarray], first: int) -> list:
+    preds = []
+    for i in range(first, len(frames)):
+        preds.extend(session.step(frames[i], stamp_ns=1_000 + i))
+    return preds
