@@ -203,12 +203,13 @@ def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str]
                session: StreamingSession, device: torch.device) -> dict[str, Any]:
     phase1_ms, stream_ms = times_ms[0], np.asarray(times_ms[1:])
     total_frames = args.frames
+    stats = session.stats()
     result: dict[str, Any] = {
         'mode': 'model', 'preset': args.preset, 'height': args.height, 'width': args.width,
         'frames': total_frames, 'scale_frames': args.scale_frames, 'window': args.window,
         'keyframe_interval': args.keyframe_interval, 'backend': args.backend,
         'dtype': args.dtype, 'depth': args.depth,
-        'cuda_graphs': session.stats()['cuda_graphs'], 'compile': session.stats()['compiled'],
+        'cuda_graphs': stats['cuda_graphs'], 'compile': stats['compiled'],
         'phase1_ms': round(phase1_ms, 3),
         'global_fps': round(total_frames / ((phase1_ms + stream_ms.sum()) / 1e3), 3),
     }
@@ -229,7 +230,6 @@ def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str]
         result['ms_first_streaming_window'] = round(
             float(stream_ms[:2 * args.report_window].mean()), 3)
         result['ms_last_window'] = round(float(tail.mean()), 3)
-    stats = session.stats()
     result['cache'] = stats['cache']
     result['keyframes'] = stats['keyframes']
     if device.type == 'cuda':

@@ -65,6 +65,7 @@ class SdpaBackend:
         self._gather = _PageGather()
         self._split = SplitAttention()
         self._split_from = max(1, full_patch_pages)
+        self._split_prepared = False  # a backend serves one cache: one page size, one q shape
 
     def plan(self, layout: PageLayout, num_queries: int) -> None:
         """Nothing to plan: the kernel reads the layout's token range directly."""
@@ -88,10 +89,12 @@ class SdpaBackend:
             # In a contiguous layout the patch pages come first, then the special stream.
             patch_pages = layout.num_scale_pages + layout.num_window_pages
             patches = patch_pages * layout.page_size
-            # Keyframes of a full window, and non-keyframes (one page more) from one frame
-            # before it fills: plan both now rather than mid-stream.
-            self._split.prepare(q, all_k, all_v, (self._split_from * layout.page_size,
-                                                  (self._split_from + 1) * layout.page_size))
+            if not self._split_prepared:
+                # Keyframes of a full window, and non-keyframes (one page more) from one frame
+                # before it fills: plan both now rather than mid-stream.
+                self._split.prepare(q, all_k, all_v, (self._split_from * layout.page_size,
+                                                      (self._split_from + 1) * layout.page_size))
+                self._split_prepared = True
             if patch_pages >= self._split_from \
                     and self._split.usable(q, patches, layout.num_tokens):
                 out = self._split(q, k, v, patches)

@@ -71,11 +71,10 @@ class SplitAttention:
 
     def __init__(self) -> None:
         self.enabled = True
-        self._prepared: set[tuple] = set()
 
     def prepare(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 patch_token_counts: tuple[int, ...]) -> None:
-        """Build cuDNN's plans for the patch-key counts the split will see, once per shape.
+        """Build cuDNN's plans for the patch-key counts the split will see.
 
         Why: cuDNN's first call at a new key count builds its plan, measured at ~0.75 s on the
         H200 (frame 629 of bench/results/h200_compile/model_sdpa_compile_10k.txt): a stall in
@@ -89,10 +88,8 @@ class SplitAttention:
             v: [K, H, D] the value pool, likewise.
             patch_token_counts: patch-key counts to plan (keyframe and non-keyframe).
         """
-        key = (tuple(q.shape), q.dtype, q.device, patch_token_counts)
-        if key in self._prepared or not self.usable(q, 1, 2):
+        if not self.usable(q, 1, 2):
             return
-        self._prepared.add(key)
         dummy = torch.zeros_like(q)
         for count in patch_token_counts:
             if count <= k.shape[0]:
