@@ -82,12 +82,14 @@ class CapturedCall:
         A Python number stands for a 0-d input: it fills the static buffer with one kernel
         (no host-to-device copy).
         """
+        if self._graph is None:
+            # No graph to feed: tensors go straight in (no copies); numbers still need a tensor.
+            return self._fn(*(value if isinstance(value, torch.Tensor) else static.fill_(value)
+                              for static, value in zip(self._static, inputs)))
         for static, value in zip(self._static, inputs):
             if isinstance(value, torch.Tensor):
                 static.copy_(value)
             else:
                 static.fill_(value)
-        if self._graph is None:
-            return self._fn(*self._static)
         self._graph.replay()
         return tuple(out.clone() for out in self._outputs)

@@ -134,9 +134,8 @@ class FrameGraphs:
         heads, dim = agg.config.num_heads, agg.config.head_dim
         # Token-major like the attention output, so filling it is a plain copy; the blocks see
         # the [1, H, N, D] view.
-        self._o_tokens = torch.zeros(self.num_tokens, heads, dim, dtype=agg.kv_dtype,
-                                     device=device)
-        self._o = self._o_tokens.transpose(0, 1).unsqueeze(0)
+        self._o = torch.zeros(self.num_tokens, heads, dim, dtype=agg.kv_dtype,
+                              device=device).transpose(0, 1).unsqueeze(0)
         # Parameters do not change between frames: the streaming special tokens are a constant.
         self._specials = agg.special_tokens(1, 'keyframe', torch.float32)
         self._bodies = _Bodies(compile_bodies)
