@@ -203,6 +203,7 @@ class StreamingSession:
                 # In effect now: either turns itself off (with a warning) where it cannot run.
                 'cuda_graphs': self._model.aggregator.cuda_graphs,
                 'compiled': self._model.aggregator.compile_segments,
+                'whole_frame_graphs': self._model.aggregator.whole_frames,
             }
         stats.update(_gpu_memory(self._device))
         return stats
@@ -232,6 +233,8 @@ class StreamingSession:
             for offset, keyframe in ((0, True), (1, False)):
                 self._model.forward_frame(image, time_index=num_scale + offset,
                                           keyframe=keyframe, with_depth=self._with_depth)
+            # The full-window graphs too: captured here, not when the window first fills.
+            aggregator.prepare_full_window()
         finally:
             self._model.reset_stream()
         self._warmed_sizes.add(size_hw)

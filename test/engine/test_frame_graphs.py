@@ -29,8 +29,10 @@ def _model(device: str, dtype: torch.dtype) -> LingbotMapModel:
 
 
 def _stream(model: LingbotMapModel, images: torch.Tensor, graphs: bool,
-            kv_dtype: torch.dtype, compile_frames: bool = False) -> list[dict]:
+            kv_dtype: torch.dtype, compile_frames: bool = False,
+            staged: bool = True) -> list[dict]:
     model.set_fast_path(graphs, compile_frames)
+    model.aggregator.stage_frames = staged
     model.start_stream(CacheConfig(backend='sdpa', scale_frames=2, sliding_window=3),
                        kv_dtype)
     outs = [model.forward_scale(images[:2], with_depth=True)]
@@ -43,14 +45,22 @@ def _stream(model: LingbotMapModel, images: torch.Tensor, graphs: bool,
 
 
 def _compare(device: str, dtype: torch.dtype, atol: float, compile_frames: bool = False,
-             rtol: float = 0.0) -> None:
+             rtol: float = 0.0, staged: bool = True) -> None:
     torch.manual_seed(0)
+    # N_s 2, W 3, K 2: the window is full from frame 6 on, so frames 7 and 8 take the
+    # full-window (cuDNN split) graphs on CUDA and the earlier ones the window-fill graph.
     images = torch.rand(9, 3, 56, 84, device=device)
     model = _model(device, dtype)
     plain = _stream(model, images, graphs=False, kv_dtype=dtype)
-    graphed = _stream(model, images, graphs=True, kv_dtype=dtype, compile_frames=compile_frames)
-    # Every part took its fast path (none fell back).
-    assert model.aggregator._frame_graphs is not None and model.aggregator.cuda_graphs
+    graphed = _stream(model, images, graphs=True, kv_dtype=dtype, compile_frames=compile_frames,
+                      staged=staged)
+    # Every part took its fast path (none fell back), whole frames when staged.
+    runner = model.aggregator._frame_graphs
+    assert runner is not None and model.aggregator.cuda_graphs
+    assert runner[1]._staged is staged
+    if staged and device == 'cuda':
+        assert ('range',) in runner[1]._whole
+        assert any(key[0] == 'split' for key in runner[1]._whole)
     assert model.aggregator.compile_segments is compile_frames
     assert model.camera_head._frame_call is not None and model.camera_head.cuda_graphs
     assert model.depth_head._frame_call is not None and model.depth_head.cuda_graphs
@@ -64,22 +74,26 @@ def _compare(device: str, dtype: torch.dtype, atol: float, compile_frames: bool 
     assert (poses[1:] - poses[:-1]).abs().max() > 1e-4
 
 
-def test_eager_segments_equal_the_plain_forward_on_cpu():
+@pytest.mark.parametrize('staged', [True, False], ids=['whole-frames', 'segments'])
+def test_eager_segments_equal_the_plain_forward_on_cpu(staged):
     # 1e-5, not exact: the camera head's fixed-shape path sums its masked attention over the
     # whole buffer (fp32 rounding ~1e-6 on poses of ~1); a wrong segment is off by >1e-2.
-    _compare('cpu', torch.float32, atol=1e-5)
+    _compare('cpu', torch.float32, atol=1e-5, staged=staged)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+@pytest.mark.parametrize('staged', [True, False], ids=['whole-frames', 'segments'])
 @pytest.mark.parametrize('compile_frames', [False, True], ids=['graphs', 'compiled-graphs'])
-def test_cuda_graphs_equal_the_plain_forward_in_bf16(compile_frames):
+def test_cuda_graphs_equal_the_plain_forward_in_bf16(compile_frames, staged):
     # Graphs replay the same kernels: equal to bf16 noise. Compiled, Inductor keeps fused
     # intermediates in float32 where eager rounds each op to bf16: a few bf16 ulps apart.
-    if compile_frames:
-        _compare('cuda', torch.bfloat16, atol=2e-2, rtol=2e-2, compile_frames=True)
+    # Whole frames attend with flash varlen / cuDNN where eager uses SDPA's flash: likewise.
+    if compile_frames or staged:
+        _compare('cuda', torch.bfloat16, atol=2e-2, rtol=2e-2, compile_frames=compile_frames,
+                 staged=staged)
     else:
-        _compare('cuda', torch.bfloat16, atol=1e-3)
+        _compare('cuda', torch.bfloat16, atol=1e-3, staged=False)
 
 
 def test_a_runner_that_cannot_be_built_falls_back_to_the_plain_forward(monkeypatch):

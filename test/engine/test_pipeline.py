@@ -172,6 +172,7 @@ def test_fast_path_is_built_before_the_stream_and_leaves_no_trace():
     assert session.model.aggregator._frame_graphs is not None
     stats = session.stats()
     assert stats['compiled'] is True
+    assert stats['whole_frame_graphs'] is True  # backend sdpa: staged whole frames
     assert (stats['frames_in'], stats['frames_out'], stats['keyframes']) == (1, 0, 0)
     assert stats['cache']['frame_count'] == 0 and stats['pending_frames'] == 1
     assert session.model.camera_head.cache_stats().num_frames == 0

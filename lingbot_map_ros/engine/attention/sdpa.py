@@ -67,6 +67,11 @@ class SdpaBackend:
         self._split_from = max(1, full_patch_pages)
         self._split_prepared = False  # a backend serves one cache: one page size, one q shape
 
+    @property
+    def split(self) -> SplitAttention:
+        """Return the cuDNN + flash attention (shared with staged frames: one switch for both)."""
+        return self._split
+
     def plan(self, layout: PageLayout, num_queries: int) -> None:
         """Nothing to plan: the kernel reads the layout's token range directly."""
 

@@ -50,8 +50,9 @@ def _heads_first(t: torch.Tensor) -> torch.Tensor:
     return t.unsqueeze(0).transpose(1, 2)  # [N, H, D] -> [1, H, N, D] (a view)
 
 
-def _cudnn_part(q: torch.Tensor, k: torch.Tensor,
-                v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def cudnn_part(q: torch.Tensor, k: torch.Tensor,
+               v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attend ``q [Q, H, D]`` to ``k, v [K, H, D]`` with cuDNN; returns output, LSE ``[H, Q]``."""
     out = torch.ops.aten._scaled_dot_product_cudnn_attention(
         _heads_first(q), _heads_first(k), _heads_first(v), None, True)
     num_q, heads = q.shape[0], q.shape[1]
@@ -94,7 +95,7 @@ class SplitAttention:
         for count in patch_token_counts:
             if count <= k.shape[0]:
                 try:
-                    _cudnn_part(dummy, k[:count], v[:count])
+                    cudnn_part(dummy, k[:count], v[:count])
                 except RuntimeError as err:
                     self.enabled = False
                     _LOG.warning('cuDNN attention unavailable (%s); using plain SDPA', err)
@@ -114,7 +115,7 @@ class SplitAttention:
             split stays off for the rest of the process, and says so once).
         """
         try:
-            o1, lse1 = _cudnn_part(q, k[:num_patch_tokens], v[:num_patch_tokens])
+            o1, lse1 = cudnn_part(q, k[:num_patch_tokens], v[:num_patch_tokens])
             o2, lse2 = _flash_part(q, k[num_patch_tokens:], v[num_patch_tokens:])
         except RuntimeError as err:
             self.enabled = False

@@ -95,6 +95,9 @@ class Aggregator(nn.Module):
         """Replay streaming frames' fixed-shape work as CUDA graphs (``graphed.py``)."""
         self.compile_segments = False
         """``torch.compile`` the streaming frames' fixed-shape work (``graphed.py``)."""
+        self.stage_frames = True
+        """With the fast path, run whole frames with the cache's staged attention, so a
+        streaming frame is one CUDA graph (``attention/staged.py``); needs backend 'sdpa'."""
         self._frame_graphs: tuple[tuple, FrameGraphs] | None = None
 
     # ---- KV cache -------------------------------------------------------------------------
@@ -233,12 +236,16 @@ class Aggregator(nn.Module):
         no Triton) turns :attr:`compile_segments` off and builds the uncompiled runner.
         """
         capture = self.cuda_graphs and images.device.type == 'cuda'
+        staged = self.stage_frames and self._cache.can_stage
         key = (tuple(images.shape), images.device, self._kv_dtype, self.camera_token.dtype,
-               self.camera_token.data_ptr(), capture, self.compile_segments)
+               self.camera_token.data_ptr(), capture, self.compile_segments, staged,
+               self._cache if staged else None)  # staged graphs write into this cache
         if self._frame_graphs is None or self._frame_graphs[0] != key:
             self._frame_graphs = None  # release the old graphs' memory first
             try:
-                runner = FrameGraphs(self, images, capture, self.compile_segments)
+                if staged:
+                    self._cache.enable_staging(compile_merge=self.compile_segments)
+                runner = FrameGraphs(self, images, capture, self.compile_segments, staged)
             except Exception as exc:  # noqa: BLE001 - Inductor/Triton raise many kinds
                 if not self.compile_segments:
                     logger.warning('CUDA graphs unavailable (%s); running frames eagerly', exc)
@@ -250,6 +257,20 @@ class Aggregator(nn.Module):
                 return self._graphs_for(images)
             self._frame_graphs = (key, runner)
         return self._frame_graphs[1]
+
+    @property
+    def whole_frames(self) -> bool:
+        """Whether streaming frames now run as whole frames (``stage_frames`` in effect)."""
+        return self._frame_graphs is not None and self._frame_graphs[1].staged
+
+    @torch.no_grad()
+    def prepare_full_window(self) -> None:
+        """Capture the full-window frame graphs now (see ``FrameGraphs.prepare_full_window``).
+
+        Writes placeholders into the cache: call ``reset_cache`` before the next stream.
+        """
+        if self._frame_graphs is not None:
+            self._frame_graphs[1].prepare_full_window()
 
     def _check_images(self, images: torch.Tensor) -> tuple[int, int]:
         patch = self.config.patch_size

@@ -17,6 +17,15 @@ Segments, each one CUDA graph (``g`` = global block, ``f`` = frame block)::
     seg L      o_{L-1} -> rest of g_{L-1}
     between    o_i = paged-cache attention of g_i over (q_i, k_i, v_i)   (eager)
 
+Whole frames (``staged``, cache backend 'sdpa'): the cache keeps the frame's key range and
+write slots in device tensors (``attention/staged.py``), so the attention between the segments
+needs no host decision either, and the whole frame, segments and 24 cache writes + attentions,
+is captured as one graph per kind of frame: window filling (flash varlen over the run), full
+window keyframe and full window non-keyframe (cuDNN over the fixed patch run + flash over the
+special stream). The full-window graphs can be captured ahead of time on placeholder numbers
+(``prepare_full_window``, from the session warm-up). Without staging (FlashInfer, whose plan
+is host work) the segments are replayed one by one with the cache attention eager between them.
+
 The segments call the same modules in the same order as :meth:`Aggregator.forward`, so results
 are identical; ``capture=False`` runs them eagerly (CPU tests of the segmentation). Inputs that
 change per frame (the image, the 3-D RoPE table of the frame's time index, the attention output)
@@ -35,6 +44,7 @@ resolution (DINO block, first tail, middle, last), not 50.
 from __future__ import annotations
 
 from collections.abc import Callable
+import logging
 from typing import Any, TYPE_CHECKING
 
 import torch
@@ -44,8 +54,11 @@ from .layers import Block, wide_dtype
 from .layers.rope import rotate_half_2d, rotate_interleaved
 
 if TYPE_CHECKING:
+    from ..attention.staged import StagedKey
     from .aggregator import Aggregator, AggregatorOutput, Mode
     from .dino import DinoTrunk
+
+logger = logging.getLogger(__name__)
 
 Segment = Callable[[], tuple[torch.Tensor, ...]]
 
@@ -111,7 +124,7 @@ class FrameGraphs:
     """Runs a streaming frame (S = 1) of an aggregator at one resolution, graph by graph."""
 
     def __init__(self, aggregator: Aggregator, image: torch.Tensor, capture: bool,
-                 compile_bodies: bool = False) -> None:
+                 compile_bodies: bool = False, staged: bool = False) -> None:
         """Build the static buffers and (with ``capture``) capture the segments.
 
         Args:
@@ -120,6 +133,9 @@ class FrameGraphs:
             capture: capture CUDA graphs (CUDA only); False runs the segments eagerly.
             compile_bodies: ``torch.compile`` the segment bodies (compiled during the first,
                 warm-up run of each segment, before capture).
+            staged: run whole frames with the cache's staged attention (``enable_staging``
+                done by the caller); with ``capture`` each kind of frame is one CUDA graph,
+                captured on first use. Here the segments only run once (compilation).
         """
         self._agg = agg = aggregator
         device = image.device
@@ -143,39 +159,50 @@ class FrameGraphs:
         self._graphs: list[torch.cuda.CUDAGraph] = []
         self._outputs: list[tuple[torch.Tensor, ...]] = []
         self._pool = torch.cuda.graph_pool_handle() if capture else None
-        self._build()
+        self._staged = staged
+        self._whole: dict[StagedKey, tuple[Any, list[tuple[torch.Tensor, ...]]]] = {}
+        if staged:
+            # One eager pass compiles the bodies here, where the caller can still fall back.
+            for i in range(agg.config.depth + 1):
+                self._outputs.append(self._segment(i)())
+            agg.kv_cache.warm_up_staged(self._o[0].transpose(0, 1))
+        else:
+            self._build()
+
+    @property
+    def staged(self) -> bool:
+        """Whether frames run whole (staged cache attention), not segment by segment."""
+        return self._staged
 
     # ---- segments --------------------------------------------------------------------------
 
     def _tables(self) -> tuple[Any, ...]:
         return (*self._frame_rope, self._video_cos, self._video_sin, self._agg.kv_dtype)
 
-    def _segment(self, i: int) -> Segment:
+    def _run_segment(self, i: int, prev: tuple[torch.Tensor, ...],
+                     o: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Segment ``i`` on the previous segment's outputs and global block i-1's attention."""
         agg, bodies = self._agg, self._bodies
-        taps, depth = agg.config.tap_layers, agg.config.depth
-
-        def first() -> tuple[torch.Tensor, ...]:
+        if i == 0:
             trunk = agg.patch_embed
             x = trunk.embed(agg._normalize(self._image))
             for block in trunk.blocks:
                 x = bodies.dino_block(block, x)
             return bodies.first_tail(trunk, x, self._specials, agg.frame_blocks[0],
                                      agg.global_blocks[0], *self._tables())
+        frame_out = prev[-4]
+        if i == agg.config.depth:
+            x = bodies.last(agg.global_blocks[i - 1], frame_out, o)
+            rest: tuple[torch.Tensor, ...] = ()
+        else:
+            x, *rest = bodies.middle(agg.global_blocks[i - 1], agg.frame_blocks[i],
+                                     agg.global_blocks[i], frame_out, o, *self._tables())
+        tap = (torch.cat([frame_out, x], dim=-1),) if i - 1 in agg.config.tap_layers else ()
+        return tap + tuple(rest)
 
-        def middle() -> tuple[torch.Tensor, ...]:
-            # Read at call time: the captured static outputs, or the latest eager ones.
-            frame_out = self._outputs[i - 1][-4]
-            if i == depth:
-                x = bodies.last(agg.global_blocks[i - 1], frame_out, self._o)
-                rest: tuple[torch.Tensor, ...] = ()
-            else:
-                x, *rest = bodies.middle(agg.global_blocks[i - 1], agg.frame_blocks[i],
-                                         agg.global_blocks[i], frame_out, self._o,
-                                         *self._tables())
-            tap = (torch.cat([frame_out, x], dim=-1),) if i - 1 in taps else ()
-            return tap + tuple(rest)
-
-        return first if i == 0 else middle
+    def _segment(self, i: int) -> Segment:
+        # Read at call time: the captured static outputs, or the latest eager ones.
+        return lambda: self._run_segment(i, self._outputs[i - 1] if i else (), self._o)
 
     def _build(self) -> None:
         for i in range(self._agg.config.depth + 1):
@@ -189,10 +216,64 @@ class FrameGraphs:
         self._graphs.append(graph)
         return outputs
 
+    # ---- whole frames (staged cache attention) ------------------------------------------------
+
+    def _whole_frame(self, key: StagedKey) -> list[tuple[torch.Tensor, ...]]:
+        """Every segment and every cache write + attention of a staged frame, in order.
+
+        Returns:
+            The outputs of each segment.
+        """
+        cache = self._agg.kv_cache
+        outputs: list[tuple[torch.Tensor, ...]] = []
+        o = self._o
+        for i in range(self._agg.config.depth + 1):
+            if i > 0:
+                _, q, k, v = (t[0].transpose(0, 1) for t in outputs[i - 1][-4:])
+                cache.write_staged(i - 1, k, v)
+                o = cache.attend_staged(i - 1, key, q).transpose(0, 1).unsqueeze(0)
+            outputs.append(self._run_segment(i, outputs[i - 1] if i else (), o))
+        return outputs
+
+    def _whole_graph(self, key: StagedKey) -> tuple[Any, list[tuple[torch.Tensor, ...]]]:
+        """Return the captured whole frame of ``key`` and its outputs (captured on first use).
+
+        Capturing runs the frame once first (``capture_graph``'s warm-up), on the staged numbers
+        in place: its cache writes are the same the replay makes, so a live frame can be the
+        one that triggers the capture.
+        """
+        if key not in self._whole:
+            self._whole[key] = capture_graph(lambda: self._whole_frame(key), self._pool)
+        return self._whole[key]
+
+    def prepare_full_window(self) -> None:
+        """Capture the full-window graphs now (keyframe and non-keyframe), not mid-stream.
+
+        Writes placeholder keys into the cache: the caller resets it before real frames. A
+        capture that fails turns whole frames off (see ``_fall_back_to_segments``).
+        """
+        cache = self._agg.kv_cache
+        if not (self._staged and self._capture):
+            return
+        try:
+            for keyframe in (True, False):
+                self._whole_graph(cache.stage_placeholder(keyframe))
+        except RuntimeError as exc:
+            self._fall_back_to_segments(exc)
+
+    def _fall_back_to_segments(self, exc: Exception) -> None:
+        """Stop running whole frames: capture the segments, attend eagerly between them."""
+        logger.warning('whole-frame CUDA graph unavailable (%s); running frames segment by '
+                       'segment', exc)
+        self._staged = False
+        self._whole.clear()
+        self._outputs = []
+        self._build()
+
     # ---- one frame --------------------------------------------------------------------------
 
     def run(self, images: torch.Tensor, time_index: int, mode: Mode) -> AggregatorOutput:
-        """Run one streaming frame through all segments and the cache attention.
+        """Run one streaming frame: one whole-frame graph (staged), or segment by segment.
 
         Args:
             images: [1, 3, H, W] in [0, 1] at the captured resolution.
@@ -210,7 +291,36 @@ class FrameGraphs:
                                          self._video_cos.dtype)
         self._video_cos.copy_(cos)
         self._video_sin.copy_(sin)
-        taps: list[torch.Tensor] = []
+        if self._staged:
+            outputs = self._run_staged(mode == 'keyframe')
+        else:
+            outputs = self._run_segments(mode)
+        taps = [outputs[i][0].clone() for i in range(1, len(outputs))
+                if i - 1 in agg.config.tap_layers]
+        dino = outputs[0][0].clone()
+        return AggregatorOutput(taps=taps, dino_tokens=dino, patch_hw=(self._h, self._w))
+
+    def _run_staged(self, keyframe: bool) -> list[tuple[torch.Tensor, ...]]:
+        cache = self._agg.kv_cache
+        key = cache.stage_frame(keyframe)
+        try:
+            if not self._capture:
+                return self._whole_frame(key)
+            try:
+                graph, outputs = self._whole_graph(key)
+            except RuntimeError as exc:
+                # The next frames go segment by segment. This one is already staged: it runs
+                # eagerly, with flash over the whole run (no cuDNN, the likeliest culprit),
+                # making the same cache writes the failed warm-up made.
+                self._fall_back_to_segments(exc)
+                return self._whole_frame(('range',))
+            graph.replay()
+            return outputs
+        finally:
+            cache.finish_staged()
+
+    def _run_segments(self, mode: Mode) -> list[tuple[torch.Tensor, ...]]:
+        agg = self._agg
         for i, step in enumerate(self._graphs):
             if i > 0:
                 _, q, k, v = self._outputs[i - 1][-4:]
@@ -219,7 +329,4 @@ class FrameGraphs:
             outputs = step.replay() if self._capture else step()  # type: ignore[operator]
             outputs = self._outputs[i] if self._capture else outputs
             self._outputs[i] = outputs
-            if i > 0 and i - 1 in agg.config.tap_layers:
-                taps.append(outputs[0].clone())
-        dino = self._outputs[0][0].clone()
-        return AggregatorOutput(taps=taps, dino_tokens=dino, patch_hw=(self._h, self._w))
+        return self._outputs

@@ -1,0 +1,168 @@
+"""Cache attention whose per-frame numbers live on the device: a whole frame in one CUDA graph.
+
+Shapes: ``Q`` queries, ``H`` heads, ``D`` head dim, ``T`` tokens per page; a layer's pool is
+``[N, T, H, D]``, read here as its flat token view ``[N*T, H, D]``.
+
+Why: with the fixed-shape parts of a frame replayed as CUDA graphs, the 24 cache attentions
+between them were still issued one by one from Python, each with its page bookkeeping. What
+changes from frame to frame in that attention is only *where* the visible keys are: the run
+``[start, stop)`` of the flat pool (the page table keeps it one contiguous range,
+``page_table.py``) and the slots the frame's keys are written to. Kept in small device tensors,
+they let one captured graph serve every frame of a kind (model/graphed.py). Measured on the
+H200 (bench/results/h200_whole_frame/): the aggregator went from 25.9 to 25.2 ms per frame, and
+the window-fill frames from up to 40.6 to 37.1 ms:
+
+* ``range``: one flash varlen call whose key range is ``cu_seqlens_k = [start, stop]`` read on
+  the device (flash takes the keys of "sequence 0" from offset ``cu_seqlens_k[0]``). Any
+  layout; the window-fill phase uses it;
+* ``split``: once the window is full the patch run has one of two fixed places (keyframe: the
+  ``N_s + W`` pages above the spare one; non-keyframe: those plus the spare page), so cuDNN
+  runs it at a fixed shape (~1.75x the flash kernel's speed, ``split.py``) and the special
+  stream, which grows by 6 keys per keyframe, goes to flash varlen over
+  ``[R*T, stop)``. The two are merged by log-sum-exp.
+
+On the CPU (tests, no capture) ``range`` reads the numbers on the host and runs SDPA.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+from lingbot_map_ros.engine.attention.split import cudnn_part, merge_partial, SplitAttention
+
+if TYPE_CHECKING:
+    from lingbot_map_ros.engine.cache.page_table import PageLayout
+
+StagedKey = tuple
+"""What a captured graph is specialised on: ``('range',)`` or ``('split', start, patches)``."""
+
+
+def _flash_range(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor,
+                 cu_k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flash varlen over keys ``k[cu_k[0]:cu_k[1]]``, the bounds read on the device.
+
+    Returns:
+        ``([Q, H, D], [H, Q])``: output and natural log-sum-exp.
+    """
+    num_q, heads = q.shape[0], q.shape[1]
+    out, lse, *_ = torch.ops.aten._flash_attention_forward(
+        q, k, v, cu_q, cu_k, num_q, k.shape[0], 0.0, False, False)
+    return out, lse.reshape(heads, num_q)
+
+
+class StagedAttention:
+    """The visible range of the frame in flight as device numbers, and attention over it.
+
+    Args:
+        split: the backend's cuDNN/flash split (shared: one switch turns cuDNN off).
+        page_size: ``T``.
+        num_patch_pages: ``R`` (N_s + W + 1): the special stream starts at token ``R*T``.
+        full_patch_pages: ``N_s + W``: from this many visible patch pages on, ``split``.
+        num_special_tokens: ``S`` specials per frame.
+        device: device of the pools.
+        compile_merge: ``torch.compile`` the log-sum-exp merge (one fused kernel, not ~12).
+    """
+
+    def __init__(self, split: SplitAttention, page_size: int, num_patch_pages: int,
+                 full_patch_pages: int, num_special_tokens: int, device: torch.device,
+                 compile_merge: bool = False) -> None:
+        self._split = split
+        self._num_special = num_special_tokens
+        self._page_size = page_size
+        self._special_base = num_patch_pages * page_size
+        self._full_patch_pages = full_patch_pages
+        # [start, stop, special_base, stop]: rows [0:2] and [2:4] are the cu_seqlens_k of the
+        # whole range and of the special stream, as views (no per-call indexing kernel).
+        self._bounds = torch.tensor([0, 0, self._special_base, 0], dtype=torch.int32,
+                                    device=device)
+        self._host_bounds = (0, 0)
+        self._cu_q: torch.Tensor | None = None  # [0, Q]; built before any capture
+        self._cu_q_len = -1
+        self._merge = torch.compile(merge_partial, dynamic=False, fullgraph=True) \
+            if compile_merge else merge_partial
+
+    def warm_up(self, q: torch.Tensor) -> None:
+        """Compile the merge for queries like ``q: [Q, H, D]`` (so a failure shows here)."""
+        if self._merge is not merge_partial and q.is_cuda:
+            lse = torch.zeros(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
+            self._merge(q, lse, q, lse)
+        self._queries(q)
+
+    def set(self, layout: PageLayout) -> StagedKey:
+        """Point the device numbers at ``layout``'s visible run; returns the graph key.
+
+        Raises:
+            ValueError: the layout's tokens are not one contiguous range.
+        """
+        if not layout.is_contiguous:
+            raise ValueError('staged attention needs a contiguous visible run')
+        start = layout.first_page * self._page_size
+        stop = start + layout.num_tokens
+        # Three fill kernels, stream-ordered after the previous frame's replay; no host sync.
+        self._bounds[0].fill_(start)
+        self._bounds[1].fill_(stop)
+        self._bounds[3].fill_(stop)
+        self._host_bounds = (start, stop)
+        return self.key_for(layout)
+
+    def set_placeholder(self, keyframe: bool) -> StagedKey:
+        """Point the numbers at a full-window layout (for capturing its graph ahead of time).
+
+        The run is the keyframe's (``N_s + W`` pages above the spare one) or the
+        non-keyframe's (with the spare page), plus one frame of specials.
+
+        Returns:
+            The ``split`` key of that layout, or ``('range',)`` where the split is off.
+        """
+        start = (1 if keyframe else 0) * self._page_size
+        stop = self._special_base + self._num_special
+        self._bounds[0].fill_(start)
+        self._bounds[1].fill_(stop)
+        self._bounds[3].fill_(stop)
+        self._host_bounds = (start, stop)
+        if not (self._split.enabled and self._bounds.is_cuda):
+            return ('range',)
+        return ('split', start, self._special_base - start)
+
+    def key_for(self, layout: PageLayout) -> StagedKey:
+        """Return the graph key of a layout (see the module docstring)."""
+        patch_pages = layout.num_scale_pages + layout.num_window_pages
+        start = layout.first_page * self._page_size
+        patches = patch_pages * self._page_size
+        if patch_pages >= self._full_patch_pages and self._split.enabled \
+                and start + patches == self._special_base and self._bounds.is_cuda:
+            return ('split', start, patches)
+        return ('range',)
+
+    def attend(self, key: StagedKey, q: torch.Tensor, k_pages: torch.Tensor,
+               v_pages: torch.Tensor) -> torch.Tensor:
+        """Attend ``q: [Q, H, D]`` to the staged run of ``k_pages, v_pages: [N, T, H, D]``.
+
+        Returns:
+            ``[Q, H, D]`` in the storage dtype.
+        """
+        if q.dtype != k_pages.dtype:
+            q = q.to(k_pages.dtype)
+        heads, dim = k_pages.shape[2], k_pages.shape[3]
+        k, v = k_pages.view(-1, heads, dim), v_pages.view(-1, heads, dim)
+        if not q.is_cuda:
+            start, stop = self._host_bounds
+            out = F.scaled_dot_product_attention(*(t.unsqueeze(0).transpose(1, 2) for t in
+                                                   (q, k[start:stop], v[start:stop])))
+            return out.transpose(1, 2).squeeze(0)
+        cu_q = self._queries(q)
+        if key[0] == 'range':
+            return _flash_range(q, k, v, cu_q, self._bounds[0:2])[0]
+        _, start, patches = key
+        o1, lse1 = cudnn_part(q, k[start:start + patches], v[start:start + patches])
+        o2, lse2 = _flash_range(q, k, v, cu_q, self._bounds[2:4])
+        return self._merge(o1, lse1, o2, lse2)
+
+    def _queries(self, q: torch.Tensor) -> torch.Tensor:
+        if self._cu_q is None or self._cu_q_len != q.shape[0]:
+            self._cu_q = torch.tensor([0, q.shape[0]], dtype=torch.int32, device=q.device)
+            self._cu_q_len = q.shape[0]
+        return self._cu_q

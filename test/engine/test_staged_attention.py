@@ -1,0 +1,158 @@
+"""Staged frames: the cache work of a frame with its numbers on the device equals the eager calls.
+
+A staged frame makes all blocks' table steps at once (``stage_frame``), then writes and attends
+per block from device tensors (``write_staged``, ``attend_staged``), so a whole frame can be one
+CUDA graph. On the CPU the staged attention reads its range on the host; it must give the same
+outputs, layouts and counters as the eager ``append_frame`` / ``evict_frames`` /
+``compute_attention`` / ``rollback_last_frame`` sequence through the window fill and past it.
+On CUDA (marker gpu) the same sequence runs from one captured graph replayed every frame.
+
+Run: ``python -m pytest test/engine/test_staged_attention.py`` (about a second on the CPU).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lingbot_map_ros.engine.cache import FlashInferKVCacheManager
+from lingbot_map_ros.engine.errors import CacheStateError
+
+BLOCKS, HEADS, DIM, SPECIALS, PATCHES = 3, 2, 8, 6, 10
+SCALE, WINDOW = 2, 3
+
+
+def _manager(device: str = 'cpu', dtype: torch.dtype = torch.float64,
+             backend: str = 'sdpa', dim: int = DIM) -> FlashInferKVCacheManager:
+    return FlashInferKVCacheManager(BLOCKS, 64, SPECIALS + PATCHES, HEADS, dim, dtype, device,
+                                    num_special_tokens=SPECIALS, scale_frames=SCALE,
+                                    sliding_window=WINDOW, max_total_frames=32, backend=backend)
+
+
+def _frames(num: int, device: str, dtype: torch.dtype, dim: int = DIM) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(0)
+    # [frame, block, q/k/v, P, H, D]
+    return torch.randn(num, BLOCKS, 3, SPECIALS + PATCHES, HEADS, dim, generator=gen,
+                       dtype=torch.float64).to(device, dtype)
+
+
+def _scale_pass(cache: FlashInferKVCacheManager, frames: torch.Tensor) -> None:
+    for f in range(SCALE):
+        for b in range(BLOCKS):
+            cache.append_frame(b, frames[f, b, 1], frames[f, b, 2], keyframe=True)
+
+
+def _eager_frame(cache: FlashInferKVCacheManager, frame: torch.Tensor,
+                 keyframe: bool) -> list[torch.Tensor]:
+    outs = []
+    for b in range(BLOCKS):
+        cache.append_frame(b, frame[b, 1], frame[b, 2], keyframe=keyframe)
+        if keyframe:
+            cache.evict_frames(b)
+        outs.append(cache.compute_attention(b, frame[b, 0]).clone())
+        if not keyframe:
+            cache.rollback_last_frame(b)
+    return outs
+
+
+def _staged_frame(cache: FlashInferKVCacheManager, frame: torch.Tensor,
+                  keyframe: bool) -> list[torch.Tensor]:
+    key = cache.stage_frame(keyframe)
+    outs = []
+    for b in range(BLOCKS):
+        cache.write_staged(b, frame[b, 1], frame[b, 2])
+        outs.append(cache.attend_staged(b, key, frame[b, 0]).clone())
+    cache.finish_staged()
+    return outs
+
+
+# Keyframes and non-keyframes through the window fill (5 patch pages) and well past it.
+SCHEDULE = [True, False, True, True, False, True, True, False, False, True, True, False, True]
+
+
+def test_staged_frames_equal_the_eager_calls_through_and_past_the_window_fill():
+    frames = _frames(SCALE + len(SCHEDULE), 'cpu', torch.float64)
+    eager, staged = _manager(), _manager()
+    staged.enable_staging()
+    _scale_pass(eager, frames)
+    _scale_pass(staged, frames)
+    for i, keyframe in enumerate(SCHEDULE):
+        frame = frames[SCALE + i]
+        want = _eager_frame(eager, frame, keyframe)
+        got = _staged_frame(staged, frame, keyframe)
+        for a, b in zip(want, got):
+            torch.testing.assert_close(b, a, atol=0, rtol=0)
+        assert staged.layout(0).page_ids == eager.layout(0).page_ids
+        assert staged.get_cache_stats(BLOCKS - 1) == eager.get_cache_stats(BLOCKS - 1)
+    # The run really went past the fill: a full window, frames evicted, non-keyframes gone.
+    stats = staged.get_cache_stats()
+    assert stats['live_pages'] == WINDOW
+    assert stats['frame_count'] == SCALE + sum(SCHEDULE)
+
+
+def test_staged_keys_on_the_cpu_are_the_range_kind():
+    cache = _manager()
+    cache.enable_staging()
+    _scale_pass(cache, _frames(SCALE, 'cpu', torch.float64))
+    assert cache.stage_frame(True) == ('range',)
+    cache.finish_staged()
+    assert cache.stage_placeholder(False) == ('range',)
+
+
+def test_staging_refuses_out_of_order_calls_and_unsupported_backends():
+    cache = _manager()
+    with pytest.raises(CacheStateError, match='enable_staging'):
+        cache.stage_frame(True)
+    cache.enable_staging()
+    _scale_pass(cache, _frames(SCALE, 'cpu', torch.float64))
+    with pytest.raises(CacheStateError, match='without a staged frame'):
+        cache.finish_staged()
+    cache.stage_frame(False)
+    with pytest.raises(CacheStateError, match='in flight'):
+        cache.stage_frame(True)
+    cache.finish_staged()
+    assert cache.get_cache_stats()['frame_count'] == SCALE  # the non-keyframe rolled back
+    reference = _manager(backend='reference')
+    assert not reference.can_stage
+    with pytest.raises(CacheStateError, match='backend sdpa'):
+        reference.enable_staging()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_one_captured_graph_replays_every_staged_frame_on_cuda():
+    # bf16 on CUDA: flash varlen over a device-side range while the window fills, cuDNN +
+    # flash once it is full. One graph per key, captured once, replayed for every later frame.
+    # Head dim 64, the model's (cuDNN refuses very small ones).
+    from lingbot_map_ros.engine.model.captured import capture_graph
+
+    frames = _frames(SCALE + len(SCHEDULE), 'cuda', torch.bfloat16, dim=64)
+    eager, staged = (_manager('cuda', torch.bfloat16, dim=64) for _ in range(2))
+    staged.enable_staging()
+    _scale_pass(eager, frames)
+    _scale_pass(staged, frames)
+    current = frames[0].clone()  # the graph's static input
+    graphs: dict = {}
+
+    def body(key):
+        outs = []
+        for b in range(BLOCKS):
+            staged.write_staged(b, current[b, 1], current[b, 2])
+            outs.append(staged.attend_staged(b, key, current[b, 0]))
+        return outs
+
+    keys = set()
+    for i, keyframe in enumerate(SCHEDULE):
+        frame = frames[SCALE + i]
+        want = _eager_frame(eager, frame, keyframe)
+        current.copy_(frame)
+        key = staged.stage_frame(keyframe)
+        keys.add(key)
+        if key not in graphs:
+            graphs[key] = capture_graph(lambda: body(key))
+        graph, out = graphs[key]
+        graph.replay()
+        staged.finish_staged()
+        for a, b in zip(want, out):
+            assert (b.float() - a.float()).abs().max() < 2e-2
+    assert ('range',) in keys and any(k[0] == 'split' for k in keys)
