@@ -6,7 +6,10 @@
 #     torch.compile) with SDPA and FlashInfer, `bench model` at upstream's profiling shape
 #     (504x378, N_s=8, W=64, bf16): pose and depth with per-part timings, FlashInfer, the
 #     uncompiled graphs, and a profile.
+#   STAGE=sdpa: the main stage's GPU tests, golden set A and benchmarks of the robot
+#     configuration (SDPA, compiled, whole-frame graphs) only: no FlashInfer, no uncompiled run.
 #   STAGE=check: the CUDA-graph/compile GPU tests and golden set A (SDPA, compiled) only.
+#   STAGE=fp8: bench/fp8_attention.py (cuDNN FP8 attention at our shape: speed and error).
 #   STAGE=long: 10,000 frames at K=10 (compiled, pose path), progress every 100 frames.
 set -uo pipefail
 out="${OUT:-bench/results/raw}"
@@ -35,24 +38,28 @@ PY
 bench="python3 -m lingbot_map_ros.tools.bench model --weights /tmp/bench_weights.safetensors"
 golden="python3 -m lingbot_map_ros.tools.golden .gpu_data/stream_A.safetensors --device cuda"
 if [ "$stage" = check ]; then
-  python3 -m pytest -q -m gpu -p no:cacheprovider test/engine/test_frame_graphs.py \
-    > "$out/gpu_tests_check.txt" 2>&1
+  python3 -m pytest -q -m gpu -p no:cacheprovider test/engine/test_staged_attention.py \
+    test/engine/test_frame_graphs.py > "$out/gpu_tests_check.txt" 2>&1
   $golden --dtype bfloat16 --backend sdpa --cuda-graphs --compile > "$out/golden_A_check.txt" 2>&1
 elif [ "$stage" = long ]; then
   timeout "${LONG_RUN_S:-560}" $bench --backend sdpa --compile --frames 10000 \
     --keyframe-interval 10 --progress 100 > "$out/model_sdpa_compile_10k.txt" 2>&1
+elif [ "$stage" = fp8 ]; then
+  python3 bench/fp8_attention.py > "$out/fp8_attention.txt" 2>&1
 else
   python3 -m pytest -q -m gpu -p no:cacheprovider test/engine/test_flashinfer_cache.py \
-    test/engine/test_split_attention.py test/engine/test_frame_graphs.py \
-    > "$out/gpu_tests.txt" 2>&1
+    test/engine/test_split_attention.py test/engine/test_staged_attention.py \
+    test/engine/test_frame_graphs.py > "$out/gpu_tests.txt" 2>&1
   { $golden --dtype bfloat16 --backend sdpa --cuda-graphs --compile
-    $golden --dtype bfloat16 --backend flashinfer --cuda-graphs --compile
+    [ "$stage" = sdpa ] || $golden --dtype bfloat16 --backend flashinfer --cuda-graphs --compile
   } > "$out/golden_A_cuda.txt" 2>&1
   $bench --backend sdpa --compile --components 30 > "$out/model_sdpa_compile_pose.txt" 2>&1
   $bench --backend sdpa --compile --depth --components 30 \
     > "$out/model_sdpa_compile_depth.txt" 2>&1
-  $bench --backend flashinfer --compile > "$out/model_flashinfer_compile_pose.txt" 2>&1
-  $bench --backend sdpa > "$out/model_sdpa_pose.txt" 2>&1
+  if [ "$stage" != sdpa ]; then
+    $bench --backend flashinfer --compile > "$out/model_flashinfer_compile_pose.txt" 2>&1
+    $bench --backend sdpa > "$out/model_sdpa_pose.txt" 2>&1
+  fi
   $bench --backend sdpa --compile --frames 100 --profile 10 > "$out/profile_sdpa_compile.txt" 2>&1
 fi
 for f in "$out"/*.txt; do echo "== $f"; tail -n 3 "$f" | cut -c1-1500; done

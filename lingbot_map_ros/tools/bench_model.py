@@ -72,6 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--components', type=int, default=0, metavar='N',
                         help='after the timed run, time N more streaming frames part by part '
                              '(aggregator, camera head, depth head; CUDA events)')
+    parser.add_argument('--host-timing', type=int, default=0, metavar='N',
+                        help='after the timed run, time N more streaming frames on the host: '
+                             'wall time, time before the first CUDA-graph launch, time inside '
+                             'the launches (CUDA)')
     parser.add_argument('--profile', type=int, default=0, metavar='N',
                         help='after the timed run, profile N more streaming frames with '
                              'torch.profiler and print the top operators by device time')
@@ -102,6 +106,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result = _summarise(args, times_ms, roles, session, device)
     if args.components and device.type == 'cuda':
         result['components_ms'] = _components(session, frames, info, args.components, device)
+    if args.host_timing and device.type == 'cuda':
+        result['host_ms'] = _host_timing(session, frames, info, args.host_timing)
     if args.profile:
         _profile(session, frames, info, args.profile, device)
     _print_table(result)
@@ -156,6 +162,38 @@ def _components(session: StreamingSession, frames: list[torch.Tensor], info: Pre
            for name, pairs in events.items() if pairs}
     out['frame'] = round(float(np.mean(times_ms)), 3)
     return out
+
+
+def _host_timing(session: StreamingSession, frames: list[torch.Tensor], info: PreprocessInfo,
+                 count: int) -> dict[str, float]:
+    """Mean host ms per streaming frame: in all, before the first graph launch, in launches.
+
+    Why: the GPU is idle from the end of one frame (the session syncs to read the pose) until
+    the first kernel of the next, so host work before the first launch, and a launch's own
+    host cost, add to the frame time one for one. ``CUDAGraph.replay`` is wrapped to time it.
+    """
+    totals = {'wall': 0.0, 'before_first_launch': 0.0, 'in_launches': 0.0}
+    frame = {'start': 0.0, 'launched': False}
+    original = torch.cuda.CUDAGraph.replay
+
+    def timed_replay(graph: torch.cuda.CUDAGraph) -> None:
+        begin = time.perf_counter()
+        if not frame['launched']:
+            totals['before_first_launch'] += begin - frame['start']
+            frame['launched'] = True
+        original(graph)
+        totals['in_launches'] += time.perf_counter() - begin
+
+    torch.cuda.CUDAGraph.replay = timed_replay  # type: ignore[method-assign]
+    try:
+        for i in range(count):
+            frame.update(start=time.perf_counter(), launched=False)
+            session.step_tensor(frames[i % len(frames)], info, stamp_ns=i * 33_000_000)
+            torch.cuda.synchronize()
+            totals['wall'] += time.perf_counter() - frame['start']
+    finally:
+        torch.cuda.CUDAGraph.replay = original  # type: ignore[method-assign]
+    return {name: round(total / count * 1e3, 3) for name, total in totals.items()}
 
 
 def _synthetic_frames(height: int, width: int,
