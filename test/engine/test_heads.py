@@ -192,6 +192,33 @@ def test_camera_cache_matches_naive_recomputation(fixed_shape: bool) -> None:
     assert (shorter - iters[0]).abs().max() > 1e-4
 
 
+def test_fixed_shape_camera_attention_ignores_what_unused_slots_held(monkeypatch) -> None:
+    # The fixed-shape path attends over every slot of the buffer, the unused ones masked. A
+    # masked slot must not be able to poison the result (0 * NaN = NaN): freshly allocated
+    # memory may hold any bit pattern, so an "empty" allocation is made to hold NaNs here.
+    real_empty = torch.empty
+
+    def garbage_empty(*size, **kwargs):
+        out = real_empty(*size, **kwargs)
+        return out.fill_(float('nan')) if out.is_floating_point() else out
+
+    monkeypatch.setattr(torch, 'empty', garbage_empty)
+    torch.manual_seed(0)
+    head = _tiny_camera_head()
+    tokens = torch.randn(6, 256, dtype=torch.float64)
+    with torch.inference_mode():
+        head(tokens[:3], 'scale')
+        head.cuda_graphs = True
+        fixed = [head(tokens[i:i + 1], 'keyframe')[1] for i in range(3, 6)]
+        head.reset_cache()
+        head.cuda_graphs = False
+        head(tokens[:3], 'scale')
+        growing = [head(tokens[i:i + 1], 'keyframe')[1] for i in range(3, 6)]
+    for a, b in zip(fixed, growing):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
 def test_camera_cache_reset_and_errors() -> None:
     head = _tiny_camera_head()
     tokens = torch.randn(3, 256, dtype=torch.float64)

@@ -123,8 +123,10 @@ class CameraKVCache:
             return
         capacity = max(num_frames, 2 * self.capacity, self._min_capacity)
         # A plain (non-inference) tensor, so it can be written in and out of inference mode.
+        # Zeros, not empty: ``attend_at`` attends over every slot with the unused ones masked,
+        # and a masked slot holding a NaN bit pattern still poisons the output (0 * NaN).
         with torch.inference_mode(False), torch.no_grad():
-            new = torch.empty(self._dims + (capacity, self._head_dim), device=device,
+            new = torch.zeros(self._dims + (capacity, self._head_dim), device=device,
                               dtype=dtype)
             if buf is not None and self.num_frames:
                 new[..., :self.num_frames, :] = buf[..., :self.num_frames, :]
