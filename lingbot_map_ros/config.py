@@ -150,8 +150,10 @@ class StreamConfig:
     enable_depth: bool = False
     """Run the DPT depth head on every frame (needed for depth and point-cloud outputs)."""
     cuda_graphs: bool = True
-    """On CUDA, replay each streaming frame's fixed-shape work as CUDA graphs (far less host
-    time per frame); the cache attention stays eager. Ignored on the CPU."""
+    """On CUDA, replay each streaming frame as CUDA graphs (far less host time per frame):
+    with cache backend 'sdpa' the whole aggregator frame, cache attention included, is one
+    graph; with 'flashinfer' fixed-shape segments, the cache attention eager between them.
+    Ignored on the CPU."""
     compile: bool = False
     """``torch.compile`` (Inductor) each streaming frame's fixed-shape work before it is
     captured: fuses the LayerNorm/cast/RoPE/residual kernels. Costs a one-off compilation at
