@@ -100,12 +100,7 @@ class StagedAttention:
         if not layout.is_contiguous:
             raise ValueError('staged attention needs a contiguous visible run')
         start = layout.first_page * self._page_size
-        stop = start + layout.num_tokens
-        # Three fill kernels, stream-ordered after the previous frame's replay; no host sync.
-        self._bounds[0].fill_(start)
-        self._bounds[1].fill_(stop)
-        self._bounds[3].fill_(stop)
-        self._host_bounds = (start, stop)
+        self._point_at(start, start + layout.num_tokens)
         return self.key_for(layout)
 
     def set_placeholder(self, keyframe: bool) -> StagedKey:
@@ -118,14 +113,17 @@ class StagedAttention:
             The ``split`` key of that layout, or ``('range',)`` where the split is off.
         """
         start = (1 if keyframe else 0) * self._page_size
-        stop = self._special_base + self._num_special
+        self._point_at(start, self._special_base + self._num_special)
+        if not (self._split.enabled and self._bounds.is_cuda):
+            return ('range',)
+        return ('split', start, self._special_base - start)
+
+    def _point_at(self, start: int, stop: int) -> None:
+        # Three fill kernels, stream-ordered after the previous frame's replay; no host sync.
         self._bounds[0].fill_(start)
         self._bounds[1].fill_(stop)
         self._bounds[3].fill_(stop)
         self._host_bounds = (start, stop)
-        if not (self._split.enabled and self._bounds.is_cuda):
-            return ('range',)
-        return ('split', start, self._special_base - start)
 
     def key_for(self, layout: PageLayout) -> StagedKey:
         """Return the graph key of a layout (see the module docstring)."""
