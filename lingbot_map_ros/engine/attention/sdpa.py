@@ -37,7 +37,8 @@ class _PageGather:
         return tokens[:layout.num_tokens]
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def attend_tokens(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Attend ``q [Q, H, D]`` to ``k, v [K, H, D]`` with torch SDPA; returns ``[Q, H, D]``."""
     # [Q, H, D] -> [1, H, Q, D] views; the result goes back to [Q, H, D] (a view).
     out = F.scaled_dot_product_attention(q.unsqueeze(0).transpose(1, 2),
                                          k.unsqueeze(0).transpose(1, 2),
@@ -108,7 +109,7 @@ class SdpaBackend:
         else:
             k = self._gather(k_pages, layout)
             v = self._gather(v_pages, layout)
-        return _attend(q, k, v)
+        return attend_tokens(q, k, v)
 
 
 class ReferenceBackend:
@@ -135,4 +136,4 @@ class ReferenceBackend:
         dtype = torch.float64 if k_pages.dtype == torch.float64 else torch.float32
         k = self._gather(k_pages, layout).to(dtype)
         v = self._gather(v_pages, layout).to(dtype)
-        return _attend(q.to(dtype), k, v)
+        return attend_tokens(q.to(dtype), k, v)

@@ -29,8 +29,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 
+from lingbot_map_ros.engine.attention.sdpa import attend_tokens
 from lingbot_map_ros.engine.attention.split import cudnn_part, merge_partial, SplitAttention
 
 if TYPE_CHECKING:
@@ -148,9 +148,7 @@ class StagedAttention:
         k, v = k_pages.view(-1, heads, dim), v_pages.view(-1, heads, dim)
         if not q.is_cuda:
             start, stop = self._host_bounds
-            out = F.scaled_dot_product_attention(*(t.unsqueeze(0).transpose(1, 2) for t in
-                                                   (q, k[start:stop], v[start:stop])))
-            return out.transpose(1, 2).squeeze(0)
+            return attend_tokens(q, k[start:stop], v[start:stop])
         cu_q = self._queries(q)
         if key[0] == 'range':
             return _flash_range(q, k, v, cu_q, self._bounds[0:2])[0]
