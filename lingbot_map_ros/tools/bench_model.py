@@ -17,6 +17,7 @@ statistics. The last line printed is one JSON document.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -247,7 +248,8 @@ def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str]
         'frames': total_frames, 'scale_frames': args.scale_frames, 'window': args.window,
         'keyframe_interval': args.keyframe_interval, 'backend': args.backend,
         'dtype': args.dtype, 'depth': args.depth,
-        'cuda_graphs': stats['cuda_graphs'], 'compile': stats['compiled'],
+        'cuda_graphs': stats.cuda_graphs, 'compile': stats.compiled,
+        'fast_path': stats.fast_path,
         'phase1_ms': round(phase1_ms, 3),
         'global_fps': round(total_frames / ((phase1_ms + stream_ms.sum()) / 1e3), 3),
     }
@@ -268,8 +270,8 @@ def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str]
         result['ms_first_streaming_window'] = round(
             float(stream_ms[:2 * args.report_window].mean()), 3)
         result['ms_last_window'] = round(float(tail.mean()), 3)
-    result['cache'] = stats['cache']
-    result['keyframes'] = stats['keyframes']
+    result['cache'] = None if stats.cache is None else dataclasses.asdict(stats.cache)
+    result['keyframes'] = stats.keyframes
     if device.type == 'cuda':
         result['peak_gpu_memory_gib'] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
         result['gpu'] = torch.cuda.get_device_name(device)

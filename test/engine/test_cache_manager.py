@@ -115,8 +115,8 @@ def _check_layout(manager: FlashInferKVCacheManager, model: SemanticsModel) -> N
     assert stats['visible_tokens'] == num_tokens
     assert stats['remaining_frames'] == manager.remaining_frames() \
         == model.capacity - model.num_frames
-    assert manager.build_visible_page_table(1) == list(ids)
-    assert manager.compute_last_page_len(0) == layout.last_page_len
+    assert list(manager.layout(1).page_ids) == list(ids)
+    assert manager.layout(0).last_page_len == layout.last_page_len
 
 
 def _run_calls(manager, calls, block_major: bool) -> None:
@@ -292,13 +292,10 @@ def test_pool_exhaustion_names_max_total_frames():
 def test_upstream_flags_and_bad_arguments():
     manager = _manager()
     kv = _kv(manager)
-    manager._defer_eviction = True  # what upstream's block does around a non-keyframe
-    assert manager.defer_eviction
+    manager.defer_eviction = True  # what upstream's block does around a non-keyframe
     with pytest.raises(ValueError, match='defer_eviction is set'):
         manager.append_frame(0, kv, kv, keyframe=True)
-    manager._defer_eviction = False
-    manager._skip_append = True
-    assert manager.skip_append
+    manager.defer_eviction = False
     with pytest.raises(ValueError, match=r'block_idx=2 is outside \[0, 2\)'):
         manager.append_frame(2, kv, kv)
     with pytest.raises(ValueError, match=r'must be \[P, H, D\] = \(30, 1, 2\)'):
