@@ -11,7 +11,6 @@ logical order, plus the physical invariants (no page used twice or leaked, one c
 
 import json
 import random
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,7 +18,6 @@ import torch
 from lingbot_map_ros.engine.cache import FlashInferKVCacheManager
 from lingbot_map_ros.engine.errors import CachePoolExhaustedError, CacheStateError
 
-GOLDEN_B = Path(__file__).resolve().parents[2] / '..' / 'shared' / 'golden' / 'stream_B.json'
 SPECIALS = 6
 
 
@@ -191,15 +189,9 @@ def test_random_sequences_match_the_semantics_model(seed, tokens_per_frame, scal
     _random_run(seed, 1500, tokens_per_frame, scale_frames, window, capacity)
 
 
-def _golden_schedule() -> dict:
-    if not GOLDEN_B.is_file():
-        pytest.skip(f'{GOLDEN_B} not found (shared/ must sit beside the repository)')
-    return json.loads(GOLDEN_B.read_text(encoding='utf-8'))
-
-
 @pytest.mark.parametrize('keyframe_hint', [True, None])
-def test_golden_set_b_schedule(keyframe_hint):
-    golden = _golden_schedule()
+def test_golden_set_b_schedule(keyframe_hint, shared_file):
+    golden = json.loads(shared_file('golden', 'stream_B.json').read_text(encoding='utf-8'))
     stream = golden['stream']
     scale_frames, window = stream['num_scale_frames'], stream['sliding_window']
     manager = _manager(num_blocks=3, tokens_per_frame=stream['tokens_per_frame'],

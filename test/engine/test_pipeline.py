@@ -195,3 +195,17 @@ def _run_from(session: StreamingSession, frames: list[np.ndarray], first: int) -
     for i in range(first, len(frames)):
         preds.extend(session.step(frames[i], stamp_ns=1_000 + i))
     return preds
+
+
+def test_apply_config_takes_live_fields_and_refuses_the_others():
+    session = StreamingSession(_config(), allow_random_weights=True)
+    assert session.stats().cache is None  # no frame yet: no cache to report
+    session.apply_config(_config(**{'stream.keyframe_interval': 3, 'stream.enable_depth': False}))
+    assert session.config.stream.keyframe_interval == 3
+    assert session.config.stream.enable_depth is False
+    with pytest.raises(ValueError, match='only stream.keyframe_interval'):
+        session.apply_config(_config(**{'cache.sliding_window': WINDOW + 1}))
+    assert session.config.cache.sliding_window == WINDOW  # unchanged after a refusal
+    preds = _run(session, _frames(N_S + 4))
+    assert [p.role for p in preds[N_S:]] == ['keyframe', 'non-keyframe', 'non-keyframe',
+                                             'keyframe']
