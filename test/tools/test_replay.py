@@ -8,7 +8,6 @@ folder is absent). The engine is the tiny random-weight model on CPU
 
 import json
 import logging
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +19,6 @@ from lingbot_map_ros.tools import bag_io, trajectory
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
 from lingbot_map_ros.tools.replay import find_config, main
 
-ROOT = Path(__file__).resolve().parents[2]
 FAST = {'stream.image_width': 112, 'cache.scale_frames': 2, 'cache.sliding_window': 4}
 SET_FLAGS = [a for k, v in FAST.items() for a in ('--set', f'{k}={v}')]
 SEC = 1_000_000_000
