@@ -188,7 +188,7 @@ class Aggregator(nn.Module):
         def per_token(t: torch.Tensor) -> torch.Tensor:
             # [1, H, N, D] -> [N, H, D] in the KV dtype. The segment runner hands over views of
             # token-major tensors already (no copy here); otherwise cast and relayout in one copy
-            # (a cast keeps the strides, and .contiguous() after it was a second kernel).
+            # (a cast keeps the strides; a .contiguous() after it would be a second kernel).
             tokens = t[0].transpose(0, 1)
             if tokens.dtype == kv_dtype and tokens.is_contiguous():
                 return tokens
