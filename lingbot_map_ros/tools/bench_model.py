@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -138,24 +139,32 @@ def _components(session: StreamingSession, frames: list[torch.Tensor], info: Pre
     host-side: preprocessing hand-off, pose decoding).
     """
     model = session.model
-    parts = {'aggregator': model.aggregator, 'camera_head': model.camera_head}
+    parts: dict[str, Any] = {'camera_head': model.camera_head}
     if model.depth_head is not None and session.config.stream.enable_depth:
         parts['depth_head'] = model.depth_head
-    events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {p: [] for p in parts}
+    events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {
+        p: [] for p in ('aggregator', *parts)}
+
+    def pre(_module: Any = None, _args: Any = None, name: str = 'aggregator') -> None:
+        start = torch.cuda.Event(enable_timing=True)
+        start.record()
+        events[name].append((start, torch.cuda.Event(enable_timing=True)))
+
+    def post(_module: Any = None, _args: Any = None, _out: Any = None,
+             name: str = 'aggregator') -> None:
+        events[name][-1][1].record()
+
     handles = []
     for name, module in parts.items():
-        def pre(_module: Any, _args: Any, name: str = name) -> None:
-            start = torch.cuda.Event(enable_timing=True)
-            start.record()
-            events[name].append((start, torch.cuda.Event(enable_timing=True)))
-
-        def post(_module: Any, _args: Any, _out: Any, name: str = name) -> None:
-            events[name][-1][1].record()
-
-        handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+        handles += [module.register_forward_pre_hook(functools.partial(pre, name=name)),
+                    module.register_forward_hook(functools.partial(post, name=name))]
+    # The aggregator's calls go through the frame runner (graphs or eager), not its forward.
+    runner = model.frame_runner
+    model.frame_runner = _Bracketed(runner, pre, post)
     try:
         times_ms, _ = _stream(session, frames, info, count, device)
     finally:
+        model.frame_runner = runner
         for handle in handles:
             handle.remove()
     torch.cuda.synchronize(device)
@@ -163,6 +172,22 @@ def _components(session: StreamingSession, frames: list[torch.Tensor], info: Pre
            for name, pairs in events.items() if pairs}
     out['frame'] = round(float(np.mean(times_ms)), 3)
     return out
+
+
+class _Bracketed:
+    """A callable that runs ``before()`` and ``after()`` around ``inner``; else ``inner``."""
+
+    def __init__(self, inner: Any, before: Any, after: Any) -> None:
+        self._inner, self._before, self._after = inner, before, after
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._before()
+        out = self._inner(*args, **kwargs)
+        self._after()
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 def _host_timing(session: StreamingSession, frames: list[torch.Tensor], info: PreprocessInfo,
