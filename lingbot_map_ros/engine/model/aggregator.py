@@ -26,14 +26,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import logging
+
 import torch
 from torch import nn
 
 from ...config import CacheConfig, ModelConfig
 from ..cache import FlashInferKVCacheManager
-from ..frames import NUM_SPECIAL_TOKENS, Role
 from ..errors import (CachePoolExhaustedError, CacheStateError, InvalidFrameError,
                       ResolutionChangedError, TimeIndexLimitError)
+from ..frames import NUM_SPECIAL_TOKENS, Role
 from .dino import DinoTrunk
 from .layers import Attend, Block, dense_attention, wide_dtype
 from .layers.rope import FrameRope, rotate_half_2d, rotate_interleaved, VideoRope

@@ -92,14 +92,18 @@ class FrameRunner:
 
     @property
     def mode(self) -> FastPathMode:
-        """The mode in effect now (before the first streaming frame: the one asked for)."""
+        """The mode in effect now; before the first streaming frame, the one expected.
+
+        Whole frames need the cache (its backend's ``graph_support``): until it exists, a
+        fast path reads 'segments'.
+        """
         if not (self.cuda_graphs or self.compile_segments):
             return 'eager'
         graphs = self.graphs
         if graphs is not None:
             return 'whole_frame' if graphs.staged else 'segments'
         cache = self._agg.kv_cache
-        staged = self.stage_frames and (cache is None or can_stage(cache))
+        staged = self.stage_frames and cache is not None and can_stage(cache)
         return 'whole_frame' if staged else 'segments'
 
     def stats(self) -> FastPathStats:
