@@ -129,7 +129,7 @@ class FlashInferKVCacheManager:
 
     @property
     def backend(self) -> AttentionBackend:
-        """The attention backend (its ``graph_support`` says what CUDA graphs may hold)."""
+        """Return the attention backend; its ``graph_support`` says what graphs may hold."""
         return self._backend
 
     @property

@@ -23,8 +23,11 @@ if TYPE_CHECKING:
 
 
 def can_stage(cache: FlashInferKVCacheManager) -> bool:
-    """Whether ``cache`` can stage frames: its backend declares 'whole_frame' graph support and
-    the storage is bf16/fp16 on CUDA (any dtype elsewhere)."""
+    """Tell whether ``cache`` can stage frames.
+
+    It can when its backend declares 'whole_frame' graph support and the storage is bf16/fp16 on
+    CUDA (any dtype elsewhere).
+    """
     if cache.backend.graph_support != 'whole_frame':
         return False
     return cache.device.type != 'cuda' or cache.dtype in (torch.bfloat16, torch.float16)

@@ -301,7 +301,7 @@ class Aggregator(nn.Module):
 
     def run(self, images: torch.Tensor, time_index: int, mode: Role,
             patch_hw: tuple[int, int]) -> AggregatorOutput:
-        """The layer loop of a call that :meth:`prepare` accepted (arguments as there)."""
+        """Run the layer loop of a call that :meth:`prepare` accepted (arguments as there)."""
         h, w = patch_hw
         s, p = images.shape[0], NUM_SPECIAL_TOKENS + h * w
         dino = self.patch_embed(self.normalize(images))

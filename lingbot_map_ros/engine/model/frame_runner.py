@@ -107,12 +107,12 @@ class FrameRunner:
         return 'whole_frame' if staged else 'segments'
 
     def stats(self) -> FastPathStats:
-        """The fast path in effect now."""
+        """Return the fast path in effect now."""
         return FastPathStats(mode=self.mode, cuda_graphs=self.cuda_graphs,
                              compiled=self.compile_segments, fallbacks=self._fallbacks)
 
     def fall_back(self, what: str, exc: BaseException) -> None:
-        """The one fallback report: log once per kind, count every time."""
+        """Report a step down of the fast path: logged once per kind, counted every time."""
         self._fallbacks += 1
         if what not in self._logged:
             self._logged.add(what)
