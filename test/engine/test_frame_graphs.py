@@ -57,7 +57,8 @@ def _compare(device: str, dtype: torch.dtype, atol: float, compile_frames: bool 
     # Every part took its fast path (none fell back), whole frames when staged.
     runner = model.frame_runner.graphs
     assert runner is not None and model.frame_runner.cuda_graphs
-    assert runner.staged is staged
+    assert runner.staged is staged and model.frame_runner.stats().fallbacks == 0
+    assert model.frame_runner.mode == ('whole_frame' if staged else 'segments')
     if staged and device == 'cuda':
         assert ('range',) in runner._whole
         assert any(key[0] == 'split' for key in runner._whole)
