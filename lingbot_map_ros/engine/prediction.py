@@ -8,11 +8,12 @@ frame's camera, and translation and depth share one non-metric scale fixed by th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
-Role = Literal['scale', 'keyframe', 'non-keyframe']
+from .frames import Role
+
+__all__ = ['FramePrediction', 'Role']
 
 
 @dataclass(frozen=True, slots=True)

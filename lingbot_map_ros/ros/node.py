@@ -36,6 +36,7 @@ from std_srvs.srv import Trigger
 from lingbot_map_ros.engine.errors import WeightsError
 from lingbot_map_ros.engine.pipeline import StreamingSession
 from lingbot_map_ros.ros import conversions, diagnostics, logging_bridge, params
+from lingbot_map_ros.ros.node_options import NodeOptions
 from lingbot_map_ros.ros.outputs import Outputs
 from lingbot_map_ros.ros.session_runner import InputFrame, SessionRunner
 from lingbot_map_ros.ros.worker import FrameQueue, Worker
@@ -81,7 +82,7 @@ class LingbotMapNode(Node):
                                 self._values['frames.map_axes'])
         bridge = CvBridge() if CvBridge is not None else None
         self._runner = SessionRunner(self._session, self._outputs, self._stats,
-                                     self.get_logger(), lambda: self._values,
+                                     self.get_logger(), NodeOptions.from_values(self._values),
                                      self._raw_converter(bridge))
         bag = self._values['input.queue_mode'] == 'bag'
         self._queue = FrameQueue(self._values['input.queue_size'] if bag else 1, bag)
@@ -225,8 +226,7 @@ class LingbotMapNode(Node):
                                      self._values['diagnostics.stale_after_s']),
             diagnostics.engine_status(name, report, session,
                                       config.cache.scale_frames),
-            diagnostics.cache_status(name, session.get('cache', {}),
-                                     int(session.get('time_index', 0)),
+            diagnostics.cache_status(name, session.cache, session.time_index,
                                      config.model.max_frame_num)]
         return msg
 
@@ -236,6 +236,7 @@ class LingbotMapNode(Node):
 
     def _apply_parameters(self, changes: list[Any]) -> None:
         self._values = {**self._values, **{p.name: p.value for p in changes}}
+        self._runner.set_options(NodeOptions.from_values(self._values))
         names = {p.name for p in changes}
         if names & params.LIVE_ENGINE_PARAMS:
             self._runner.set_pending_config(params.engine_config(self._values))

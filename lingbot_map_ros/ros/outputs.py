@@ -22,6 +22,7 @@ from sensor_msgs.msg import CameraInfo, Image, PointCloud2, PointField
 from lingbot_map_ros.engine.geometry import unproject_depth
 from lingbot_map_ros.engine.prediction import FramePrediction
 from lingbot_map_ros.ros import conversions
+from lingbot_map_ros.ros.node_options import NodeOptions
 
 try:  # tf2_ros comes with a ROS install, not with the PyPI wheels.
     from tf2_ros import TransformBroadcaster
@@ -71,13 +72,13 @@ class Outputs:
         self._prev = None
         return count
 
-    def publish(self, pred: FramePrediction, camera_frame: str, opts: dict[str, Any]) -> None:
+    def publish(self, pred: FramePrediction, camera_frame: str, opts: NodeOptions) -> None:
         """Publish every enabled output for one prediction.
 
         Args:
             pred: the engine's prediction (its ``c2w`` must be finite).
             camera_frame: child frame of the pose.
-            opts: current parameter values (``publish.*``).
+            opts: current node options (what to publish).
 
         Raises:
             ValueError: non-finite pose (nothing is published).
@@ -92,13 +93,13 @@ class Outputs:
         o.x, o.y, o.z, o.w = quat
         self._pose_pub.publish(pose)
         self._publish_odometry(pose, c2w, pred.stamp_ns, camera_frame)
-        self._publish_path(pose, int(opts['publish.path_max_poses']))
-        if opts['publish.tf'] and self._tf is not None:
+        self._publish_path(pose, opts.path_max_poses)
+        if opts.publish_tf and self._tf is not None:
             self._publish_tf(pose, camera_frame)
-        if pred.depth is not None and opts['publish.depth']:
+        if pred.depth is not None and opts.publish_depth:
             self._publish_depth(pred, pose.header, camera_frame)
-        if pred.depth is not None and opts['publish.cloud']:
-            self._publish_cloud(pred, pose.header, int(opts['publish.cloud_stride']))
+        if pred.depth is not None and opts.publish_cloud:
+            self._publish_cloud(pred, pose.header, opts.cloud_stride)
 
     def _publish_odometry(self, pose: PoseStamped, c2w: np.ndarray, stamp_ns: int,
                           camera_frame: str) -> None:

@@ -33,9 +33,11 @@ import numpy as np
 
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.prediction import FramePrediction
+from lingbot_map_ros.engine.stats import SessionStats
 from lingbot_map_ros.engine.stream_feeder import FeedResult, StreamFeeder
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.ros.diagnostics import NodeStats
+from lingbot_map_ros.ros.node_options import NodeOptions
 from lingbot_map_ros.ros.outputs import Outputs
 
 DEFAULT_CAMERA_FRAME = 'camera_optical_frame'
@@ -56,7 +58,7 @@ class SessionRunner:
     """Feeds frames to a ``StreamingSession`` and publishes what comes out."""
 
     def __init__(self, session: Any, outputs: Outputs, stats: NodeStats, logger: Any,
-                 options: Callable[[], dict[str, Any]],
+                 options: NodeOptions,
                  convert_raw: Callable[[Any], np.ndarray]) -> None:
         """Wire the runner.
 
@@ -65,7 +67,7 @@ class SessionRunner:
             outputs: the publishers.
             stats: shared counters.
             logger: the node's logger.
-            options: returns the current parameter values.
+            options: the node options at start (``set_options`` replaces them).
             convert_raw: ``sensor_msgs/Image`` -> RGB converter (cv_bridge or ours).
         """
         self._session = session
@@ -84,11 +86,15 @@ class SessionRunner:
         self._camera_k: np.ndarray | None = None
         self._camera_k_logged = False
         self._drop_log: dict[str, tuple[float, int]] = {}
-        self._session_stats: dict[str, Any] = session.stats()
+        self._session_stats: SessionStats = session.stats()
 
-    def session_stats(self) -> dict[str, Any]:
+    def session_stats(self) -> SessionStats:
         """Return the session's ``stats()`` as of the last frame or reset (never blocks)."""
         return self._session_stats
+
+    def set_options(self, options: NodeOptions) -> None:
+        """Use ``options`` from the next frame on (safe from any thread)."""
+        self._options = options
 
     def set_camera_k(self, k: np.ndarray) -> None:
         """Store the camera_info intrinsics, to compare once with the estimate."""
@@ -119,12 +125,12 @@ class SessionRunner:
 
     def handle(self, item: InputFrame) -> None:
         """Process one queued frame (worker thread)."""
-        opts = self._options()
+        opts = self._options
         image = self._convert(item)
         if image is None:
             return
         stamp_ns = conversions.stamp_to_ns(item.msg.header.stamp)
-        frame_id = opts['frames.camera_frame'] or item.msg.header.frame_id
+        frame_id = opts.camera_frame or item.msg.header.frame_id
         if not frame_id:
             frame_id = DEFAULT_CAMERA_FRAME
             self._log.warning(f"input image has no frame_id; using '{frame_id}' (set "
@@ -132,7 +138,7 @@ class SessionRunner:
         with self._lock:
             if self._pending_reset is not None:
                 self._reset_locked(self._pending_reset, 'requested')
-            self._feeder.backwards_reset_s = opts['input.backwards_reset_s']
+            self._feeder.backwards_reset_s = opts.backwards_reset_s
             fed = self._feeder.feed(image, stamp_ns)
             self._report(fed)
             if fed.accepted:
@@ -176,7 +182,7 @@ class SessionRunner:
         if fed.drop is not None:
             self._drop(fed.drop.reason, fed.drop.detail)
 
-    def _publish(self, preds: list[FramePrediction], opts: dict[str, Any]) -> None:
+    def _publish(self, preds: list[FramePrediction], opts: NodeOptions) -> None:
         for pred in preds:
             frame_id = self._frame_ids.pop(pred.stamp_ns, DEFAULT_CAMERA_FRAME)
             received = self._received.pop(pred.stamp_ns, time.monotonic())
@@ -196,10 +202,8 @@ class SessionRunner:
         """Run by the feeder right after every session reset, before any frame is fed again."""
         self._pending_reset = None
         if self._pending_config is not None:
-            # Only live fields (keyframe interval, depth on/off) differ; the session reads
-            # them per frame, so swapping the config between sessions is enough. It is swapped
-            # here so that a frame fed again after a limit reset already sees it.
-            self._session.config = self._pending_config
+            # Applied here so that a frame fed again after a limit reset already sees it.
+            self._session.apply_config(self._pending_config)
             self._pending_config = None
 
     def _record_reset(self, reason: str, detail: str, cleared: dict[str, int]

@@ -17,6 +17,8 @@ statistics. The last line printed is one JSON document.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import logging
 import math
@@ -137,24 +139,32 @@ def _components(session: StreamingSession, frames: list[torch.Tensor], info: Pre
     host-side: preprocessing hand-off, pose decoding).
     """
     model = session.model
-    parts = {'aggregator': model.aggregator, 'camera_head': model.camera_head}
+    parts: dict[str, Any] = {'camera_head': model.camera_head}
     if model.depth_head is not None and session.config.stream.enable_depth:
         parts['depth_head'] = model.depth_head
-    events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {p: [] for p in parts}
+    events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {
+        p: [] for p in ('aggregator', *parts)}
+
+    def pre(_module: Any = None, _args: Any = None, name: str = 'aggregator') -> None:
+        start = torch.cuda.Event(enable_timing=True)
+        start.record()
+        events[name].append((start, torch.cuda.Event(enable_timing=True)))
+
+    def post(_module: Any = None, _args: Any = None, _out: Any = None,
+             name: str = 'aggregator') -> None:
+        events[name][-1][1].record()
+
     handles = []
     for name, module in parts.items():
-        def pre(_module: Any, _args: Any, name: str = name) -> None:
-            start = torch.cuda.Event(enable_timing=True)
-            start.record()
-            events[name].append((start, torch.cuda.Event(enable_timing=True)))
-
-        def post(_module: Any, _args: Any, _out: Any, name: str = name) -> None:
-            events[name][-1][1].record()
-
-        handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+        handles += [module.register_forward_pre_hook(functools.partial(pre, name=name)),
+                    module.register_forward_hook(functools.partial(post, name=name))]
+    # The aggregator's calls go through the frame runner (graphs or eager), not its forward.
+    runner = model.frame_runner
+    model.frame_runner = _Bracketed(runner, pre, post)
     try:
         times_ms, _ = _stream(session, frames, info, count, device)
     finally:
+        model.frame_runner = runner
         for handle in handles:
             handle.remove()
     torch.cuda.synchronize(device)
@@ -162,6 +172,22 @@ def _components(session: StreamingSession, frames: list[torch.Tensor], info: Pre
            for name, pairs in events.items() if pairs}
     out['frame'] = round(float(np.mean(times_ms)), 3)
     return out
+
+
+class _Bracketed:
+    """A callable that runs ``before()`` and ``after()`` around ``inner``; else ``inner``."""
+
+    def __init__(self, inner: Any, before: Any, after: Any) -> None:
+        self._inner, self._before, self._after = inner, before, after
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._before()
+        out = self._inner(*args, **kwargs)
+        self._after()
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 def _host_timing(session: StreamingSession, frames: list[torch.Tensor], info: PreprocessInfo,
@@ -247,7 +273,8 @@ def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str]
         'frames': total_frames, 'scale_frames': args.scale_frames, 'window': args.window,
         'keyframe_interval': args.keyframe_interval, 'backend': args.backend,
         'dtype': args.dtype, 'depth': args.depth,
-        'cuda_graphs': stats['cuda_graphs'], 'compile': stats['compiled'],
+        'cuda_graphs': stats.cuda_graphs, 'compile': stats.compiled,
+        'fast_path': stats.fast_path,
         'phase1_ms': round(phase1_ms, 3),
         'global_fps': round(total_frames / ((phase1_ms + stream_ms.sum()) / 1e3), 3),
     }
@@ -268,8 +295,8 @@ def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str]
         result['ms_first_streaming_window'] = round(
             float(stream_ms[:2 * args.report_window].mean()), 3)
         result['ms_last_window'] = round(float(tail.mean()), 3)
-    result['cache'] = stats['cache']
-    result['keyframes'] = stats['keyframes']
+    result['cache'] = None if stats.cache is None else dataclasses.asdict(stats.cache)
+    result['keyframes'] = stats.keyframes
     if device.type == 'cuda':
         result['peak_gpu_memory_gib'] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
         result['gpu'] = torch.cuda.get_device_name(device)

@@ -8,7 +8,6 @@ folder is absent). The engine is the tiny random-weight model on CPU
 
 import json
 import logging
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,8 +19,6 @@ from lingbot_map_ros.tools import bag_io, trajectory
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
 from lingbot_map_ros.tools.replay import find_config, main
 
-ROOT = Path(__file__).resolve().parents[2]
-LOOP = ROOT.parent / 'shared' / 'data' / 'loop'
 FAST = {'stream.image_width': 112, 'cache.scale_frames': 2, 'cache.sliding_window': 4}
 SET_FLAGS = [a for k, v in FAST.items() for a in ('--set', f'{k}={v}')]
 SEC = 1_000_000_000
@@ -73,11 +70,10 @@ def test_run_writes_trajectory_plot_depth_cloud_and_summary(synthetic, tmp_path)
         assert np.isfinite(summary['evaluation']['ape_m']['rmse'])
 
 
-def test_run_compressed_real_frames_from_an_image_folder(tmp_path):
-    if not LOOP.is_dir():
-        pytest.skip('../shared/data/loop is not beside the repo')
+def test_run_compressed_real_frames_from_an_image_folder(tmp_path, shared_file):
+    loop = shared_file('data', 'loop')
     bag = tmp_path / 'loop'
-    assert main(['make-bag', '--images', str(LOOP), '--stride', '20', '--max-frames', '5',
+    assert main(['make-bag', '--images', str(loop), '--stride', '20', '--max-frames', '5',
                  '--width', '259', '--compressed', '--out', str(bag)]) == 0
     assert _run(bag, tmp_path / 'out') == 0
     summary = json.loads((tmp_path / 'out' / 'summary.json').read_text())

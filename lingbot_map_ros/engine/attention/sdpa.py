@@ -53,6 +53,7 @@ class SdpaBackend:
     """
 
     name = 'sdpa'
+    graph_support = 'whole_frame'  # its split attention has a staged, capturable form
 
     def __init__(self, full_patch_pages: int = 0) -> None:
         """Set up the gather fallback and the CUDA split.
@@ -119,6 +120,7 @@ class ReferenceBackend:
     """
 
     name = 'reference'
+    graph_support = 'segments'  # per-layout gather index: host work between segments
 
     def __init__(self) -> None:
         self._gather = _PageGather()

@@ -1,0 +1,132 @@
+"""Diagnostic levels and values of ros/diagnostics.py, from counters to DiagnosticStatus.
+
+Run: ``pytest test/ros/test_diagnostics.py`` (under a second; no ROS graph).
+"""
+
+from dataclasses import replace
+import time
+
+from lingbot_map_ros.engine.stats import CacheStats, SessionStats
+from lingbot_map_ros.ros import diagnostics
+from lingbot_map_ros.ros.diagnostics import ERROR, NodeStats, OK, STALE, WARN
+
+INFO = {'topic': '/cam/image', 'transport': 'raw', 'queue_mode': 'live', 'queue_length': 0}
+CACHE = CacheStats(frame_count=12, scale_pages=8, live_pages=4, free_pages=1,
+                   special_tokens=72, special_pages=1, free_special_pages=9, visible_tokens=900,
+                   contiguous=True, page_size=70, num_patch_pages=13, num_special_pages=10,
+                   max_total_frames=100, remaining_frames=88, kv_bytes=4096,
+                   kv_bytes_used=2048, backend='sdpa', dtype='float32', camera_frames=12,
+                   camera_bytes=1024)
+SESSION = SessionStats(frames_in=12, frames_out=12, keyframes=12, time_index=12,
+                       pending_frames=0, max_time_index=1024, cache=CACHE, backend='sdpa',
+                       device='cpu', dtype='float32', weights='w.pt', model_preset='tiny',
+                       image_size_hw=(56, 84), fast_path='eager', cuda_graphs=False,
+                       compiled=False, whole_frame_graphs=False, fast_path_fallbacks=0,
+                       gpu_memory_allocated_bytes=0, gpu_memory_reserved_bytes=0)
+# Before the first frame: no cache, no processed size, nothing counted.
+FRESH = replace(SESSION, frames_in=0, frames_out=0, keyframes=0, time_index=0, cache=None,
+                image_size_hw=None)
+
+
+def values(status):
+    return {kv.key: kv.value for kv in status.values}
+
+
+def test_input_is_stale_until_images_arrive_then_ok():
+    stats = NodeStats()
+    status = diagnostics.input_status('cam/lingbot_map', stats.roll(), INFO, 5.0)
+    assert status.level == STALE and '/cam/image' in status.message
+    assert status.name == 'cam/lingbot_map: input'
+    stats.count_received()
+    stats.count_received()
+    status = diagnostics.input_status('n', stats.roll(), INFO, 5.0)
+    assert status.level == OK
+    assert values(status)['received_total'] == '2'
+
+
+def test_input_goes_stale_after_silence():
+    stats = NodeStats()
+    stats.count_received()
+    time.sleep(0.05)
+    assert diagnostics.input_status('n', stats.roll(), INFO, 0.01).level == STALE
+
+
+def test_drops_warn_once_per_period_except_live_overflow():
+    stats = NodeStats()
+    stats.count_received()
+    stats.count_drop('queue_overflow', num=3)
+    status = diagnostics.input_status('n', stats.roll(), INFO, 5.0)
+    assert status.level == OK and values(status)['drops.queue_overflow'] == '3'
+    stats.count_received()
+    stats.count_drop('encoding', "unsupported encoding '32FC1'")
+    status = diagnostics.input_status('n', stats.roll(), INFO, 5.0)
+    assert status.level == WARN and '1 encoding' in status.message
+    assert '32FC1' in values(status)['last_problem']
+    stats.count_received()
+    status = diagnostics.input_status('n', stats.roll(), INFO, 5.0)
+    assert status.level == OK  # the next period is clean again; totals stay
+    assert values(status)['drops_total'] == '4'
+
+
+def test_engine_levels_and_latency():
+    stats = NodeStats()
+    buffering = replace(FRESH, frames_in=2, pending_frames=2)
+    assert diagnostics.engine_status('n', stats.roll(), buffering,
+                                     8).message == 'buffering scale frames (2/8)'
+    stats.count_output(40.0, 20.0)
+    stats.count_output(60.0, 30.0)
+    status = diagnostics.engine_status('n', stats.roll(), SESSION, 8)
+    v = values(status)
+    assert status.level == OK
+    assert (v['latency_mean_ms'], v['latency_max_ms']) == ('50.000', '60.000')
+    assert v['inference_max_ms'] == '30.000' and v['backend'] == 'sdpa' and 'cache' not in v
+    stats.count_reset('manual')
+    assert diagnostics.engine_status('n', stats.roll(), SESSION, 8).level == OK
+    stats.count_reset('time_index_limit', 'time index 1024')
+    status = diagnostics.engine_status('n', stats.roll(), SESSION, 8)
+    assert status.level == WARN and 'time_index_limit' in status.message
+    assert values(status)['resets.time_index_limit'] == '1'
+    stats.count_error('RuntimeError: boom')
+    status = diagnostics.engine_status('n', stats.roll(), SESSION, 8)
+    assert status.level == ERROR and 'boom' in status.message
+
+
+def test_cache_warns_near_its_ceilings():
+    status = diagnostics.cache_status('n', CACHE, 12, 1024)
+    assert status.level == OK and values(status)['frame_count'] == '12'
+    full = replace(CACHE, frame_count=95)
+    assert diagnostics.cache_status('n', full, 95, 1024).level == WARN
+    assert diagnostics.cache_status('n', CACHE, 1000, 1024).level == WARN
+
+
+def _all_statuses(stats: NodeStats, session: SessionStats) -> list:
+    report = stats.roll()
+    return [diagnostics.input_status('n', report, INFO, 5.0),
+            diagnostics.engine_status('n', report, session, 8),
+            diagnostics.cache_status('n', session.cache, session.time_index, 1024)]
+
+
+def test_every_status_has_one_key_set_in_every_state():
+    # A monitor keys on names: before the cache exists, while tracking, after drops, errors
+    # and resets, each status must publish the same keys (unknown values explicit).
+    stats = NodeStats()
+    states = {'before the first frame': _all_statuses(stats, FRESH)}
+    stats.count_received()
+    states['buffering'] = _all_statuses(stats, replace(FRESH, frames_in=1, pending_frames=1))
+    stats.count_output(40.0, 20.0)
+    states['tracking'] = _all_statuses(stats, SESSION)
+    stats.count_drop('encoding', "unsupported encoding '32FC1'")
+    stats.count_error('RuntimeError: boom')
+    stats.count_reset('engine_error', 'boom')
+    states['after an error and a reset'] = _all_statuses(stats, FRESH)
+    first = states['before the first frame']
+    for name, statuses in states.items():
+        for want, got in zip(first, statuses):
+            assert [kv.key for kv in got.values] == [kv.key for kv in want.values], name
+    fresh = [values(s) for s in first]
+    assert fresh[2]['frame_count'] == 'n/a' and fresh[2]['time_index'] == '0'
+    assert fresh[1]['image_size_hw'] == 'n/a' and fresh[1]['last_problem'] == 'none'
+    assert fresh[0]['drops.encoding'] == '0' and fresh[1]['resets.manual'] == '0'
+    after = [values(s) for s in states['after an error and a reset']]
+    assert after[0]['drops.encoding'] == '1' and after[1]['resets.engine_error'] == '1'
+    assert 'boom' in after[1]['last_problem']
