@@ -1,0 +1,121 @@
+"""A stand-in network that returns ground-truth poses, distorted per session by a random Sim(3).
+
+Each input image encodes its frame number in its colour (red = n % 256, green = n // 256, a
+flat image survives any resize). The oracle answers with the ground-truth camera of that frame,
+seen from a frame of its own that changes at every ``reset_stream`` (a random rotation,
+translation and scale, as a real session picks its own origin and scale), plus pose noise.
+It enforces the RoPE table and the cache capacity like the real model, so a test that never
+sees a limit reset shows that the rollover came first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from lingbot_map_ros.config import EngineConfig
+from lingbot_map_ros.engine import geometry
+from lingbot_map_ros.engine.errors import TimeIndexLimitError
+from lingbot_map_ros.engine.pipeline import StreamingSession
+
+
+def frame_image(index: int, size_hw: tuple[int, int] = (48, 64)) -> np.ndarray:
+    """Flat RGB image encoding ``index`` (< 65536)."""
+    image = np.zeros((*size_hw, 3), np.uint8)
+    image[..., 0], image[..., 1] = index % 256, index // 256
+    return image
+
+
+def ground_truth(num: int, seed: int = 0) -> np.ndarray:
+    """``[num, 4, 4]`` c2w of a camera wandering over a smooth loop (about 0.05 per frame)."""
+    t = np.arange(num) * 0.01
+    rng = np.random.default_rng(seed)
+    phase = rng.uniform(0, 2 * np.pi, 3)
+    centres = np.stack([3 * np.sin(t + phase[0]), 0.3 * np.sin(3 * t + phase[1]),
+                        3 * np.cos(0.7 * t + phase[2])], axis=1)
+    poses = np.tile(np.eye(4), (num, 1, 1))
+    for i, (yaw, pitch) in enumerate(zip(0.5 * t, 0.2 * np.sin(2 * t))):
+        cy, sy, cp, sp = np.cos(yaw), np.sin(yaw), np.cos(pitch), np.sin(pitch)
+        yaw_m = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
+        pitch_m = np.array([[1, 0, 0], [0, cp, -sp], [0, sp, cp]])
+        poses[i, :3, :3] = yaw_m @ pitch_m
+    poses[:, :3, 3] = centres
+    return poses
+
+
+def _random_rotation(rng: np.random.Generator) -> np.ndarray:
+    q, r = np.linalg.qr(rng.normal(size=(3, 3)))
+    q *= np.sign(np.diag(r))
+    return q if np.linalg.det(q) > 0 else -q
+
+
+class _Aggregator:
+    cuda_graphs = compile_segments = whole_frames = False
+
+
+class OracleModel(torch.nn.Module):
+    """Implements what ``StreamingSession`` calls on ``LingbotMapModel``."""
+
+    def __init__(self, gt_c2w: np.ndarray, config: EngineConfig, noise: float = 0.0,
+                 seed: int = 0) -> None:
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(1), requires_grad=False)
+        self.aggregator = _Aggregator()
+        self.gt = gt_c2w
+        self.noise = noise
+        self.rng = np.random.default_rng(seed)
+        self.max_frame_num = config.model.max_frame_num
+        self.capacity = config.cache.max_total_frames
+        self.cached = 0
+        self.sessions: list[tuple[float, np.ndarray, np.ndarray]] = []
+        self.reset_stream()
+
+    def reset_stream(self) -> None:
+        """New session frame: x_session = s * R @ x_gt + t."""
+        self.cached = 0
+        self.sessions.append((float(np.exp(self.rng.uniform(-1, 1))),
+                              _random_rotation(self.rng), self.rng.normal(size=3)))
+
+    def cache_stats(self) -> dict:
+        return {'cached_frames': self.cached}
+
+    def remaining_frames(self) -> int:
+        return self.capacity - self.cached
+
+    def _encode(self, images: torch.Tensor) -> torch.Tensor:
+        scale, rot, trans = self.sessions[-1]
+        rows = []
+        for image in images:
+            red, green = (int(round(float(image[c, 0, 0]) * 255)) for c in (0, 1))
+            gt = self.gt[red + 256 * green]
+            c2w = np.eye(4)
+            c2w[:3, :3] = rot @ gt[:3, :3]
+            c2w[:3, 3] = scale * rot @ gt[:3, 3] + trans
+            c2w[:3, 3] += self.rng.normal(scale=self.noise * scale, size=3)
+            quat = np.asarray(geometry.rotation_to_quaternion(c2w[:3, :3]))
+            rows.append(np.concatenate([c2w[:3, 3], quat, [1.0, 1.2]]))
+        return torch.tensor(np.stack(rows))
+
+    def forward_scale(self, images: torch.Tensor, with_depth: bool = False) -> dict:
+        self.cached += len(images)
+        return {'pose_enc': self._encode(images)}
+
+    def forward_frame(self, image: torch.Tensor, time_index: int, keyframe: bool,
+                      with_depth: bool = False) -> dict:
+        if time_index >= self.max_frame_num:
+            raise TimeIndexLimitError(f'oracle: time index {time_index} past the RoPE table')
+        self.cached += int(keyframe)
+        return {'pose_enc': self._encode(image)}
+
+
+def oracle_session(gt_c2w: np.ndarray, noise: float = 0.0, seed: int = 0,
+                   **values) -> tuple[StreamingSession, OracleModel]:
+    """A real ``StreamingSession`` (tiny preset, CPU) whose network is the oracle."""
+    flat = {'model.preset': 'tiny', 'stream.device': 'cpu', 'stream.image_width': 56,
+            'cache.backend': 'sdpa', 'cache.scale_frames': 2}
+    flat.update(values)
+    config = EngineConfig.from_flat(flat)
+    session = StreamingSession(config, allow_random_weights=True)
+    oracle = OracleModel(gt_c2w, config, noise, seed)
+    session._model = oracle  # the stand-in replaces the network, nothing else
+    return session, oracle
