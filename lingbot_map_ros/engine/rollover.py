@@ -67,6 +67,8 @@ class RolloverStats:
     """Scale of the last alignment (new session -> continuous frame)."""
     last_residual: float = 0.0
     """RMS centre error of the last alignment (continuous units)."""
+    last_degenerate: bool = False
+    """The last alignment could not observe scale and kept the previous one."""
     degenerate_alignments: int = 0
     """Alignments that could not observe scale and kept the previous one."""
     last_rollover_ms: float = 0.0
@@ -194,6 +196,7 @@ class RolloverSession:
         stats.session_keyframes = sum(p.is_keyframe for p in preds)
         stats.last_scale = self._alignment.scale
         stats.last_residual = self._alignment.residual
+        stats.last_degenerate = self._alignment.degenerate
         stats.degenerate_alignments += int(self._alignment.degenerate)
         if self._device.type == 'cuda':
             torch.cuda.synchronize(self._device)

@@ -1,4 +1,4 @@
-"""RolloverSession through the real StreamFeeder, with the oracle network (test/engine/oracle_model).
+"""RolloverSession through the real StreamFeeder, with the oracle network (oracle_model.py).
 
 The oracle returns ground-truth poses, each session in its own random Sim(3) frame plus noise;
 the stitched trajectory must match the ground truth up to one global Sim(3).
