@@ -27,9 +27,8 @@ from sensor_msgs.msg import CameraInfo
 from std_srvs.srv import Trigger
 
 from lingbot_map_ros.engine import errors
-from lingbot_map_ros.ros.odometry_status import ODOMETRY_KEYS
-
 from lingbot_map_ros.ros.node import LingbotMapNode, main
+from lingbot_map_ros.ros.odometry_status import ODOMETRY_KEYS
 
 # The oracle network of the engine tests (test/engine/oracle_model.py).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'engine'))
