@@ -14,8 +14,9 @@ see one stream:
    phase (their new poses are not published again), then the frame runs in the new session.
 3. :func:`~lingbot_map_ros.engine.stitching.align_sim3` fits the new session's overlap poses to
    the published ones; every later pose of that session is mapped through that Sim(3), which
-   already contains all earlier ones (the reference poses are continuous). When the overlap
-   cannot observe scale (a static camera) the previous session's scale is kept.
+   already contains all earlier ones (the reference poses are continuous). When depth runs,
+   the scale is the median depth ratio over the overlap instead (upstream's choice); without
+   depth, when the overlap cannot observe scale (a still camera), the previous one is kept.
 
 Predictions carry the continuous pose in ``c2w`` (``session_c2w`` keeps the session's own),
 a depth map scaled by the same factor (translation and depth keep one scale), ``frame_index``
@@ -41,7 +42,7 @@ import torch
 from .pipeline import StreamingSession
 from .prediction import FramePrediction
 from .preprocess import PreprocessInfo, preprocess_array, preprocess_path
-from .stitching import Sim3Alignment, align_sim3
+from .stitching import align_sim3, depth_ratio, Sim3Alignment, with_scale
 
 
 @dataclasses.dataclass
@@ -51,6 +52,8 @@ class _Keyframe:
     stamp_ns: int
     c2w: np.ndarray
     """Published (continuous) pose."""
+    depth: np.ndarray | None
+    """Published (continuous-scale) depth, when depth runs."""
 
 
 @dataclasses.dataclass
@@ -190,6 +193,14 @@ class RolloverSession:
         ses = np.stack([by_stamp[kf.stamp_ns].c2w for kf in overlap])
         previous = self._alignment.scale if self._alignment is not None else 1.0
         self._alignment = align_sim3(reference, ses, fallback_scale=previous)
+        if all(kf.depth is not None and by_stamp[kf.stamp_ns].depth is not None
+               for kf in overlap):
+            # Upstream's choice when depth runs: the scale from the depth ratio over the
+            # overlap, robust to pose noise and defined for a still camera (docs/odometry.md).
+            ratio = depth_ratio([kf.depth for kf in overlap],
+                                [by_stamp[kf.stamp_ns].depth for kf in overlap])
+            if ratio is not None:
+                self._alignment = with_scale(self._alignment, reference, ses, ratio)
         stats = self._stats
         stats.sessions += 1
         stats.rollovers += 1
@@ -220,7 +231,8 @@ class RolloverSession:
             self._rollover_ms = None
         if pred.is_keyframe:
             self._stats.session_keyframes += 1
-            self._ring.append(_Keyframe(tensor.to(self._device), info, pred.stamp_ns, c2w))
+            self._ring.append(_Keyframe(tensor.to(self._device), info, pred.stamp_ns, c2w,
+                                        depth))
             while len(self._ring) > self.config.stream.overlap_keyframes:
                 self._ring.popleft()
         out = dataclasses.replace(pred, c2w=c2w, depth=depth, frame_index=self._frames_out,

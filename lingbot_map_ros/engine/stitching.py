@@ -106,6 +106,42 @@ def align_sim3(reference_c2w: np.ndarray, session_c2w: np.ndarray, *,
     return Sim3Alignment(scale, rotation, translation, residual, degenerate)
 
 
+def with_scale(fit: Sim3Alignment, reference_c2w: np.ndarray, session_c2w: np.ndarray,
+               scale: float) -> Sim3Alignment:
+    """``fit`` with its scale replaced by one measured elsewhere (e.g. a depth ratio).
+
+    Keeps the rotation, moves the translation so the mean centres still meet, and recomputes
+    the residual; ``degenerate`` is False (the scale was observed).
+
+    Raises:
+        ValueError: as :func:`align_sim3`, or ``scale`` not finite and > 0.
+    """
+    if not (np.isfinite(scale) and scale > 0):
+        raise ValueError(f'scale={scale} must be a finite number > 0')
+    ref, ses = _check_inputs(reference_c2w, session_c2w, 1.0)
+    c_ref, c_ses = ref[:, :3, 3], ses[:, :3, 3] @ fit.rotation.T
+    translation = c_ref.mean(axis=0) - scale * c_ses.mean(axis=0)
+    errors = scale * c_ses + translation - c_ref
+    residual = float(np.sqrt(np.mean(np.sum(errors * errors, axis=1))))
+    return Sim3Alignment(float(scale), fit.rotation, translation, residual, False)
+
+
+def depth_ratio(reference_depths: list[np.ndarray], session_depths: list[np.ndarray]
+                ) -> float | None:
+    """Median over frames of the per-frame median ``reference / session`` depth ratio.
+
+    Returns:
+        The scale that maps session depth onto reference depth, or None when no frame has
+        a valid pixel (both depths finite and > 0).
+    """
+    ratios = []
+    for ref, ses in zip(reference_depths, session_depths):
+        valid = np.isfinite(ref) & np.isfinite(ses) & (ref > 0) & (ses > 0)
+        if valid.any():
+            ratios.append(float(np.median(ref[valid] / ses[valid])))
+    return float(np.median(ratios)) if ratios else None
+
+
 def _check_inputs(reference_c2w: np.ndarray, session_c2w: np.ndarray,
                   fallback_scale: float) -> tuple[np.ndarray, np.ndarray]:
     ref = np.asarray(reference_c2w, dtype=np.float64)

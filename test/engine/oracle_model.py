@@ -4,6 +4,8 @@ Each input image encodes its frame number in its colour (red = n % 256, green = 
 flat image survives any resize). The oracle answers with the ground-truth camera of that frame,
 seen from a frame of its own that changes at every ``reset_stream`` (a random rotation,
 translation and scale, as a real session picks its own origin and scale), plus pose noise.
+With depth on it also returns depth maps: the frame's ground-truth depth (a slowly changing
+plane) in the session's scale, with per-pixel noise (``depth_noise``, relative).
 It enforces the RoPE table and the cache capacity like the real model, so a test that never
 sees a limit reset shows that the rollover came first.
 """
@@ -57,12 +59,13 @@ class OracleModel(torch.nn.Module):
     """Implements what ``StreamingSession`` calls on ``LingbotMapModel``."""
 
     def __init__(self, gt_c2w: np.ndarray, config: EngineConfig, noise: float = 0.0,
-                 seed: int = 0) -> None:
+                 seed: int = 0, depth_noise: float = 0.0) -> None:
         super().__init__()
         self.anchor = torch.nn.Parameter(torch.zeros(1), requires_grad=False)
         self.aggregator = _Aggregator()
         self.gt = gt_c2w
         self.noise = noise
+        self.depth_noise = depth_noise
         self.rng = np.random.default_rng(seed)
         self.max_frame_num = config.model.max_frame_num
         self.capacity = config.cache.max_total_frames
@@ -82,12 +85,29 @@ class OracleModel(torch.nn.Module):
     def remaining_frames(self) -> int:
         return self.capacity - self.cached
 
+    @staticmethod
+    def _index(image: torch.Tensor) -> int:
+        red, green = (int(round(float(image[c, 0, 0]) * 255)) for c in (0, 1))
+        return red + 256 * green
+
+    def _outputs(self, images: torch.Tensor, with_depth: bool) -> dict:
+        out = {'pose_enc': self._encode(images)}
+        if with_depth:
+            scale = self.sessions[-1][0]
+            maps = []
+            for image in images:
+                plane = 2.0 + 0.5 * np.sin(0.05 * self._index(image))
+                noise = self.rng.normal(scale=self.depth_noise, size=image.shape[1:])
+                maps.append(scale * plane * (1.0 + noise))
+            out['depth'] = torch.tensor(np.stack(maps), dtype=torch.float32)
+            out['depth_conf'] = torch.ones_like(out['depth'])
+        return out
+
     def _encode(self, images: torch.Tensor) -> torch.Tensor:
         scale, rot, trans = self.sessions[-1]
         rows = []
         for image in images:
-            red, green = (int(round(float(image[c, 0, 0]) * 255)) for c in (0, 1))
-            gt = self.gt[red + 256 * green]
+            gt = self.gt[self._index(image)]
             c2w = np.eye(4)
             c2w[:3, :3] = rot @ gt[:3, :3]
             c2w[:3, 3] = scale * rot @ gt[:3, 3] + trans
@@ -98,24 +118,24 @@ class OracleModel(torch.nn.Module):
 
     def forward_scale(self, images: torch.Tensor, with_depth: bool = False) -> dict:
         self.cached += len(images)
-        return {'pose_enc': self._encode(images)}
+        return self._outputs(images, with_depth)
 
     def forward_frame(self, image: torch.Tensor, time_index: int, keyframe: bool,
                       with_depth: bool = False) -> dict:
         if time_index >= self.max_frame_num:
             raise TimeIndexLimitError(f'oracle: time index {time_index} past the RoPE table')
         self.cached += int(keyframe)
-        return {'pose_enc': self._encode(image)}
+        return self._outputs(image, with_depth)
 
 
 def oracle_session(gt_c2w: np.ndarray, noise: float = 0.0, seed: int = 0,
-                   **values) -> tuple[StreamingSession, OracleModel]:
+                   depth_noise: float = 0.0, **values) -> tuple[StreamingSession, OracleModel]:
     """A real ``StreamingSession`` (tiny preset, CPU) whose network is the oracle."""
     flat = {'model.preset': 'tiny', 'stream.device': 'cpu', 'stream.image_width': 56,
             'cache.backend': 'sdpa', 'cache.scale_frames': 2}
     flat.update(values)
     config = EngineConfig.from_flat(flat)
     session = StreamingSession(config, allow_random_weights=True)
-    oracle = OracleModel(gt_c2w, config, noise, seed)
+    oracle = OracleModel(gt_c2w, config, noise, seed, depth_noise)
     session._model = oracle  # the stand-in replaces the network, nothing else
     return session, oracle

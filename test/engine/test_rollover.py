@@ -23,12 +23,15 @@ SEC = 10**9
 STAMP0 = 100 * SEC
 
 
-def _run(num: int, noise: float, **values) -> tuple[list, RolloverSession, StreamFeeder]:
-    """Feed ``num`` frames at 10 Hz; return (predictions, session, feeder)."""
+def _run(num: int, noise: float, depth_noise: float | None = None,
+         **values) -> tuple[list, RolloverSession, StreamFeeder]:
+    """Feed ``num`` frames at 10 Hz (depth on when ``depth_noise`` is given)."""
     gt = ground_truth(num + 10)  # room for frames fed after the run
     values = {'stream.session_keyframes': 24, 'stream.overlap_keyframes': 4,
-              'model.max_frame_num': 24, **values}
-    session, _ = oracle_session(gt, noise=noise, seed=3, **values)
+              'model.max_frame_num': 24, 'stream.enable_depth': depth_noise is not None,
+              **values}
+    session, _ = oracle_session(gt, noise=noise, seed=3, depth_noise=depth_noise or 0.0,
+                                **values)
     rollover = RolloverSession(session)
     feeder = StreamFeeder(rollover)
     preds = []
@@ -112,3 +115,32 @@ def test_bad_rollover_settings_are_refused(values, match):
             'stream.session_keyframes': 24, 'stream.overlap_keyframes': 4, **values}
     with pytest.raises(ValueError, match=match):
         EngineConfig.from_flat(flat)
+
+
+def test_depth_ratio_sets_the_scale_when_depth_runs():
+    # Pose noise 1 %: the overlap centres alone give a poor scale (about 9 % of the extent
+    # after 19 rollovers, measured); the depth ratio (5 % per-pixel noise) keeps it under 2 %.
+    num = 400
+    preds, rollover, _ = _run(num, noise=0.01, depth_noise=0.05)
+    errors, extent = _errors(preds, ground_truth(num))
+    assert rollover.rollover_stats()['rollovers'] >= 10
+    assert errors.max() < 0.02 * extent, (errors.max(), extent)
+    # Published depth is in the continuous scale: the same plane depth in every session.
+    planes = np.array([np.median(p.depth) / (2.0 + 0.5 * np.sin(0.05 * i))
+                       for i, p in enumerate(preds)])
+    assert np.ptp(planes) / np.median(planes) < 0.05
+
+
+def test_a_still_camera_over_the_overlap_keeps_the_previous_scale():
+    gt = ground_truth(120)
+    gt[30:] = gt[30]  # the camera stops at frame 30; rollovers at 24, 44, 64, ...
+    session, _ = oracle_session(gt, seed=4, **{'stream.session_keyframes': 24,
+                                               'stream.overlap_keyframes': 4,
+                                               'model.max_frame_num': 24})
+    rollover = RolloverSession(session)
+    feeder = StreamFeeder(rollover)
+    for i in range(120):
+        assert feeder.feed(frame_image(i), STAMP0 + i * SEC // 10).accepted
+    stats = rollover.rollover_stats()
+    assert stats['rollovers'] == 5 and stats['degenerate_alignments'] == 4
+    assert stats['last_degenerate']
