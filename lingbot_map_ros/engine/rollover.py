@@ -41,7 +41,7 @@ import torch
 
 from .pipeline import StreamingSession
 from .prediction import FramePrediction
-from .preprocess import PreprocessInfo, preprocess_array, preprocess_path
+from .preprocess import preprocess_image, PreprocessInfo
 from .stitching import align_sim3, depth_ratio, Sim3Alignment, with_scale
 
 
@@ -124,11 +124,8 @@ class RolloverSession:
     def step(self, image: np.ndarray | str | Path, stamp_ns: int) -> list[FramePrediction]:
         """As ``StreamingSession.step``, rolling over first when the session is full."""
         start = time.perf_counter()
-        width, patch = self.config.stream.image_width, self.config.model.patch_size
-        if isinstance(image, (str, Path)):
-            tensor, info = preprocess_path(image, width, patch)
-        else:
-            tensor, info = preprocess_array(image, width, patch)
+        tensor, info = preprocess_image(image, self.config.stream.image_width,
+                                        self.config.model.patch_size)
         return self.step_tensor(tensor, info, stamp_ns, (time.perf_counter() - start) * 1e3)
 
     def step_tensor(self, tensor: torch.Tensor, info: PreprocessInfo, stamp_ns: int,

@@ -12,6 +12,7 @@ bad image                dropped, reason from the converter (encoding/size/step/
 stamp not newer          dropped as ``stamp_out_of_order`` (small step back, duplicate)
 stamp jumps back         session reset (``clock_jump``), the frame starts the new map
 engine refuses frame     dropped as ``invalid_frame``
+session full             rollover (``engine/rollover.py``): no reset, poses stay continuous
 session limit            session reset (``time_index_limit``, ``cache_full``,
                          ``resolution_changed``), the frame is fed again
 non-finite pose          session reset (``nan_pose``), the frame is dropped
