@@ -23,7 +23,6 @@ from sensor_msgs.msg import CameraInfo, Image, PointCloud2, PointField
 from lingbot_map_ros.engine.geometry import unproject_depth
 from lingbot_map_ros.engine.prediction import FramePrediction
 from lingbot_map_ros.ros import conversions
-
 from lingbot_map_ros.ros.odom_frames import lookup_mount, OdomFrames
 
 try:  # tf2_ros comes with a ROS install, not with the PyPI wheels.
