@@ -99,7 +99,7 @@ class RolloverSession:
 
     @property
     def config(self) -> Any:
-        """The wrapped session's config (the node swaps it between sessions)."""
+        """Return the engine configuration in use; the node swaps it between sessions."""
         return self._session.config
 
     @config.setter
@@ -108,17 +108,17 @@ class RolloverSession:
 
     @property
     def weights(self) -> str:
-        """What the wrapped session loaded."""
+        """Return what the wrapped session loaded."""
         return self._session.weights
 
     @property
     def model(self) -> Any:
-        """The wrapped session's network."""
+        """Return the wrapped session's network."""
         return self._session.model
 
     @property
     def session(self) -> StreamingSession:
-        """The wrapped session."""
+        """Return the wrapped session."""
         return self._session
 
     def step(self, image: np.ndarray | str | Path, stamp_ns: int) -> list[FramePrediction]:
@@ -157,7 +157,7 @@ class RolloverSession:
             return cleared
 
     def stats(self) -> dict[str, Any]:
-        """The session's ``stats()`` plus ``rollover`` (:class:`RolloverStats` as a dict)."""
+        """Return the session's statistics plus ``rollover`` (:class:`RolloverStats`, a dict)."""
         with self._lock:
             stats = self._session.stats()
             stats['rollover'] = self.rollover_stats()

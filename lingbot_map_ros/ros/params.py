@@ -113,7 +113,7 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
               'x y z qx qy qz qw of the camera body frame (x forward, z up) in base_frame; the '
               'optical rotation is applied on top. Replaced by base_frame -> camera frame from '
               '/tf_static when tf2_ros finds it.', _RO),
-    ParamSpec('frames.map_frame', '', "Optional: broadcast a static identity map_frame -> "
+    ParamSpec('frames.map_frame', '', 'Optional: broadcast a static identity map_frame -> '
               "odom_frame; '' (default) leaves map to a localisation node.", _RO),
     ParamSpec('frames.camera_frame', '', 'Camera optical frame of the outputs; empty: the '
               'frame_id of each input image.', _RO),

@@ -74,7 +74,7 @@ class OracleModel(torch.nn.Module):
         self.reset_stream()
 
     def reset_stream(self) -> None:
-        """New session frame: x_session = s * R @ x_gt + t."""
+        """Start a new session frame: x_session = s * R @ x_gt + t."""
         self.cached = 0
         self.sessions.append((float(np.exp(self.rng.uniform(-1, 1))),
                               _random_rotation(self.rng), self.rng.normal(size=3)))
@@ -130,7 +130,7 @@ class OracleModel(torch.nn.Module):
 
 def oracle_session(gt_c2w: np.ndarray, noise: float = 0.0, seed: int = 0,
                    depth_noise: float = 0.0, **values) -> tuple[StreamingSession, OracleModel]:
-    """A real ``StreamingSession`` (tiny preset, CPU) whose network is the oracle."""
+    """Build a real ``StreamingSession`` (tiny preset, CPU) whose network is the oracle."""
     flat = {'model.preset': 'tiny', 'stream.device': 'cpu', 'stream.image_width': 56,
             'cache.backend': 'sdpa', 'cache.scale_frames': 2}
     flat.update(values)
