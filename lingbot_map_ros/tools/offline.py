@@ -172,6 +172,9 @@ class OfflineRunner:
                  'camera optical frame in the map frame; non-metric scale',
                  f'frames read {summary["frames_read"]}, poses {summary["poses"]}, drops '
                  f'{summary["drops"] or "none"}']
+        if summary.get('rollovers'):
+            lines.append(f'{summary["rollovers"]} session rollovers, Sim(3)-stitched: continuous '
+                         'within each segment')
         if len(self._segments) > 1:
             lines.append('session resets split the map: each segment has its own origin/scale')
             lines += [f'segment {s["index"]} ({s["reason"]}) starts at stamp '
