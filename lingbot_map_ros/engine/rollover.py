@@ -185,17 +185,18 @@ class RolloverSession:
         for kf in overlap:
             preds += self._session.step_tensor(kf.tensor, kf.info, kf.stamp_ns)
         preds += self._session.flush()
-        by_stamp = {p.stamp_ns: p for p in preds}
+        if len(preds) != len(overlap):
+            raise RuntimeError(f'rollover: {len(overlap)} overlap frames gave {len(preds)} '
+                               'predictions')
+        # One prediction per overlap frame, in feeding order (stamps may repeat in benchmarks).
         reference = np.stack([kf.c2w for kf in overlap])
-        ses = np.stack([by_stamp[kf.stamp_ns].c2w for kf in overlap])
+        ses = np.stack([p.c2w for p in preds])
         previous = self._alignment.scale if self._alignment is not None else 1.0
         self._alignment = align_sim3(reference, ses, fallback_scale=previous)
-        if all(kf.depth is not None and by_stamp[kf.stamp_ns].depth is not None
-               for kf in overlap):
+        if all(kf.depth is not None and p.depth is not None for kf, p in zip(overlap, preds)):
             # Upstream's choice when depth runs: the scale from the depth ratio over the
             # overlap, robust to pose noise and defined for a still camera (docs/odometry.md).
-            ratio = depth_ratio([kf.depth for kf in overlap],
-                                [by_stamp[kf.stamp_ns].depth for kf in overlap])
+            ratio = depth_ratio([kf.depth for kf in overlap], [p.depth for p in preds])
             if ratio is not None:
                 self._alignment = with_scale(self._alignment, reference, ses, ratio)
         stats = self._stats
