@@ -178,6 +178,14 @@ def preprocess_array(array: np.ndarray, target_width: int = 518,
     return preprocess_pil(image, target_width, patch_size)
 
 
+def preprocess_image(image: np.ndarray | str | Path, target_width: int = 518,
+                     patch_size: int = 14) -> tuple[torch.Tensor, PreprocessInfo]:
+    """:func:`preprocess_path` for a path, :func:`preprocess_array` for an array."""
+    if isinstance(image, (str, Path)):
+        return preprocess_path(image, target_width, patch_size)
+    return preprocess_array(image, target_width, patch_size)
+
+
 def _check_sizes(target_width: int, patch_size: int) -> None:
     if patch_size < 1:
         raise ValueError(f'patch_size={patch_size} must be >= 1')

@@ -109,6 +109,30 @@ class SessionStats:
     """``torch.cuda.memory_reserved`` (0 on the CPU)."""
 
 
+@dataclass
+class RolloverStats:
+    """Counters of the rollover layer, all present from the start."""
+
+    sessions: int = 1
+    """Engine sessions since start (rollovers and resets each start one)."""
+    rollovers: int = 0
+    """Rollovers since start."""
+    session_keyframes: int = 0
+    """Age of the current session, in keyframes (overlap included)."""
+    last_scale: float = 1.0
+    """Scale of the last alignment (new session -> continuous frame)."""
+    last_residual: float = 0.0
+    """RMS centre error of the last alignment (continuous units)."""
+    last_degenerate: bool = False
+    """The last alignment could not observe scale and kept the previous one."""
+    degenerate_alignments: int = 0
+    """Alignments that could not observe scale and kept the previous one."""
+    last_rollover_ms: float = 0.0
+    """Extra time the last rollover added to its frame (scale phase + fit)."""
+    max_rollover_ms: float = 0.0
+    """Largest such time so far."""
+
+
 CACHE_STATS_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(CacheStats))
 """Names of :class:`CacheStats`' fields, in order."""
 SESSION_STATS_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(SessionStats))

@@ -5,7 +5,7 @@ Subscribes (relative names, so namespaces and remaps work):
     ``input.transport: compressed``; ``camera_info`` (optional, only compared with the estimate).
 Publishes (private names), stamped with the input image's stamp:
     ``~/pose``, ``~/odometry``, ``~/path``, ``~/depth`` + ``~/depth/camera_info``, ``~/cloud``,
-    TF ``map_frame -> camera frame``, ``/diagnostics``.
+    TF ``odom_frame -> base_frame`` (REP 105, docs/odometry.md), ``/diagnostics``.
 Services: ``~/reset`` (std_srvs/Trigger).
 
 Threads: the executor only queues messages; a worker thread runs inference
@@ -35,8 +35,10 @@ from std_srvs.srv import Trigger
 
 from lingbot_map_ros.engine.errors import WeightsError
 from lingbot_map_ros.engine.pipeline import StreamingSession
+from lingbot_map_ros.engine.rollover import RolloverSession
 from lingbot_map_ros.ros import conversions, diagnostics, logging_bridge, params
 from lingbot_map_ros.ros.node_options import NodeOptions
+from lingbot_map_ros.ros.odometry_status import odometry_status
 from lingbot_map_ros.ros.outputs import Outputs
 from lingbot_map_ros.ros.session_runner import InputFrame, SessionRunner
 from lingbot_map_ros.ros.worker import FrameQueue, Worker
@@ -78,8 +80,7 @@ class LingbotMapNode(Node):
         config = params.engine_config(self._values)
         self._session = self._make_session(config)
         self._stats = diagnostics.NodeStats()
-        self._outputs = Outputs(self, self._values['frames.map_frame'],
-                                self._values['frames.map_axes'])
+        self._outputs = Outputs(self, self._values)
         bridge = CvBridge() if CvBridge is not None else None
         self._runner = SessionRunner(self._session, self._outputs, self._stats,
                                      self.get_logger(), NodeOptions.from_values(self._values),
@@ -97,7 +98,7 @@ class LingbotMapNode(Node):
         self._worker.start()
         self._log_startup(config, bridge is not None)
 
-    def _make_session(self, config: Any) -> StreamingSession:
+    def _make_session(self, config: Any) -> RolloverSession:
         weights = self._values['weights'] or None
         random_ok = self._values['allow_random_weights']
         if weights is None and not random_ok:
@@ -105,8 +106,8 @@ class LingbotMapNode(Node):
                              '(weights:=/path/to/lingbot-map.pt), or set '
                              'allow_random_weights:=true for a demo with meaningless poses')
         # With random weights the session itself logs a loud warning (through the bridge).
-        return StreamingSession(config, weights, allow_random_weights=random_ok,
-                                seed=self._values['seed'])
+        return RolloverSession(StreamingSession(config, weights, allow_random_weights=random_ok,
+                                                seed=self._values['seed']))
 
     @staticmethod
     def _raw_converter(bridge: Any) -> Any:
@@ -227,7 +228,9 @@ class LingbotMapNode(Node):
             diagnostics.engine_status(name, report, session,
                                       config.cache.scale_frames),
             diagnostics.cache_status(name, session.cache, session.time_index,
-                                     config.model.max_frame_num)]
+                                     config.model.max_frame_num),
+            odometry_status(name, self._runner.rollover_stats(), self._outputs.frames_info(),
+                            config.stream.session_keyframes)]
         return msg
 
     def _validate_parameters(self, changes: list[Any]) -> SetParametersResult:

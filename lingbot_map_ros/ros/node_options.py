@@ -22,7 +22,7 @@ class NodeOptions:
     path_max_poses: int
     """``publish.path_max_poses``: poses kept in the published path."""
     publish_tf: bool
-    """``publish.tf``: broadcast map -> camera."""
+    """``publish.tf``: broadcast odom -> base frame."""
     publish_depth: bool
     """``publish.depth``: publish the depth image."""
     publish_cloud: bool

@@ -72,6 +72,8 @@ def _param_type(value: Any) -> int:
         return ParameterType.PARAMETER_STRING
     if isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value):
         return ParameterType.PARAMETER_INTEGER_ARRAY
+    if isinstance(value, (list, tuple)) and all(isinstance(v, float) for v in value):
+        return ParameterType.PARAMETER_DOUBLE_ARRAY
     raise TypeError(f'no ROS parameter type for {value!r}')
 
 
@@ -102,17 +104,24 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
               'one is a clock jump (bag loop, simulator reset) and resets the session; a '
               'smaller step back is a reordered frame and is dropped.', _LIVE,
               float_range=(0.0, 3600.0)),
-    ParamSpec('frames.map_frame', 'map', 'Fixed frame of the poses, path, TF and cloud.', _RO),
+    ParamSpec('frames.odom_frame', 'odom', 'Continuous frame of the poses, path, odometry, TF '
+              'and cloud (REP 105): base_frame at start or at the last reset; rollovers do '
+              'not move it.', _RO),
+    ParamSpec('frames.base_frame', 'base_link', 'Frame whose pose is published (TF odom_frame '
+              '-> base_frame, odometry child_frame_id).', _RO),
+    ParamSpec('frames.base_to_camera', [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0], 'Camera mounting: '
+              'x y z qx qy qz qw of the camera body frame (x forward, z up) in base_frame; the '
+              'optical rotation is applied on top. Replaced by base_frame -> camera frame from '
+              '/tf_static when tf2_ros finds it.', _RO),
+    ParamSpec('frames.map_frame', '', 'Optional: broadcast a static identity map_frame -> '
+              "odom_frame; '' (default) leaves map to a localisation node.", _RO),
     ParamSpec('frames.camera_frame', '', 'Camera optical frame of the outputs; empty: the '
               'frame_id of each input image.', _RO),
-    ParamSpec('frames.map_axes', 'flu', "Axes of map_frame at the first camera: 'flu' (REP 103:"
-              " x forward, y left, z up) or 'optical' (the first camera's optical frame, "
-              'z forward, y down).', _RO, choices=('flu', 'optical')),
-    ParamSpec('publish.tf', True, 'Broadcast map_frame -> camera frame on /tf (needs tf2_ros).',
+    ParamSpec('publish.tf', True, 'Broadcast odom_frame -> base_frame on /tf (needs tf2_ros).',
               _LIVE),
     ParamSpec('publish.depth', False, 'Publish ~/depth (32FC1, non-metric) and '
               '~/depth/camera_info; needs stream.enable_depth.', _LIVE),
-    ParamSpec('publish.cloud', False, 'Publish ~/cloud (PointCloud2 xyz+rgb in map_frame); '
+    ParamSpec('publish.cloud', False, 'Publish ~/cloud (PointCloud2 xyz+rgb in odom_frame); '
               'needs stream.enable_depth.', _LIVE),
     ParamSpec('publish.cloud_stride', 4, 'Keep every n-th pixel in each direction for ~/cloud.',
               _LIVE, int_range=(1, 64, 0)),
@@ -133,6 +142,8 @@ _ENGINE_INT_RANGES: dict[str, tuple[int, int, int]] = {
     'cache.max_total_frames': (2, 10_000_000, 0),
     'stream.image_width': (14, 4088, 14),
     'stream.keyframe_interval': (1, 10_000, 0),
+    'stream.session_keyframes': (2, 1_000_000, 0),
+    'stream.overlap_keyframes': (1, 1_000_000, 0),
 }
 
 

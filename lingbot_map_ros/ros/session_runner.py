@@ -12,6 +12,7 @@ bad image                dropped, reason from the converter (encoding/size/step/
 stamp not newer          dropped as ``stamp_out_of_order`` (small step back, duplicate)
 stamp jumps back         session reset (``clock_jump``), the frame starts the new map
 engine refuses frame     dropped as ``invalid_frame``
+session full             rollover (``engine/rollover.py``): no reset, poses stay continuous
 session limit            session reset (``time_index_limit``, ``cache_full``,
                          ``resolution_changed``), the frame is fed again
 non-finite pose          session reset (``nan_pose``), the frame is dropped
@@ -33,7 +34,7 @@ import numpy as np
 
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.prediction import FramePrediction
-from lingbot_map_ros.engine.stats import SessionStats
+from lingbot_map_ros.engine.stats import RolloverStats, SessionStats
 from lingbot_map_ros.engine.stream_feeder import FeedResult, StreamFeeder
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.ros.diagnostics import NodeStats
@@ -87,10 +88,19 @@ class SessionRunner:
         self._camera_k_logged = False
         self._drop_log: dict[str, tuple[float, int]] = {}
         self._session_stats: SessionStats = session.stats()
+        self._rollover_stats: RolloverStats = session.rollover_stats()
 
     def session_stats(self) -> SessionStats:
         """Return the session's ``stats()`` as of the last frame or reset (never blocks)."""
         return self._session_stats
+
+    def rollover_stats(self) -> RolloverStats:
+        """Return the rollover counters as of the last frame or reset (never blocks)."""
+        return self._rollover_stats
+
+    def _take_snapshot(self) -> None:
+        self._session_stats = self._session.stats()
+        self._rollover_stats = self._session.rollover_stats()
 
     def set_options(self, options: NodeOptions) -> None:
         """Use ``options`` from the next frame on (safe from any thread)."""
@@ -146,7 +156,7 @@ class SessionRunner:
                 self._frame_ids[stamp_ns] = frame_id
                 self._received[stamp_ns] = item.received_s
             self._publish(fed.predictions, opts)
-            self._session_stats = self._session.stats()
+            self._take_snapshot()
 
     def _convert(self, item: InputFrame) -> np.ndarray | None:
         try:
@@ -218,7 +228,7 @@ class SessionRunner:
         else:
             self._log.warning(f'session reset ({reason}): {detail}; cleared {summary}',
                               throttle_duration_sec=1.0)
-        self._session_stats = self._session.stats()
+        self._take_snapshot()
         return cleared
 
     def _compare_camera_info(self, pred: FramePrediction) -> None:

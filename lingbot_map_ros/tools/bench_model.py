@@ -9,6 +9,12 @@ schedule. Each call is timed with CUDA events and followed by a device sync, so 
 is its full latency (aggregator + camera head + optional depth head + the host work between
 kernels). Image decoding and preprocessing are not timed (the node does them on another path).
 
+Long runs go through the same rollover layer as the node (``engine/rollover.py``): every
+``--session-keyframes`` keyframes the session rolls over, so ``--frames 20000`` runs for as
+long as one likes with bounded memory. ``--progress N`` prints the mean ms and the peak GPU
+memory of every N frames; the JSON gets ``long_run`` (``tools/bench_rollover.py``): block
+means, their flatness with and without the window refills, and the rollover frames' latency.
+
 Reported: global FPS (all frames incl. phase 1 over total time), windowed FPS around 10/50/90 %
 of the run and over the last frames, p50/p90/max ms per streaming frame, peak GPU memory, cache
 statistics. The last line printed is one JSON document.
@@ -21,7 +27,6 @@ import dataclasses
 import functools
 import json
 import logging
-import math
 import platform
 import time
 from typing import Any
@@ -32,6 +37,8 @@ import torch
 from ..config import CacheConfig, EngineConfig, ModelConfig, StreamConfig
 from ..engine.pipeline import StreamingSession
 from ..engine.preprocess import PreprocessInfo
+from ..engine.rollover import RolloverSession
+from .bench_rollover import block_report
 
 _LOG = logging.getLogger(__name__)
 
@@ -51,6 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--scale-frames', type=int, default=8, help='N_s')
     parser.add_argument('--window', type=int, default=64, help='sliding window W (keyframes)')
     parser.add_argument('--keyframe-interval', type=int, default=1, help='K')
+    parser.add_argument('--session-keyframes', type=int,
+                        default=StreamConfig.session_keyframes,
+                        help='keyframes per session before a rollover (stream.session_keyframes)')
+    parser.add_argument('--overlap-keyframes', type=int,
+                        default=StreamConfig.overlap_keyframes,
+                        help='keyframes run again at a rollover (stream.overlap_keyframes)')
     parser.add_argument('--backend', default='flashinfer',
                         choices=['flashinfer', 'sdpa', 'reference'], help='cache attention')
     parser.add_argument('--dtype', default='bfloat16', choices=['bfloat16', 'float16', 'float32'],
@@ -85,18 +98,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark described by ``args``; print the table and return the JSON dict."""
-    keyframes = args.scale_frames + math.ceil(
-        max(0, args.frames - args.scale_frames) / args.keyframe_interval)
+    # Sessions roll over, so the RoPE table and the cache only need to hold one session.
     config = EngineConfig(
-        model=ModelConfig.from_preset(args.preset, max_frame_num=max(1024, keyframes + 16)),
+        model=ModelConfig.from_preset(args.preset),
         cache=CacheConfig(backend=args.backend, scale_frames=args.scale_frames,
-                          sliding_window=args.window, max_total_frames=max(2048, keyframes + 16),
-                          dtype=args.dtype),
+                          sliding_window=args.window, dtype=args.dtype),
         stream=StreamConfig(device=args.device, dtype=args.dtype, image_width=args.width,
                             keyframe_interval=args.keyframe_interval, enable_depth=args.depth,
-                            cuda_graphs=args.cuda_graphs, compile=args.compile))
-    session = StreamingSession(config, args.weights, allow_random_weights=args.weights is None,
-                               seed=args.seed)
+                            cuda_graphs=args.cuda_graphs, compile=args.compile,
+                            session_keyframes=args.session_keyframes,
+                            overlap_keyframes=args.overlap_keyframes))
+    session = RolloverSession(StreamingSession(config, args.weights,
+                                               allow_random_weights=args.weights is None,
+                                               seed=args.seed))
     device = torch.device(args.device)
     frames, info = _synthetic_frames(args.height, args.width, device)
     warmup = args.scale_frames + args.window + 10 if args.warmup is None else args.warmup
@@ -104,8 +118,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     session.reset()
     if device.type == 'cuda':
         torch.cuda.reset_peak_memory_stats(device)
+    _BLOCK_PEAKS.clear()
     times_ms, roles = _stream(session, frames, info, args.frames, device, args.progress)
     result = _summarise(args, times_ms, roles, session, device)
+    rollover_at = [i for i, role in enumerate(roles) if role.endswith('+rollover')]
+    result['long_run'] = block_report(times_ms, rollover_at, args.window,
+                                      args.progress or 100, _BLOCK_PEAKS)
     if args.components and device.type == 'cuda':
         result['components_ms'] = _components(session, frames, info, args.components, device)
     if args.host_timing and device.type == 'cuda':
@@ -256,15 +274,33 @@ def _stream(session: StreamingSession, frames: list[torch.Tensor], info: Preproc
             elapsed = (time.perf_counter() - t0) * 1e3
         if preds:
             times_ms.append(elapsed)
-            roles.append(preds[0].role if len(preds) == 1 else f'scale x{len(preds)}')
+            role = preds[0].role if len(preds) == 1 else f'scale x{len(preds)}'
+            roles.append(role + ('+rollover' if 'rollover' in preds[0].timings_ms else ''))
         if progress and (i + 1) % progress == 0:
-            print(f'frames {i + 1 - progress}..{i}: {np.mean(times_ms[-progress:]):.2f} ms/frame',
-                  flush=True)
+            _progress_line(i, progress, times_ms, roles, device)
     return times_ms, roles
 
 
+_BLOCK_PEAKS: list[float] = []
+"""Peak GPU memory (GiB) of each progress block of the last timed run."""
+
+
+def _progress_line(i: int, progress: int, times_ms: list[float], roles: list[str],
+                   device: torch.device) -> None:
+    """Print one block's mean ms, peak GPU memory and rollovers; restart the peak counter."""
+    peak = ''
+    if device.type == 'cuda':
+        gib = torch.cuda.max_memory_allocated(device) / 2**30
+        _BLOCK_PEAKS.append(gib)
+        torch.cuda.reset_peak_memory_stats(device)
+        peak = f', peak {gib:.3f} GiB'
+    rolls = sum(r.endswith('+rollover') for r in roles[-progress:])
+    print(f'frames {i + 1 - progress}..{i}: {np.mean(times_ms[-progress:]):.2f} ms/frame'
+          f'{peak}, {rolls} rollover(s)', flush=True)
+
+
 def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str],
-               session: StreamingSession, device: torch.device) -> dict[str, Any]:
+               session: RolloverSession, device: torch.device) -> dict[str, Any]:
     phase1_ms, stream_ms = times_ms[0], np.asarray(times_ms[1:])
     total_frames = args.frames
     stats = session.stats()
@@ -297,8 +333,11 @@ def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str]
         result['ms_last_window'] = round(float(tail.mean()), 3)
     result['cache'] = None if stats.cache is None else dataclasses.asdict(stats.cache)
     result['keyframes'] = stats.keyframes
+    result['rollover'] = dataclasses.asdict(session.rollover_stats())
     if device.type == 'cuda':
-        result['peak_gpu_memory_gib'] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
+        # --progress restarts the peak counter per block: the run's peak is the largest.
+        peak = max([torch.cuda.max_memory_allocated(device) / 2**30] + _BLOCK_PEAKS)
+        result['peak_gpu_memory_gib'] = round(peak, 3)
         result['gpu'] = torch.cuda.get_device_name(device)
     result['torch'] = torch.__version__
     result['python'] = platform.python_version()

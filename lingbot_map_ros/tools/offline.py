@@ -11,14 +11,15 @@ bad image                dropped, reason from ``conversions.ImageConversionError
 stamp not newer          dropped as ``stamp_out_of_order``
 stamp jumps back         session reset (``clock_jump``), the frame starts a new segment
 engine refuses frame     dropped as ``invalid_frame``
+session full             rollover (``engine/rollover.py``): same segment, continuous poses
 session limit            session reset, new segment, the frame is fed again
 non-finite pose          session reset (``nan_pose``), the frame is dropped
 anything else            raised: unlike the node, the run stops
 =======================  ===============================================================
 
-Poses are expressed in the node's map axes (``frames.map_axes``). Every reset re-anchors the
-map at the next frame, so poses of different segments are in different frames; the TUM header
-lists the segments.
+Poses are expressed in the node's map axes (``frames.map_axes``). Rollovers keep one
+continuous trajectory; every reset re-anchors the map at the next frame, so poses of
+different segments are in different frames; the TUM header lists the segments.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.geometry import unproject_depth
 from lingbot_map_ros.engine.pipeline import StreamingSession
 from lingbot_map_ros.engine.prediction import FramePrediction
+from lingbot_map_ros.engine.rollover import RolloverSession
+from lingbot_map_ros.engine.stats import RolloverStats
 from lingbot_map_ros.engine.stream_feeder import SessionReset, StreamFeeder
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.tools import bag_io
@@ -96,10 +99,12 @@ class OfflineRunner:
         """Prepare an empty run.
 
         Args:
-            session: a fresh engine session.
+            session: a fresh engine session (wrapped in a ``RolloverSession`` unless it is one).
             options: what to write.
             out_dir: output folder (created when something is written).
         """
+        if not isinstance(session, RolloverSession):
+            session = RolloverSession(session)
         self._session = session
         self._options = options
         self._out = Path(out_dir)
@@ -153,6 +158,7 @@ class OfflineRunner:
         self._write_clouds()
         return {'frames_read': num_read, 'poses': len(self._stamps),
                 'drops': dict(sorted(self._drops.items())), 'segments': self._segments,
+                **_session_counts(self._session.rollover_stats()),
                 'wall_s': round(wall_s, 3),
                 'frames_per_s': round(num_read / wall_s, 3) if wall_s > 0 else 0.0,
                 'engine_ms_mean': round(float(np.mean(self._engine_ms)), 2)
@@ -167,6 +173,9 @@ class OfflineRunner:
                  'camera optical frame in the map frame; non-metric scale',
                  f'frames read {summary["frames_read"]}, poses {summary["poses"]}, drops '
                  f'{summary["drops"] or "none"}']
+        if summary.get('rollovers'):
+            lines.append(f'{summary["rollovers"]} session rollovers, Sim(3)-stitched: continuous '
+                         'within each segment')
         if len(self._segments) > 1:
             lines.append('session resets split the map: each segment has its own origin/scale')
             lines += [f'segment {s["index"]} ({s["reason"]}) starts at stamp '
@@ -237,6 +246,13 @@ class OfflineRunner:
         for segment, records in self._points.items():
             name = 'cloud.ply' if segment == 0 else f'cloud_seg{segment}.ply'
             write_ply(self._out / name, np.concatenate(records))
+
+
+def _session_counts(rollover: RolloverStats) -> dict[str, Any]:
+    """``sessions`` (engine sessions, rollovers included) and the rollover numbers."""
+    return {'sessions': rollover.sessions, 'rollovers': rollover.rollovers,
+            'degenerate_alignments': rollover.degenerate_alignments,
+            'max_rollover_ms': round(rollover.max_rollover_ms, 2)}
 
 
 def _strided_k(k: np.ndarray, stride: int) -> np.ndarray:

@@ -95,7 +95,9 @@ def test_same_seed_same_poses_and_reset_restarts_identically():
 
 
 def test_time_index_limit_raises_before_touching_the_cache():
-    session = StreamingSession(_config(**{'model.max_frame_num': N_S + 2}),
+    session = StreamingSession(_config(**{'model.max_frame_num': N_S + 2,
+                                          'stream.session_keyframes': N_S + 2,
+                                          'stream.overlap_keyframes': N_S}),
                                allow_random_weights=True)
     preds = _run(session, _frames(N_S + 2))
     assert preds[-1].time_index == N_S + 1
@@ -110,7 +112,9 @@ def test_time_index_limit_raises_before_touching_the_cache():
 
 
 def test_pool_exhaustion_is_a_typed_error_naming_the_capacity():
-    session = StreamingSession(_config(**{'cache.max_total_frames': N_S + 2}),
+    session = StreamingSession(_config(**{'cache.max_total_frames': N_S + 2,
+                                          'stream.session_keyframes': N_S + 2,
+                                          'stream.overlap_keyframes': N_S}),
                                allow_random_weights=True)
     _run(session, _frames(N_S + 2))
     with pytest.raises(CachePoolExhaustedError, match='max_total_frames') as err:

@@ -84,7 +84,9 @@ def test_a_big_step_back_resets_and_the_frame_starts_the_new_session():
 
 
 def test_time_index_limit_resets_and_the_frame_is_fed_again():
-    session = _session(**{'model.max_frame_num': N_S + 1})
+    # The session's own limit (the safety net behind rollovers): one session fills the table.
+    session = _session(**{'model.max_frame_num': N_S + 1, 'stream.session_keyframes': N_S + 1,
+                          'stream.overlap_keyframes': N_S})
     feeder = StreamFeeder(session)
     stamps = [SEC * (i + 1) for i in range(N_S + 1)]
     assert _feed_all(feeder, stamps) == stamps

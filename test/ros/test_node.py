@@ -28,6 +28,11 @@ from std_srvs.srv import Trigger
 
 from lingbot_map_ros.engine import errors
 from lingbot_map_ros.ros.node import LingbotMapNode, main
+from lingbot_map_ros.ros.odometry_status import ODOMETRY_KEYS
+
+# The oracle network of the engine tests (test/engine/oracle_model.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'engine'))
+from oracle_model import frame_image, ground_truth, OracleModel  # noqa: E402,I100,I202
 
 pytestmark = pytest.mark.rostest
 
@@ -102,9 +107,13 @@ def test_raw_images_give_poses_with_matching_stamps_and_frames(graph):
     wait_for(lambda: probe.paths and stamp_ns(probe.paths[-1].poses[-1]) == sent[-1],
              _TIMEOUT_S, 'the last path')
     assert [stamp_ns(p) for p in probe.poses] == sent
-    assert {p.header.frame_id for p in probe.poses} == {'map'}
+    assert {p.header.frame_id for p in probe.poses} == {'odom'}
     assert [stamp_ns(o) for o in probe.odometry] == sent
-    assert {o.child_frame_id for o in probe.odometry} == {'cam_optical'}
+    assert {o.child_frame_id for o in probe.odometry} == {'base_link'}
+    # REP 105: odom starts at the first pose of base_link.
+    first = probe.poses[0].pose
+    assert (first.position.x, first.position.y, first.position.z) == (0.0, 0.0, 0.0)
+    assert abs(first.orientation.w) == pytest.approx(1.0, abs=1e-9)
     quat = probe.poses[-1].pose.orientation
     assert abs(quat.x ** 2 + quat.y ** 2 + quat.z ** 2 + quat.w ** 2 - 1.0) < 1e-6
     # Bounded path: the newest 5 poses, in order.
@@ -168,7 +177,7 @@ def test_compressed_images_give_poses(graph):
     wait_poses(probe, 5)
     assert [stamp_ns(p) for p in probe.poses] == sent
     wait_for(lambda: probe.count(probe.odometry) >= 5, _TIMEOUT_S, 'odometry')
-    assert probe.odometry[-1].child_frame_id == 'jpeg_cam'
+    assert probe.odometry[-1].child_frame_id == 'base_link'
     # Corrupt and cut JPEGs are dropped; the stream goes on.
     good = jpeg_msg(make_image(9), int(8.0 * _SEC))
     cut = jpeg_msg(make_image(9), int(8.1 * _SEC))
@@ -301,7 +310,7 @@ def test_depth_and_cloud_outputs(graph):
     values = np.frombuffer(bytes(depth.data), '<f4')
     assert values.size == 84 * 112 and np.all(np.isfinite(values))
     cloud = probe.clouds[-1]
-    assert cloud.header.frame_id == 'map' and stamp_ns(cloud) == sent[-1]
+    assert cloud.header.frame_id == 'odom' and stamp_ns(cloud) == sent[-1]
     assert [f.name for f in cloud.fields] == ['x', 'y', 'z', 'rgb']
     assert 0 < cloud.width <= 21 * 28 and len(cloud.data) == 16 * cloud.width
     xyz = np.frombuffer(bytes(cloud.data), '<f4').reshape(-1, 4)[:, :3]
@@ -309,20 +318,28 @@ def test_depth_and_cloud_outputs(graph):
     graph.remove(node)
 
 
-@pytest.mark.parametrize('limit,reason', [({'model__max_frame_num': 6}, 'time_index_limit'),
-                                          ({'cache__max_total_frames': 6}, 'cache_full')])
-def test_session_limits_reset_automatically(graph, limit, reason):
-    node, probe = start(graph, **bag(**limit))
-    sent = stamps(60.0, 10)
-    publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(sent)])
-    # 6 frames fill the session; the 7th resets it and starts the next map with 4 frames.
-    wait_poses(probe, 10)
+def test_rollovers_publish_one_continuous_trajectory(graph):
+    # Sessions of 8 keyframes in a RoPE table of 8: every 5 frames a rollover, never a reset.
+    node, probe = start(graph, **bag(model__max_frame_num=8, stream__session_keyframes=8,
+                                     stream__overlap_keyframes=3))
+    num = 40
+    session = node._session.session
+    gt = ground_truth(num)
+    session._model = OracleModel(gt, session.config, noise=0.001, seed=1)
+    sent = stamps(60.0, num)
+    publish(probe, [image_msg(frame_image(i), t) for i, t in enumerate(sent)])
+    wait_poses(probe, num)
     assert [stamp_ns(p) for p in probe.poses] == sent
-    _, msg, values = wait_status(probe, node, 'engine',
-                                 lambda lvl, m, v: v.get(f'resets.{reason}') == '1', reason)
-    assert any(s.level == b'\x01' and reason in s.message
-               for a in probe.diagnostics for s in a.status)
-    wait_for(lambda: len(probe.paths[-1].poses) == 4, _TIMEOUT_S, 'path restarted')
+    _, _, values = wait_status(probe, node, 'odometry',
+                               lambda lvl, m, v: v.get('rollovers') == '7', '7 rollovers')
+    assert list(values) == list(ODOMETRY_KEYS) and values['sessions'] == '8'
+    _, _, engine = wait_status(probe, node, 'engine', lambda *_: True, 'engine status')
+    assert not [k for k, v in engine.items() if k.startswith('resets.') and v != '0']
+    wait_for(lambda: len(probe.paths[-1].poses) == num, _TIMEOUT_S, 'one path, never cleared')
+    xyz = np.array([[p.pose.position.x, p.pose.position.y, p.pose.position.z]
+                    for p in probe.poses])
+    steps = np.linalg.norm(np.diff(xyz, axis=0), axis=1)
+    assert steps.max() < 3 * np.median(steps), steps  # no jump at any rollover
     graph.remove(node)
 
 

@@ -198,3 +198,19 @@ def test_sim3_alignment_and_evaluation_recover_a_similarity(tmp_path):
     result = trajectory.evaluate(tmp_path / 'est.tum', tmp_path / 'ref.tum')
     assert result['num_pairs'] == 30 and result['scale'] == pytest.approx(4.0, rel=1e-6)
     assert result['ape_m']['rmse'] < 1e-5 and result['rpe_m']['max'] < 1e-5
+
+
+def test_run_rolls_over_into_one_continuous_trajectory(tmp_path):
+    bag_dir = tmp_path / 'long'
+    assert main(['make-bag', '--synthetic', '--frames', '60', '--size', '128x72',
+                 '--out', str(bag_dir / 'bag'), '--storage', 'mcap']) == 0
+    # The command: sessions of 24 keyframes, 4 run again: rollovers at frames 24, 44.
+    assert _run(bag_dir / 'bag', tmp_path / 'out', '--set', 'stream.session_keyframes=24',
+                '--set', 'stream.overlap_keyframes=4') == 0
+    summary = json.loads((tmp_path / 'out' / 'summary.json').read_text())
+    assert (summary['frames_read'], summary['poses'], summary['drops']) == (60, 60, {})
+    assert (summary['sessions'], summary['rollovers'], len(summary['segments'])) == (3, 2, 1)
+    est = trajectory.read_tum(tmp_path / 'out' / 'trajectory.tum')
+    truth = trajectory.read_tum(bag_dir / 'bag_gt.tum')
+    np.testing.assert_array_equal(est.stamps_ns, truth.stamps_ns)  # each frame once, in order
+    assert np.all(np.isfinite(est.c2w))
