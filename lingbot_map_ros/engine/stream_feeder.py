@@ -9,7 +9,10 @@ condition                what happens
 =======================  ===============================================================
 stamp not newer          dropped as ``stamp_out_of_order`` (small step back, duplicate)
 stamp jumps back         session reset (``clock_jump``), the frame starts the new map
+stamp far ahead          dropped as ``stamp_jump_ahead`` unless the next frame confirms it
 engine refuses frame     dropped as ``invalid_frame``
+new size, not yet seen   dropped as ``resolution_mismatch`` (fewer than
+``resolution_change_frames`` consecutive frames of it)
 non-finite pose          session reset (``nan_pose``), the frame is lost
 session limit            session reset (``time_index_limit``, ``cache_full``,
                          ``resolution_changed``), the frame is fed once more
@@ -17,7 +20,8 @@ anything else            with ``reset_on_error``: session reset (``engine_error`
                          frame is lost; without it the exception propagates
 =======================  ===============================================================
 
-"Stamp jumps back" means a step back of at least ``backwards_reset_s``. The feeder only
+"Stamp jumps back" means a step back of at least ``backwards_reset_s``; "far ahead" and the
+resolution-change count are :mod:`~lingbot_map_ros.engine.stream_guards`. The feeder only
 decides and reports: each :class:`FeedResult` says what happened, and the caller counts, logs
 and clears its own outputs. It holds no lock; a caller that resets from another thread
 serialises :meth:`StreamFeeder.feed` and :meth:`StreamFeeder.reset` itself.
@@ -34,10 +38,10 @@ import numpy as np
 from . import errors
 from .pipeline import StreamingSession
 from .prediction import FramePrediction
+from .stream_guards import ForwardJumpGuard, ResolutionGuard
 
 _LIMIT_REASONS = ((errors.TimeIndexLimitError, 'time_index_limit'),
-                  (errors.CachePoolExhaustedError, 'cache_full'),
-                  (errors.ResolutionChangedError, 'resolution_changed'))
+                  (errors.CachePoolExhaustedError, 'cache_full'))
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +49,8 @@ class FrameDrop:
     """A frame the session did not take; the session is unchanged."""
 
     reason: str
-    """``stamp_out_of_order`` or ``invalid_frame``."""
+    """``stamp_out_of_order``, ``stamp_jump_ahead``, ``resolution_mismatch`` or
+    ``invalid_frame``."""
     detail: str
     """What was wrong, for logs and diagnostics."""
 
@@ -84,7 +89,8 @@ class StreamFeeder:
 
     def __init__(self, session: StreamingSession, backwards_reset_s: float = 1.0, *,
                  reset_on_error: bool = False,
-                 on_reset: Callable[[], None] | None = None) -> None:
+                 on_reset: Callable[[], None] | None = None, forward_jump_s: float = 0.0,
+                 resolution_change_frames: int = 1) -> None:
         """Wrap a session.
 
         Args:
@@ -96,12 +102,16 @@ class StreamFeeder:
                 ``engine_error`` reset (the node, which must keep going) instead of raising.
             on_reset: called right after every session reset, before the frame is fed
                 again, for what the new session's first frame must already see.
+            forward_jump_s: see :class:`ForwardJumpGuard` (0: off); ``self.jump_guard``.
+            resolution_change_frames: see :class:`ResolutionGuard`; ``self.resolution_guard``.
         """
         self.backwards_reset_s = backwards_reset_s
         self._session = session
         self._reset_on_error = reset_on_error
         self._on_reset = on_reset
         self._last_stamp_ns: int | None = None
+        self.jump_guard = ForwardJumpGuard(forward_jump_s)
+        self.resolution_guard = ResolutionGuard(resolution_change_frames)
 
     @property
     def last_stamp_ns(self) -> int | None:
@@ -129,12 +139,22 @@ class StreamFeeder:
         for attempt in range(2):
             try:
                 preds = self._session.step(image, stamp_ns)
+                self.resolution_guard.clear()
                 return FeedResult(preds, tuple(resets), accepted=True)
             except errors.InvalidFrameError as exc:
                 return FeedResult([], tuple(resets), FrameDrop('invalid_frame', str(exc)))
             except errors.NonFiniteOutputError as exc:
                 # Caught before its base class SessionLimitError: no second try here.
                 resets.append(self._reset('nan_pose', str(exc)))
+            except errors.ResolutionChangedError as exc:
+                if attempt == 0 and not self.resolution_guard.observe(
+                        getattr(image, 'shape', (None,))[:2]):
+                    return FeedResult([], tuple(resets),
+                                      FrameDrop('resolution_mismatch', str(exc)))
+                resets.append(self._reset('resolution_changed', str(exc)))
+                if attempt == 0:
+                    self._last_stamp_ns = stamp_ns
+                    continue
             except errors.SessionLimitError as exc:
                 reason = next((r for t, r in _LIMIT_REASONS if isinstance(exc, t)),
                               'session_limit')
@@ -158,6 +178,8 @@ class StreamFeeder:
         """
         cleared = dict(self._session.reset())
         self._last_stamp_ns = None
+        self.jump_guard.clear()
+        self.resolution_guard.clear()
         if self._on_reset is not None:
             self._on_reset()
         return cleared
@@ -165,6 +187,9 @@ class StreamFeeder:
     def _check_stamp(self, stamp_ns: int, resets: list[SessionReset]) -> FrameDrop | None:
         last = self._last_stamp_ns
         if last is None or stamp_ns > last:
+            ahead = None if last is None else self.jump_guard.check(last, stamp_ns)
+            if ahead is not None:
+                return FrameDrop('stamp_jump_ahead', ahead)
             self._last_stamp_ns = stamp_ns
             return None
         back_s = (last - stamp_ns) * 1e-9

@@ -68,7 +68,6 @@ DROP_REASONS: tuple[str, ...] = ('encoding', 'size', 'step', 'truncated', 'decod
 """Every ``ImageConversionError.reason`` value (drop-counter keys)."""
 
 
-
 class ImageConversionError(ValueError):
     """An image message that cannot be turned into an RGB array.
 

@@ -102,6 +102,12 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
               'one is a clock jump (bag loop, simulator reset) and resets the session; a '
               'smaller step back is a reordered frame and is dropped.', _LIVE,
               float_range=(0.0, 3600.0)),
+    ParamSpec('input.forward_jump_s', 0.5, 'A stamp more than this (or 4 frame periods, if '
+              'longer) ahead of the last is dropped unless the next frame comes after it; '
+              '0 turns the check off.', _LIVE, float_range=(0.0, 3600.0)),
+    ParamSpec('input.resolution_change_frames', 3, 'Consecutive frames of a new image size '
+              'needed before the session restarts at that size; fewer are dropped.', _LIVE,
+              int_range=(1, 1000, 0)),
     ParamSpec('frames.map_frame', 'map', 'Fixed frame of the poses, path, TF and cloud.', _RO),
     ParamSpec('frames.camera_frame', '', 'Camera optical frame of the outputs; empty: the '
               'frame_id of each input image.', _RO),
@@ -122,6 +128,8 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
               float_range=(0.05, 60.0)),
     ParamSpec('diagnostics.stale_after_s', 5.0, 'Input status is STALE when no image arrived '
               'for this long.', _LIVE, float_range=(0.1, 3600.0)),
+    ParamSpec('diagnostics.stall_after_s', 10.0, 'Engine status is ERROR while one frame has '
+              'been in progress for longer than this.', _LIVE, float_range=(0.1, 3600.0)),
 )
 
 # Bounds announced for engine integers (the dataclasses check them again).

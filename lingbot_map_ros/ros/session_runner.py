@@ -85,10 +85,21 @@ class SessionRunner:
         self._camera_k_logged = False
         self._drop_log: dict[str, tuple[float, int]] = {}
         self._session_stats: dict[str, Any] = session.stats()
+        self._busy_since: float | None = None
 
     def session_stats(self) -> dict[str, Any]:
         """Return the session's ``stats()`` as of the last frame or reset (never blocks)."""
         return self._session_stats
+
+    @property
+    def reset_pending(self) -> bool:
+        """A reset is requested for the next frame (the last one waited for a busy frame)."""
+        return self._pending_reset is not None
+
+    def busy_s(self) -> float | None:
+        """Seconds the frame in progress has taken so far, None when idle (never blocks)."""
+        since = self._busy_since
+        return None if since is None else time.monotonic() - since
 
     def set_camera_k(self, k: np.ndarray) -> None:
         """Store the camera_info intrinsics, to compare once with the estimate."""
@@ -119,11 +130,22 @@ class SessionRunner:
 
     def handle(self, item: InputFrame) -> None:
         """Process one queued frame (worker thread)."""
+        self._busy_since = time.monotonic()
+        try:
+            self._handle(item)
+        finally:
+            self._busy_since = None
+
+    def _handle(self, item: InputFrame) -> None:
         opts = self._options()
         image = self._convert(item)
         if image is None:
             return
-        stamp_ns = conversions.stamp_to_ns(item.msg.header.stamp)
+        try:
+            stamp_ns = conversions.stamp_to_ns(item.msg.header.stamp)
+        except conversions.InvalidStampError as exc:
+            self._drop('stamp_invalid', str(exc))
+            return
         frame_id = opts['frames.camera_frame'] or item.msg.header.frame_id
         if not frame_id:
             frame_id = DEFAULT_CAMERA_FRAME
@@ -133,6 +155,8 @@ class SessionRunner:
             if self._pending_reset is not None:
                 self._reset_locked(self._pending_reset, 'requested')
             self._feeder.backwards_reset_s = opts['input.backwards_reset_s']
+            self._feeder.jump_guard.forward_jump_s = opts['input.forward_jump_s']
+            self._feeder.resolution_guard.change_frames = opts['input.resolution_change_frames']
             fed = self._feeder.feed(image, stamp_ns)
             self._report(fed)
             if fed.accepted:

@@ -54,6 +54,10 @@ class RunOptions:
     """Axes of the map frame of the output poses ('flu' or 'optical'), as the node's."""
     backwards_reset_s: float = 1.0
     """A stamp this much older than the last resets the session (as the node's parameter)."""
+    forward_jump_s: float = 0.5
+    """A stamp this far ahead needs the next frame to confirm it (as the node's parameter)."""
+    resolution_change_frames: int = 3
+    """Frames of a new size before the map restarts at it (as the node's parameter)."""
     save_depth: bool = False
     """Write ``depth/<stamp_ns>.npz`` per frame (depth, depth_conf, intrinsics, c2w)."""
     save_ply: bool = False
@@ -104,7 +108,9 @@ class OfflineRunner:
         self._options = options
         self._out = Path(out_dir)
         self._axes = conversions.map_axes_transform(options.map_axes)
-        self._feeder = StreamFeeder(session, options.backwards_reset_s)
+        self._feeder = StreamFeeder(session, options.backwards_reset_s,
+                                    forward_jump_s=options.forward_jump_s,
+                                    resolution_change_frames=options.resolution_change_frames)
         self._stamps: list[int] = []
         self._poses: list[np.ndarray] = []
         self._engine_ms: list[float] = []

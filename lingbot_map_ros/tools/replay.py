@@ -104,6 +104,9 @@ def run_options(args: argparse.Namespace) -> tuple[dict[str, Any], RunOptions]:
     options = RunOptions(
         map_axes=values.get('frames.map_axes', 'flu'),
         backwards_reset_s=float(values.get('input.backwards_reset_s', 1.0)),
+        forward_jump_s=float(values.get('input.forward_jump_s', RunOptions.forward_jump_s)),
+        resolution_change_frames=int(values.get('input.resolution_change_frames',
+                                                RunOptions.resolution_change_frames)),
         save_depth=args.depth, save_ply=args.ply, ply_stride=args.ply_stride,
         max_frames=args.max_frames)
     return values, options
