@@ -199,6 +199,14 @@ class EngineConfig:
                    cache=CacheConfig(**sections['cache']),
                    stream=StreamConfig(**sections['stream']))
 
+    def __post_init__(self) -> None:
+        """Check the settings that span sections."""
+        if self.model.max_frame_num <= self.cache.scale_frames:
+            raise ValueError(
+                f'model.max_frame_num={self.model.max_frame_num} must be larger than '
+                f'cache.scale_frames={self.cache.scale_frames}: the scale phase alone would '
+                'fill the RoPE table and no pose would ever be published')
+
     def to_flat(self) -> dict[str, Any]:
         """Inverse of :meth:`from_flat`."""
         out: dict[str, Any] = {}

@@ -252,6 +252,8 @@ def check_changes(changes: dict[str, Any], current: dict[str, Any]) -> str | Non
     """
     specs = {s.name: s for s in all_specs(current.get('model.preset', 'official'))}
     for name, value in changes.items():
+        if not name:
+            return 'a parameter name may not be empty'
         if name not in specs:
             continue
         reason = check_value(specs[name], value)

@@ -8,6 +8,8 @@ equal what the node publishes in bag mode:
 condition                what happens
 =======================  ===============================================================
 bad image                dropped, reason from ``conversions.ImageConversionError``
+undeserializable message dropped as ``bad_message`` (truncated/garbage CDR, bad UTF-8)
+invalid stamp            dropped as ``stamp_invalid`` (nanosec outside [0, 1e9))
 stamp not newer          dropped as ``stamp_out_of_order``
 stamp jumps back         session reset (``clock_jump``), the frame starts a new segment
 engine refuses frame     dropped as ``invalid_frame``
@@ -18,7 +20,8 @@ anything else            raised: unlike the node, the run stops
 
 Poses are expressed in the node's map axes (``frames.map_axes``). Every reset re-anchors the
 map at the next frame, so poses of different segments are in different frames; the TUM header
-lists the segments.
+lists the segments. Storage that breaks mid-bag (a corrupt sqlite page) ends the run early:
+what was read is flushed and written, and the summary says why under ``storage_error``.
 """
 
 from __future__ import annotations
@@ -146,14 +149,19 @@ class OfflineRunner:
         if limit is not None:
             total = limit if total is None else min(total, limit)
         start = time.perf_counter()
-        num_read = 0
+        num_read, storage_error = 0, None
         with tqdm(total=total, desc='replay', unit='frame') as bar:
-            for raw in messages:
-                if limit is not None and num_read >= limit:
-                    break
-                num_read += 1
-                self._handle(raw)
-                bar.update(1)
+            try:
+                for raw in messages:
+                    if limit is not None and num_read >= limit:
+                        break
+                    num_read += 1
+                    self._handle(raw)
+                    bar.update(1)
+            except bag_io.StorageError as exc:
+                _LOG.error('%s; stopping after %d messages, writing what was read', exc,
+                           num_read)
+                storage_error = str(exc)
         self._collect(self._session.flush())
         wall_s = time.perf_counter() - start
         self._write_clouds()
@@ -164,7 +172,7 @@ class OfflineRunner:
                 'engine_ms_mean': round(float(np.mean(self._engine_ms)), 2)
                 if self._engine_ms else 0.0,
                 'weights': self._session.weights, 'map_axes': self._options.map_axes,
-                'config': self._session.config.to_flat()}
+                'config': self._session.config.to_flat(), 'storage_error': storage_error}
 
     def tum_comments(self, summary: dict[str, Any]) -> list[str]:
         """Header lines of the TUM file: source, model, drops and map segments."""
@@ -180,7 +188,13 @@ class OfflineRunner:
         return lines
 
     def _handle(self, raw: bag_io.RawMessage) -> None:
-        msg = bag_io.deserialize(raw)
+        try:
+            msg = bag_io.deserialize(raw)
+            stamp_ns = conversions.stamp_to_ns(msg.header.stamp)
+        except (bag_io.BadMessageError, conversions.InvalidStampError) as exc:
+            reason = 'bad_message' if isinstance(exc, bag_io.BadMessageError) else 'stamp_invalid'
+            self._drop(reason, str(exc))
+            return
         try:
             if raw.msgtype == bag_io.COMPRESSED_TYPE:
                 image = conversions.compressed_msg_to_rgb(msg)
@@ -189,7 +203,6 @@ class OfflineRunner:
         except conversions.ImageConversionError as exc:
             self._drop(exc.reason, str(exc))
             return
-        stamp_ns = conversions.stamp_to_ns(msg.header.stamp)
         fed = self._feeder.feed(image, stamp_ns)
         for reset in fed.resets:
             self._start_segment(reset, stamp_ns)

@@ -139,8 +139,11 @@ def run_bag(args: argparse.Namespace) -> int:
                    summary['drops'])
     else:
         _write_trajectory(args, runner, summary, options.map_axes)
+    out.mkdir(parents=True, exist_ok=True)
     (out / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n', encoding='utf-8')
     _log_summary(summary, out)
+    if summary['storage_error']:
+        return 2  # outputs cover the bag up to the broken storage only
     return 0 if runner.trajectory.stamps_ns.size else 1
 
 
