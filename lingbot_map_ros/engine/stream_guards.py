@@ -7,7 +7,8 @@ One bad frame must not cost the map or the frames after it:
   confirms it by coming after it. A frame that comes between the last stamp and the candidate
   shows the candidate was an outlier: it is forgotten and the stream goes on. "Far ahead" is
   more than ``max(forward_jump_s, 4 x the median of the last 8 accepted steps)``, so slow
-  cameras (1 Hz) are not mistaken for jumps once their cadence is known.
+  cameras (1 Hz) are not mistaken for jumps. The first step of a session has no cadence to
+  compare with and is always accepted.
 - :class:`ResolutionGuard`: a frame the session refuses for its size is dropped
   (``resolution_mismatch``) until ``change_frames`` consecutive frames of the same new input
   size arrived; that one resets the session (``resolution_changed``) and starts the new map.
@@ -64,7 +65,7 @@ class ForwardJumpGuard:
             if confirm <= self.threshold_ns():
                 self._steps.append(confirm)  # the stream agrees: the jump is real
                 return None
-        if step > self.threshold_ns():
+        if self._steps and step > self.threshold_ns():
             self._candidate_ns = stamp_ns
             return (f'stamp {stamp_ns * 1e-9:.6f} s is {step * 1e-9:.3f} s after the previous '
                     f'{last_ns * 1e-9:.6f} s (more than {self.threshold_ns() * 1e-9:.3f} s); '

@@ -326,7 +326,7 @@ def test_session_limits_reset_automatically(graph, limit, reason):
 
 
 def test_resolution_change_nan_pose_and_engine_errors_reset(graph, monkeypatch):
-    node, probe = start(graph, **bag())
+    node, probe = start(graph, **bag(input__resolution_change_frames=1))
     publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(stamps(70.0, 4))])
     wait_poses(probe, 4)
     # The camera switches resolution: a new map at the new size.
