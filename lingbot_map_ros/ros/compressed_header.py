@@ -8,9 +8,8 @@ one pass over the compressed bytes and no pixel memory, so the caller can refuse
 decompression bomb, a payload that is not what ``format`` says, or a corrupt file before the
 decoder allocates anything.
 
-Limits: a JPEG corrupted inside its entropy-coded data without touching any ``0xFF`` byte keeps a
-valid structure; libjpeg decodes it to wrong pixels and only writes a warning to stderr, which
-neither OpenCV nor PIL reports. Such frames cannot be told from good ones here.
+A JPEG corrupted inside its entropy-coded data without touching any ``0xFF`` byte keeps a valid
+structure; only the decoder notices (see :mod:`~lingbot_map_ros.ros.jpeg_warnings`).
 """
 
 from __future__ import annotations
@@ -72,11 +71,13 @@ def sniff_kind(head: bytes) -> str | None:
     return None
 
 
-def inspect_compressed(data: np.ndarray) -> CompressedHeader:
+def inspect_compressed(data: np.ndarray | bytes, header_only: bool = False) -> CompressedHeader:
     """Read the header of a JPEG or PNG payload and check its whole structure.
 
     Args:
-        data: the payload as a flat uint8 array.
+        data: the payload.
+        header_only: stop at the frame header (``IHDR`` / ``SOFn``): a cheap first look, so
+            that limits can be checked before the walk over the whole payload.
 
     Returns:
         The header.
@@ -87,13 +88,13 @@ def inspect_compressed(data: np.ndarray) -> CompressedHeader:
     raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
     kind = sniff_kind(raw[:8])
     if kind == 'png':
-        return _inspect_png(raw)
+        return _inspect_png(raw, header_only)
     if kind == 'jpeg':
-        return _inspect_jpeg(raw)
+        return _inspect_jpeg(raw, header_only)
     raise CorruptPayload('decode', f'payload is neither JPEG nor PNG (starts {raw[:4].hex()})')
 
 
-def _inspect_png(raw: bytes) -> CompressedHeader:
+def _inspect_png(raw: bytes, header_only: bool) -> CompressedHeader:
     if b'IEND' not in raw[-32:]:  # the common case (a cut-off transfer), named as such
         raise CorruptPayload('truncated', f'PNG of {len(raw)} bytes has no IEND chunk')
     pos, header, end_seen = len(PNG_SIGNATURE), None, False
@@ -114,6 +115,8 @@ def _inspect_png(raw: bytes) -> CompressedHeader:
             if colour not in _PNG_CHANNELS:
                 raise CorruptPayload('decode', f'PNG colour type {colour} is not valid')
             header = CompressedHeader('png', width, height, _PNG_CHANNELS[colour], depth)
+            if header_only:
+                return header
         end_seen = ctype == b'IEND'
         pos = stop
     if not end_seen:
@@ -121,7 +124,7 @@ def _inspect_png(raw: bytes) -> CompressedHeader:
     return header
 
 
-def _inspect_jpeg(raw: bytes) -> CompressedHeader:
+def _inspect_jpeg(raw: bytes, header_only: bool) -> CompressedHeader:
     pos, header, size = 2, None, len(raw)
     while True:
         pos = _skip_fill(raw, pos)
@@ -130,6 +133,9 @@ def _inspect_jpeg(raw: bytes) -> CompressedHeader:
         marker = raw[pos + 1]
         if marker == _JPEG_EOI:
             break
+        if marker == 0xD8:
+            raise CorruptPayload('decode', f'JPEG: a second start-of-image marker at byte {pos} '
+                                 '(two frames spliced together)')
         if marker in _JPEG_RST or marker == 0x01:
             pos += 2
             continue
@@ -142,6 +148,8 @@ def _inspect_jpeg(raw: bytes) -> CompressedHeader:
         if marker in _JPEG_SOF and header is None:
             depth, height, width, comps = struct.unpack('>BHHB', raw[pos + 4:pos + 10])
             header = CompressedHeader('jpeg', width, height, comps, depth)
+            if header_only:
+                return header
         pos += 2 + length
         if marker == _JPEG_SOS:
             if header is None:

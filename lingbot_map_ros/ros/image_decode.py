@@ -12,7 +12,8 @@ the size and depth (:mod:`~lingbot_map_ros.ros.compressed_header`), it must be t
 ``format`` names, its container must be intact, and it may not expand more than
 :data:`MAX_DECODE_RATIO` times once the decoded image is larger than :data:`RATIO_FREE_BYTES`.
 So a decompression bomb or a corrupt payload is refused in about the time it takes to read it,
-with no pixel memory allocated.
+with no pixel memory allocated. Damage inside JPEG scan data that keeps the structure intact is
+caught from libjpeg's own warnings (:mod:`~lingbot_map_ros.ros.jpeg_warnings`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import cv2
 import numpy as np
 
 from lingbot_map_ros.ros.compressed_header import CorruptPayload, inspect_compressed, sniff_kind
+from lingbot_map_ros.ros.jpeg_warnings import imdecode_jpeg
 
 # Largest accepted side, in pixels; larger headers are corrupt or not a camera.
 MAX_SIDE_PX = 16384
@@ -213,18 +215,27 @@ def compressed_msg_to_rgb(msg: Any) -> np.ndarray:
     if buf.size == 0:
         raise ImageConversionError('truncated', 'compressed image has no data')
     _check_format(fmt, str(msg.format), sniff_kind(buf[:8].tobytes()))
+    raw = buf.tobytes()
     try:
-        header = inspect_compressed(buf)
+        header = inspect_compressed(raw, header_only=True)
+        _check_size(header.height, header.width)
+        if header.decoded_bytes > RATIO_FREE_BYTES and \
+                header.decoded_bytes > MAX_DECODE_RATIO * buf.size:
+            raise ImageConversionError(
+                'size', f'{header.kind} of {buf.size} bytes would decode to '
+                f'{header.decoded_bytes} bytes (over {MAX_DECODE_RATIO}:1): refused as a '
+                'decompression bomb')
+        inspect_compressed(raw)  # the whole structure, once the size is known to be sane
     except CorruptPayload as exc:
         raise ImageConversionError(exc.reason, str(exc)) from None
-    _check_size(header.height, header.width)
-    if header.decoded_bytes > RATIO_FREE_BYTES and \
-            header.decoded_bytes > MAX_DECODE_RATIO * buf.size:
-        raise ImageConversionError(
-            'size', f'{header.kind} of {buf.size} bytes would decode to {header.decoded_bytes} '
-            f'bytes (over {MAX_DECODE_RATIO}:1): refused as a decompression bomb')
     # 8-bit RGB straight from the decoder: no 16-bit or BGR intermediate copy.
-    decoded = cv2.imdecode(buf, cv2.IMREAD_COLOR_RGB)
+    if header.kind == 'jpeg':
+        decoded, warnings = imdecode_jpeg(buf, cv2.IMREAD_COLOR_RGB)
+        if warnings:
+            raise ImageConversionError('decode', f'JPEG of {buf.size} bytes is damaged: '
+                                       f'{"; ".join(warnings)}')
+    else:
+        decoded = cv2.imdecode(buf, cv2.IMREAD_COLOR_RGB)
     if decoded is None or decoded.shape[:2] != (header.height, header.width):
         raise ImageConversionError('decode', f'cannot decode {buf.size} bytes of '
                                    f"'{msg.format}' data")
