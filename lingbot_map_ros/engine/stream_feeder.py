@@ -9,7 +9,8 @@ condition                what happens
 =======================  ===============================================================
 stamp not newer          dropped as ``stamp_out_of_order`` (small step back, duplicate)
 stamp jumps back         session reset (``clock_jump``), the frame starts the new map
-stamp far ahead          dropped as ``stamp_jump_ahead`` unless the next frame confirms it
+stamp far ahead          held; fed before the next frame if that one comes after it,
+                         else dropped as ``stamp_jump_ahead``
 engine refuses frame     dropped as ``invalid_frame``
 new size, not yet seen   dropped as ``resolution_mismatch`` (fewer than
 ``resolution_change_frames`` consecutive frames of it)
@@ -29,6 +30,7 @@ serialises :meth:`StreamFeeder.feed` and :meth:`StreamFeeder.reset` itself.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -53,6 +55,12 @@ class FrameDrop:
     ``invalid_frame``."""
     detail: str
     """What was wrong, for logs and diagnostics."""
+    stamp_ns: int | None = None
+    """Stamp of the dropped frame (set for a held frame, which was fed in an earlier call)."""
+
+
+# Reason of _check_stamp's answer for a frame to hold until the next one (never reported).
+_HOLD = 'hold'
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +90,10 @@ class FeedResult:
     """Why the session did not take the frame, when it was dropped."""
     accepted: bool = False
     """The session took the frame: its prediction is in ``predictions`` or comes later."""
+    held: bool = False
+    """The frame is held (stamp far ahead): it is fed or dropped with the next call."""
+    held_drop: FrameDrop | None = None
+    """The frame held by the previous call was dropped (an outlier, or refused when fed)."""
 
 
 class StreamFeeder:
@@ -112,14 +124,23 @@ class StreamFeeder:
         self._last_stamp_ns: int | None = None
         self.jump_guard = ForwardJumpGuard(forward_jump_s)
         self.resolution_guard = ResolutionGuard(resolution_change_frames)
+        self._held: tuple[np.ndarray | str | Path, int, str] | None = None
 
     @property
     def last_stamp_ns(self) -> int | None:
         """Stamp of the last frame that passed the stamp check, None after a reset."""
         return self._last_stamp_ns
 
+    @property
+    def held_stamp_ns(self) -> int | None:
+        """Stamp of the frame held for confirmation, if any (lost if the stream ends here)."""
+        return None if self._held is None else self._held[1]
+
     def feed(self, image: np.ndarray | str | Path, stamp_ns: int) -> FeedResult:
         """Check the stamp, feed the frame, reset and feed it again where the policy says.
+
+        A frame held by the previous call is fed first when this frame confirms it, else
+        dropped (``held_drop``).
 
         Args:
             image: as ``StreamingSession.step`` takes it.
@@ -132,8 +153,33 @@ class StreamFeeder:
             Exception: whatever ``session.step`` raises outside the policy, unless
                 ``reset_on_error``.
         """
+        held, self._held = self._held, None
+        if held is None:
+            return self._feed_one(image, stamp_ns)
+        held_image, held_stamp, why = held
+        if self.jump_guard.confirms(held_stamp, stamp_ns):
+            first = self._feed_one(held_image, held_stamp, confirmed=True)
+            second = self._feed_one(image, stamp_ns)
+            # A reset for the second frame ends the map the first one's predictions belong to.
+            return dataclasses.replace(
+                second, predictions=second.predictions if second.resets else
+                first.predictions + second.predictions,
+                resets=first.resets + second.resets,
+                held_drop=None if first.drop is None else
+                dataclasses.replace(first.drop, stamp_ns=held_stamp))
+        outlier = FrameDrop('stamp_jump_ahead', why, held_stamp)
+        return dataclasses.replace(self._feed_one(image, stamp_ns), held_drop=outlier)
+
+    def _feed_one(self, image: np.ndarray | str | Path, stamp_ns: int,
+                  confirmed: bool = False) -> FeedResult:
         resets: list[SessionReset] = []
-        drop = self._check_stamp(stamp_ns, resets)
+        if confirmed:  # a held frame the next one vouched for: its stamp becomes the reference
+            drop, self._last_stamp_ns = None, stamp_ns
+        else:
+            drop = self._check_stamp(stamp_ns, resets)
+        if drop is not None and drop.reason == _HOLD:
+            self._held = (image, stamp_ns, drop.detail)
+            return FeedResult([], held=True)
         if drop is not None:
             return FeedResult([], drop=drop)
         for attempt in range(2):
@@ -178,6 +224,7 @@ class StreamFeeder:
         """
         cleared = dict(self._session.reset())
         self._last_stamp_ns = None
+        self._held = None
         self.jump_guard.clear()
         self.resolution_guard.clear()
         if self._on_reset is not None:
@@ -189,7 +236,7 @@ class StreamFeeder:
         if last is None or stamp_ns > last:
             ahead = None if last is None else self.jump_guard.check(last, stamp_ns)
             if ahead is not None:
-                return FrameDrop('stamp_jump_ahead', ahead)
+                return FrameDrop(_HOLD, ahead)
             self._last_stamp_ns = stamp_ns
             return None
         back_s = (last - stamp_ns) * 1e-9

@@ -2,10 +2,10 @@
 
 One bad frame must not cost the map or the frames after it:
 
-- :class:`ForwardJumpGuard`: a frame stamped far ahead of the stream is held as a *candidate*
-  and dropped (``stamp_jump_ahead``); it becomes the stamp reference only when the next frame
-  confirms it by coming after it. A frame that comes between the last stamp and the candidate
-  shows the candidate was an outlier: it is forgotten and the stream goes on. "Far ahead" is
+- :class:`ForwardJumpGuard`: a frame stamped far ahead of the stream is *held* back (not fed);
+  when the next frame comes after it, within the cadence, the jump was real (a gap in the
+  stream) and both are fed, in order. Otherwise the held frame was an outlier: it is dropped
+  (``stamp_jump_ahead``), never becomes the stamp reference, and the stream goes on. "Far ahead" is
   more than ``max(forward_jump_s, 4 x the median of the last 8 accepted steps)``, so slow
   cameras (1 Hz) are not mistaken for jumps. The first step of a session has no cadence to
   compare with and is always accepted.
@@ -24,7 +24,7 @@ _JUMP_PERIODS = 4.0
 
 
 class ForwardJumpGuard:
-    """Decides whether a newer stamp is a plausible next frame or an outlier ahead."""
+    """Decides whether a newer stamp is a plausible next frame or possibly an outlier ahead."""
 
     def __init__(self, forward_jump_s: float = 0.0) -> None:
         """Create the guard.
@@ -35,15 +35,13 @@ class ForwardJumpGuard:
         """
         self.forward_jump_s = forward_jump_s
         self._steps: collections.deque[int] = collections.deque(maxlen=_STEP_HISTORY)
-        self._candidate_ns: int | None = None
 
     def clear(self) -> None:
-        """Forget the cadence and any candidate (after a session reset)."""
+        """Forget the cadence (after a session reset)."""
         self._steps.clear()
-        self._candidate_ns = None
 
     def threshold_ns(self) -> int:
-        """Step ahead above which a frame is held as a candidate, in nanoseconds."""
+        """Step ahead above which a frame is held, in nanoseconds."""
         floor = int(self.forward_jump_s * 1e9)
         if not self._steps:
             return floor
@@ -53,25 +51,21 @@ class ForwardJumpGuard:
         """Check a stamp newer than ``last_ns``.
 
         Returns:
-            None when the frame may be fed (the caller then makes it the last stamp), else
-            why it is dropped.
+            None when the frame may be fed now (its step joins the cadence), else why it is
+            held until the next frame.
         """
         step = stamp_ns - last_ns
-        candidate, self._candidate_ns = self._candidate_ns, None
-        if self.forward_jump_s <= 0:
-            return None
-        if candidate is not None and stamp_ns > candidate:
-            confirm = stamp_ns - candidate
-            if confirm <= self.threshold_ns():
-                self._steps.append(confirm)  # the stream agrees: the jump is real
-                return None
-        if self._steps and step > self.threshold_ns():
-            self._candidate_ns = stamp_ns
+        if self.forward_jump_s > 0 and self._steps and step > self.threshold_ns():
             return (f'stamp {stamp_ns * 1e-9:.6f} s is {step * 1e-9:.3f} s after the previous '
-                    f'{last_ns * 1e-9:.6f} s (more than {self.threshold_ns() * 1e-9:.3f} s); '
-                    'kept only if the next frame comes after it')
+                    f'{last_ns * 1e-9:.6f} s (more than {self.threshold_ns() * 1e-9:.3f} s) '
+                    'and the next frame did not come after it')
         self._steps.append(step)
         return None
+
+    def confirms(self, held_ns: int, stamp_ns: int) -> bool:
+        """Whether a frame stamped ``stamp_ns`` confirms the jump to a held ``held_ns``."""
+        step = stamp_ns - held_ns
+        return 0 < step <= self.threshold_ns()
 
 
 class ResolutionGuard:

@@ -102,9 +102,10 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
               'one is a clock jump (bag loop, simulator reset) and resets the session; a '
               'smaller step back is a reordered frame and is dropped.', _LIVE,
               float_range=(0.0, 3600.0)),
-    ParamSpec('input.forward_jump_s', 0.5, 'A stamp more than this (or 4 frame periods, if '
-              'longer) ahead of the last is dropped unless the next frame comes after it; '
-              '0 turns the check off.', _LIVE, float_range=(0.0, 3600.0)),
+    ParamSpec('input.forward_jump_s', 0.1, 'A stamp more than this (or 4 frame periods, if '
+              'longer) ahead of the last is held back: fed when the next frame comes after it, '
+              'else dropped as an outlier; 0 turns the check off.', _LIVE,
+              float_range=(0.0, 3600.0)),
     ParamSpec('input.resolution_change_frames', 3, 'Consecutive frames of a new image size '
               'needed before the session restarts at that size; fewer are dropped.', _LIVE,
               int_range=(1, 1000, 0)),

@@ -9,7 +9,10 @@ a counted drop or a counted reset, never as an exception into the executor:
 condition                what happens
 =======================  ===============================================================
 bad image                dropped, reason from the converter (encoding/size/step/...)
+invalid stamp            dropped as ``stamp_invalid`` (nanosec outside [0, 1e9))
 stamp not newer          dropped as ``stamp_out_of_order`` (small step back, duplicate)
+stamp far ahead          held; fed when the next frame confirms it, else ``stamp_jump_ahead``
+new size, not yet seen   dropped as ``resolution_mismatch`` (``resolution_change_frames``)
 stamp jumps back         session reset (``clock_jump``), the frame starts the new map
 engine refuses frame     dropped as ``invalid_frame``
 session limit            session reset (``time_index_limit``, ``cache_full``,
@@ -159,7 +162,7 @@ class SessionRunner:
             self._feeder.resolution_guard.change_frames = opts['input.resolution_change_frames']
             fed = self._feeder.feed(image, stamp_ns)
             self._report(fed)
-            if fed.accepted:
+            if fed.accepted or fed.held:
                 # Registered after the resets reported above, which forget buffered frames.
                 self._frame_ids[stamp_ns] = frame_id
                 self._received[stamp_ns] = item.received_s
@@ -197,6 +200,10 @@ class SessionRunner:
                 self._log.error(f'engine error, resetting the session: {error}',
                                 throttle_duration_sec=_THROTTLE_S)
             self._record_reset(reset.reason, reset.detail, reset.cleared)
+        if fed.held_drop is not None:
+            self._frame_ids.pop(fed.held_drop.stamp_ns, None)
+            self._received.pop(fed.held_drop.stamp_ns, None)
+            self._drop(fed.held_drop.reason, fed.held_drop.detail)
         if fed.drop is not None:
             self._drop(fed.drop.reason, fed.drop.detail)
 

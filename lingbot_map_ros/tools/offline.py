@@ -11,6 +11,8 @@ bad image                dropped, reason from ``conversions.ImageConversionError
 undeserializable message dropped as ``bad_message`` (truncated/garbage CDR, bad UTF-8)
 invalid stamp            dropped as ``stamp_invalid`` (nanosec outside [0, 1e9))
 stamp not newer          dropped as ``stamp_out_of_order``
+stamp far ahead          held; fed when the next frame confirms it, else ``stamp_jump_ahead``
+new size, not yet seen   dropped as ``resolution_mismatch`` (``resolution_change_frames``)
 stamp jumps back         session reset (``clock_jump``), the frame starts a new segment
 engine refuses frame     dropped as ``invalid_frame``
 session limit            session reset, new segment, the frame is fed again
@@ -57,8 +59,8 @@ class RunOptions:
     """Axes of the map frame of the output poses ('flu' or 'optical'), as the node's."""
     backwards_reset_s: float = 1.0
     """A stamp this much older than the last resets the session (as the node's parameter)."""
-    forward_jump_s: float = 0.5
-    """A stamp this far ahead needs the next frame to confirm it (as the node's parameter)."""
+    forward_jump_s: float = 0.1
+    """A stamp this far ahead waits for the next frame to confirm it (as the node's parameter)."""
     resolution_change_frames: int = 3
     """Frames of a new size before the map restarts at it (as the node's parameter)."""
     save_depth: bool = False
@@ -162,6 +164,8 @@ class OfflineRunner:
                 _LOG.error('%s; stopping after %d messages, writing what was read', exc,
                            num_read)
                 storage_error = str(exc)
+        if self._feeder.held_stamp_ns is not None:
+            self._drop('stamp_jump_ahead', 'the last frame jumped ahead and nothing followed')
         self._collect(self._session.flush())
         wall_s = time.perf_counter() - start
         self._write_clouds()
@@ -206,8 +210,9 @@ class OfflineRunner:
         fed = self._feeder.feed(image, stamp_ns)
         for reset in fed.resets:
             self._start_segment(reset, stamp_ns)
-        if fed.drop is not None:
-            self._drop(fed.drop.reason, fed.drop.detail)
+        for drop in (fed.held_drop, fed.drop):
+            if drop is not None:
+                self._drop(drop.reason, drop.detail)
         self._collect(fed.predictions)
 
     def _drop(self, reason: str, detail: str) -> None:
