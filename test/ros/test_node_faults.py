@@ -16,6 +16,7 @@ import time
 # node_harness sits next to this file (pytest puts test/ros on sys.path).
 from node_harness import Graph, image_msg, make_image, Probe, stamp_ns, TINY_CPU, wait_for
 import pytest
+from rcl_interfaces.srv import SetParameters
 from rclpy.parameter import Parameter
 from std_srvs.srv import Trigger
 
@@ -194,3 +195,13 @@ def test_ctrl_c_during_start_up_exits_quietly():
                                      interrupt_after_s=0.3)
     assert 'Traceback' not in output and 'KeyboardInterrupt' not in output
     assert code in (0, 130), output
+
+
+def test_a_parameter_named_empty_is_refused(graph):
+    node, probe = start(graph)
+    request = SetParameters.Request()
+    request.parameters = [Parameter('', value=3).to_parameter_msg()]
+    (result,) = probe.call(probe.param_client, request).results
+    assert not result.successful and 'empty' in result.reason
+    assert not node.has_parameter('')
+    graph.remove(node)
