@@ -7,6 +7,7 @@ wrapped to sleep (as test_node.py wraps it to fail).
 
 import itertools
 import os
+from pathlib import Path
 import signal
 import subprocess
 import sys
@@ -205,3 +206,55 @@ def test_a_parameter_named_empty_is_refused(graph):
     assert not result.successful and 'empty' in result.reason
     assert not node.has_parameter('')
     graph.remove(node)
+
+
+_SLOW_NODE = r'''
+import sys, time
+from lingbot_map_ros.engine.pipeline import StreamingSession
+real_step = StreamingSession.step
+
+def step(self, image, stamp):
+    print('FRAME STARTED', flush=True)
+    time.sleep(60.0)
+    return real_step(self, image, stamp)
+
+StreamingSession.step = step
+from lingbot_map_ros.ros import node
+sys.exit(node.main(['lingbot_map_node'] + sys.argv[1:]))
+'''
+
+
+def test_sigint_during_a_long_frame_exits_within_seconds_and_quietly(graph):
+    params_file = Path(__file__).resolve().parents[2] / 'config' / 'demo_tiny_cpu.yaml'
+    namespace = f'/f{next(_ns)}'
+    proc = subprocess.Popen(
+        [sys.executable, '-c', _SLOW_NODE, '--ros-args', '--params-file', str(params_file),
+         '-r', f'__ns:={namespace}'], env=dict(os.environ, OMP_NUM_THREADS='1'),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    try:
+        probe = graph.add(Probe(graph.context, namespace))
+        wait_for(lambda: probe.image_pub.get_subscription_count() > 0, _TIMEOUT_S, 'node')
+        for i in itertools.count():
+            probe.image_pub.publish(image_msg(make_image(i), (i + 1) * _SEC))
+            if any('FRAME STARTED' in line for line in lines) or i > 600:
+                break
+            time.sleep(0.1)
+        begin = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+        elapsed = time.monotonic() - begin
+        reader.join(5.0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    output = ''.join(lines)
+    assert 'FRAME STARTED' in output
+    assert elapsed < 5.0, output
+    assert proc.returncode == 0, output
+    assert 'Traceback' not in output and 'Failed to publish log message' not in output, output
+    assert 'abandoned' in output
+    graph.remove(probe)
