@@ -15,11 +15,12 @@ import threading
 import time
 
 # node_harness sits next to this file (pytest puts test/ros on sys.path).
-from node_harness import Graph, image_msg, make_image, Probe, stamp_ns, TINY_CPU, wait_for
+from node_harness import image_msg, make_image, Probe, stamp_ns, TINY_CPU, wait_for
 import pytest
 from rcl_interfaces.srv import SetParameters
 from rclpy.parameter import Parameter
 from std_srvs.srv import Trigger
+import test_node
 
 from lingbot_map_ros.ros import node as node_module
 from lingbot_map_ros.ros.node import LingbotMapNode
@@ -32,18 +33,9 @@ _SEC = 1_000_000_000
 _MS = 1_000_000
 
 
-@pytest.fixture(scope='module')
-def graph():
-    g = Graph()
-    yield g
-    g.close()
-
-
-@pytest.fixture(autouse=True)
-def no_callback_errors(graph):
-    yield
-    errors, graph.errors[:] = list(graph.errors), []
-    assert not errors, [f'{type(e).__name__}: {e}' for e in errors]
+# The graph fixture and the check that no callback raised, as in test_node.py.
+graph = test_node.graph
+no_callback_errors = test_node.no_callback_errors
 
 
 def start(graph, **overrides):
