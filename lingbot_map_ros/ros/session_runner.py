@@ -89,6 +89,7 @@ class SessionRunner:
         self._drop_log: dict[str, tuple[float, int]] = {}
         self._session_stats: dict[str, Any] = session.stats()
         self._busy_since: float | None = None
+        self._held: tuple[int, str, float] | None = None
 
     def session_stats(self) -> dict[str, Any]:
         """Return the session's ``stats()`` as of the last frame or reset (never blocks)."""
@@ -162,12 +163,28 @@ class SessionRunner:
             self._feeder.resolution_guard.change_frames = opts['input.resolution_change_frames']
             fed = self._feeder.feed(image, stamp_ns)
             self._report(fed)
-            if fed.accepted or fed.held:
-                # Registered after the resets reported above, which forget buffered frames.
-                self._frame_ids[stamp_ns] = frame_id
-                self._received[stamp_ns] = item.received_s
+            self._register(fed, stamp_ns, frame_id, item.received_s)
             self._publish(fed.predictions, opts)
             self._session_stats = self._session.stats()
+
+    def _register(self, fed: FeedResult, stamp_ns: int, frame_id: str, received_s: float
+                  ) -> None:
+        """Remember frame ids and receipt times of frames whose predictions may come later.
+
+        Runs after the resets of ``fed`` were reported (they forget buffered frames), so a held
+        frame fed in this call is registered again.
+        """
+        held, self._held = self._held, None
+        if held is not None and fed.held_drop is None:
+            self._frame_ids[held[0]], self._received[held[0]] = held[1], held[2]
+        elif held is not None:
+            self._frame_ids.pop(held[0], None)
+            self._received.pop(held[0], None)
+        if fed.accepted or fed.held:
+            self._frame_ids[stamp_ns] = frame_id
+            self._received[stamp_ns] = received_s
+        if fed.held:
+            self._held = (stamp_ns, frame_id, received_s)
 
     def _convert(self, item: InputFrame) -> np.ndarray | None:
         try:
@@ -201,8 +218,6 @@ class SessionRunner:
                                 throttle_duration_sec=_THROTTLE_S)
             self._record_reset(reset.reason, reset.detail, reset.cleared)
         if fed.held_drop is not None:
-            self._frame_ids.pop(fed.held_drop.stamp_ns, None)
-            self._received.pop(fed.held_drop.stamp_ns, None)
             self._drop(fed.held_drop.reason, fed.held_drop.detail)
         if fed.drop is not None:
             self._drop(fed.drop.reason, fed.drop.detail)
@@ -238,6 +253,7 @@ class SessionRunner:
         cleared = {**cleared, 'path_poses': self._outputs.clear()}
         self._frame_ids.clear()
         self._received.clear()
+        self._held = None
         self._stats.count_reset(reason, detail)
         summary = ', '.join(f'{k}={v}' for k, v in cleared.items())
         if reason == 'manual':
