@@ -57,7 +57,7 @@ _RESET_QUEUE_DEPTH = 1000
 
 
 def _reset_qos() -> QoSProfile:
-    """The services' default QoS with a queue deep enough for a burst of callers."""
+    """Return the services' default QoS with a queue deep enough for a burst of callers."""
     return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=_RESET_QUEUE_DEPTH,
                       reliability=qos_profile_services_default.reliability,
                       durability=qos_profile_services_default.durability)

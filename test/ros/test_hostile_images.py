@@ -123,7 +123,7 @@ def test_headers_match_what_the_encoder_wrote():
 
 @pytest.mark.parametrize('fmt,payload,reason,text', [
     ('jpeg', 'bmp', 'decode', 'neither JPEG nor PNG'),
-    ('rgb8; jpeg compressed bgr8', 'png', 'encoding', "says jpeg but the payload is png"),
+    ('rgb8; jpeg compressed bgr8', 'png', 'encoding', 'says jpeg but the payload is png'),
     ('png', 'jpeg', 'encoding', 'says png but the payload is jpeg'),
 ])
 def test_payloads_that_are_not_what_format_says_are_refused(fmt, payload, reason, text):

@@ -250,3 +250,19 @@ def test_sigint_during_a_long_frame_exits_within_seconds_and_quietly(graph):
     assert 'Traceback' not in output and 'Failed to publish log message' not in output, output
     assert 'abandoned' in output
     graph.remove(probe)
+
+
+def test_a_gap_in_the_stream_costs_no_frame_and_keeps_frame_ids(graph):
+    node, probe = start(graph)
+    before = [30 * _SEC + i * 33 * _MS for i in range(5)]
+    after = [35 * _SEC + i * 33 * _MS for i in range(3)]  # the camera resumes 5 s later
+    for i, t in enumerate(before):
+        probe.image_pub.publish(image_msg(make_image(i), t, 'cam_a'))
+    for i, t in enumerate(after):
+        probe.image_pub.publish(image_msg(make_image(i + 5), t, f'cam_b{i}'))
+    wait_for(lambda: probe.count(probe.poses) >= 8, _TIMEOUT_S, 'every pose')
+    assert [stamp_ns(p) for p in probe.poses] == before + after
+    assert [p.header.frame_id for p in probe.poses[5:]] == ['cam_b0', 'cam_b1', 'cam_b2']
+    input_status = latest(probe, node, 'input')
+    assert input_status is None or 'drops.stamp_jump_ahead' not in input_status[2]
+    graph.remove(node)
