@@ -189,7 +189,13 @@ class EngineConfig:
     stream: StreamConfig = field(default_factory=StreamConfig)
 
     def __post_init__(self) -> None:
+        """Check the settings that span sections."""
         stream, cache = self.stream, self.cache
+        if self.model.max_frame_num <= cache.scale_frames:
+            raise ValueError(
+                f'model.max_frame_num={self.model.max_frame_num} must be larger than '
+                f'cache.scale_frames={cache.scale_frames}: the scale phase alone would '
+                'fill the RoPE table and no pose would ever be published')
         if stream.overlap_keyframes < cache.scale_frames:
             raise ValueError(f'stream.overlap_keyframes={stream.overlap_keyframes} must be >= '
                              f'cache.scale_frames={cache.scale_frames}: the overlap is the next '

@@ -30,13 +30,14 @@ from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import qos_profile_services_default
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_srvs.srv import Trigger
 
 from lingbot_map_ros.engine.errors import WeightsError
 from lingbot_map_ros.engine.pipeline import StreamingSession
 from lingbot_map_ros.engine.rollover import RolloverSession
-from lingbot_map_ros.ros import conversions, diagnostics, logging_bridge, params
+from lingbot_map_ros.ros import conversions, diagnostics, logging_bridge, params, stall_watch
 from lingbot_map_ros.ros.node_options import NodeOptions
 from lingbot_map_ros.ros.odometry_status import odometry_status
 from lingbot_map_ros.ros.outputs import Outputs
@@ -51,6 +52,18 @@ except ImportError:  # pragma: no cover - depends on the machine
 NODE_NAME = 'lingbot_map'
 # Longest wait of the reset service for the frame in progress.
 _RESET_WAIT_S = 10.0
+# Longest wait at shutdown for the frame in progress; ros2 launch escalates to SIGTERM after 5 s.
+_SHUTDOWN_WAIT_S = 3.0
+# Reset requests held by the service: every caller of a burst is answered (the default of 10
+# silently dropped the rest).
+_RESET_QUEUE_DEPTH = 1000
+
+
+def _reset_qos() -> QoSProfile:
+    """Return the services' default QoS with a queue deep enough for a burst of callers."""
+    return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=_RESET_QUEUE_DEPTH,
+                      reliability=qos_profile_services_default.reliability,
+                      durability=qos_profile_services_default.durability)
 
 
 class LingbotMapNode(Node):
@@ -141,6 +154,7 @@ class LingbotMapNode(Node):
         self.create_subscription(CameraInfo, 'camera_info', self._on_camera_info, qos,
                                  callback_group=input_group)
         self.create_service(Trigger, '~/reset', self._on_reset,
+                            qos_profile=_reset_qos(),
                             callback_group=MutuallyExclusiveCallbackGroup())
         self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self._diag_group = MutuallyExclusiveCallbackGroup()
@@ -194,13 +208,15 @@ class LingbotMapNode(Node):
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response
                   ) -> Trigger.Response:
         try:
-            cleared = self._runner.reset('manual', _RESET_WAIT_S)
+            # One wait per busy frame: callers queued behind it join the reset already pending.
+            wait_s = 0.0 if self._runner.reset_pending else _RESET_WAIT_S
+            cleared = self._runner.reset('manual', wait_s)
         except Exception as exc:  # noqa: BLE001 - answer the caller instead of raising
             response.success, response.message = False, f'reset failed: {exc}'
             return response
         response.success = True
         if cleared is None:
-            response.message = (f'inference busy for more than {_RESET_WAIT_S:.0f} s; the '
+            response.message = (f'inference busy for more than {wait_s:.0f} s; the '
                                 'reset runs before the next frame')
         else:
             response.message = 'cleared ' + ', '.join(f'{k}={v}' for k, v in cleared.items())
@@ -225,8 +241,9 @@ class LingbotMapNode(Node):
         msg.status = [
             diagnostics.input_status(name, report, info,
                                      self._values['diagnostics.stale_after_s']),
-            diagnostics.engine_status(name, report, session,
-                                      config.cache.scale_frames),
+            stall_watch.mark_stall(
+                diagnostics.engine_status(name, report, session, config.cache.scale_frames),
+                self._runner.busy_s(), self._values['diagnostics.stall_after_s']),
             diagnostics.cache_status(name, session.cache, session.time_index,
                                      config.model.max_frame_num),
             odometry_status(name, self._runner.rollover_stats(), self._outputs.frames_info(),
@@ -250,11 +267,19 @@ class LingbotMapNode(Node):
             self._diag_timer = self._create_diagnostics_timer()
 
     def destroy_node(self) -> None:
-        """Stop the worker (finishing the frame in progress), then destroy the node."""
-        if not self._worker.stop():
-            self.get_logger().warning('worker did not finish its frame within 10 s')
+        """Stop the worker (waiting a few seconds for the frame in progress), destroy the node.
+
+        The engine's log bridge goes first and the warning comes after the node is gone: at
+        shutdown the context is already invalid and a record sent to /rosout then fails.
+        """
         logging_bridge.detach(self._log_handler)
+        stopped = self._worker.stop(_SHUTDOWN_WAIT_S)
+        name = self.get_logger().name
         super().destroy_node()
+        if not stopped:
+            # The worker is a daemon thread: the process exits without waiting for its frame.
+            rclpy.logging.get_logger(name).warning(
+                f'worker did not finish its frame within {_SHUTDOWN_WAIT_S:.0f} s; abandoned')
 
 
 def main(args: list[str] | None = None) -> int:
@@ -266,7 +291,12 @@ def main(args: list[str] | None = None) -> int:
     # Explicit init/shutdown rather than `with rclpy.init()`, which only newer rclpy has
     # (Jazzy robots run this node too).
     try:
-        rclpy.init(args=args)
+        try:
+            rclpy.init(args=args)
+        except Exception as exc:  # noqa: BLE001 - e.g. a bad --params-file: one line, no trace
+            rclpy.logging.get_logger(NODE_NAME).fatal(
+                f'cannot start: {str(exc).strip().splitlines()[-1]}')
+            return 1
         try:
             node = LingbotMapNode()
         except (ValueError, ImportError, WeightsError, OSError, ParameterException) as exc:

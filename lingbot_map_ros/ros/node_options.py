@@ -19,6 +19,10 @@ class NodeOptions:
     """``frames.camera_frame``: child frame of the pose; '' uses the image's frame_id."""
     backwards_reset_s: float
     """``input.backwards_reset_s``: a stamp this far back resets the session."""
+    forward_jump_s: float
+    """``input.forward_jump_s``: a stamp this far ahead waits for the next frame to confirm."""
+    resolution_change_frames: int
+    """``input.resolution_change_frames``: frames of a new size before the session restarts."""
     path_max_poses: int
     """``publish.path_max_poses``: poses kept in the published path."""
     publish_tf: bool
@@ -35,6 +39,8 @@ class NodeOptions:
         """Build from the node's parameter values (``{'publish.tf': True, ...}``)."""
         return cls(camera_frame=str(values['frames.camera_frame']),
                    backwards_reset_s=float(values['input.backwards_reset_s']),
+                   forward_jump_s=float(values['input.forward_jump_s']),
+                   resolution_change_frames=int(values['input.resolution_change_frames']),
                    path_max_poses=int(values['publish.path_max_poses']),
                    publish_tf=bool(values['publish.tf']),
                    publish_depth=bool(values['publish.depth']),

@@ -104,6 +104,13 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
               'one is a clock jump (bag loop, simulator reset) and resets the session; a '
               'smaller step back is a reordered frame and is dropped.', _LIVE,
               float_range=(0.0, 3600.0)),
+    ParamSpec('input.forward_jump_s', 0.1, 'A stamp more than this (or 4 frame periods, if '
+              'longer) ahead of the last is held back: fed when the next frame comes after it, '
+              'else dropped as an outlier; 0 turns the check off.', _LIVE,
+              float_range=(0.0, 3600.0)),
+    ParamSpec('input.resolution_change_frames', 3, 'Consecutive frames of a new image size '
+              'needed before the session restarts at that size; fewer are dropped.', _LIVE,
+              int_range=(1, 1000, 0)),
     ParamSpec('frames.odom_frame', 'odom', 'Continuous frame of the poses, path, odometry, TF '
               'and cloud (REP 105): base_frame at start or at the last reset; rollovers do '
               'not move it.', _RO),
@@ -131,6 +138,8 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
               float_range=(0.05, 60.0)),
     ParamSpec('diagnostics.stale_after_s', 5.0, 'Input status is STALE when no image arrived '
               'for this long.', _LIVE, float_range=(0.1, 3600.0)),
+    ParamSpec('diagnostics.stall_after_s', 10.0, 'Engine status is ERROR while one frame has '
+              'been in progress for longer than this.', _LIVE, float_range=(0.1, 3600.0)),
 )
 
 # Bounds announced for engine integers (the dataclasses check them again).
@@ -255,6 +264,8 @@ def check_changes(changes: dict[str, Any], current: dict[str, Any]) -> str | Non
     """
     specs = {s.name: s for s in all_specs(current.get('model.preset', 'official'))}
     for name, value in changes.items():
+        if not name:
+            return 'a parameter name may not be empty'
         if name not in specs:
             continue
         reason = check_value(specs[name], value)

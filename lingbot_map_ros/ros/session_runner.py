@@ -9,7 +9,10 @@ a counted drop or a counted reset, never as an exception into the executor:
 condition                what happens
 =======================  ===============================================================
 bad image                dropped, reason from the converter (encoding/size/step/...)
+invalid stamp            dropped as ``stamp_invalid`` (nanosec outside [0, 1e9))
 stamp not newer          dropped as ``stamp_out_of_order`` (small step back, duplicate)
+stamp far ahead          held; fed when the next frame confirms it, else ``stamp_jump_ahead``
+new size, not yet seen   dropped as ``resolution_mismatch`` (``resolution_change_frames``)
 stamp jumps back         session reset (``clock_jump``), the frame starts the new map
 engine refuses frame     dropped as ``invalid_frame``
 session full             rollover (``engine/rollover.py``): no reset, poses stay continuous
@@ -89,6 +92,8 @@ class SessionRunner:
         self._drop_log: dict[str, tuple[float, int]] = {}
         self._session_stats: SessionStats = session.stats()
         self._rollover_stats: RolloverStats = session.rollover_stats()
+        self._busy_since: float | None = None
+        self._held: tuple[int, str, float] | None = None
 
     def session_stats(self) -> SessionStats:
         """Return the session's ``stats()`` as of the last frame or reset (never blocks)."""
@@ -105,6 +110,16 @@ class SessionRunner:
     def set_options(self, options: NodeOptions) -> None:
         """Use ``options`` from the next frame on (safe from any thread)."""
         self._options = options
+
+    @property
+    def reset_pending(self) -> bool:
+        """A reset is requested for the next frame (the last one waited for a busy frame)."""
+        return self._pending_reset is not None
+
+    def busy_s(self) -> float | None:
+        """Seconds the frame in progress has taken so far, None when idle (never blocks)."""
+        since = self._busy_since
+        return None if since is None else time.monotonic() - since
 
     def set_camera_k(self, k: np.ndarray) -> None:
         """Store the camera_info intrinsics, to compare once with the estimate."""
@@ -135,11 +150,22 @@ class SessionRunner:
 
     def handle(self, item: InputFrame) -> None:
         """Process one queued frame (worker thread)."""
+        self._busy_since = time.monotonic()
+        try:
+            self._handle(item)
+        finally:
+            self._busy_since = None
+
+    def _handle(self, item: InputFrame) -> None:
         opts = self._options
         image = self._convert(item)
         if image is None:
             return
-        stamp_ns = conversions.stamp_to_ns(item.msg.header.stamp)
+        try:
+            stamp_ns = conversions.stamp_to_ns(item.msg.header.stamp)
+        except conversions.InvalidStampError as exc:
+            self._drop('stamp_invalid', str(exc))
+            return
         frame_id = opts.camera_frame or item.msg.header.frame_id
         if not frame_id:
             frame_id = DEFAULT_CAMERA_FRAME
@@ -149,14 +175,32 @@ class SessionRunner:
             if self._pending_reset is not None:
                 self._reset_locked(self._pending_reset, 'requested')
             self._feeder.backwards_reset_s = opts.backwards_reset_s
+            self._feeder.jump_guard.forward_jump_s = opts.forward_jump_s
+            self._feeder.resolution_guard.change_frames = opts.resolution_change_frames
             fed = self._feeder.feed(image, stamp_ns)
             self._report(fed)
-            if fed.accepted:
-                # Registered after the resets reported above, which forget buffered frames.
-                self._frame_ids[stamp_ns] = frame_id
-                self._received[stamp_ns] = item.received_s
+            self._register(fed, stamp_ns, frame_id, item.received_s)
             self._publish(fed.predictions, opts)
             self._take_snapshot()
+
+    def _register(self, fed: FeedResult, stamp_ns: int, frame_id: str, received_s: float
+                  ) -> None:
+        """Remember frame ids and receipt times of frames whose predictions may come later.
+
+        Runs after the resets of ``fed`` were reported (they forget buffered frames), so a held
+        frame fed in this call is registered again.
+        """
+        held, self._held = self._held, None
+        if held is not None and fed.held_drop is None:
+            self._frame_ids[held[0]], self._received[held[0]] = held[1], held[2]
+        elif held is not None:
+            self._frame_ids.pop(held[0], None)
+            self._received.pop(held[0], None)
+        if fed.accepted or fed.held:
+            self._frame_ids[stamp_ns] = frame_id
+            self._received[stamp_ns] = received_s
+        if fed.held:
+            self._held = (stamp_ns, frame_id, received_s)
 
     def _convert(self, item: InputFrame) -> np.ndarray | None:
         try:
@@ -189,6 +233,8 @@ class SessionRunner:
                 self._log.error(f'engine error, resetting the session: {error}',
                                 throttle_duration_sec=_THROTTLE_S)
             self._record_reset(reset.reason, reset.detail, reset.cleared)
+        if fed.held_drop is not None:
+            self._drop(fed.held_drop.reason, fed.held_drop.detail)
         if fed.drop is not None:
             self._drop(fed.drop.reason, fed.drop.detail)
 
@@ -221,6 +267,7 @@ class SessionRunner:
         cleared = {**cleared, 'path_poses': self._outputs.clear()}
         self._frame_ids.clear()
         self._received.clear()
+        self._held = None
         self._stats.count_reset(reason, detail)
         summary = ', '.join(f'{k}={v}' for k, v in cleared.items())
         if reason == 'manual':

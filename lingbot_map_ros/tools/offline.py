@@ -8,7 +8,11 @@ equal what the node publishes in bag mode:
 condition                what happens
 =======================  ===============================================================
 bad image                dropped, reason from ``conversions.ImageConversionError``
+undeserializable message dropped as ``bad_message`` (truncated/garbage CDR, bad UTF-8)
+invalid stamp            dropped as ``stamp_invalid`` (nanosec outside [0, 1e9))
 stamp not newer          dropped as ``stamp_out_of_order``
+stamp far ahead          held; fed when the next frame confirms it, else ``stamp_jump_ahead``
+new size, not yet seen   dropped as ``resolution_mismatch`` (``resolution_change_frames``)
 stamp jumps back         session reset (``clock_jump``), the frame starts a new segment
 engine refuses frame     dropped as ``invalid_frame``
 session full             rollover (``engine/rollover.py``): same segment, continuous poses
@@ -19,7 +23,9 @@ anything else            raised: unlike the node, the run stops
 
 Poses are expressed in the node's map axes (``frames.map_axes``). Rollovers keep one
 continuous trajectory; every reset re-anchors the map at the next frame, so poses of
-different segments are in different frames; the TUM header lists the segments.
+different segments are in different frames; the TUM header lists the segments. Storage that
+breaks mid-bag (a corrupt sqlite page) ends the run early: what was read is flushed and
+written, and the summary says why under ``storage_error``.
 """
 
 from __future__ import annotations
@@ -57,6 +63,10 @@ class RunOptions:
     """Axes of the map frame of the output poses ('flu' or 'optical'), as the node's."""
     backwards_reset_s: float = 1.0
     """A stamp this much older than the last resets the session (as the node's parameter)."""
+    forward_jump_s: float = 0.1
+    """A stamp this far ahead waits for the next frame to confirm it (as the node's parameter)."""
+    resolution_change_frames: int = 3
+    """Frames of a new size before the map restarts at it (as the node's parameter)."""
     save_depth: bool = False
     """Write ``depth/<stamp_ns>.npz`` per frame (depth, depth_conf, intrinsics, c2w)."""
     save_ply: bool = False
@@ -109,7 +119,9 @@ class OfflineRunner:
         self._options = options
         self._out = Path(out_dir)
         self._axes = conversions.map_axes_transform(options.map_axes)
-        self._feeder = StreamFeeder(session, options.backwards_reset_s)
+        self._feeder = StreamFeeder(session, options.backwards_reset_s,
+                                    forward_jump_s=options.forward_jump_s,
+                                    resolution_change_frames=options.resolution_change_frames)
         self._stamps: list[int] = []
         self._poses: list[np.ndarray] = []
         self._engine_ms: list[float] = []
@@ -145,14 +157,21 @@ class OfflineRunner:
         if limit is not None:
             total = limit if total is None else min(total, limit)
         start = time.perf_counter()
-        num_read = 0
+        num_read, storage_error = 0, None
         with tqdm(total=total, desc='replay', unit='frame') as bar:
-            for raw in messages:
-                if limit is not None and num_read >= limit:
-                    break
-                num_read += 1
-                self._handle(raw)
-                bar.update(1)
+            try:
+                for raw in messages:
+                    if limit is not None and num_read >= limit:
+                        break
+                    num_read += 1
+                    self._handle(raw)
+                    bar.update(1)
+            except bag_io.StorageError as exc:
+                _LOG.error('%s; stopping after %d messages, writing what was read', exc,
+                           num_read)
+                storage_error = str(exc)
+        if self._feeder.held_stamp_ns is not None:
+            self._drop('stamp_jump_ahead', 'the last frame jumped ahead and nothing followed')
         self._collect(self._session.flush())
         wall_s = time.perf_counter() - start
         self._write_clouds()
@@ -164,7 +183,7 @@ class OfflineRunner:
                 'engine_ms_mean': round(float(np.mean(self._engine_ms)), 2)
                 if self._engine_ms else 0.0,
                 'weights': self._session.weights, 'map_axes': self._options.map_axes,
-                'config': self._session.config.to_flat()}
+                'config': self._session.config.to_flat(), 'storage_error': storage_error}
 
     def tum_comments(self, summary: dict[str, Any]) -> list[str]:
         """Header lines of the TUM file: source, model, drops and map segments."""
@@ -183,7 +202,13 @@ class OfflineRunner:
         return lines
 
     def _handle(self, raw: bag_io.RawMessage) -> None:
-        msg = bag_io.deserialize(raw)
+        try:
+            msg = bag_io.deserialize(raw)
+            stamp_ns = conversions.stamp_to_ns(msg.header.stamp)
+        except (bag_io.BadMessageError, conversions.InvalidStampError) as exc:
+            reason = 'bad_message' if isinstance(exc, bag_io.BadMessageError) else 'stamp_invalid'
+            self._drop(reason, str(exc))
+            return
         try:
             if raw.msgtype == bag_io.COMPRESSED_TYPE:
                 image = conversions.compressed_msg_to_rgb(msg)
@@ -192,12 +217,12 @@ class OfflineRunner:
         except conversions.ImageConversionError as exc:
             self._drop(exc.reason, str(exc))
             return
-        stamp_ns = conversions.stamp_to_ns(msg.header.stamp)
         fed = self._feeder.feed(image, stamp_ns)
         for reset in fed.resets:
             self._start_segment(reset, stamp_ns)
-        if fed.drop is not None:
-            self._drop(fed.drop.reason, fed.drop.detail)
+        for drop in (fed.held_drop, fed.drop):
+            if drop is not None:
+                self._drop(drop.reason, drop.detail)
         self._collect(fed.predictions)
 
     def _drop(self, reason: str, detail: str) -> None:

@@ -75,7 +75,7 @@ def test_uses_the_installed_config_and_an_installed_executable():
     setup = (ROOT / 'setup.py').read_text()
     assert "glob('config/*.yaml')" in setup and "glob('launch/*.launch.py')" in setup
     executable = node_keyword('executable')
-    assert f'{executable.value} = lingbot_map_ros.ros.node:main' in setup
+    assert f'{executable.value} = lingbot_map_ros.ros.entry:main' in setup
     name = node_keyword('name')
     assert name.value == NODE_NAME
 

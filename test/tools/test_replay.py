@@ -129,7 +129,8 @@ def test_runner_counts_drops_and_starts_a_segment_per_reset(tmp_path):
             # Recorded in this order; the header stamps are what goes back.
             writer.write('/img', 1000 * SEC + i, _image(i, stamp, size, encoding))
     values = {**load_yaml(find_config('demo_tiny_cpu.yaml')), **FAST}
-    runner = OfflineRunner.from_values(values, RunOptions(map_axes='optical'), tmp_path)
+    options = RunOptions(map_axes='optical', resolution_change_frames=1)
+    runner = OfflineRunner.from_values(values, options, tmp_path)
     with bag_io.open_bag(bag) as reader:
         summary = runner.run(bag_io.read_raw(reader, ['/img']))
     assert summary['drops'] == {'encoding': 1, 'stamp_out_of_order': 1}
