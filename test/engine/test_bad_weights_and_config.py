@@ -43,5 +43,7 @@ def test_a_damaged_zip_checkpoint_gives_one_line(tmp_path):
 def test_max_frame_num_must_leave_room_after_the_scale_frames(max_frame_num):
     with pytest.raises(ValueError, match='must be larger than cache.scale_frames=8'):
         EngineConfig.from_flat({'model.max_frame_num': max_frame_num, 'cache.scale_frames': 8})
-    assert EngineConfig.from_flat({'model.max_frame_num': 9,
-                                   'cache.scale_frames': 8}).model.max_frame_num == 9
+    # The smallest table that works: a session of 9 keyframes rolling over on 8.
+    assert EngineConfig.from_flat({'model.max_frame_num': 9, 'cache.scale_frames': 8,
+                                   'stream.session_keyframes': 9,
+                                   'stream.overlap_keyframes': 8}).model.max_frame_num == 9
