@@ -246,4 +246,3 @@ def _check_shapes(depth: torch.Tensor, conf: torch.Tensor | None, rgb: torch.Ten
                          '[3, 3] / [4, 4]')
     if not (np.isfinite(k).all() and np.isfinite(c2w).all()):
         raise ValueError('map: intrinsics or c2w has non-finite values')
-

@@ -5,8 +5,9 @@ Subscribes (relative names, so namespaces and remaps work):
     ``input.transport: compressed``; ``camera_info`` (optional, only compared with the estimate).
 Publishes (private names), stamped with the input image's stamp:
     ``~/pose``, ``~/odometry``, ``~/path``, ``~/depth`` + ``~/depth/camera_info``, ``~/cloud``,
-    TF ``map_frame -> camera frame``, ``/diagnostics``.
-Services: ``~/reset`` (std_srvs/Trigger).
+    ``~/map`` (:mod:`~lingbot_map_ros.ros.map_output`), TF ``map_frame -> camera frame``,
+    ``/diagnostics``.
+Services: ``~/reset``, ``~/save`` (std_srvs/Trigger).
 
 Threads: the executor only queues messages; a worker thread runs inference
 (:mod:`~lingbot_map_ros.ros.worker`). The reset service and the diagnostics timer have their own
@@ -36,6 +37,7 @@ from std_srvs.srv import Trigger
 from lingbot_map_ros.engine.errors import WeightsError
 from lingbot_map_ros.engine.pipeline import StreamingSession
 from lingbot_map_ros.ros import conversions, diagnostics, logging_bridge, params
+from lingbot_map_ros.ros.map_output import MapOutput
 from lingbot_map_ros.ros.outputs import Outputs
 from lingbot_map_ros.ros.session_runner import InputFrame, SessionRunner
 from lingbot_map_ros.ros.worker import FrameQueue, Worker
@@ -79,10 +81,11 @@ class LingbotMapNode(Node):
         self._stats = diagnostics.NodeStats()
         self._outputs = Outputs(self, self._values['frames.map_frame'],
                                 self._values['frames.map_axes'])
+        self._map = MapOutput(self, lambda: self._values, config.stream.device)
         bridge = CvBridge() if CvBridge is not None else None
         self._runner = SessionRunner(self._session, self._outputs, self._stats,
                                      self.get_logger(), lambda: self._values,
-                                     self._raw_converter(bridge))
+                                     self._raw_converter(bridge), extra_outputs=(self._map,))
         bag = self._values['input.queue_mode'] == 'bag'
         self._queue = FrameQueue(self._values['input.queue_size'] if bag else 1, bag)
         self._worker = Worker(self._queue, self._runner.handle, self._on_worker_error)
