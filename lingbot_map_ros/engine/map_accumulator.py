@@ -226,7 +226,7 @@ def _confidence_mask(conf: torch.Tensor, valid: torch.Tensor, cfg: MapConfig) ->
 
 
 def _host(x: torch.Tensor | np.ndarray) -> np.ndarray:
-    """A small matrix as float64 numpy (intrinsics and poses are read on the host)."""
+    """Return a small matrix as float64 numpy (intrinsics and poses are read on the host)."""
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()
     return np.asarray(x, dtype=np.float64)

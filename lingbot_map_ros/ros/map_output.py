@@ -44,7 +44,7 @@ _FIELDS = [PointField(name=n, offset=4 * i, datatype=PointField.FLOAT32, count=1
 
 
 def map_c2w(pred: FramePrediction) -> np.ndarray:
-    """The engine pose the map and the saved trajectory are built from (before the map axes).
+    """Return the engine pose that the map and the saved trajectory use (before the map axes).
 
     NOTE: the one switch for the continuous odometry frame: when the prediction carries it,
     return that pose here.
@@ -178,7 +178,7 @@ class MapOutput:
             self._log.error(f'map: publish failed: {exc}', throttle_duration_sec=10.0)
 
     def cloud(self, stamp_ns: int) -> PointCloud2:
-        """The current map as a PointCloud2 (x y z + packed rgb float32) in the map frame."""
+        """Return the current map as a PointCloud2 (x y z + packed rgb) in the map frame."""
         xyz, rgb = self._map.points()
         num, data = conversions.xyz_rgb_cloud(xyz[:, None], rgb[:, None], 1)
         msg = PointCloud2(height=1, width=num, fields=_FIELDS, is_bigendian=False,
@@ -189,7 +189,7 @@ class MapOutput:
         return msg
 
     def snapshot(self) -> MapSnapshot:
-        """Poses, map and camera as of now."""
+        """Return the poses, the map and the camera as of now."""
         with self._lock:
             stamps, c2w = self._poses.arrays()
             camera = self._camera
