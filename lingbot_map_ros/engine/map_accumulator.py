@@ -17,7 +17,9 @@ Per keyframe (:meth:`MapAccumulator.add`):
    keeps following new observations (drift) and float32 sums stay exact;
 5. past ``max_points`` voxels, those seen longest ago go first (ties: the fewest observations).
 
-Voxel keys pack the three integer voxel coordinates into one int64 (21 bits each), so a point
+The map is three tensors on the device, sorted by voxel key: keys [N], data [N, 7] (mean x y z,
+mean r g b, weight) and the keyframe that last saw each voxel [N]. Voxel keys pack the three
+integer voxel coordinates into one int64 (21 bits each), so a point
 farther than ``2**20`` voxels from the origin on some axis is dropped and counted
 (``num_out_of_range``). Dims: ``N`` map points, ``M`` new points of a keyframe.
 
@@ -183,6 +185,38 @@ class MapAccumulator:
         return self._grids[key]
 
     def _merge(self, points: torch.Tensor, colours: torch.Tensor, num_pixels: int) -> MapUpdate:
+        """Fold a keyframe's points into the map; the map's keys stay sorted, unique.
+
+        Cost: O(M log M) for the keyframe's own voxels, O(N) copies only when voxels are added
+        or dropped (no sort of the whole map).
+        """
+        keys, points, colours, out_of_range = self._voxel_keys(points, colours)
+        ukeys, inverse = torch.unique(keys, return_inverse=True)
+        sums = torch.zeros(ukeys.numel(), 7, dtype=torch.float32, device=self._device)
+        sums.index_add_(0, inverse, torch.cat([points, colours, torch.ones_like(points[:, :1])],
+                                              dim=1))
+        num_old = self._keys.numel()
+        pos = torch.searchsorted(self._keys, ukeys)
+        found = (pos < num_old) & (self._keys[pos.clamp(max=max(num_old - 1, 0))] == ukeys) \
+            if num_old else torch.zeros_like(ukeys, dtype=torch.bool)
+        # Voxels already in the map: weighted mean of the old point and the new ones.
+        idx, add = pos[found], sums[found]
+        weight = self._data[idx, 6:7]
+        total = weight + add[:, 6:7]
+        self._data[idx, :6] = (self._data[idx, :6] * weight + add[:, :6]) / total
+        self._data[idx, 6:7] = total.clamp(max=MAX_WEIGHT)
+        self._last_seen[idx] = self._keyframes
+        new = sums[~found]
+        self._insert(ukeys[~found], pos[~found],
+                     torch.cat([new[:, :6] / new[:, 6:7], new[:, 6:7].clamp(max=MAX_WEIGHT)], 1))
+        dropped = self._bound()
+        self._keyframes += 1
+        return MapUpdate(num_pixels=num_pixels, num_points=int(keys.numel()),
+                         num_out_of_range=out_of_range, num_dropped=dropped,
+                         map_points=int(self._keys.numel()))
+
+    def _voxel_keys(self, points: torch.Tensor, colours: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
         cell = torch.floor(points / self._config.voxel_size).to(torch.int64)
         inside = ((cell >= -_OFFSET) & (cell < _OFFSET)).all(dim=1)
         out_of_range = int(points.shape[0] - inside.sum())
@@ -190,29 +224,37 @@ class MapAccumulator:
             cell, points, colours = cell[inside], points[inside], colours[inside]
         cell = cell + _OFFSET
         keys = (cell[:, 0] << (2 * _BITS)) | (cell[:, 1] << _BITS) | cell[:, 2]
-        weight = self._data[:, 6:7]
-        # Old voxels enter with their weighted mean, new points with weight 1.
-        contrib = torch.cat([torch.cat([self._data[:, :6] * weight, weight], dim=1),
-                             torch.cat([points, colours, torch.ones_like(points[:, :1])],
-                                       dim=1)])
-        merged, inverse = torch.unique(torch.cat([self._keys, keys]), return_inverse=True)
-        sums = torch.zeros(merged.numel(), 7, dtype=torch.float32, device=self._device)
-        sums.index_add_(0, inverse, contrib)
-        last = torch.full((merged.numel(),), -1, dtype=torch.int64, device=self._device)
-        seen = torch.cat([self._last_seen, torch.full_like(keys, self._keyframes)])
-        last.scatter_reduce_(0, inverse, seen, 'amax')
-        data = torch.cat([sums[:, :6] / sums[:, 6:7], sums[:, 6:7].clamp(max=MAX_WEIGHT)], dim=1)
-        dropped = max(0, merged.numel() - self._config.max_points)
-        if dropped:
-            # Seen longest ago first; among those, the fewest observations.
-            score = last.to(torch.float64) * (MAX_WEIGHT + 1) + data[:, 6].to(torch.float64)
-            kept = torch.topk(score, self._config.max_points, sorted=False).indices
-            merged, data, last = merged[kept], data[kept], last[kept]
-        self._keys, self._data, self._last_seen = merged, data, last
-        self._keyframes += 1
-        return MapUpdate(num_pixels=num_pixels, num_points=int(keys.numel()),
-                         num_out_of_range=out_of_range, num_dropped=dropped,
-                         map_points=int(merged.numel()))
+        return keys, points, colours, out_of_range
+
+    def _insert(self, keys: torch.Tensor, pos: torch.Tensor, data: torch.Tensor) -> None:
+        """Merge sorted new ``keys`` (insertion points ``pos`` in the map) into the map."""
+        num_new, num_old = keys.numel(), self._keys.numel()
+        if num_new == 0:
+            return
+        # Destinations in the merged arrays: each old entry moves up by the number of new keys
+        # before it; each new key lands at its insertion point plus the new keys before it.
+        new_at = pos + torch.arange(num_new, device=self._device)
+        old_at = torch.arange(num_old, device=self._device) + torch.searchsorted(keys, self._keys)
+        merged_keys = torch.empty(num_old + num_new, dtype=torch.int64, device=self._device)
+        merged_data = torch.empty(num_old + num_new, 7, dtype=torch.float32, device=self._device)
+        merged_last = torch.empty(num_old + num_new, dtype=torch.int64, device=self._device)
+        merged_keys[old_at], merged_keys[new_at] = self._keys, keys
+        merged_data[old_at], merged_data[new_at] = self._data, data
+        merged_last[old_at], merged_last[new_at] = self._last_seen, self._keyframes
+        self._keys, self._data, self._last_seen = merged_keys, merged_data, merged_last
+
+    def _bound(self) -> int:
+        """Drop the voxels seen longest ago (ties: the lightest) past ``max_points``."""
+        excess = self._keys.numel() - self._config.max_points
+        if excess <= 0:
+            return 0
+        score = self._last_seen.to(torch.float64) * (MAX_WEIGHT + 1) \
+            + self._data[:, 6].to(torch.float64)
+        keep = torch.ones_like(self._keys, dtype=torch.bool)
+        keep[torch.topk(score, excess, largest=False, sorted=False).indices] = False
+        self._keys, self._data, self._last_seen = \
+            self._keys[keep], self._data[keep], self._last_seen[keep]
+        return excess
 
 
 def _confidence_mask(conf: torch.Tensor, valid: torch.Tensor, cfg: MapConfig) -> torch.Tensor:

@@ -142,3 +142,30 @@ def test_bad_input_is_refused_with_a_reason():
 def test_config_validation(field, value):
     with pytest.raises(ValueError, match=f'map.{field}'):
         MapConfig(**{field: value})
+
+
+def test_incremental_map_equals_one_pass_voxel_means():
+    """Keyframe by keyframe, the map holds each voxel's mean of every point that fell in it."""
+    rng = np.random.default_rng(3)
+    k = np.array([[8.0, 0.0, 4.0], [0.0, 8.0, 3.0], [0.0, 0.0, 1.0]])
+    acc = MapAccumulator(config(voxel_size=0.2))
+    everything = []
+    for i in range(6):
+        depth = rng.uniform(1.0, 2.0, (6, 8)).astype(np.float32)
+        rgb = rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)
+        c2w = pose(0.3 * i, (0.1 * i, 0.0, 0.05 * i))
+        acc.add(depth, None, rgb, k, c2w)
+        world = unproject_depth(depth.astype(np.float64), k, c2w).reshape(-1, 3)
+        everything.append(np.concatenate([world, rgb.reshape(-1, 3)], axis=1))
+    points = np.concatenate(everything)
+    cells = np.floor(points[:, :3].astype(np.float32) / np.float32(0.2)).astype(np.int64)
+    _, group = np.unique(cells, axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    means = np.stack([np.bincount(group, points[:, c]) / np.bincount(group)
+                      for c in range(6)], axis=1)
+    xyz, rgb = acc.points()
+    assert len(xyz) == len(means) and (np.bincount(group) <= 64).all()  # below MAX_WEIGHT
+    np.testing.assert_allclose(sorted_rows(xyz), sorted_rows(means[:, :3]), atol=1e-4)
+    # The map's keys are sorted and unique after every merge.
+    keys = acc._keys.numpy()
+    assert (np.diff(keys) > 0).all()
