@@ -10,7 +10,8 @@ first (``--prefill``), so the timings are those of a map at its bound, the worst
 Two timings per keyframe, after ``--warmup`` untimed ones, with CUDA synchronised around each:
 
 * ``inputs_on_device``: depth, confidence and colours already on the device (torch tensors);
-* ``inputs_on_host``: numpy inputs, as ``FramePrediction`` carries them today (includes the upload).
+* ``inputs_on_host``: numpy inputs, as ``FramePrediction`` carries them today (with the
+  upload).
 
 The ``map.*`` settings come from the parameter file (default ``config/lingbot_map.yaml``) and
 ``--set``. The last line printed is one JSON document.
