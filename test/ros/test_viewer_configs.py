@@ -36,7 +36,8 @@ def test_foxglove_layout_panels_refer_to_node_topics():
     image = next(v for k, v in panels.items() if k.startswith('Image!'))
     assert image['imageMode']['imageTopic'] == '/lingbot_map/depth'
     # Every panel in the layout tree is configured.
-    def leaves(node):
-        return [node] if isinstance(node, str) else leaves(node['first']) + \
-            leaves(node['second'])
-    assert set(leaves(layout['layout'])) == set(panels)
+    assert set(_leaves(layout['layout'])) == set(panels)
+
+
+def _leaves(node):
+    return [node] if isinstance(node, str) else _leaves(node['first']) + _leaves(node['second'])
