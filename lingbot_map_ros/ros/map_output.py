@@ -155,10 +155,10 @@ class MapOutput:
 
     def clear(self) -> int:
         """Start a new map (session reset); returns the map points removed."""
-        with self._lock:
+        removed = self._map.clear()
+        with self._lock:  # after the clear, so the next publish is the empty map
             self._poses.clear()
             self._changed = True
-        removed = self._map.clear()
         if self._add_ms:
             self._log.info(f'map: {removed} points cleared; adding a keyframe took '
                            f'{np.mean(self._add_ms):.2f} ms on average '

@@ -81,7 +81,8 @@ def test_late_subscriber_gets_the_map_and_save_writes_it(graph, tmp_path):
     wait_for(lambda: accumulator.num_keyframes == _NUM_FRAMES, _TIMEOUT_S, 'keyframes in map')
     xyz, _ = accumulator.points()
     assert len(xyz) > 100
-    wait_for(lambda: not node._map._changed, _TIMEOUT_S, 'the map published')
+    wait_for(lambda: node._map._stamp_ns == sent[-1] and not node._map._changed, _TIMEOUT_S,
+             'the map with the last keyframe published')
 
     msg = late_map(graph, node.get_namespace())
     assert msg.header.frame_id == 'map' and stamp_ns(msg) == sent[-1]
