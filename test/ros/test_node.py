@@ -121,7 +121,8 @@ def test_cache_diagnostics_follow_the_stream_and_reset(graph):
                         for i, t in enumerate(stamps(10.0 + chunk, 4), start=4 * chunk)])
         wait_poses(probe, 4 * (chunk + 1))
         _, _, cache = wait_status(
-            probe, node, 'cache', lambda lvl, msg, v: int(v['frame_count']) == 4 * (chunk + 1),
+            probe, node, 'cache',
+            lambda lvl, msg, v: int(v.get('frame_count', -1)) == 4 * (chunk + 1),
             f'cache frame_count {4 * (chunk + 1)}')
         frame_counts.append(int(cache['frame_count']))
         assert int(cache['scale_pages']) == TINY_CPU['cache.scale_frames']
@@ -136,7 +137,8 @@ def test_cache_diagnostics_follow_the_stream_and_reset(graph):
     assert reply.success
     assert 'frames=12' in reply.message and 'path_poses=12' in reply.message
     _, _, cache = wait_status(probe, node, 'cache',
-                              lambda lvl, msg, v: int(v['frame_count']) == 0, 'empty cache')
+                              lambda lvl, msg, v: int(v.get('frame_count', -1)) == 0,
+                              'empty cache')
     assert int(cache['live_pages']) == 0 and int(cache['special_tokens']) == 0
     _, _, engine = wait_status(probe, node, 'engine', lambda *a: True, 'engine status')
     assert engine['resets.manual'] == '1'
