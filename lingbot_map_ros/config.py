@@ -2,7 +2,7 @@
 
 ``EngineConfig`` = ``ModelConfig`` (what the network is) + ``CacheConfig`` (how the
 global-attention KV cache is sized and which attention backend runs it) + ``StreamConfig`` (how
-frames are fed).
+frames are fed); ``MapConfig`` (the accumulated point-cloud map) sits beside it.
 Each dataclass is the only source of its defaults. The ROS node declares one parameter per field
 (``section.field``), the YAML file ``config/lingbot_map.yaml`` carries the same keys, and the tools
 load that YAML with :func:`load_yaml`.
@@ -181,6 +181,55 @@ class StreamConfig:
 
 
 @dataclass(frozen=True)
+class MapConfig:
+    """The accumulated point-cloud map (``engine/map_accumulator.py``, docs/map.md)."""
+
+    enable: bool = True
+    """Build and publish ~/map from the keyframes' depth. The map only grows while depth runs
+    (stream.enable_depth and model.enable_depth), so by default it is off unless depth is on."""
+    voxel_size: float = 0.01
+    """Edge of a map voxel, in map units (non-metric: about 1/100 of the median depth of the
+    first frames; the node logs that depth). Each voxel keeps one point."""
+    max_points: int = 500_000
+    """Most voxels in the map; past it, the voxels seen longest ago are dropped first."""
+    confidence_percentile: float = 50.0
+    """Drop this percentage of each keyframe's pixels, the least confident (0 keeps all; the
+    upstream viewer drops 50 %)."""
+    min_confidence: float = 1.0
+    """Absolute floor on the depth confidence (>= 1 by construction, so 1.0 is off)."""
+    pixel_stride: int = 2
+    """Unproject every n-th pixel per direction of a keyframe's depth."""
+    period_s: float = 1.0
+    """Period of ~/map, when it changed (steady time)."""
+
+    def __post_init__(self) -> None:
+        if not self.voxel_size > 0:
+            raise ValueError(f'map.voxel_size={self.voxel_size} must be > 0')
+        if self.max_points < 1:
+            raise ValueError(f'map.max_points={self.max_points} must be >= 1')
+        if not 0.0 <= self.confidence_percentile < 100.0:
+            raise ValueError(f'map.confidence_percentile={self.confidence_percentile} must be '
+                             'in [0, 100)')
+        if self.pixel_stride < 1:
+            raise ValueError(f'map.pixel_stride={self.pixel_stride} must be >= 1')
+        if not self.period_s > 0:
+            raise ValueError(f'map.period_s={self.period_s} must be > 0')
+
+    @classmethod
+    def from_flat(cls, values: dict[str, Any]) -> 'MapConfig':
+        """Build from the ``map.*`` keys of flat parameter values (other keys are ignored).
+
+        Raises:
+            ValueError: unknown ``map.*`` key or bad value.
+        """
+        section = {k.partition('.')[2]: v for k, v in values.items() if k.startswith('map.')}
+        unknown = sorted(set(section) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown map setting(s) {', '.join('map.' + k for k in unknown)}")
+        return cls(**section)
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """Everything the engine needs; built from YAML, ROS parameters or tool flags."""
 
@@ -239,6 +288,8 @@ class EngineConfig:
 
 
 _SECTIONS = {'model': ModelConfig, 'cache': CacheConfig, 'stream': StreamConfig}
+# Sections with field docstrings (``field_docs``); 'map' is not part of EngineConfig.
+_DOCUMENTED = {**_SECTIONS, 'map': MapConfig}
 
 
 def _field_names(section: str) -> set[str]:
@@ -250,7 +301,7 @@ def field_docs(section: str) -> dict[str, str]:
     import ast
     import inspect
 
-    tree = ast.parse(inspect.getsource(_SECTIONS[section]))
+    tree = ast.parse(inspect.getsource(_DOCUMENTED[section]))
     docs: dict[str, str] = {}
     body = tree.body[0].body  # type: ignore[attr-defined]
     for node, nxt in zip(body, body[1:]):

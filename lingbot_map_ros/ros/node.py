@@ -5,8 +5,9 @@ Subscribes (relative names, so namespaces and remaps work):
     ``input.transport: compressed``; ``camera_info`` (optional, only compared with the estimate).
 Publishes (private names), stamped with the input image's stamp:
     ``~/pose``, ``~/odometry``, ``~/path``, ``~/depth`` + ``~/depth/camera_info``, ``~/cloud``,
-    TF ``odom_frame -> base_frame`` (REP 105, docs/odometry.md), ``/diagnostics``.
-Services: ``~/reset`` (std_srvs/Trigger).
+    TF ``odom_frame -> base_frame`` (REP 105, docs/odometry.md), ``~/map``
+    (:mod:`~lingbot_map_ros.ros.map_output`), ``/diagnostics``.
+Services: ``~/reset``, ``~/save`` (std_srvs/Trigger).
 
 Threads: the executor only queues messages; a worker thread runs inference
 (:mod:`~lingbot_map_ros.ros.worker`). The reset service and the diagnostics timer have their own
@@ -38,6 +39,7 @@ from lingbot_map_ros.engine.errors import WeightsError
 from lingbot_map_ros.engine.pipeline import StreamingSession
 from lingbot_map_ros.engine.rollover import RolloverSession
 from lingbot_map_ros.ros import conversions, diagnostics, logging_bridge, params, stall_watch
+from lingbot_map_ros.ros.map_output import MapOutput
 from lingbot_map_ros.ros.node_options import NodeOptions
 from lingbot_map_ros.ros.odometry_status import odometry_status
 from lingbot_map_ros.ros.outputs import Outputs
@@ -94,10 +96,11 @@ class LingbotMapNode(Node):
         self._session = self._make_session(config)
         self._stats = diagnostics.NodeStats()
         self._outputs = Outputs(self, self._values)
+        self._map = MapOutput(self, lambda: self._values, config.stream.device)
         bridge = CvBridge() if CvBridge is not None else None
         self._runner = SessionRunner(self._session, self._outputs, self._stats,
                                      self.get_logger(), NodeOptions.from_values(self._values),
-                                     self._raw_converter(bridge))
+                                     self._raw_converter(bridge), extra_outputs=(self._map,))
         bag = self._values['input.queue_mode'] == 'bag'
         self._queue = FrameQueue(self._values['input.queue_size'] if bag else 1, bag)
         self._worker = Worker(self._queue, self._runner.handle, self._on_worker_error)

@@ -5,7 +5,8 @@ Engine parameters are exactly the fields of :class:`~lingbot_map_ros.config.Engi
 dataclasses (``config.field_docs``). ``model.preset`` is declared first and the other
 ``model.*`` defaults come from that preset, so a parameter file that only sets
 ``model.preset: tiny`` gets the whole tiny model. Node parameters (topics, frames, QoS, outputs,
-diagnostics) are listed in :data:`NODE_PARAMS`.
+diagnostics) are listed in :data:`NODE_PARAMS`; the ``map.*`` parameters are the fields of
+:class:`~lingbot_map_ros.config.MapConfig`, declared the same way.
 
 Everything that sizes GPU memory or the model is read-only. Of the engine fields only
 :data:`LIVE_ENGINE_PARAMS` may change at run time; they take effect at the next session reset.
@@ -15,7 +16,7 @@ Everything that sizes GPU memory or the model is read-only. Of the engine fields
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 import typing
 from typing import Any
 
@@ -29,6 +30,11 @@ ENGINE_SECTIONS: tuple[str, ...] = ('model', 'cache', 'stream')
 LIVE_ENGINE_PARAMS: frozenset[str] = frozenset({'stream.keyframe_interval',
                                                 'stream.enable_depth'})
 """Engine parameters that may change while running (applied at the next reset)."""
+
+MAP_SECTION = 'map'
+LIVE_MAP_PARAMS: frozenset[str] = frozenset({'map.enable', 'map.confidence_percentile',
+                                             'map.min_confidence', 'map.pixel_stride'})
+"""``map.*`` parameters that take effect with the next keyframe; the others size the map."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,8 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
               _LIVE, int_range=(1, 64, 0)),
     ParamSpec('publish.path_max_poses', 1000, 'Poses kept in ~/path (oldest dropped); 0 turns '
               '~/path off.', _LIVE, int_range=(0, 100000, 0)),
+    ParamSpec('output.directory', '~/.ros/lingbot_map', '~/save writes a new timestamped '
+              'folder under this directory (~ and $VARS are expanded).', _LIVE),
     ParamSpec('diagnostics.period_s', 1.0, 'Period of the /diagnostics message.', _LIVE,
               float_range=(0.05, 60.0)),
     ParamSpec('diagnostics.stale_after_s', 5.0, 'Input status is STALE when no image arrived '
@@ -142,8 +150,8 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
               'been in progress for longer than this.', _LIVE, float_range=(0.1, 3600.0)),
 )
 
-# Bounds announced for engine integers (the dataclasses check them again).
-_ENGINE_INT_RANGES: dict[str, tuple[int, int, int]] = {
+# Bounds announced for integers (the dataclasses check them again).
+_INT_RANGES: dict[str, tuple[int, int, int]] = {
     'model.max_frame_num': (2, 1_000_000, 0),
     'model.camera_num_iterations': (1, 64, 0),
     'cache.scale_frames': (1, 1024, 0),
@@ -153,6 +161,8 @@ _ENGINE_INT_RANGES: dict[str, tuple[int, int, int]] = {
     'stream.keyframe_interval': (1, 10_000, 0),
     'stream.session_keyframes': (2, 1_000_000, 0),
     'stream.overlap_keyframes': (1, 1_000_000, 0),
+    'map.max_points': (1, 1_000_000_000, 0),
+    'map.pixel_stride': (1, 64, 0),
 }
 
 
@@ -172,23 +182,36 @@ def engine_specs(preset: str = 'official') -> list[ParamSpec]:
     specs = []
     for section in ENGINE_SECTIONS:
         cls = getattr(config, f'{section.capitalize()}Config')
-        docs = config.field_docs(section)
-        hints = typing.get_type_hints(cls)
-        for f in fields(cls):
-            name = f'{section}.{f.name}'
-            default = defaults[name]
-            choices = tuple(typing.get_args(hints[f.name])) \
-                if typing.get_origin(hints[f.name]) is typing.Literal else ()
-            specs.append(ParamSpec(
-                name, list(default) if isinstance(default, tuple) else default,
-                docs.get(f.name, ''), read_only=name not in LIVE_ENGINE_PARAMS,
-                choices=choices, int_range=_ENGINE_INT_RANGES.get(name)))
+        specs += _section_specs(section, cls, defaults, LIVE_ENGINE_PARAMS)
+    return specs
+
+
+def map_specs() -> list[ParamSpec]:
+    """Specs of the ``map.*`` parameters, one per ``config.MapConfig`` field."""
+    defaults = {f'{MAP_SECTION}.{k}': v for k, v in asdict(config.MapConfig()).items()}
+    return _section_specs(MAP_SECTION, config.MapConfig, defaults, LIVE_MAP_PARAMS)
+
+
+def _section_specs(section: str, cls: type, defaults: dict[str, Any],
+                   live: frozenset[str]) -> list[ParamSpec]:
+    docs = config.field_docs(section)
+    hints = typing.get_type_hints(cls)
+    specs = []
+    for f in fields(cls):
+        name = f'{section}.{f.name}'
+        default = defaults[name]
+        choices = tuple(typing.get_args(hints[f.name])) \
+            if typing.get_origin(hints[f.name]) is typing.Literal else ()
+        specs.append(ParamSpec(
+            name, list(default) if isinstance(default, tuple) else default,
+            docs.get(f.name, ''), read_only=name not in live,
+            choices=choices, int_range=_INT_RANGES.get(name)))
     return specs
 
 
 def all_specs(preset: str = 'official') -> list[ParamSpec]:
-    """Engine specs followed by node specs: every parameter the node declares."""
-    return engine_specs(preset) + list(NODE_PARAMS)
+    """Engine, map and node specs: every parameter the node declares."""
+    return engine_specs(preset) + map_specs() + list(NODE_PARAMS)
 
 
 def check_value(spec: ParamSpec, value: Any) -> str | None:
@@ -249,6 +272,7 @@ def declare_all(node: Any) -> dict[str, Any]:
         if reason:
             raise ValueError(reason)
     engine_config(values)
+    config.MapConfig.from_flat(values)
     return values
 
 
@@ -274,6 +298,7 @@ def check_changes(changes: dict[str, Any], current: dict[str, Any]) -> str | Non
     merged = {**current, **changes}
     try:
         engine_config(merged)
+        config.MapConfig.from_flat(merged)
     except ValueError as exc:
         return str(exc)
     wants_depth = merged['publish.depth'] or merged['publish.cloud']

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -63,7 +63,8 @@ class SessionRunner:
 
     def __init__(self, session: Any, outputs: Outputs, stats: NodeStats, logger: Any,
                  options: NodeOptions,
-                 convert_raw: Callable[[Any], np.ndarray]) -> None:
+                 convert_raw: Callable[[Any], np.ndarray],
+                 extra_outputs: Sequence[Any] = ()) -> None:
         """Wire the runner.
 
         Args:
@@ -73,6 +74,8 @@ class SessionRunner:
             logger: the node's logger.
             options: the node options at start (``set_options`` replaces them).
             convert_raw: ``sensor_msgs/Image`` -> RGB converter (cv_bridge or ours).
+            extra_outputs: more outputs with ``publish(pred, camera_frame, opts)`` and
+                ``clear()``, served after ``outputs`` (the map).
         """
         self._session = session
         self._outputs = outputs
@@ -80,6 +83,7 @@ class SessionRunner:
         self._log = logger
         self._options = options
         self._convert_raw = convert_raw
+        self._extra_outputs = tuple(extra_outputs)
         self._lock = threading.Lock()
         self._feeder = StreamFeeder(session, reset_on_error=True,
                                     on_reset=self._on_session_reset)
@@ -247,6 +251,8 @@ class SessionRunner:
             except ValueError as exc:
                 self._reset_locked('nan_pose', str(exc))
                 return
+            for extra in self._extra_outputs:
+                extra.publish(pred, frame_id, opts)
             self._stats.count_output((time.monotonic() - received) * 1e3,
                                      pred.timings_ms.get('total'))
             self._compare_camera_info(pred)
@@ -265,6 +271,8 @@ class SessionRunner:
     def _record_reset(self, reason: str, detail: str, cleared: dict[str, int]
                       ) -> dict[str, int]:
         cleared = {**cleared, 'path_poses': self._outputs.clear()}
+        for extra in self._extra_outputs:
+            extra.clear()
         self._frame_ids.clear()
         self._received.clear()
         self._held = None

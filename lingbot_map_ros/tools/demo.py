@@ -9,6 +9,9 @@
    ``/lingbot_map/pose``.
 4. Writes ``trajectory.tum``, ``trajectory.png`` (against the ground truth) and, when ``evo`` is
    installed, APE/RPE into ``summary.json``; the node's log is ``node.log``.
+5. Writes ``map_gt.png`` / ``map_gt.ply``: the map the node's accumulator builds from the scene's
+   *ground-truth* depth and poses (``tools/map_plot.py``), i.e. what ``~/map`` shows when depth
+   and poses are right; the random-weight model's own depth is meaningless.
 
 The pieces (:class:`NodeProcess`, :class:`PoseRecorder`, :func:`play_and_record`) are used by the
 end-to-end test as well.
@@ -17,6 +20,7 @@ end-to-end test as well.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 import json
 import logging
 import os
@@ -36,18 +40,22 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
-from lingbot_map_ros.config import load_yaml
+from lingbot_map_ros.config import load_yaml, MapConfig
 from lingbot_map_ros.engine.geometry import quaternion_to_rotation
-from lingbot_map_ros.ros.conversions import stamp_to_ns
+from lingbot_map_ros.engine.ply import write_ply
+from lingbot_map_ros.ros.conversions import map_axes_transform, stamp_to_ns
 from lingbot_map_ros.tools import bag_io, trajectory
 from lingbot_map_ros.tools.make_bag import BagSpec, write_synthetic
+from lingbot_map_ros.tools.map_plot import ground_truth_map, plot_map
 from lingbot_map_ros.tools.player import BagPlayer, PlayOptions
 from lingbot_map_ros.tools.replay import find_config
-from lingbot_map_ros.tools.synthetic_scene import SceneConfig
+from lingbot_map_ros.tools.synthetic_scene import render_sequence, SceneConfig
 
 _LOG = logging.getLogger('lingbot_map_demo')
 NODE_NAME = 'lingbot_map'
 POSE_TOPIC = f'/{NODE_NAME}/pose'
+GT_VOXEL_M = 0.02
+"""Voxel of the ground-truth map picture: the synthetic scene is in metres."""
 
 
 class NodeProcess:
@@ -270,9 +278,35 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
                'seconds': round(time.monotonic() - start, 1),
                'weights': args.weights or 'random', 'bag': str(bag), 'ground_truth': str(gt),
                'trajectory': str(tum), 'plot': str(png), 'node_log': str(node.log_path),
-               'evaluation': trajectory.evaluate(tum, gt)}
+               'evaluation': trajectory.evaluate(tum, gt),
+               'map_picture': str(write_map_picture(out, args.frames, values, map_axes))}
     (out / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n', encoding='utf-8')
     return summary
+
+
+def write_map_picture(out: Path, num_frames: int, values: dict[str, Any],
+                      map_axes: str) -> Path:
+    """Build the scene's map from its ground truth; write ``map_gt.ply`` and ``map_gt.png``.
+
+    Args:
+        out: output folder.
+        num_frames: frames of the synthetic loop (as in the bag).
+        values: node parameters (the ``map.*`` settings; the voxel is ``GT_VOXEL_M``).
+        map_axes: axes of the map frame.
+
+    Returns:
+        The PNG's path.
+    """
+    seq = render_sequence(SceneConfig(num_frames=num_frames))
+    config = replace(MapConfig.from_flat(values), voxel_size=GT_VOXEL_M)
+    xyz, rgb = ground_truth_map(seq, config, map_axes).points()
+    write_ply(out / 'map_gt.ply', xyz, rgb)
+    png = out / 'map_gt.png'
+    plot_map(png, xyz, rgb, (map_axes_transform(map_axes) @ seq.c2w)[:, :3, 3],
+             title=f'the node\'s map accumulator on the synthetic scene\'s GROUND-TRUTH depth '
+                   f'and poses ({num_frames} frames, voxel {GT_VOXEL_M} m, {len(xyz)} points)',
+             map_axes=map_axes)
+    return png
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -319,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
              f'  ground truth: {summary["ground_truth"]}',
              f'  trajectory:   {summary["trajectory"]}',
              f'  plot:         {summary["plot"]}',
+             f'  map picture:  {summary["map_picture"]} (ground-truth depth and poses)',
              f'  node log:     {summary["node_log"]}']
     if evaluation:
         lines.append(f'  APE rmse {evaluation["ape_m"]["rmse"]:.3f} m, RPE rmse '

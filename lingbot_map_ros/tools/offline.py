@@ -25,7 +25,9 @@ Poses are expressed in the node's map axes (``frames.map_axes``). Rollovers keep
 continuous trajectory; every reset re-anchors the map at the next frame, so poses of
 different segments are in different frames; the TUM header lists the segments. Storage that
 breaks mid-bag (a corrupt sqlite page) ends the run early: what was read is flushed and
-written, and the summary says why under ``storage_error``.
+written, and the summary says why under ``storage_error``. ``--ply`` builds the node's
+``~/map`` with the same accumulator and the same ``map.*`` settings
+(``engine/map_accumulator.py``), one ``map.ply`` per segment.
 """
 
 from __future__ import annotations
@@ -40,9 +42,10 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from lingbot_map_ros.config import EngineConfig
-from lingbot_map_ros.engine.geometry import unproject_depth
+from lingbot_map_ros.config import EngineConfig, MapConfig
+from lingbot_map_ros.engine.map_accumulator import MapAccumulator
 from lingbot_map_ros.engine.pipeline import StreamingSession
+from lingbot_map_ros.engine.ply import write_ply
 from lingbot_map_ros.engine.prediction import FramePrediction
 from lingbot_map_ros.engine.rollover import RolloverSession
 from lingbot_map_ros.engine.stats import RolloverStats
@@ -70,9 +73,9 @@ class RunOptions:
     save_depth: bool = False
     """Write ``depth/<stamp_ns>.npz`` per frame (depth, depth_conf, intrinsics, c2w)."""
     save_ply: bool = False
-    """Write the keyframes' coloured points as ``cloud.ply`` (``cloud_seg<N>.ply`` later)."""
-    ply_stride: int = 4
-    """Keep every n-th pixel per direction in the cloud."""
+    """Write the map of the keyframes as ``map.ply`` (``map_seg<N>.ply`` for later segments)."""
+    map: MapConfig = MapConfig()
+    """Settings of that map: the node's ``map.*`` parameters."""
     max_frames: int | None = None
     """Stop after this many image messages."""
 
@@ -128,7 +131,8 @@ class OfflineRunner:
         self._drops: dict[str, int] = {}
         self._segments: list[dict[str, Any]] = [
             {'index': 0, 'reason': 'start', 'start_stamp_ns': None, 'poses': 0}]
-        self._points: dict[int, list[np.ndarray]] = {}
+        self._map = MapAccumulator(options.map, session.config.stream.device) \
+            if options.save_ply else None
 
     @classmethod
     def from_values(cls, values: dict[str, Any], options: RunOptions,
@@ -174,7 +178,7 @@ class OfflineRunner:
             self._drop('stamp_jump_ahead', 'the last frame jumped ahead and nothing followed')
         self._collect(self._session.flush())
         wall_s = time.perf_counter() - start
-        self._write_clouds()
+        self._write_map()
         return {'frames_read': num_read, 'poses': len(self._stamps),
                 'drops': dict(sorted(self._drops.items())), 'segments': self._segments,
                 **_session_counts(self._session.rollover_stats()),
@@ -232,6 +236,7 @@ class OfflineRunner:
         _LOG.log(level, 'dropped frame (%s): %s', reason, detail)
 
     def _start_segment(self, reset: SessionReset, stamp_ns: int) -> None:
+        self._write_map()
         _LOG.warning('session reset (%s): %s; cleared %s', reset.reason, reset.detail,
                      reset.cleared)
         self._segments.append({'index': len(self._segments), 'reason': reset.reason,
@@ -257,20 +262,18 @@ class OfflineRunner:
             np.savez_compressed(folder / f'{pred.stamp_ns}.npz', depth=pred.depth,
                                 depth_conf=pred.depth_conf, intrinsics=pred.intrinsics,
                                 c2w=c2w)
-        if self._options.save_ply and pred.is_keyframe:
-            s = self._options.ply_stride
-            world = unproject_depth(pred.depth[::s, ::s], _strided_k(pred.intrinsics, s), c2w)
-            colours = pred.image[::s, ::s] if pred.image is not None else \
-                np.full(world.shape, 255, np.uint8)
-            keep = (pred.depth[::s, ::s] > 0) & np.isfinite(world).all(axis=-1)
-            record = np.concatenate([world[keep].astype(np.float32),
-                                     colours[keep].astype(np.float32)], axis=1)
-            self._points.setdefault(len(self._segments) - 1, []).append(record)
+        if self._map is not None and pred.is_keyframe:
+            self._map.add(pred.depth, pred.depth_conf, pred.image, pred.intrinsics, c2w)
 
-    def _write_clouds(self) -> None:
-        for segment, records in self._points.items():
-            name = 'cloud.ply' if segment == 0 else f'cloud_seg{segment}.ply'
-            write_ply(self._out / name, np.concatenate(records))
+    def _write_map(self) -> None:
+        """Write the current segment's map (if it has keyframes) and start an empty one."""
+        if self._map is None or self._map.num_keyframes == 0:
+            return
+        segment = len(self._segments) - 1
+        self._out.mkdir(parents=True, exist_ok=True)
+        write_ply(self._out / ('map.ply' if segment == 0 else f'map_seg{segment}.ply'),
+                  *self._map.points())
+        self._map.clear()
 
 
 def _session_counts(rollover: RolloverStats) -> dict[str, Any]:
@@ -278,31 +281,3 @@ def _session_counts(rollover: RolloverStats) -> dict[str, Any]:
     return {'sessions': rollover.sessions, 'rollovers': rollover.rollovers,
             'degenerate_alignments': rollover.degenerate_alignments,
             'max_rollover_ms': round(rollover.max_rollover_ms, 2)}
-
-
-def _strided_k(k: np.ndarray, stride: int) -> np.ndarray:
-    """Intrinsics of ``image[::stride, ::stride]`` (pixel-centre indices without +0.5)."""
-    scaled = np.array(k, dtype=np.float64)
-    scaled[:2] /= stride
-    return scaled
-
-
-def write_ply(path: Path, points: np.ndarray) -> None:
-    """Write a binary little-endian PLY of coloured points.
-
-    Args:
-        path: output file.
-        points: [N, 6] ``x y z r g b`` (colours 0-255).
-    """
-    record = np.empty(len(points), dtype=[('x', '<f4'), ('y', '<f4'), ('z', '<f4'),
-                                          ('red', 'u1'), ('green', 'u1'), ('blue', 'u1')])
-    for i, name in enumerate(('x', 'y', 'z', 'red', 'green', 'blue')):
-        record[name] = points[:, i]
-    header = ('ply\nformat binary_little_endian 1.0\n'
-              f'element vertex {len(points)}\n'
-              'property float x\nproperty float y\nproperty float z\n'
-              'property uchar red\nproperty uchar green\nproperty uchar blue\nend_header\n')
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, 'wb') as f:
-        f.write(header.encode('ascii'))
-        f.write(record.tobytes())

@@ -6,7 +6,8 @@ Subcommands:
   functions (``ros/conversions.py``) into the engine's ``StreamingSession`` -- no ROS graph, no
   dropped frames, deterministic. It writes ``trajectory.tum`` (the poses the node would publish on
   ``~/pose``, in the same map axes), ``trajectory.png``, ``summary.json``, and with ``--depth``
-  / ``--ply`` the depth maps and a coloured point cloud. With ``--gt`` it reports APE/RPE (evo).
+  / ``--ply`` the depth maps and the node's map (``map.ply``). With ``--gt`` it reports APE/RPE
+  (evo).
   Frames are handled as the node handles them: unreadable images and frames the engine refuses
   are counted drops, a stamp that is not newer is dropped, a stamp jump back or a session limit
   resets the session and starts a new map segment (listed in the summary and the TUM header).
@@ -31,7 +32,7 @@ from typing import Any
 import torch
 import yaml
 
-from lingbot_map_ros.config import EngineConfig, load_yaml
+from lingbot_map_ros.config import EngineConfig, load_yaml, MapConfig
 from lingbot_map_ros.engine.errors import LingbotMapError
 from lingbot_map_ros.tools import bag_io, make_bag, trajectory
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
@@ -107,7 +108,7 @@ def run_options(args: argparse.Namespace) -> tuple[dict[str, Any], RunOptions]:
         forward_jump_s=float(values.get('input.forward_jump_s', RunOptions.forward_jump_s)),
         resolution_change_frames=int(values.get('input.resolution_change_frames',
                                                 RunOptions.resolution_change_frames)),
-        save_depth=args.depth, save_ply=args.ply, ply_stride=args.ply_stride,
+        save_depth=args.depth, save_ply=args.ply, map=MapConfig.from_flat(values),
         max_frames=args.max_frames)
     return values, options
 
@@ -174,7 +175,7 @@ def _log_summary(summary: dict[str, Any], out: Path) -> None:
         _LOG.info('vs ground truth (Sim(3)-aligned, %d pairs): APE rmse %.4f, RPE rmse %.4f',
                   evaluation['num_pairs'], evaluation['ape_m']['rmse'],
                   evaluation['rpe_m']['rmse'])
-    for name in ('trajectory.tum', 'trajectory.png', 'cloud.ply', 'depth', 'summary.json'):
+    for name in ('trajectory.tum', 'trajectory.png', 'map.ply', 'depth', 'summary.json'):
         if (out / name).exists():
             _LOG.info('wrote %s', out / name)
 
@@ -202,9 +203,9 @@ def _add_run_parser(subparsers: argparse._SubParsersAction) -> None:
                    help='save depth/<stamp_ns>.npz per frame: depth, depth_conf, intrinsics, c2w '
                         '(turns stream.enable_depth on)')
     p.add_argument('--ply', action='store_true',
-                   help='save a coloured point cloud of the keyframes as cloud.ply')
-    p.add_argument('--ply-stride', type=int, default=4,
-                   help='keep every n-th pixel per direction in the cloud (default: 4)')
+                   help='save the map of the keyframes as map.ply: the node\'s ~/map, built '
+                        'with the map.* parameters of the YAML (e.g. --set map.voxel_size=0.02'
+                        '); turns stream.enable_depth on')
     p.add_argument('--max-frames', type=int, default=None, help='stop after this many images')
     p.add_argument('--torch-threads', type=int, default=0,
                    help='CPU threads of torch (0: torch default; 1 is fastest on a busy '

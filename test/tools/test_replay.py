@@ -15,6 +15,7 @@ import torch
 
 from lingbot_map_ros.config import load_yaml
 from lingbot_map_ros.engine.geometry import quaternion_to_rotation
+from lingbot_map_ros.engine.ply import read_ply
 from lingbot_map_ros.tools import bag_io, trajectory
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
 from lingbot_map_ros.tools.replay import find_config, main
@@ -44,7 +45,8 @@ def _run(bag, out, *extra):
 
 def test_run_writes_trajectory_plot_depth_cloud_and_summary(synthetic, tmp_path):
     bag, gt = synthetic
-    assert _run(bag, tmp_path, '--gt', str(gt), '--depth', '--ply', '--ply-stride', '2') == 0
+    assert _run(bag, tmp_path, '--gt', str(gt), '--depth', '--ply', '--set', 'map.pixel_stride=1',
+                '--set', 'map.voxel_size=0.001') == 0
     est, truth = trajectory.read_tum(tmp_path / 'trajectory.tum'), trajectory.read_tum(gt)
     np.testing.assert_array_equal(est.stamps_ns, truth.stamps_ns)
     assert np.all(np.isfinite(est.c2w))
@@ -61,10 +63,11 @@ def test_run_writes_trajectory_plot_depth_cloud_and_summary(synthetic, tmp_path)
         # 128x72 -> width 112, height round(72 * 112 / 128 / 14) * 14 = 56.
         assert frame['depth'].shape == frame['depth_conf'].shape == (56, 112)
         np.testing.assert_allclose(frame['c2w'], est.c2w[3], atol=1e-6)
-    ply = (tmp_path / 'cloud.ply').read_bytes()
-    header, _, body = ply.partition(b'end_header\n')
-    count = int(header.split(b'element vertex ')[1].split(b'\n')[0])
-    assert count > 1000 and len(body) == count * 15  # 3 float32 + 3 uint8
+    # The node's map, from the same accumulator and the YAML's map.* settings: 10 keyframes
+    # of 112x56 pixels, half of each kept by the confidence filter, merged into voxels.
+    xyz, rgb = read_ply(tmp_path / 'map.ply')
+    assert 1000 < len(xyz) < 0.6 * 10 * 112 * 56 and np.isfinite(xyz).all()
+    assert rgb.dtype == np.uint8 and rgb.std() > 0
     if summary['evaluation'] is not None:  # evo installed
         assert summary['evaluation']['num_pairs'] == 10
         assert np.isfinite(summary['evaluation']['ape_m']['rmse'])

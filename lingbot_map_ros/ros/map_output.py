@@ -1,0 +1,215 @@
+"""``~/map`` and ``~/save``: the accumulated point-cloud map of the node (docs/map.md).
+
+:class:`MapOutput` has the interface of the other outputs (``publish(pred, camera_frame, opts)``
+on the worker thread for every published prediction, ``clear()`` on every session reset):
+
+- every published pose is logged for ``trajectory.tum``;
+- with ``map.enable`` true, a keyframe that carries depth (``stream.enable_depth``) goes into
+  the :class:`~lingbot_map_ros.engine.map_accumulator.MapAccumulator`, on the engine's device;
+- a steady-clock timer publishes ``~/map`` (reliable, transient local, keep last 1: a late
+  subscriber gets the latest map) every ``map.period_s`` when the map changed;
+- ``~/save`` (std_srvs/Trigger) writes the trajectory, the map and the intrinsics into a new
+  folder under ``output.directory`` (:mod:`~lingbot_map_ros.ros.map_save`).
+
+The map is in the pose frame the node publishes, ``map_frame`` with the ``frames.map_axes``
+axes; :func:`map_c2w` is the one place that picks the engine pose it is built from. A session
+reset starts a new map (new origin and scale), so the map and the logged poses are cleared.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+import numpy as np
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.clock import Clock, ClockType
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import PointCloud2, PointField
+from std_srvs.srv import Trigger
+
+from lingbot_map_ros.config import MapConfig
+from lingbot_map_ros.engine.map_accumulator import MapAccumulator
+from lingbot_map_ros.engine.prediction import FramePrediction
+from lingbot_map_ros.ros import conversions
+from lingbot_map_ros.ros.map_save import CameraEstimate, MapSnapshot, save
+
+MAP_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1,
+                     reliability=ReliabilityPolicy.RELIABLE,
+                     durability=DurabilityPolicy.TRANSIENT_LOCAL)
+"""QoS of ~/map: a late (transient local) subscriber still gets the latest map."""
+_FIELDS = [PointField(name=n, offset=4 * i, datatype=PointField.FLOAT32, count=1)
+           for i, n in enumerate(('x', 'y', 'z', 'rgb'))]
+
+
+def map_c2w(pred: FramePrediction) -> np.ndarray:
+    """Return the engine pose that the map and the saved trajectory use (before the map axes).
+
+    NOTE: the one switch for the continuous odometry frame: when the prediction carries it,
+    return that pose here.
+    """
+    return pred.c2w
+
+
+class _PoseLog:
+    """Stamped poses in a growing buffer (64 bytes a pose)."""
+
+    def __init__(self) -> None:
+        self._stamps = np.zeros(256, np.int64)
+        self._poses = np.zeros((256, 3, 4), np.float64)
+        self._count = 0
+
+    def append(self, stamp_ns: int, c2w: np.ndarray) -> None:
+        if self._count == len(self._stamps):
+            self._stamps = np.concatenate([self._stamps, np.zeros_like(self._stamps)])
+            self._poses = np.concatenate([self._poses, np.zeros_like(self._poses)])
+        self._stamps[self._count], self._poses[self._count] = stamp_ns, c2w[:3]
+        self._count += 1
+
+    def clear(self) -> None:
+        self._count = 0
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``([N] stamps, [N, 4, 4] poses)`` copies."""
+        c2w = np.zeros((self._count, 4, 4))
+        c2w[:, :3], c2w[:, 3, 3] = self._poses[:self._count], 1.0
+        return self._stamps[:self._count].copy(), c2w
+
+
+class MapOutput:
+    """The map publisher, the save service and what they need (see the module docstring)."""
+
+    def __init__(self, node: Any, options: Callable[[], dict[str, Any]], device: str) -> None:
+        """Create the accumulator, ``~/map``, ``~/save`` and the publish timer.
+
+        Args:
+            node: the ``rclpy`` node.
+            options: returns the node's current parameter values (``map.*``, ``frames.*``,
+                ``output.directory``).
+            device: torch device of the engine.
+
+        Raises:
+            ValueError: a bad ``map.*`` value.
+        """
+        values = options()
+        self._options = options
+        self._log = node.get_logger()
+        self._frame_id = values['frames.map_frame']
+        self._axes = conversions.map_axes_transform(values['frames.map_axes'])
+        self._map = MapAccumulator(MapConfig.from_flat(values), device)
+        self._lock = threading.Lock()
+        self._poses = _PoseLog()
+        self._camera: CameraEstimate | None = None
+        self._stamp_ns = 0
+        self._changed = False
+        self._add_ms: list[float] = []
+        self._pub = node.create_publisher(PointCloud2, '~/map', MAP_QOS)
+        group = MutuallyExclusiveCallbackGroup()
+        node.create_service(Trigger, '~/save', self._on_save, callback_group=group)
+        node.create_timer(values['map.period_s'], self._publish_if_changed, callback_group=group,
+                          clock=Clock(clock_type=ClockType.STEADY_TIME))
+        if values['map.enable'] and not (values['stream.enable_depth']
+                                         and values['model.enable_depth']):
+            self._log.info('map.enable is true but depth is off: ~/map stays empty until '
+                           'stream.enable_depth is true (from the next reset)')
+
+    @property
+    def accumulator(self) -> MapAccumulator:
+        """The map itself (for tests and tools)."""
+        return self._map
+
+    def publish(self, pred: FramePrediction, camera_frame: str, opts: dict[str, Any]) -> None:
+        """Log the published pose and add a keyframe's depth to the map (worker thread)."""
+        c2w = self._axes @ map_c2w(pred)
+        with self._lock:
+            self._poses.append(pred.stamp_ns, c2w)
+            self._camera = CameraEstimate(camera_frame, pred.stamp_ns, pred.intrinsics_original,
+                                          pred.original_size_hw, pred.intrinsics,
+                                          pred.image_size_hw)
+        if not (opts['map.enable'] and pred.is_keyframe and pred.depth is not None):
+            return
+        try:
+            self._add(pred, c2w, opts)
+        except (ValueError, RuntimeError) as exc:  # a bad frame must not stop the node
+            self._log.error(f'map: keyframe at stamp {pred.stamp_ns} not added: {exc}',
+                            throttle_duration_sec=5.0)
+
+    def _add(self, pred: FramePrediction, c2w: np.ndarray, opts: dict[str, Any]) -> None:
+        config = MapConfig.from_flat(opts)
+        if config != self._map.config:
+            self._map.config = config
+        if self._map.num_keyframes == 0:
+            median = float(np.median(pred.depth[np.isfinite(pred.depth) & (pred.depth > 0)])) \
+                if np.any(pred.depth > 0) else float('nan')
+            self._log.info(f'map: new map; median depth of its first keyframe {median:.4g} map '
+                           f'units, map.voxel_size {config.voxel_size:g} = 1/'
+                           f'{median / config.voxel_size:.0f} of it')
+        start = time.perf_counter()
+        update = self._map.add(pred.depth, pred.depth_conf, pred.image, pred.intrinsics, c2w)
+        self._add_ms.append((time.perf_counter() - start) * 1e3)
+        with self._lock:
+            self._stamp_ns, self._changed = pred.stamp_ns, True
+        if update.num_dropped or update.num_out_of_range:
+            self._log.debug(f'map: {update}')
+
+    def clear(self) -> int:
+        """Start a new map (session reset); returns the map points removed."""
+        removed = self._map.clear()
+        with self._lock:  # after the clear, so the next publish is the empty map
+            self._poses.clear()
+            self._changed = True
+        if self._add_ms:
+            self._log.info(f'map: {removed} points cleared; adding a keyframe took '
+                           f'{np.mean(self._add_ms):.2f} ms on average '
+                           f'({len(self._add_ms)} keyframes)')
+            self._add_ms.clear()
+        return removed
+
+    def _publish_if_changed(self) -> None:
+        with self._lock:
+            if not self._changed:
+                return
+            self._changed = False
+            stamp_ns = self._stamp_ns
+        try:
+            self._pub.publish(self.cloud(stamp_ns))
+        except Exception as exc:  # noqa: BLE001 - a failed publish must not stop the timer
+            self._log.error(f'map: publish failed: {exc}', throttle_duration_sec=10.0)
+
+    def cloud(self, stamp_ns: int) -> PointCloud2:
+        """Return the current map as a PointCloud2 (x y z + packed rgb) in the map frame."""
+        xyz, rgb = self._map.points()
+        num, data = conversions.xyz_rgb_cloud(xyz[:, None], rgb[:, None], 1)
+        msg = PointCloud2(height=1, width=num, fields=_FIELDS, is_bigendian=False,
+                          point_step=16, row_step=16 * num, is_dense=True)
+        msg.header.frame_id = self._frame_id
+        conversions.fill_stamp(msg.header.stamp, stamp_ns)
+        msg.data = data
+        return msg
+
+    def snapshot(self) -> MapSnapshot:
+        """Return the poses, the map and the camera as of now."""
+        with self._lock:
+            stamps, c2w = self._poses.arrays()
+            camera = self._camera
+        xyz, rgb = self._map.points()
+        comments = (f'lingbot_map ~/save: every pose published on ~/pose since the map was '
+                    f'last cleared; camera optical frame in {self._frame_id}; non-metric scale',)
+        return MapSnapshot(stamps, c2w, xyz, rgb, camera, comments)
+
+    def _on_save(self, request: Trigger.Request, response: Trigger.Response
+                 ) -> Trigger.Response:
+        directory = str(self._options()['output.directory'])
+        try:
+            snapshot = self.snapshot()
+            folder = save(directory, snapshot)
+        except Exception as exc:  # noqa: BLE001 - answer the caller, never raise
+            response.success = False
+            response.message = f"save into '{directory}' failed: {exc}"
+            self._log.error(response.message)
+            return response
+        response.success, response.message = True, str(folder)
+        self._log.info(f'saved {len(snapshot.stamps_ns)} poses and {len(snapshot.xyz)} map '
+                       f'points to {folder}')
+        return response

@@ -1,0 +1,131 @@
+"""What ``~/save`` writes: a new timestamped folder with the trajectory, the map and the camera.
+
+``<output.directory>/<YYYYmmdd-HHMMSS>/`` (``-2``, ``-3`` ... appended when two saves share a
+second) holds:
+
+- ``trajectory.tum``: every pose published on ``~/pose`` since the map was last cleared,
+  ``timestamp tx ty tz qx qy qz qw`` (the camera optical frame in the map frame, the same
+  position and quaternion as the messages);
+- ``map.ply``: the current map (binary PLY, x y z + rgb; empty when no keyframe was added);
+- ``camera_info.yaml``: the intrinsics estimated for the latest frame, for the *input* image
+  size, in the ``camera_calibration`` / ``camera_info_manager`` format (pinhole, no distortion),
+  and ``camera_info_processed.yaml`` for the processed (depth) image size.
+
+A failure removes the half-written folder and raises ``OSError``; the node answers it with
+``success=False``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+import os
+from pathlib import Path
+import shutil
+
+import numpy as np
+
+from lingbot_map_ros.engine.ply import write_ply
+from lingbot_map_ros.ros.conversions import c2w_to_pose
+
+
+@dataclass(frozen=True)
+class CameraEstimate:
+    """The intrinsics of one frame, as the engine estimated them."""
+
+    frame_id: str
+    stamp_ns: int
+    k: np.ndarray
+    """[3, 3] for the input image."""
+    size_hw: tuple[int, int]
+    k_processed: np.ndarray
+    """[3, 3] for the processed image (the depth image)."""
+    processed_size_hw: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class MapSnapshot:
+    """Everything one save writes."""
+
+    stamps_ns: np.ndarray
+    """[N] int64."""
+    c2w: np.ndarray
+    """[N, 4, 4] poses in the map frame."""
+    xyz: np.ndarray
+    """[M, 3] map points."""
+    rgb: np.ndarray
+    """[M, 3] uint8 colours."""
+    camera: CameraEstimate | None
+    comments: tuple[str, ...] = ()
+    """Header lines of the TUM file."""
+
+
+def save(directory: str, snapshot: MapSnapshot, now: datetime | None = None) -> Path:
+    """Write a snapshot into a new folder under ``directory``.
+
+    Args:
+        directory: parent folder (``~`` and ``$VARS`` expanded, created when missing).
+        snapshot: what to write.
+        now: time that names the folder (default: now, UTC).
+
+    Returns:
+        The new folder.
+
+    Raises:
+        OSError: the folder or a file cannot be written (the folder is removed again).
+    """
+    parent = Path(os.path.expandvars(os.path.expanduser(directory)))
+    name = (now or datetime.now(timezone.utc)).strftime('%Y%m%d-%H%M%S')
+    parent.mkdir(parents=True, exist_ok=True)
+    folder = parent / name
+    for attempt in range(2, 1000):
+        try:
+            folder.mkdir()
+            break
+        except FileExistsError:
+            folder = parent / f'{name}-{attempt}'
+    else:
+        raise OSError(f'no free folder name for {parent / name}')
+    try:
+        write_tum(folder / 'trajectory.tum', snapshot.stamps_ns, snapshot.c2w, snapshot.comments)
+        write_ply(folder / 'map.ply', snapshot.xyz, snapshot.rgb)
+        if snapshot.camera is not None:
+            cam = snapshot.camera
+            write_camera_info(folder / 'camera_info.yaml', cam.k, cam.size_hw, cam)
+            write_camera_info(folder / 'camera_info_processed.yaml', cam.k_processed,
+                              cam.processed_size_hw, cam)
+    except OSError:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder
+
+
+def write_tum(path: Path, stamps_ns: np.ndarray, c2w: np.ndarray,
+              comments: tuple[str, ...] = ()) -> None:
+    """Write poses as TUM lines, with the position and quaternion that ``~/pose`` carries."""
+    lines = [f'# {c}' for c in comments] + ['# timestamp tx ty tz qx qy qz qw']
+    for stamp, pose in zip(stamps_ns, c2w):
+        position, quat = c2w_to_pose(pose)
+        sec, nsec = divmod(int(stamp), 1_000_000_000)
+        lines.append(f'{sec}.{nsec:09d} ' + ' '.join(f'{v:.9g}' for v in (*position, *quat)))
+    path.write_text('\n'.join(lines) + '\n', encoding='utf-8')
+
+
+def write_camera_info(path: Path, k: np.ndarray, size_hw: tuple[int, int],
+                      camera: CameraEstimate) -> None:
+    """Write a pinhole camera in the ``camera_calibration`` YAML format."""
+    def matrix(rows: int, cols: int, values: np.ndarray) -> str:
+        data = ', '.join(f'{float(v):.9g}' for v in np.asarray(values).reshape(-1))
+        return f'\n  rows: {rows}\n  cols: {cols}\n  data: [{data}]'
+
+    k = np.asarray(k, np.float64)
+    text = (f'# estimated by lingbot_map for the frame at stamp {camera.stamp_ns} ns '
+            '(pinhole, principal point at the centre, no distortion)\n'
+            f'image_width: {size_hw[1]}\nimage_height: {size_hw[0]}\n'
+            f'camera_name: {camera.frame_id or "camera"}\n'
+            f'camera_matrix:{matrix(3, 3, k)}\n'
+            'distortion_model: plumb_bob\n'
+            f'distortion_coefficients:{matrix(1, 5, np.zeros(5))}\n'
+            f'rectification_matrix:{matrix(3, 3, np.eye(3))}\n'
+            f'projection_matrix:{matrix(3, 4, np.hstack([k, np.zeros((3, 1))]))}\n')
+    path.write_text(text, encoding='utf-8')

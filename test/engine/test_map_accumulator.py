@@ -1,0 +1,171 @@
+"""MapAccumulator: voxel de-duplication, the bound, the confidence filter, the frame transform.
+
+Run: ``pytest test/engine/test_map_accumulator.py`` (CPU, about a second).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from lingbot_map_ros.config import MapConfig
+from lingbot_map_ros.engine.geometry import unproject_depth
+from lingbot_map_ros.engine.map_accumulator import MapAccumulator
+
+K = np.array([[2.0, 0.0, 1.5], [0.0, 2.0, 1.0], [0.0, 0.0, 1.0]])
+
+
+def config(**overrides):
+    values = dict(voxel_size=0.5, confidence_percentile=0.0, pixel_stride=1)
+    values.update(overrides)
+    return MapConfig(**values)
+
+
+def pose(yaw_rad=0.0, t=(0.0, 0.0, 0.0)):
+    c, s = np.cos(yaw_rad), np.sin(yaw_rad)
+    c2w = np.eye(4)
+    c2w[:3, :3] = [[c, 0, s], [0, 1, 0], [-s, 0, c]]
+    c2w[:3, 3] = t
+    return c2w
+
+
+def sorted_rows(a):
+    return a[np.lexsort(a.T[::-1])]
+
+
+def test_points_are_the_unprojected_depth_in_the_map_frame():
+    rng = np.random.default_rng(0)
+    depth = rng.uniform(1.0, 4.0, (2, 3)).astype(np.float32)
+    c2w = pose(0.7, (1.0, -2.0, 0.5))
+    # A voxel far smaller than the spacing of the points: one point per voxel, unchanged.
+    acc = MapAccumulator(config(voxel_size=1e-4))
+    update = acc.add(depth, None, None, K, c2w)
+    assert (update.num_pixels, update.num_points, update.map_points) == (6, 6, 6)
+    xyz, rgb = acc.points()
+    expected = unproject_depth(depth.astype(np.float64), K, c2w).reshape(-1, 3)
+    np.testing.assert_allclose(sorted_rows(xyz), sorted_rows(expected), atol=1e-5)
+    assert (rgb == 255).all()  # no colours given: white
+
+
+def test_same_voxel_points_merge_into_their_weighted_mean_colour_and_position():
+    acc = MapAccumulator(config(voxel_size=10.0))
+    depth = np.array([[1.0, 2.0]], np.float32)
+    k = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    rgb = np.array([[[0, 0, 0], [100, 200, 50]]], np.uint8)
+    acc.add(depth, None, rgb, k, np.eye(4))
+    xyz, colour = acc.points()
+    # Pixels (0, 0) at z=1 and (1, 0) at z=2: points (0, 0, 1) and (2, 0, 2), one voxel.
+    np.testing.assert_allclose(xyz, [[1.0, 0.0, 1.5]])
+    np.testing.assert_array_equal(colour, [[50, 100, 25]])
+    # The same keyframe again: no new voxel, same mean.
+    update = acc.add(depth, None, rgb, k, np.eye(4))
+    assert (update.map_points, acc.num_points, acc.num_keyframes) == (1, 1, 2)
+    np.testing.assert_allclose(acc.points()[0], [[1.0, 0.0, 1.5]])
+
+
+def test_a_revisited_surface_does_not_grow_the_map():
+    rng = np.random.default_rng(1)
+    depth = rng.uniform(2.0, 3.0, (30, 40)).astype(np.float32)
+    k = np.array([[40.0, 0.0, 20.0], [0.0, 40.0, 15.0], [0.0, 0.0, 1.0]])
+    acc = MapAccumulator(config(voxel_size=0.05))
+    first = acc.add(depth, None, None, k, pose()).map_points
+    assert 0 < first < depth.size  # several pixels share voxels
+    assert acc.add(depth, None, None, k, pose()).map_points == first
+    # Moved sideways by half a voxel: the points shift, and most voxels are reused.
+    grown = acc.add(depth, None, None, k, pose(t=(0.025, 0.0, 0.0))).map_points
+    assert first < grown < 2 * first
+
+
+def test_bound_drops_the_voxels_seen_longest_ago():
+    acc = MapAccumulator(config(voxel_size=0.1, max_points=10))
+    k = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    depth = np.ones((1, 6), np.float32)  # 6 points 1 apart along x: 6 voxels
+    acc.add(depth, None, None, k, pose(t=(0.0, 0.0, 0.0)))
+    update = acc.add(depth, None, None, k, pose(t=(0.0, 10.0, 0.0)))
+    assert (update.num_dropped, update.map_points) == (2, 10)
+    xyz, _ = acc.points()
+    # All of the second keyframe (y = 10) stays; 4 of the first remain.
+    assert int((np.abs(xyz[:, 1] - 10.0) < 1e-6).sum()) == 6
+    assert int((np.abs(xyz[:, 1]) < 1e-6).sum()) == 4
+    # Seeing the first keyframe's points again makes them the newest: the second's go now.
+    acc.add(depth, None, None, k, pose())
+    xyz, _ = acc.points()
+    assert int((np.abs(xyz[:, 1]) < 1e-6).sum()) == 6
+    assert acc.num_points == 10
+
+
+def test_confidence_percentile_and_floor():
+    depth = np.ones((1, 10), np.float32)
+    conf = np.arange(1, 11, dtype=np.float32)[None]  # 1 .. 10
+    k = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    acc = MapAccumulator(config(voxel_size=0.01, confidence_percentile=50.0))
+    acc.add(depth, conf, None, k, np.eye(4))
+    # The upper half by confidence: conf >= median (5.5), pixels u = 5 .. 9.
+    np.testing.assert_allclose(np.sort(acc.points()[0][:, 0]), [5, 6, 7, 8, 9])
+    acc = MapAccumulator(config(voxel_size=0.01, min_confidence=8.0))
+    acc.add(depth, conf, None, k, np.eye(4))
+    np.testing.assert_allclose(np.sort(acc.points()[0][:, 0]), [7, 8, 9])
+    # Invalid depth and non-finite confidence never enter the map.
+    depth[0, 9], conf[0, 8] = 0.0, np.nan
+    acc = MapAccumulator(config(voxel_size=0.01))
+    assert acc.add(depth, conf, None, k, np.eye(4)).num_points == 8
+
+
+def test_stride_far_outliers_clear_and_fixed_settings():
+    depth = np.ones((4, 6), np.float32)
+    depth[0, 0] = 1e9  # far beyond 2**20 voxels
+    k = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    acc = MapAccumulator(config(voxel_size=0.01, pixel_stride=2))
+    update = acc.add(torch.from_numpy(depth), None, None, k, np.eye(4))
+    assert (update.num_pixels, update.num_out_of_range, update.map_points) == (6, 1, 5)
+    # Strided pixels keep their full-resolution coordinates: u in {2, 4}, v in {0, 2}.
+    xyz = acc.points()[0]
+    assert set(np.round(xyz[:, 0], 3)) == {0.0, 2.0, 4.0}
+    assert acc.clear() == 5 and acc.num_points == 0 and acc.num_keyframes == 0
+    acc.config = config(voxel_size=0.01, pixel_stride=1, confidence_percentile=10.0)
+    assert acc.config.pixel_stride == 1
+    with pytest.raises(ValueError, match='voxel_size'):
+        acc.config = config(voxel_size=0.02)
+
+
+def test_bad_input_is_refused_with_a_reason():
+    acc = MapAccumulator(config())
+    with pytest.raises(ValueError, match='confidence'):
+        acc.add(np.ones((2, 2)), np.ones((3, 2)), None, K, np.eye(4))
+    with pytest.raises(ValueError, match='non-finite'):
+        acc.add(np.ones((2, 2)), None, None, K, np.full((4, 4), np.nan))
+    assert acc.num_points == 0
+
+
+@pytest.mark.parametrize('field, value', [('voxel_size', 0.0), ('max_points', 0),
+                                          ('confidence_percentile', 100.0),
+                                          ('pixel_stride', 0), ('period_s', 0.0)])
+def test_config_validation(field, value):
+    with pytest.raises(ValueError, match=f'map.{field}'):
+        MapConfig(**{field: value})
+
+
+def test_incremental_map_equals_one_pass_voxel_means():
+    """Keyframe by keyframe, the map holds each voxel's mean of every point that fell in it."""
+    rng = np.random.default_rng(3)
+    k = np.array([[8.0, 0.0, 4.0], [0.0, 8.0, 3.0], [0.0, 0.0, 1.0]])
+    acc = MapAccumulator(config(voxel_size=0.2))
+    everything = []
+    for i in range(6):
+        depth = rng.uniform(1.0, 2.0, (6, 8)).astype(np.float32)
+        rgb = rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)
+        c2w = pose(0.3 * i, (0.1 * i, 0.0, 0.05 * i))
+        acc.add(depth, None, rgb, k, c2w)
+        world = unproject_depth(depth.astype(np.float64), k, c2w).reshape(-1, 3)
+        everything.append(np.concatenate([world, rgb.reshape(-1, 3)], axis=1))
+    points = np.concatenate(everything)
+    cells = np.floor(points[:, :3].astype(np.float32) / np.float32(0.2)).astype(np.int64)
+    _, group = np.unique(cells, axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    means = np.stack([np.bincount(group, points[:, c]) / np.bincount(group)
+                      for c in range(6)], axis=1)
+    xyz, rgb = acc.points()
+    assert len(xyz) == len(means) and (np.bincount(group) <= 64).all()  # below MAX_WEIGHT
+    np.testing.assert_allclose(sorted_rows(xyz), sorted_rows(means[:, :3]), atol=1e-4)
+    # The map's keys are sorted and unique after every merge.
+    keys = acc._keys.numpy()
+    assert (np.diff(keys) > 0).all()
