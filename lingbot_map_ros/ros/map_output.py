@@ -11,9 +11,12 @@ on the worker thread for every published prediction, ``clear()`` on every sessio
 - ``~/save`` (std_srvs/Trigger) writes the trajectory, the map and the intrinsics into a new
   folder under ``output.directory`` (:mod:`~lingbot_map_ros.ros.map_save`).
 
-The map is in the pose frame the node publishes, ``map_frame`` with the ``frames.map_axes``
-axes; :func:`map_c2w` is the one place that picks the engine pose it is built from. A session
-reset starts a new map (new origin and scale), so the map and the logged poses are cleared.
+The map is in ``frames.odom_frame``, the continuous frame of the poses (REP 105,
+``odom_frames.py``): the camera's pose in it comes from the engine's continuous ``c2w`` through
+the same :class:`~lingbot_map_ros.ros.odom_frames.OdomFrames` as ``~/pose``, so rollovers do
+not tear it. The logged trajectory is what ``~/pose`` carried (``base_frame`` in odom). A
+session reset starts a new map (new origin and scale), so the map and the logged poses are
+cleared.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from lingbot_map_ros.engine.map_accumulator import MapAccumulator
 from lingbot_map_ros.engine.prediction import FramePrediction
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.ros.map_save import CameraEstimate, MapSnapshot, save
+from lingbot_map_ros.ros.odom_frames import OdomFrames
 
 MAP_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1,
                      reliability=ReliabilityPolicy.RELIABLE,
@@ -41,15 +45,6 @@ MAP_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1,
 """QoS of ~/map: a late (transient local) subscriber still gets the latest map."""
 _FIELDS = [PointField(name=n, offset=4 * i, datatype=PointField.FLOAT32, count=1)
            for i, n in enumerate(('x', 'y', 'z', 'rgb'))]
-
-
-def map_c2w(pred: FramePrediction) -> np.ndarray:
-    """Return the engine pose that the map and the saved trajectory use (before the map axes).
-
-    NOTE: the one switch for the continuous odometry frame: when the prediction carries it,
-    return that pose here.
-    """
-    return pred.c2w
 
 
 class _PoseLog:
@@ -80,7 +75,8 @@ class _PoseLog:
 class MapOutput:
     """The map publisher, the save service and what they need (see the module docstring)."""
 
-    def __init__(self, node: Any, options: Callable[[], dict[str, Any]], device: str) -> None:
+    def __init__(self, node: Any, options: Callable[[], dict[str, Any]], device: str,
+                 frames: OdomFrames) -> None:
         """Create the accumulator, ``~/map``, ``~/save`` and the publish timer.
 
         Args:
@@ -88,6 +84,7 @@ class MapOutput:
             options: returns the node's current parameter values (``map.*``, ``frames.*``,
                 ``output.directory``).
             device: torch device of the engine.
+            frames: the odom frame of ``~/pose`` (shared with ``Outputs``).
 
         Raises:
             ValueError: a bad ``map.*`` value.
@@ -95,8 +92,9 @@ class MapOutput:
         values = options()
         self._options = options
         self._log = node.get_logger()
-        self._frame_id = values['frames.map_frame']
-        self._axes = conversions.map_axes_transform(values['frames.map_axes'])
+        self._frame_id = values['frames.odom_frame']
+        self._base_frame = values['frames.base_frame']
+        self._frames = frames
         self._map = MapAccumulator(MapConfig.from_flat(values), device)
         self._lock = threading.Lock()
         self._poses = _PoseLog()
@@ -119,11 +117,15 @@ class MapOutput:
         """The map itself (for tests and tools)."""
         return self._map
 
-    def publish(self, pred: FramePrediction, camera_frame: str, opts: dict[str, Any]) -> None:
-        """Log the published pose and add a keyframe's depth to the map (worker thread)."""
-        c2w = self._axes @ map_c2w(pred)
+    def publish(self, pred: FramePrediction, camera_frame: str, _opts: Any) -> None:
+        """Log the published pose and add a keyframe's depth to the map (worker thread).
+
+        Runs after ``Outputs.publish``, which anchored the odom frame on the first pose.
+        """
+        opts = self._options()
+        c2w = self._frames.odom_from_world() @ pred.c2w
         with self._lock:
-            self._poses.append(pred.stamp_ns, c2w)
+            self._poses.append(pred.stamp_ns, self._frames.base_in_odom(pred.c2w))
             self._camera = CameraEstimate(camera_frame, pred.stamp_ns, pred.intrinsics_original,
                                           pred.original_size_hw, pred.intrinsics,
                                           pred.image_size_hw)
@@ -195,7 +197,7 @@ class MapOutput:
             camera = self._camera
         xyz, rgb = self._map.points()
         comments = (f'lingbot_map ~/save: every pose published on ~/pose since the map was '
-                    f'last cleared; camera optical frame in {self._frame_id}; non-metric scale',)
+                    f'last cleared; {self._base_frame} in {self._frame_id}; non-metric scale',)
         return MapSnapshot(stamps, c2w, xyz, rgb, camera, comments)
 
     def _on_save(self, request: Trigger.Request, response: Trigger.Response

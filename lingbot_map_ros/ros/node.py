@@ -96,7 +96,8 @@ class LingbotMapNode(Node):
         self._session = self._make_session(config)
         self._stats = diagnostics.NodeStats()
         self._outputs = Outputs(self, self._values)
-        self._map = MapOutput(self, lambda: self._values, config.stream.device)
+        self._map = MapOutput(self, lambda: self._values, config.stream.device,
+                              self._outputs.frames)
         bridge = CvBridge() if CvBridge is not None else None
         self._runner = SessionRunner(self._session, self._outputs, self._stats,
                                      self.get_logger(), NodeOptions.from_values(self._values),

@@ -86,6 +86,11 @@ class Outputs:
         """True when tf2_ros is importable and TF can be broadcast."""
         return self._tf is not None
 
+    @property
+    def frames(self) -> OdomFrames:
+        """The odom frame of the poses (other outputs in that frame share it)."""
+        return self._frames
+
     def frames_info(self) -> dict[str, str]:
         """``odom_frame``, ``base_frame`` and where the mounting came from, for diagnostics."""
         return {'odom_frame': self._odom_frame, 'base_frame': self._base_frame,

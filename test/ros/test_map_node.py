@@ -85,7 +85,7 @@ def test_late_subscriber_gets_the_map_and_save_writes_it(graph, tmp_path):
              'the map with the last keyframe published')
 
     msg = late_map(graph, node.get_namespace())
-    assert msg.header.frame_id == 'map' and stamp_ns(msg) == sent[-1]
+    assert msg.header.frame_id == 'odom' and stamp_ns(msg) == sent[-1]
     assert [f.name for f in msg.fields] == ['x', 'y', 'z', 'rgb']
     assert msg.width == len(xyz) and msg.point_step == 16
     np.testing.assert_allclose(rows(cloud_xyz(msg)), rows(xyz))
