@@ -11,6 +11,10 @@
 #   STAGE=check: the CUDA-graph/compile GPU tests and golden set A (SDPA, compiled) only.
 #   STAGE=fp8: bench/fp8_attention.py (cuDNN FP8 attention at our shape: speed and error).
 #   STAGE=long: 10,000 frames at K=10 (compiled, pose path), progress every 100 frames.
+#   STAGE=issue13: GPU speed and memory (docs/gpu_memory.md): the attention kernel candidates
+#     (bench/attention_kernels.py), golden set A with an FP8 KV cache, `bench model` (SDPA,
+#     compiled) at the default config (pose, depth), with FP8 KV, and with config/small_gpu.yaml's
+#     cache (W 24, FP8, 330 keyframes), then h200_summary.json. About 7 minutes.
 set -uo pipefail
 out="${OUT:-bench/results/raw}"
 stage="${STAGE:-main}"
@@ -44,6 +48,17 @@ if [ "$stage" = check ]; then
 elif [ "$stage" = long ]; then
   timeout "${LONG_RUN_S:-560}" $bench --backend sdpa --compile --frames 10000 \
     --keyframe-interval 10 --progress 100 > "$out/model_sdpa_compile_10k.txt" 2>&1
+elif [ "$stage" = issue13 ]; then
+  timeout 170 python3 bench/attention_kernels.py > "$out/attention_kernels.txt" 2>&1
+  timeout 100 $golden --dtype bfloat16 --backend sdpa --cuda-graphs --compile \
+    --kv-dtype float8_e4m3fn > "$out/golden_A_fp8_kv.txt" 2>&1
+  timeout 80 $bench --backend sdpa --compile > "$out/model_default_pose.txt" 2>&1
+  timeout 80 $bench --backend sdpa --compile --depth > "$out/model_default_depth.txt" 2>&1
+  timeout 80 $bench --backend sdpa --compile --depth --kv-dtype float8_e4m3fn \
+    --max-total-frames 330 > "$out/model_fp8_depth.txt" 2>&1
+  timeout 80 $bench --backend sdpa --compile --depth --kv-dtype float8_e4m3fn \
+    --max-total-frames 330 --window 24 > "$out/model_small_gpu_depth.txt" 2>&1
+  python3 bench/h200_summary.py "$out" > "$out/summary.txt" 2>&1
 elif [ "$stage" = fp8 ]; then
   python3 bench/fp8_attention.py > "$out/fp8_attention.txt" 2>&1
 else

@@ -23,6 +23,7 @@ import yaml
 
 Backend = Literal['flashinfer', 'sdpa', 'reference']
 DType = Literal['bfloat16', 'float16', 'float32']
+CacheDType = Literal['bfloat16', 'float16', 'float32', 'float8_e4m3fn']
 Preset = Literal['official', 'tiny']
 
 
@@ -122,8 +123,10 @@ class CacheConfig:
     """Most recent keyframes whose patch tokens stay cached (W)."""
     max_total_frames: int = 2048
     """Capacity of the special-token stream, in keyframes; the session raises when it is full."""
-    dtype: DType = 'bfloat16'
-    """KV storage dtype on CUDA (CPU always stores float32)."""
+    dtype: CacheDType = 'bfloat16'
+    """KV storage dtype on CUDA (CPU stores float32). 'float8_e4m3fn' halves the cache on
+    any device: K/V are stored in e4m3 (unit scale) and widened to the attention dtype on
+    read (backend 'sdpa' or 'reference'; 'flashinfer' refuses it). See docs/gpu_memory.md."""
 
     def __post_init__(self) -> None:
         if self.scale_frames < 1:

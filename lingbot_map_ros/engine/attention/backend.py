@@ -21,6 +21,8 @@ from typing import Protocol, TYPE_CHECKING
 
 import torch
 
+from lingbot_map_ros.engine.attention.fp8 import FP8_KV_DTYPES
+
 if TYPE_CHECKING:
     from lingbot_map_ros.engine.cache.page_table import PageLayout
 
@@ -39,6 +41,25 @@ class AttentionBackend(Protocol):
     def run(self, q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
             layout: PageLayout) -> torch.Tensor:
         """Attend ``q: [Q, H, D]`` to the visible tokens; returns ``[Q, H, D]``."""
+
+
+def check_storage_dtype(storage: torch.dtype | None, dtype: torch.dtype,
+                        backend: str) -> torch.dtype:
+    """The K/V storage dtype of a cache attending in ``dtype`` (``None``: ``dtype``).
+
+    Raises:
+        ValueError: a storage dtype other than ``dtype`` or FP8 e4m3, or FP8 with a backend
+            that cannot widen it on read.
+    """
+    if storage is None or storage == dtype:
+        return dtype
+    if storage not in FP8_KV_DTYPES:
+        raise ValueError(f'KV storage dtype {storage} must be the attention dtype {dtype} or '
+                         'torch.float8_e4m3fn')
+    if backend == 'flashinfer':
+        raise ValueError("FP8 KV storage (cache.dtype: float8_e4m3fn) is not wired to backend "
+                         "'flashinfer'; use backend 'sdpa' (it widens FP8 on read)")
+    return storage
 
 
 def make_backend(name: str, *, num_heads: int, head_dim: int, page_size: int, num_pages: int,

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from lingbot_map_ros.engine.attention.fp8 import attention_dtype, widen
 from lingbot_map_ros.engine.attention.sdpa import attend_tokens
 from lingbot_map_ros.engine.attention.split import cudnn_part, merge_partial, SplitAttention
 
@@ -140,12 +141,15 @@ class StagedAttention:
         """Attend ``q: [Q, H, D]`` to the staged run of ``k_pages, v_pages: [N, T, H, D]``.
 
         Returns:
-            ``[Q, H, D]`` in the storage dtype.
+            ``[Q, H, D]`` in the storage dtype (the queries' dtype for an FP8 pool).
         """
-        if q.dtype != k_pages.dtype:
-            q = q.to(k_pages.dtype)
+        dtype = attention_dtype(q, k_pages)
+        if q.dtype != dtype:
+            q = q.to(dtype)
         heads, dim = k_pages.shape[2], k_pages.shape[3]
-        k, v = k_pages.view(-1, heads, dim), v_pages.view(-1, heads, dim)
+        # An FP8 pool is widened whole (a fixed shape, so the graph stays one graph).
+        k = widen(k_pages.view(-1, heads, dim), dtype)
+        v = widen(v_pages.view(-1, heads, dim), dtype)
         if not q.is_cuda:
             start, stop = self._host_bounds
             return attend_tokens(q, k[start:stop], v[start:stop])
