@@ -14,7 +14,7 @@
 #   STAGE=issue13: GPU speed and memory (docs/gpu_memory.md): the attention kernel candidates
 #     (bench/attention_kernels.py), golden set A with an FP8 KV cache, `bench model` (SDPA,
 #     compiled) at the default config (pose, depth), with FP8 KV, and with config/small_gpu.yaml's
-#     cache (W 24, FP8, 330 keyframes), then h200_summary.json. About 7 minutes.
+#     cache (W 24, FP8, 330 keyframes), then h200_summary.json; first the kernel/FP8 tests. ~7 min.
 set -uo pipefail
 out="${OUT:-bench/results/raw}"
 stage="${STAGE:-main}"
@@ -49,6 +49,8 @@ elif [ "$stage" = long ]; then
   timeout "${LONG_RUN_S:-560}" $bench --backend sdpa --compile --frames 10000 \
     --keyframe-interval 10 --progress 100 > "$out/model_sdpa_compile_10k.txt" 2>&1
 elif [ "$stage" = issue13 ]; then
+  timeout 90 python3 -m pytest -q -p no:cacheprovider test/engine/test_triton_attention.py \
+    test/engine/test_fp8_cache.py > "$out/gpu_tests_issue13.txt" 2>&1
   timeout 170 python3 bench/attention_kernels.py > "$out/attention_kernels.txt" 2>&1
   timeout 100 $golden --dtype bfloat16 --backend sdpa --cuda-graphs --compile \
     --kv-dtype float8_e4m3fn > "$out/golden_A_fp8_kv.txt" 2>&1

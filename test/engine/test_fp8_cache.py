@@ -1,0 +1,68 @@
+"""FP8 (e4m3) KV storage: written as FP8, widened on read, same attention up to e4m3 rounding."""
+
+import pytest
+import torch
+
+from lingbot_map_ros.config import CacheConfig
+from lingbot_map_ros.engine.cache.manager import FlashInferKVCacheManager
+
+P, H, D, S = 30, 4, 16, 6
+FP8 = torch.float8_e4m3fn
+
+
+def _stream(storage_dtype, backend='sdpa', frames=9):
+    """Keyframes 0..frames-1 through 2 blocks; the attention outputs and the manager."""
+    cache = FlashInferKVCacheManager(2, 100, P, H, D, torch.float32, 'cpu', num_special_tokens=S,
+                                     scale_frames=2, sliding_window=3, max_total_frames=20,
+                                     backend=backend, storage_dtype=storage_dtype)
+    gen = torch.Generator().manual_seed(7)
+    outs = []
+    for frame in range(frames):
+        for block in range(2):
+            k, v, q = (torch.randn(P, H, D, generator=gen) for _ in range(3))
+            cache.append_frame(block, k, v, keyframe=True)
+            if frame >= 2:
+                cache.evict_frames(block)
+            outs.append(cache.compute_attention(block, q))
+    return torch.stack(outs), cache
+
+
+@pytest.mark.parametrize('backend', ['sdpa', 'reference'])
+def test_fp8_storage_matches_float32_up_to_e4m3_rounding(backend):
+    ref, _ = _stream(None, backend)
+    out, cache = _stream(FP8, backend)
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+    rel = ((out - ref).norm() / ref.norm()).item()
+    # e4m3 keeps 3 mantissa bits: ~2^-4 relative rounding of each K/V element, so a few
+    # percent here; a wrong widening (e.g. bytes read as integers) is off by orders more.
+    assert 1e-3 < rel < 0.08
+    assert cache.get_cache_stats()['dtype'] == 'float8_e4m3fn'
+
+
+def test_fp8_storage_holds_the_written_values_in_e4m3():
+    _, cache = _stream(FP8, frames=1)
+    stored = cache._storage.k[0]  # noqa: SLF001 - the bytes themselves are the point
+    assert stored.dtype == FP8
+    gen = torch.Generator().manual_seed(7)
+    k = torch.randn(P, H, D, generator=gen)
+    page = cache.layout(0).page_ids[0]
+    assert torch.equal(stored[page].float(), k[S:].to(FP8).float())
+
+
+def test_fp8_storage_is_a_quarter_of_float32_and_half_of_bf16():
+    _, fp32 = _stream(None, frames=1)
+    _, fp8 = _stream(FP8, frames=1)
+    assert fp32.kv_bytes == 4 * fp8.kv_bytes
+
+
+def test_fp8_refusals_are_clear():
+    with pytest.raises(ValueError, match="not wired to backend 'flashinfer'"):
+        FlashInferKVCacheManager(1, 10, P, H, D, torch.bfloat16, 'cpu', num_special_tokens=S,
+                                 backend='flashinfer', storage_dtype=FP8)
+    with pytest.raises(ValueError, match='must be the attention dtype'):
+        FlashInferKVCacheManager(1, 10, P, H, D, torch.float32, 'cpu', num_special_tokens=S,
+                                 backend='sdpa', storage_dtype=torch.float16)
+
+
+def test_cache_config_takes_fp8():
+    assert CacheConfig(dtype='float8_e4m3fn').dtype == 'float8_e4m3fn'
