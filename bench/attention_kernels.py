@@ -182,6 +182,13 @@ def flash_attn4_candidate(checks, timed, flops):
     record('flash-attn-4 (CuTe DSL, Hopper fwd)', fa4, checks, timed, flops)
 
 
+def split_scratch(cfg, q):
+    """The key parts' outputs [splits, Q, H, D] and log2-sum-exps [splits, H, Q] (fp32)."""
+    return (torch.empty(cfg['splits'], *q.shape, dtype=torch.float32, device=q.device),
+            torch.empty(cfg['splits'], q.shape[1], q.shape[0], dtype=torch.float32,
+                        device=q.device))
+
+
 def triton_fn(cfg, kv_fp8=False):
     from lingbot_map_ros.engine.attention.triton_attention import attend_run
 
@@ -191,9 +198,7 @@ def triton_fn(cfg, kv_fp8=False):
             k, v = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
         bounds = torch.tensor([0, k.shape[0]], dtype=torch.int32, device=q.device)
         out = torch.full_like(q, float('nan'))
-        scratch = (torch.empty(cfg['splits'], *q.shape, dtype=torch.float32, device=q.device),
-                   torch.empty(cfg['splits'], q.shape[1], q.shape[0], dtype=torch.float32,
-                               device=q.device))
+        scratch = split_scratch(cfg, q)
         return lambda: attend_run(q, k, v, bounds, out=out, scratch=scratch, **cfg)
     return build
 
@@ -246,9 +251,7 @@ def graph_check(cfg, checks):
     try:
         bounds = torch.tensor([0, k.shape[0]], dtype=torch.int32, device=q.device)
         out = torch.empty_like(q)
-        scratch = (torch.empty(cfg['splits'], *q.shape, dtype=torch.float32, device=q.device),
-                   torch.empty(cfg['splits'], q.shape[1], q.shape[0], dtype=torch.float32,
-                               device=q.device))
+        scratch = split_scratch(cfg, q)
         attend_run(q, k, v, bounds, out=out, scratch=scratch, **cfg)  # compile outside capture
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):

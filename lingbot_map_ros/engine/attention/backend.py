@@ -45,7 +45,7 @@ class AttentionBackend(Protocol):
 
 def check_storage_dtype(storage: torch.dtype | None, dtype: torch.dtype,
                         backend: str) -> torch.dtype:
-    """The K/V storage dtype of a cache attending in ``dtype`` (``None``: ``dtype``).
+    """Return the K/V storage dtype of a cache attending in ``dtype`` (``None``: ``dtype``).
 
     Raises:
         ValueError: a storage dtype other than ``dtype`` or FP8 e4m3, or FP8 with a backend

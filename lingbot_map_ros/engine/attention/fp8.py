@@ -28,5 +28,5 @@ def widen(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def attention_dtype(q: torch.Tensor, pages: torch.Tensor) -> torch.dtype:
-    """The dtype attention runs in: the pool's, or the queries' when the pool is FP8."""
+    """Return the dtype attention runs in: the pool's, or the queries' for an FP8 pool."""
     return q.dtype if is_fp8(pages) else pages.dtype
