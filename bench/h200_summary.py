@@ -1,7 +1,8 @@
 """Collect one STAGE=issue13 run of bench/run_h200.sh into ``h200_summary.json`` (and print it).
 
-Reads the last (JSON) line of each ``model_*.txt`` of the run folder, ``attention_kernels.json``
-and ``golden_A_fp8_kv.txt``. Steady FPS = 1000 / the mean ms of the last report window.
+Reads the last (JSON) line of each ``model_*.txt`` of the run folder and of
+``attention_kernels.txt``, ``golden_A_fp8_kv.txt`` and ``memory_fp8_depth.txt``.
+Steady FPS = 1000 / the mean ms of the last report window.
 Usage: ``python3 bench/h200_summary.py RUN_FOLDER``.
 """
 
@@ -49,7 +50,8 @@ def commit():
 def main():
     run = sys.argv[1] if len(sys.argv) > 1 else 'bench/results/raw'
     models = {name: model_entry(last_json(os.path.join(run, f'model_{name}.txt')))
-              for name in ('default_pose', 'default_depth', 'fp8_depth', 'small_gpu_depth')}
+              for name in ('default_pose', 'default_depth', 'small_gpu_depth')}
+    memory = last_json(os.path.join(run, 'memory_fp8_depth.txt'))
     attention = last_json(os.path.join(run, 'attention_kernels.txt')) or {}
     golden = last_json(os.path.join(run, 'golden_A_fp8_kv.txt')) or {}
     pose, depth = models['default_pose'] or {}, models['default_depth'] or {}
@@ -63,6 +65,7 @@ def main():
         'golden_A_fp8_kv_pass': golden.get('pass'),
         'golden_A_fp8_kv': {k: v.get('error') for k, v in golden.get('checks', {}).items()},
         'models': models,
+        'memory_fp8_depth_330': memory,
         'commit': commit(),
     }
     with open(os.path.join(run, 'h200_summary.json'), 'w', encoding='utf-8') as f:

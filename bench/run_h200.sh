@@ -12,9 +12,11 @@
 #   STAGE=fp8: bench/fp8_attention.py (cuDNN FP8 attention at our shape: speed and error).
 #   STAGE=long: 10,000 frames at K=10 (compiled, pose path), progress every 100 frames.
 #   STAGE=issue13: GPU speed and memory (docs/gpu_memory.md): the attention kernel candidates
-#     (bench/attention_kernels.py), golden set A with an FP8 KV cache, `bench model` (SDPA,
-#     compiled) at the default config (pose, depth), with FP8 KV, and with config/small_gpu.yaml's
-#     cache (W 24, FP8, 330 keyframes), then h200_summary.json; first the kernel/FP8 tests. ~7 min.
+#     (bench/attention_kernels.py), the Triton/FP8 tests, golden set A with an FP8 KV cache,
+#     `bench model` (SDPA, compiled) at the default config (pose, depth) and with
+#     config/small_gpu.yaml's cache (W 24, FP8, 330 keyframes), the memory of each phase with
+#     FP8 KV and 330 keyframes (bench/memory_breakdown.py), then h200_summary.json. At most
+#     ~9.5 min (each step has a timeout), typically ~7.
 set -uo pipefail
 out="${OUT:-bench/results/raw}"
 stage="${STAGE:-main}"
@@ -49,17 +51,18 @@ elif [ "$stage" = long ]; then
   timeout "${LONG_RUN_S:-560}" $bench --backend sdpa --compile --frames 10000 \
     --keyframe-interval 10 --progress 100 > "$out/model_sdpa_compile_10k.txt" 2>&1
 elif [ "$stage" = issue13 ]; then
-  timeout 90 python3 -m pytest -q -p no:cacheprovider test/engine/test_triton_attention.py \
+  timeout 150 python3 bench/attention_kernels.py > "$out/attention_kernels.txt" 2>&1
+  timeout 45 python3 -m pytest -q -p no:cacheprovider test/engine/test_triton_attention.py \
     test/engine/test_fp8_cache.py > "$out/gpu_tests_issue13.txt" 2>&1
-  timeout 170 python3 bench/attention_kernels.py > "$out/attention_kernels.txt" 2>&1
-  timeout 100 $golden --dtype bfloat16 --backend sdpa --cuda-graphs --compile \
+  timeout 90 $golden --dtype bfloat16 --backend sdpa --cuda-graphs --compile \
     --kv-dtype float8_e4m3fn > "$out/golden_A_fp8_kv.txt" 2>&1
-  timeout 80 $bench --backend sdpa --compile > "$out/model_default_pose.txt" 2>&1
-  timeout 80 $bench --backend sdpa --compile --depth > "$out/model_default_depth.txt" 2>&1
-  timeout 80 $bench --backend sdpa --compile --depth --kv-dtype float8_e4m3fn \
-    --max-total-frames 330 > "$out/model_fp8_depth.txt" 2>&1
-  timeout 80 $bench --backend sdpa --compile --depth --kv-dtype float8_e4m3fn \
+  timeout 70 $bench --backend sdpa --compile > "$out/model_default_pose.txt" 2>&1
+  timeout 70 $bench --backend sdpa --compile --depth > "$out/model_default_depth.txt" 2>&1
+  timeout 70 $bench --backend sdpa --compile --depth --kv-dtype float8_e4m3fn \
     --max-total-frames 330 --window 24 > "$out/model_small_gpu_depth.txt" 2>&1
+  timeout 70 python3 bench/memory_breakdown.py --depth --kv-dtype float8_e4m3fn \
+    --max-total-frames 330 --weights /tmp/bench_weights.safetensors \
+    > "$out/memory_fp8_depth.txt" 2>&1
   python3 bench/h200_summary.py "$out" > "$out/summary.txt" 2>&1
 elif [ "$stage" = fp8 ]; then
   python3 bench/fp8_attention.py > "$out/fp8_attention.txt" 2>&1
@@ -80,3 +83,8 @@ else
   $bench --backend sdpa --compile --frames 100 --profile 10 > "$out/profile_sdpa_compile.txt" 2>&1
 fi
 for f in "$out"/*.txt; do echo "== $f"; tail -n 3 "$f" | cut -c1-1500; done
+if [ "$stage" = issue13 ]; then
+  echo "== the kernel table and the summary"
+  tail -n 24 "$out/attention_kernels.txt" | cut -c1-160
+  cat "$out/summary.txt"
+fi

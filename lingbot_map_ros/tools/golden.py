@@ -309,9 +309,12 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
     built = time.perf_counter()
     model.set_fast_path(cuda_graphs, compile_segments)
     result = drive_stream(model, ref['images'], meta['stream'], backend,
-                          ref['tap_frames'].tolist(), config.enable_depth)
-    checks = compare(result, ref, meta, low_precision=dtype == 'bfloat16')
+                          ref['tap_frames'].tolist(), config.enable_depth, kv_dtype)
+    fp8 = kv_dtype == 'float8_e4m3fn'
+    checks = compare(result, ref, meta, low_precision=dtype == 'bfloat16',
+                     bounds=FP8_KV_TOLERANCES if fp8 else None)
     return {'set': meta.get('set', set_path.stem), 'dtype': dtype, 'backend': backend,
+            'kv_dtype': kv_dtype if fp8 else dtype,
             'device': str(next(model.parameters()).device), 'cuda_graphs': cuda_graphs,
             'compile': model.aggregator.compile_segments,
             'seconds': {'build': round(built - start, 1),
