@@ -66,3 +66,48 @@ def test_fp8_refusals_are_clear():
 
 def test_cache_config_takes_fp8():
     assert CacheConfig(dtype='float8_e4m3fn').dtype == 'float8_e4m3fn'
+
+
+def _staged_vs_eager(device, dtype, dim):
+    """Max |staged - eager| over keyframes/non-keyframes through and past the window fill."""
+    def make():
+        return FlashInferKVCacheManager(2, 64, P, H, dim, dtype, device, num_special_tokens=S,
+                                        scale_frames=2, sliding_window=3, max_total_frames=32,
+                                        backend='sdpa', storage_dtype=FP8)
+    eager, staged = make(), make()
+    staged.enable_staging()
+    gen = torch.Generator().manual_seed(3)
+    worst = 0.0
+    schedule = [True] * 2 + [True, False, True, True, False, True, True, False, True]
+    for i, keyframe in enumerate(schedule):
+        qkv = torch.randn(2, 3, P, H, dim, generator=gen).to(device, dtype)
+        if i < 2:  # the scale frames
+            for b in range(2):
+                for cache in (eager, staged):
+                    cache.append_frame(b, qkv[b, 1], qkv[b, 2], keyframe=True)
+            continue
+        key = staged.stage_frame(keyframe)
+        for b in range(2):
+            eager.append_frame(b, qkv[b, 1], qkv[b, 2], keyframe=keyframe)
+            if keyframe:
+                eager.evict_frames(b)
+            want = eager.compute_attention(b, qkv[b, 0]).float()
+            if not keyframe:
+                eager.rollback_last_frame(b)
+            staged.write_staged(b, qkv[b, 1], qkv[b, 2])
+            got = staged.attend_staged(b, key, qkv[b, 0])
+            assert got.dtype == dtype
+            worst = max(worst, (got.float() - want).abs().max().item())
+        staged.finish_staged()
+    return worst
+
+
+def test_staged_frames_read_the_fp8_pool_like_the_eager_calls():
+    assert _staged_vs_eager('cpu', torch.float32, D) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_staged_fp8_pool_on_cuda_matches_the_eager_calls():
+    # bf16 attention over the widened FP8 pool: cuDNN + flash (split) vs the eager sdpa path.
+    assert _staged_vs_eager('cuda', torch.bfloat16, 64) < 2e-2
