@@ -17,6 +17,8 @@
 #     config/small_gpu.yaml's cache (W 24, FP8, 330 keyframes), the memory of each phase with
 #     FP8 KV and 330 keyframes (bench/memory_breakdown.py), then h200_summary.json. At most
 #     ~9.5 min (each step has a timeout), typically ~7.
+#   STAGE=issue13b: the `triton` cache backend: golden set A (bf16 KV and FP8 KV) and `bench
+#     model` (pose; depth with FP8 KV and 330 keyframes). About 4 minutes.
 set -uo pipefail
 out="${OUT:-bench/results/raw}"
 stage="${STAGE:-main}"
@@ -51,10 +53,10 @@ elif [ "$stage" = long ]; then
   timeout "${LONG_RUN_S:-560}" $bench --backend sdpa --compile --frames 10000 \
     --keyframe-interval 10 --progress 100 > "$out/model_sdpa_compile_10k.txt" 2>&1
 elif [ "$stage" = issue13 ]; then
-  timeout 150 python3 bench/attention_kernels.py > "$out/attention_kernels.txt" 2>&1
+  timeout 120 python3 bench/attention_kernels.py > "$out/attention_kernels.txt" 2>&1
   timeout 45 python3 -m pytest -q -p no:cacheprovider test/engine/test_triton_attention.py \
     test/engine/test_fp8_cache.py > "$out/gpu_tests_issue13.txt" 2>&1
-  timeout 90 $golden --dtype bfloat16 --backend sdpa --cuda-graphs --compile \
+  timeout 80 $golden --dtype bfloat16 --backend sdpa --cuda-graphs --compile \
     --kv-dtype float8_e4m3fn > "$out/golden_A_fp8_kv.txt" 2>&1
   timeout 70 $bench --backend sdpa --compile > "$out/model_default_pose.txt" 2>&1
   timeout 70 $bench --backend sdpa --compile --depth > "$out/model_default_depth.txt" 2>&1
@@ -64,6 +66,19 @@ elif [ "$stage" = issue13 ]; then
     --max-total-frames 330 --weights /tmp/bench_weights.safetensors \
     > "$out/memory_fp8_depth.txt" 2>&1
   python3 bench/h200_summary.py "$out" > "$out/summary.txt" 2>&1
+elif [ "$stage" = issue13b ]; then
+  # The Triton backend end to end, with the kernel config STAGE=issue13 found best (its
+  # attention_kernels.json, if carried into $out) or the module's default.
+  best=$(python3 -c "import json; print(json.dumps(json.load(open('$out/attention_kernels.json'))\
+['triton_best'] or {}))" 2>/dev/null || echo '{}')
+  export LINGBOT_MAP_TRITON_CONFIG="$best"
+  timeout 80 $golden --dtype bfloat16 --backend triton --cuda-graphs --compile \
+    > "$out/golden_A_triton.txt" 2>&1
+  timeout 80 $golden --dtype bfloat16 --backend triton --cuda-graphs --compile \
+    --kv-dtype float8_e4m3fn > "$out/golden_A_triton_fp8_kv.txt" 2>&1
+  timeout 70 $bench --backend triton --compile > "$out/model_triton_pose.txt" 2>&1
+  timeout 70 $bench --backend triton --compile --depth --kv-dtype float8_e4m3fn \
+    --max-total-frames 330 > "$out/model_triton_fp8_depth.txt" 2>&1
 elif [ "$stage" = fp8 ]; then
   python3 bench/fp8_attention.py > "$out/fp8_attention.txt" 2>&1
 else

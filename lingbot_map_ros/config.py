@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import yaml
 
-Backend = Literal['flashinfer', 'sdpa', 'reference']
+Backend = Literal['flashinfer', 'sdpa', 'reference', 'triton']
 DType = Literal['bfloat16', 'float16', 'float32']
 CacheDType = Literal['bfloat16', 'float16', 'float32', 'float8_e4m3fn']
 Preset = Literal['official', 'tiny']
@@ -116,7 +116,7 @@ class CacheConfig:
 
     backend: Backend = 'sdpa'
     """Attention over the paged cache: 'flashinfer' (CUDA), 'sdpa' (any device), 'reference'
-    (fp32 gather + SDPA, for checks)."""
+    (fp32 gather + SDPA, for checks), 'triton' (CUDA: our kernel, docs/gpu_memory.md)."""
     scale_frames: int = 8
     """First frames run together bidirectionally and pinned in the cache forever (N_s)."""
     sliding_window: int = 64

@@ -50,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--window', type=int, default=64, help='sliding window W (keyframes)')
     parser.add_argument('--keyframe-interval', type=int, default=1, help='K')
     parser.add_argument('--backend', default='flashinfer',
-                        choices=['flashinfer', 'sdpa', 'reference'], help='cache attention')
+                        choices=['flashinfer', 'sdpa', 'reference', 'triton'],
+                        help='cache attention')
     parser.add_argument('--dtype', default='bfloat16', choices=['bfloat16', 'float16', 'float32'],
                         help='aggregator compute and KV dtype (heads stay float32)')
     parser.add_argument('--kv-dtype', default=None, choices=['bfloat16', 'float8_e4m3fn'],

@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
                         help='the set JSON (default: the .safetensors path with .json)')
     parser.add_argument('--dtype', choices=sorted(DTYPES), default='float32',
                         help='working dtype of weights, activations and KV cache')
-    parser.add_argument('--backend', choices=['reference', 'sdpa', 'flashinfer'],
+    parser.add_argument('--backend', choices=['reference', 'sdpa', 'flashinfer', 'triton'],
                         default='reference', help='KV-cache attention backend')
     parser.add_argument('--device', default='cpu', help="torch device ('cpu', 'cuda')")
     parser.add_argument('--cuda-graphs', action='store_true',

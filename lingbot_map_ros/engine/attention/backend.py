@@ -11,6 +11,8 @@ and ``run`` once per layer. Backends:
 * ``flashinfer``: FlashInfer's paged prefill kernel (CUDA, bf16/fp16 storage only);
 * ``sdpa``: torch SDPA on a strided view of the contiguous visible run (no gather), any device
   and dtype; it gathers the visible pages only for a layout that is not contiguous;
+* ``triton``: our Triton kernel over the contiguous run, its bounds on the device (CUDA,
+  bf16/fp16 attention, bf16/fp16/FP8 storage; ``triton_backend.py``);
 * ``reference``: gathers the visible pages, upcasts to float32 (float64 storage stays float64)
   and runs torch SDPA; the slow, simple check of the other two.
 """
@@ -26,14 +28,14 @@ from lingbot_map_ros.engine.attention.fp8 import FP8_KV_DTYPES
 if TYPE_CHECKING:
     from lingbot_map_ros.engine.cache.page_table import PageLayout
 
-BACKEND_NAMES = ('flashinfer', 'sdpa', 'reference')
+BACKEND_NAMES = ('flashinfer', 'sdpa', 'reference', 'triton')
 
 
 class AttentionBackend(Protocol):
     """Attention of one frame's queries over one layer's visible pages."""
 
     name: str
-    """'flashinfer', 'sdpa' or 'reference'."""
+    """'flashinfer', 'sdpa', 'reference' or 'triton'."""
 
     def plan(self, layout: PageLayout, num_queries: int) -> None:
         """Prepare for ``run`` on ``layout``; cheap when called again with the same layout."""
@@ -68,7 +70,7 @@ def make_backend(name: str, *, num_heads: int, head_dim: int, page_size: int, nu
     """Build the named backend for pools of ``num_pages`` pages ``[T, H, D]`` in ``dtype``.
 
     Args:
-        name: 'flashinfer', 'sdpa' or 'reference'.
+        name: 'flashinfer', 'sdpa', 'reference' or 'triton'.
         num_heads: Heads ``H``.
         head_dim: Head dim ``D``.
         page_size: Tokens per page ``T``.
@@ -82,9 +84,9 @@ def make_backend(name: str, *, num_heads: int, head_dim: int, page_size: int, nu
         The backend.
 
     Raises:
-        ValueError: unknown name, or FlashInfer asked for on a non-CUDA device or a dtype
-            other than bfloat16/float16.
-        ImportError: 'flashinfer' asked for and the flashinfer package is not installed.
+        ValueError: unknown name, or FlashInfer / Triton asked for on a non-CUDA device or a
+            dtype other than bfloat16/float16.
+        ImportError: 'flashinfer' or 'triton' asked for and its package is not installed.
     """
     if name == 'sdpa':
         from lingbot_map_ros.engine.attention.sdpa import SdpaBackend
@@ -92,6 +94,13 @@ def make_backend(name: str, *, num_heads: int, head_dim: int, page_size: int, nu
     if name == 'reference':
         from lingbot_map_ros.engine.attention.sdpa import ReferenceBackend
         return ReferenceBackend()
+    if name == 'triton':
+        if device.type != 'cuda' or dtype not in (torch.bfloat16, torch.float16):
+            raise ValueError(f"backend='triton' needs a CUDA device and bfloat16/float16 "
+                             f'attention, got device={device}, dtype={dtype}; use '
+                             "backend='sdpa' or 'reference'")
+        from lingbot_map_ros.engine.attention.triton_backend import TritonBackend
+        return TritonBackend(device)
     if name == 'flashinfer':
         if device.type != 'cuda':
             raise ValueError(f"backend='flashinfer' needs a CUDA device, got device={device}; "

@@ -33,6 +33,7 @@ import torch
 
 from lingbot_map_ros.engine.attention.backend import BACKEND_NAMES, check_storage_dtype, \
     make_backend
+from lingbot_map_ros.engine.attention.split import SplitAttention
 from lingbot_map_ros.engine.attention.staged import StagedAttention, StagedKey
 from lingbot_map_ros.engine.cache.kv_storage import KVStorage
 from lingbot_map_ros.engine.cache.page_table import PageLayout, StepKind, TwoStreamPageTable
@@ -288,8 +289,8 @@ class FlashInferKVCacheManager:
 
     @property
     def can_stage(self) -> bool:
-        """Whether frames can be staged: backend 'sdpa', and bf16/fp16 storage on CUDA."""
-        if self.backend_name != 'sdpa':
+        """Whether frames can be staged: backend 'sdpa' or 'triton', bf16/fp16 on CUDA."""
+        if self.backend_name not in ('sdpa', 'triton'):
             return False
         return self.device.type != 'cuda' or self.dtype in (torch.bfloat16, torch.float16)
 
@@ -305,10 +306,12 @@ class FlashInferKVCacheManager:
         if not self.can_stage:
             raise CacheStateError(f'staged frames need backend sdpa with bf16/fp16 on CUDA, '
                                   f'not {self.backend_name} with {self.dtype} on {self.device}')
+        triton = self.backend_name == 'triton'
         self._staged = StagedAttention(
-            self._backend.split, self.page_size, self._table.num_patch_pages,  # type: ignore
+            SplitAttention() if triton else self._backend.split,  # type: ignore
+            self.page_size, self._table.num_patch_pages,
             self.scale_frames + self.sliding_window, self.num_special_tokens, self.device,
-            compile_merge)
+            compile_merge, run_kernel=self._backend.kernel if triton else None)  # type: ignore
         self._staged_index = torch.zeros(self.tokens_per_frame, dtype=torch.long,
                                          device=self.device)
 
@@ -316,7 +319,7 @@ class FlashInferKVCacheManager:
         """Compile the staged merge for queries shaped like ``q: [Q, H, D]`` now (CUDA)."""
         if self._staged is None:
             raise CacheStateError('warm_up_staged before enable_staging')
-        self._staged.warm_up(q)
+        self._staged.warm_up(q, self._storage.k[0], self._storage.v[0])
 
     def stage_frame(self, keyframe: bool) -> StagedKey:
         """Make one streaming frame's table steps for every block; stage its numbers.
