@@ -67,11 +67,11 @@ elif [ "$stage" = issue13 ]; then
     > "$out/memory_fp8_depth.txt" 2>&1
   python3 bench/h200_summary.py "$out" > "$out/summary.txt" 2>&1
 elif [ "$stage" = issue13b ]; then
-  # The Triton backend end to end, with the kernel config STAGE=issue13 found best (its
-  # attention_kernels.json, if carried into $out) or the module's default.
+  # The Triton backend end to end, with the kernel config LINGBOT_MAP_TRITON_CONFIG (JSON), else
+  # the best of STAGE=issue13's attention_kernels.json if it is in $out, else the default.
   best=$(python3 -c "import json; print(json.dumps(json.load(open('$out/attention_kernels.json'))\
 ['triton_best'] or {}))" 2>/dev/null || echo '{}')
-  export LINGBOT_MAP_TRITON_CONFIG="$best"
+  export LINGBOT_MAP_TRITON_CONFIG="${LINGBOT_MAP_TRITON_CONFIG:-$best}"
   timeout 80 $golden --dtype bfloat16 --backend triton --cuda-graphs --compile \
     > "$out/golden_A_triton.txt" 2>&1
   timeout 80 $golden --dtype bfloat16 --backend triton --cuda-graphs --compile \
