@@ -50,11 +50,12 @@ DTYPES = {'float32': torch.float32, 'float64': torch.float64, 'bfloat16': torch.
 BF16_TOLERANCES = {'pose_enc': 0.1, 'pose_enc_iters': 0.1, 'depth': 0.05, 'depth_conf': 0.05,
                    'dino': 0.25, 'taps': 0.25}
 
-# Bounds for an FP8 (e4m3, unit scale) KV cache: docs/gpu_memory.md gives the derivation (the
-# FP8 storage's own error, measured on the CPU with everything else in float32, added to the
-# bf16 path's bound).
-FP8_KV_TOLERANCES = {'pose_enc': 0.1, 'pose_enc_iters': 0.1, 'depth': 0.05, 'depth_conf': 0.05,
-                     'dino': 0.25, 'taps': 0.25}
+# Bounds for an FP8 (e4m3, unit scale) KV cache on the bf16 path: 2x (the bf16 path's H200
+# error above + the error FP8 storage alone adds, measured on the CPU with all else in float32:
+# pose 0.030, depth 0.0026, confidence 0.0019, DINO 0 (no cache), taps 0.014), rounded up; the
+# depth and confidence bounds stay at the bf16 ones, which already cover that sum twice over.
+FP8_KV_TOLERANCES = {'pose_enc': 0.16, 'pose_enc_iters': 0.16, 'depth': 0.05,
+                     'depth_conf': 0.05, 'dino': 0.25, 'taps': 0.3}
 
 
 def model_config_from_json(meta: dict) -> ModelConfig:
