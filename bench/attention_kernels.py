@@ -144,12 +144,20 @@ def torch_candidates(checks, timed, flops, patch_keys):
         'the sdpa backend (staged: same kernels)')
 
 
-def flashinfer_candidates(checks, timed, flops):
+def optional_import(module, name):
+    """Import ``module``, or add a row saying why it is unavailable and return None."""
+    import importlib
     try:
-        import flashinfer
-    except Exception as exc:  # noqa: BLE001
-        ROWS.append({'name': 'flashinfer', 'error': f'not importable: {exc}'})
+        return importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - any import failure means: not this candidate
+        ROWS.append({'name': name, 'error': f'not importable: {exc}'})
         print(format_row(ROWS[-1]))
+        return None
+
+
+def flashinfer_candidates(checks, timed, flops):
+    flashinfer = optional_import('flashinfer', 'flashinfer')
+    if flashinfer is None:
         return
     for kernel in ('fa2', 'fa3'):
         record(f'FlashInfer single prefill {kernel}', lambda t, kernel=kernel: (
@@ -165,12 +173,10 @@ def flashinfer_candidates(checks, timed, flops):
 
 
 def flash_attn4_candidate(checks, timed, flops):
-    try:
-        from flash_attn.cute import flash_attn_func
-    except Exception as exc:  # noqa: BLE001
-        ROWS.append({'name': 'flash-attn-4 (CuTe DSL)', 'error': f'not importable: {exc}'})
-        print(format_row(ROWS[-1]))
+    cute = optional_import('flash_attn.cute', 'flash-attn-4 (CuTe DSL)')
+    if cute is None:
         return
+    flash_attn_func = cute.flash_attn_func
 
     def fa4(t):
         q, k, v = (x.unsqueeze(0) for x in t)  # [1, N, H, D]

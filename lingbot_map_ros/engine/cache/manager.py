@@ -80,9 +80,9 @@ class FlashInferKVCacheManager:
         max_total_frames: Capacity of the special stream, in frames.
         force_fp32: Store float32 (float64 stays float64); the default backend is then
             'reference' (upstream's float32 gather + SDPA path).
-        backend: 'flashinfer' (default), 'sdpa' or 'reference'.
+        backend: 'flashinfer' (default), 'sdpa', 'reference' or 'triton'.
         storage_dtype: K/V storage dtype when it differs from ``dtype`` (the attention
-            dtype): ``torch.float8_e4m3fn`` (backends 'sdpa', 'reference'; half the bytes).
+            dtype): ``torch.float8_e4m3fn`` (half the bytes; not with 'flashinfer').
 
     Raises:
         ValueError: bad sizes, unknown backend, or FlashInfer on CPU / in float32.
@@ -304,8 +304,9 @@ class FlashInferKVCacheManager:
             CacheStateError: the cache cannot stage (``can_stage`` is False).
         """
         if not self.can_stage:
-            raise CacheStateError(f'staged frames need backend sdpa with bf16/fp16 on CUDA, '
-                                  f'not {self.backend_name} with {self.dtype} on {self.device}')
+            raise CacheStateError('staged frames need backend sdpa or triton with bf16/fp16 on '
+                                  f'CUDA, not {self.backend_name} with {self.dtype} on '
+                                  f'{self.device}')
         triton = self.backend_name == 'triton'
         self._staged = StagedAttention(
             SplitAttention() if triton else self._backend.split,  # type: ignore
