@@ -111,3 +111,26 @@ def test_staged_frames_read_the_fp8_pool_like_the_eager_calls():
 def test_staged_fp8_pool_on_cuda_matches_the_eager_calls():
     # bf16 attention over the widened FP8 pool: cuDNN + flash (split) vs the eager sdpa path.
     assert _staged_vs_eager('cuda', torch.bfloat16, 64) < 2e-2
+
+
+@pytest.mark.parametrize('dtype', ['bfloat16', 'float8_e4m3fn', 'float32'])
+def test_kv_cache_bytes_predicts_what_the_manager_allocates(dtype):
+    from lingbot_map_ros.engine.cache.capacity import kv_cache_bytes, session_frames
+    cfg = CacheConfig(scale_frames=2, sliding_window=3, max_total_frames=session_frames(20, 2),
+                      dtype=dtype)
+    fp8 = dtype == 'float8_e4m3fn'
+    cache = FlashInferKVCacheManager(
+        3, 100, P, H, D, torch.float32 if fp8 else getattr(torch, dtype), 'cpu',
+        num_special_tokens=S, scale_frames=2, sliding_window=3,
+        max_total_frames=cfg.max_total_frames, backend='sdpa', storage_dtype=FP8 if fp8 else None)
+    assert kv_cache_bytes(cfg, P - S, num_layers=3, num_heads=H, head_dim=D,
+                          num_special_tokens=S) == cache.kv_bytes
+
+
+def test_kv_cache_bytes_of_the_official_defaults_and_the_small_gpu_config():
+    from lingbot_map_ros.engine.cache.capacity import kv_cache_bytes
+    gib = 2 ** 30
+    assert kv_cache_bytes(CacheConfig(), 972) / gib == pytest.approx(7.653, abs=1e-3)
+    small = CacheConfig(sliding_window=24, max_total_frames=330, dtype='float8_e4m3fn')
+    # 8 + 24 + 1 patch pages + 3 special pages, one byte per element.
+    assert kv_cache_bytes(small, 972) == 2 * 24 * 36 * 972 * 16 * 64
