@@ -125,8 +125,9 @@ class CacheConfig:
     """Capacity of the special-token stream, in keyframes; the session raises when it is full."""
     dtype: CacheDType = 'bfloat16'
     """KV storage dtype on CUDA (CPU stores float32). 'float8_e4m3fn' halves the cache on
-    any device: K/V are stored in e4m3 (unit scale) and widened to the attention dtype on
-    read (backend 'sdpa' or 'reference'; 'flashinfer' refuses it). See docs/gpu_memory.md."""
+    any device: K/V are stored in e4m3 (unit scale), widened to the attention dtype on read
+    ('sdpa', 'reference') or read as FP8 ('triton'); 'flashinfer' refuses it. See
+    docs/gpu_memory.md."""
 
     def __post_init__(self) -> None:
         if self.scale_frames < 1:
