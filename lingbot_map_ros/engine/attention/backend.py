@@ -59,8 +59,8 @@ def check_storage_dtype(storage: torch.dtype | None, dtype: torch.dtype,
         raise ValueError(f'KV storage dtype {storage} must be the attention dtype {dtype} or '
                          'torch.float8_e4m3fn')
     if backend == 'flashinfer':
-        raise ValueError("FP8 KV storage (cache.dtype: float8_e4m3fn) is not wired to backend "
-                         "'flashinfer'; use backend 'sdpa' (it widens FP8 on read)")
+        raise ValueError('FP8 KV storage (cache.dtype: float8_e4m3fn) is not wired to backend '
+                         "'flashinfer'; use backend 'sdpa' (it widens FP8 on read) or 'triton'")
     return storage
 
 
