@@ -28,6 +28,14 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH="/tmp/site:$PWD"
 fi
+# flash-attn-4 and its CuTe DSL, carried as one xz tarball of an installed tree (its wheels are
+# over the per-call limit; docs/gpu_memory.md): appended to the path, so that the machine's
+# own packages win where both have one. The repository root is always on the path.
+case ":${PYTHONPATH:-}:" in *":$PWD:"*) ;; *) export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}";; esac
+if [ -f .fa4/fa4site.tar.xz ]; then
+  mkdir -p /tmp/fa4 && tar -xJf .fa4/fa4site.tar.xz -C /tmp/fa4 || exit 1
+  export PYTHONPATH="$PYTHONPATH:/tmp/fa4:/tmp/fa4/nvidia_cutlass_dsl/dsl_packages"
+fi
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import torch, triton, flashinfer; print('torch', torch.__version__, 'cuda', \
