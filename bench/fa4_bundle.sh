@@ -3,7 +3,7 @@
 # meta-package, libs-base with the Python DSL cutlass/cute, libs-core, libs-cu13 with the MLIR
 # libraries) plus the small pure dependencies, installed for Python 3.12 x86_64 into one tree
 # and xz-compressed, for carrying to the GPU machine (bench/run_h200.sh unpacks it). The wheels
-# are ~99 MB (libs-cu13 alone 92 MB), over a call's 64 MiB; the tree compresses better as tar.xz.
+# are ~99 MB (libs-cu13 alone 92 MB) and the tree as tar.xz 74 MiB, over a call's 64 MiB.
 # Run from the repository root on a machine with the package index: bash bench/fa4_bundle.sh
 set -euo pipefail
 work="$(mktemp -d)"
@@ -20,5 +20,10 @@ python3 -m pip install "${pip_args[@]}" --no-index --no-compile --target "$work/
   "$work"/wheels/*.whl
 rm -rf "$work/site/bin"
 mkdir -p .fa4
-tar -C "$work/site" -cf - . | xz -6 -T0 > .fa4/fa4site.tar.xz
-ls -la .fa4/fa4site.tar.xz
+rm -f .fa4/fa4site.tar.xz*
+tar -C "$work/site" -cf - . | xz -6 -T0 > "$work/fa4site.tar.xz"
+# ~74 MiB: two parts of at most 40 MiB, each under a call's limit. Carry .fa4/fa4site.tar.xz.aa
+# in one call and .fa4/fa4site.tar.xz.ab in the next on the same (warm) machine; run_h200.sh
+# joins the parts it finds.
+split -b 40M -a 2 "$work/fa4site.tar.xz" .fa4/fa4site.tar.xz.
+ls -la .fa4

@@ -17,6 +17,7 @@
 #     config/small_gpu.yaml's cache (W 24, FP8, 330 keyframes), the memory of each phase with
 #     FP8 KV and 330 keyframes (bench/memory_breakdown.py), then h200_summary.json. At most
 #     ~9.5 min (each step has a timeout), typically ~7.
+#   STAGE=kernels: bench/attention_kernels.py alone (e.g. with flash-attn-4 carried in .fa4/).
 #   STAGE=issue13b: the `triton` cache backend: golden set A (bf16 KV and FP8 KV) and `bench
 #     model` (pose; depth with FP8 KV and 330 keyframes). About 4 minutes.
 set -uo pipefail
@@ -32,8 +33,9 @@ fi
 # over the per-call limit; docs/gpu_memory.md): appended to the path, so that the machine's
 # own packages win where both have one. The repository root is always on the path.
 case ":${PYTHONPATH:-}:" in *":$PWD:"*) ;; *) export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}";; esac
-if [ -f .fa4/fa4site.tar.xz ]; then
-  mkdir -p /tmp/fa4 && tar -xJf .fa4/fa4site.tar.xz -C /tmp/fa4 || exit 1
+# bench/fa4_bundle.sh splits it in two parts (.aa, .ab), carried in two calls.
+if [ -f .fa4/fa4site.tar.xz.aa ] && [ -f .fa4/fa4site.tar.xz.ab ]; then
+  mkdir -p /tmp/fa4 && cat .fa4/fa4site.tar.xz.* | tar -xJf - -C /tmp/fa4 || exit 1
   export PYTHONPATH="$PYTHONPATH:/tmp/fa4:/tmp/fa4/nvidia_cutlass_dsl/dsl_packages"
 fi
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}"
@@ -87,6 +89,8 @@ elif [ "$stage" = issue13b ]; then
   timeout 70 $bench --backend triton --compile > "$out/model_triton_pose.txt" 2>&1
   timeout 70 $bench --backend triton --compile --depth --kv-dtype float8_e4m3fn \
     --max-total-frames 330 > "$out/model_triton_fp8_depth.txt" 2>&1
+elif [ "$stage" = kernels ]; then
+  timeout 300 python3 bench/attention_kernels.py > "$out/attention_kernels.txt" 2>&1
 elif [ "$stage" = fp8 ]; then
   python3 bench/fp8_attention.py > "$out/fp8_attention.txt" 2>&1
 else
@@ -106,8 +110,8 @@ else
   $bench --backend sdpa --compile --frames 100 --profile 10 > "$out/profile_sdpa_compile.txt" 2>&1
 fi
 for f in "$out"/*.txt; do echo "== $f"; tail -n 3 "$f" | cut -c1-1500; done
-if [ "$stage" = issue13 ]; then
+if [ "$stage" = issue13 ] || [ "$stage" = kernels ]; then
   echo "== the kernel table and the summary"
   tail -n 24 "$out/attention_kernels.txt" | cut -c1-160
-  cat "$out/summary.txt"
+  [ -f "$out/summary.txt" ] && cat "$out/summary.txt"
 fi
