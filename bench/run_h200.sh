@@ -113,5 +113,5 @@ for f in "$out"/*.txt; do echo "== $f"; tail -n 3 "$f" | cut -c1-1500; done
 if [ "$stage" = issue13 ] || [ "$stage" = kernels ]; then
   echo "== the kernel table and the summary"
   tail -n 24 "$out/attention_kernels.txt" | cut -c1-160
-  [ -f "$out/summary.txt" ] && cat "$out/summary.txt"
+  if [ -f "$out/summary.txt" ]; then cat "$out/summary.txt"; fi
 fi
