@@ -29,7 +29,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH="/tmp/site:$PWD"
 fi
-# flash-attn-4 and its CuTe DSL, carried as one xz tarball of an installed tree (its wheels are
+# flash-attn-4 and its CuTe DSL, carried as an xz tarball of an installed tree (its wheels are
 # over the per-call limit; docs/gpu_memory.md): appended to the path, so that the machine's
 # own packages win where both have one. The repository root is always on the path.
 case ":${PYTHONPATH:-}:" in *":$PWD:"*) ;; *) export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}";; esac
@@ -44,7 +44,7 @@ export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}"
 torch.version.cuda, 'triton', triton.__version__, 'flashinfer', flashinfer.__version__)"
 } > "$out/env.txt" 2>&1
 # Random (golden-formula) weights written once, so each benchmark only loads them.
-[ -f /tmp/bench_weights.safetensors ] || python3 - <<'PY'
+[ "$stage" = kernels ] || [ -f /tmp/bench_weights.safetensors ] || python3 - <<'PY'
 from safetensors.torch import save_file
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
