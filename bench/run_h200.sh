@@ -11,6 +11,15 @@
 #   STAGE=check: the CUDA-graph/compile GPU tests and golden set A (SDPA, compiled) only.
 #   STAGE=fp8: bench/fp8_attention.py (cuDNN FP8 attention at our shape: speed and error).
 #   STAGE=long: 10,000 frames at K=10 (compiled, pose path), progress every 100 frames.
+#   STAGE=issue13: GPU speed and memory (docs/gpu_memory.md): the attention kernel candidates
+#     (bench/attention_kernels.py), the Triton/FP8 tests, golden set A with an FP8 KV cache,
+#     `bench model` (SDPA, compiled) at the default config (pose, depth) and with
+#     config/small_gpu.yaml's cache (W 24, FP8, 330 keyframes), the memory of each phase with
+#     FP8 KV and 330 keyframes (bench/memory_breakdown.py), then h200_summary.json. At most
+#     ~9.5 min (each step has a timeout), typically ~7.
+#   STAGE=kernels: bench/attention_kernels.py alone (e.g. with flash-attn-4 carried in .fa4/).
+#   STAGE=issue13b: the `triton` cache backend: golden set A (bf16 KV and FP8 KV) and `bench
+#     model` (pose; depth with FP8 KV and 330 keyframes). About 4 minutes.
 set -uo pipefail
 out="${OUT:-bench/results/raw}"
 stage="${STAGE:-main}"
@@ -20,13 +29,22 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH="/tmp/site:$PWD"
 fi
+# flash-attn-4 and its CuTe DSL, carried as an xz tarball of an installed tree (its wheels are
+# over the per-call limit; docs/gpu_memory.md): appended to the path, so that the machine's
+# own packages win where both have one. The repository root is always on the path.
+case ":${PYTHONPATH:-}:" in *":$PWD:"*) ;; *) export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}";; esac
+# bench/fa4_bundle.sh splits it in two parts (.aa, .ab), carried in two calls.
+if [ -f .fa4/fa4site.tar.xz.aa ] && [ -f .fa4/fa4site.tar.xz.ab ]; then
+  mkdir -p /tmp/fa4 && cat .fa4/fa4site.tar.xz.* | tar -xJf - -C /tmp/fa4 || exit 1
+  export PYTHONPATH="$PYTHONPATH:/tmp/fa4:/tmp/fa4/nvidia_cutlass_dsl/dsl_packages"
+fi
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import torch, triton, flashinfer; print('torch', torch.__version__, 'cuda', \
 torch.version.cuda, 'triton', triton.__version__, 'flashinfer', flashinfer.__version__)"
 } > "$out/env.txt" 2>&1
 # Random (golden-formula) weights written once, so each benchmark only loads them.
-[ -f /tmp/bench_weights.safetensors ] || python3 - <<'PY'
+[ "$stage" = kernels ] || [ -f /tmp/bench_weights.safetensors ] || python3 - <<'PY'
 from safetensors.torch import save_file
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
@@ -44,6 +62,35 @@ if [ "$stage" = check ]; then
 elif [ "$stage" = long ]; then
   timeout "${LONG_RUN_S:-560}" $bench --backend sdpa --compile --frames 10000 \
     --keyframe-interval 10 --progress 100 > "$out/model_sdpa_compile_10k.txt" 2>&1
+elif [ "$stage" = issue13 ]; then
+  timeout 120 python3 bench/attention_kernels.py > "$out/attention_kernels.txt" 2>&1
+  timeout 45 python3 -m pytest -q -p no:cacheprovider test/engine/test_triton_attention.py \
+    test/engine/test_fp8_cache.py > "$out/gpu_tests_issue13.txt" 2>&1
+  timeout 80 $golden --dtype bfloat16 --backend sdpa --cuda-graphs --compile \
+    --kv-dtype float8_e4m3fn > "$out/golden_A_fp8_kv.txt" 2>&1
+  timeout 70 $bench --backend sdpa --compile > "$out/model_default_pose.txt" 2>&1
+  timeout 70 $bench --backend sdpa --compile --depth > "$out/model_default_depth.txt" 2>&1
+  timeout 70 $bench --backend sdpa --compile --depth --kv-dtype float8_e4m3fn \
+    --max-total-frames 330 --window 24 > "$out/model_small_gpu_depth.txt" 2>&1
+  timeout 70 python3 bench/memory_breakdown.py --depth --kv-dtype float8_e4m3fn \
+    --max-total-frames 330 --weights /tmp/bench_weights.safetensors \
+    > "$out/memory_fp8_depth.txt" 2>&1
+  python3 bench/h200_summary.py "$out" > "$out/summary.txt" 2>&1
+elif [ "$stage" = issue13b ]; then
+  # The Triton backend end to end, with the kernel config LINGBOT_MAP_TRITON_CONFIG (JSON), else
+  # the best of STAGE=issue13's attention_kernels.json if it is in $out, else the default.
+  best=$(python3 -c "import json; print(json.dumps(json.load(open('$out/attention_kernels.json'))\
+['triton_best'] or {}))" 2>/dev/null || echo '{}')
+  export LINGBOT_MAP_TRITON_CONFIG="${LINGBOT_MAP_TRITON_CONFIG:-$best}"
+  timeout 80 $golden --dtype bfloat16 --backend triton --cuda-graphs --compile \
+    > "$out/golden_A_triton.txt" 2>&1
+  timeout 80 $golden --dtype bfloat16 --backend triton --cuda-graphs --compile \
+    --kv-dtype float8_e4m3fn > "$out/golden_A_triton_fp8_kv.txt" 2>&1
+  timeout 70 $bench --backend triton --compile > "$out/model_triton_pose.txt" 2>&1
+  timeout 70 $bench --backend triton --compile --depth --kv-dtype float8_e4m3fn \
+    --max-total-frames 330 > "$out/model_triton_fp8_depth.txt" 2>&1
+elif [ "$stage" = kernels ]; then
+  timeout 300 python3 bench/attention_kernels.py > "$out/attention_kernels.txt" 2>&1
 elif [ "$stage" = fp8 ]; then
   python3 bench/fp8_attention.py > "$out/fp8_attention.txt" 2>&1
 else
@@ -63,3 +110,8 @@ else
   $bench --backend sdpa --compile --frames 100 --profile 10 > "$out/profile_sdpa_compile.txt" 2>&1
 fi
 for f in "$out"/*.txt; do echo "== $f"; tail -n 3 "$f" | cut -c1-1500; done
+if [ "$stage" = issue13 ] || [ "$stage" = kernels ]; then
+  echo "== the kernel table and the summary"
+  tail -n 24 "$out/attention_kernels.txt" | cut -c1-160
+  if [ -f "$out/summary.txt" ]; then cat "$out/summary.txt"; fi
+fi

@@ -21,8 +21,9 @@ from typing import Any, Literal
 
 import yaml
 
-Backend = Literal['flashinfer', 'sdpa', 'reference']
+Backend = Literal['flashinfer', 'sdpa', 'reference', 'triton']
 DType = Literal['bfloat16', 'float16', 'float32']
+CacheDType = Literal['bfloat16', 'float16', 'float32', 'float8_e4m3fn']
 Preset = Literal['official', 'tiny']
 
 
@@ -115,24 +116,28 @@ class CacheConfig:
 
     backend: Backend = 'sdpa'
     """Attention over the paged cache: 'flashinfer' (CUDA), 'sdpa' (any device), 'reference'
-    (fp32 gather + SDPA, for checks)."""
+    (fp32 gather + SDPA, for checks), 'triton' (CUDA: our kernel, docs/gpu_memory.md)."""
     scale_frames: int = 8
     """First frames run together bidirectionally and pinned in the cache forever (N_s)."""
     sliding_window: int = 64
     """Most recent keyframes whose patch tokens stay cached (W)."""
-    max_total_frames: int = 2048
-    """Capacity of the special-token stream, in keyframes; the session raises when it is full."""
-    dtype: DType = 'bfloat16'
-    """KV storage dtype on CUDA (CPU always stores float32)."""
+    max_total_frames: int = 0
+    """Capacity of the special-token stream, in keyframes, allocated at start. 0 (default):
+    sized for one session, ``stream.session_keyframes`` (rollovers never need more)."""
+    dtype: CacheDType = 'bfloat16'
+    """KV storage dtype on CUDA (CPU stores float32). 'float8_e4m3fn' halves the cache on
+    any device: K/V are stored in e4m3 (unit scale), widened to the attention dtype on read
+    ('sdpa', 'reference') or read as FP8 ('triton'); 'flashinfer' refuses it. See
+    docs/gpu_memory.md."""
 
     def __post_init__(self) -> None:
         if self.scale_frames < 1:
             raise ValueError(f'cache.scale_frames={self.scale_frames} must be >= 1')
         if self.sliding_window < 1:
             raise ValueError(f'cache.sliding_window={self.sliding_window} must be >= 1')
-        if self.max_total_frames < self.scale_frames + 1:
+        if self.max_total_frames and self.max_total_frames < self.scale_frames + 1:
             raise ValueError(f'cache.max_total_frames={self.max_total_frames} must exceed '
-                             f'cache.scale_frames={self.scale_frames}')
+                             f'cache.scale_frames={self.scale_frames} (or 0: one session)')
 
 
 @dataclass(frozen=True)
@@ -238,7 +243,10 @@ class EngineConfig:
     stream: StreamConfig = field(default_factory=StreamConfig)
 
     def __post_init__(self) -> None:
-        """Check the settings that span sections."""
+        """Check the settings that span sections; size the cache for one session if asked."""
+        if self.cache.max_total_frames == 0:
+            object.__setattr__(self, 'cache', dataclasses.replace(
+                self.cache, max_total_frames=self.stream.session_keyframes))
         stream, cache = self.stream, self.cache
         if self.model.max_frame_num <= cache.scale_frames:
             raise ValueError(

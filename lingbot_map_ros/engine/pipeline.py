@@ -356,10 +356,14 @@ def _resolve_device(config: EngineConfig) -> torch.device:
 
 def _resolve_dtypes(config: EngineConfig,
                     device: torch.device) -> tuple[torch.dtype, torch.dtype]:
-    """(compute dtype, KV dtype): float32 on CPU, the configured dtypes on CUDA."""
+    """(compute dtype, KV attention dtype): float32 on CPU, the configured dtypes on CUDA.
+
+    An FP8 cache attends in the compute dtype; the aggregator stores K/V in FP8 itself.
+    """
     if device.type != 'cuda':
         return torch.float32, torch.float32
-    return _DTYPES[config.stream.dtype], _DTYPES[config.cache.dtype]
+    compute = _DTYPES[config.stream.dtype]
+    return compute, _DTYPES.get(config.cache.dtype, compute)
 
 
 def _gpu_memory(device: torch.device) -> dict[str, int]:

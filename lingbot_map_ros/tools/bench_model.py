@@ -65,9 +65,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=StreamConfig.overlap_keyframes,
                         help='keyframes run again at a rollover (stream.overlap_keyframes)')
     parser.add_argument('--backend', default='flashinfer',
-                        choices=['flashinfer', 'sdpa', 'reference'], help='cache attention')
+                        choices=['flashinfer', 'sdpa', 'reference', 'triton'],
+                        help='cache attention')
     parser.add_argument('--dtype', default='bfloat16', choices=['bfloat16', 'float16', 'float32'],
                         help='aggregator compute and KV dtype (heads stay float32)')
+    parser.add_argument('--kv-dtype', default=None, choices=['bfloat16', 'float8_e4m3fn'],
+                        help='cache.dtype (default: --dtype); float8_e4m3fn halves the KV cache')
+    parser.add_argument('--max-total-frames', type=int, default=0,
+                        help='cache.max_total_frames (special-stream capacity in keyframes; '
+                             '0: one session)')
     parser.add_argument('--depth', action=argparse.BooleanOptionalAction, default=False,
                         help='run the DPT depth head on every frame')
     parser.add_argument('--device', default='cuda', help='torch device')
@@ -102,7 +108,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     config = EngineConfig(
         model=ModelConfig.from_preset(args.preset),
         cache=CacheConfig(backend=args.backend, scale_frames=args.scale_frames,
-                          sliding_window=args.window, dtype=args.dtype),
+                          sliding_window=args.window,
+                          max_total_frames=args.max_total_frames,
+                          dtype=args.kv_dtype or args.dtype),
         stream=StreamConfig(device=args.device, dtype=args.dtype, image_width=args.width,
                             keyframe_interval=args.keyframe_interval, enable_depth=args.depth,
                             cuda_graphs=args.cuda_graphs, compile=args.compile,

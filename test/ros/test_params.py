@@ -36,7 +36,7 @@ def context():
 
 
 def test_both_parameter_files_are_shipped():
-    assert {p.name for p in YAMLS} == {'lingbot_map.yaml', 'demo_tiny_cpu.yaml'}
+    assert {p.name for p in YAMLS} == {'lingbot_map.yaml', 'demo_tiny_cpu.yaml', 'small_gpu.yaml'}
 
 
 @pytest.mark.parametrize('path', YAMLS, ids=lambda p: p.name)
@@ -62,7 +62,8 @@ def test_yaml_loads_into_a_node_with_the_declared_types(path, context):
 
 
 def test_yaml_model_sections_match_their_presets():
-    for name, preset in (('lingbot_map.yaml', 'official'), ('demo_tiny_cpu.yaml', 'tiny')):
+    for name, preset in (('lingbot_map.yaml', 'official'), ('demo_tiny_cpu.yaml', 'tiny'),
+                         ('small_gpu.yaml', 'official')):
         flat = config.load_yaml(CONFIG_DIR / name)
         built = params.engine_config(flat)
         assert asdict(built.model) == asdict(config.ModelConfig.from_preset(preset)), name

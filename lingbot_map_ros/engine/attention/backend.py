@@ -11,20 +11,24 @@ and ``run`` once per layer. Backends:
 * ``flashinfer``: FlashInfer's paged prefill kernel (CUDA, bf16/fp16 storage only);
 * ``sdpa``: torch SDPA on a strided view of the contiguous visible run (no gather), any device
   and dtype; it gathers the visible pages only for a layout that is not contiguous;
+* ``triton``: our Triton kernel over the contiguous run, its bounds on the device (CUDA,
+  bf16/fp16 attention, bf16/fp16/FP8 storage; ``triton_backend.py``);
 * ``reference``: gathers the visible pages, upcasts to float32 (float64 storage stays float64)
   and runs torch SDPA; the slow, simple check of the other two.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Protocol, TYPE_CHECKING
+from typing import Any, Literal, Protocol, TYPE_CHECKING
 
 import torch
+
+from lingbot_map_ros.engine.attention.fp8 import FP8_KV_DTYPES
 
 if TYPE_CHECKING:
     from lingbot_map_ros.engine.cache.page_table import PageLayout
 
-BACKEND_NAMES = ('flashinfer', 'sdpa', 'reference')
+BACKEND_NAMES = ('flashinfer', 'sdpa', 'reference', 'triton')
 
 GraphSupport = Literal['segments', 'whole_frame']
 """What a backend's attention allows inside CUDA graphs: 'whole_frame' (its attention can be
@@ -36,10 +40,14 @@ class AttentionBackend(Protocol):
     """Attention of one frame's queries over one layer's visible pages."""
 
     name: str
-    """'flashinfer', 'sdpa' or 'reference'."""
+    """'flashinfer', 'sdpa', 'reference' or 'triton'."""
 
     graph_support: GraphSupport
     """How far a streaming frame that uses this backend can be captured as CUDA graphs."""
+
+    kernel: Any
+    """With 'whole_frame' support: attention over a device-side run ``(q, k, v, bounds)``
+    that staged frames call for every layout, or None (flash varlen / the cuDNN split)."""
 
     def plan(self, layout: PageLayout, num_queries: int) -> None:
         """Prepare for ``run`` on ``layout``; cheap when called again with the same layout."""
@@ -49,13 +57,32 @@ class AttentionBackend(Protocol):
         """Attend ``q: [Q, H, D]`` to the visible tokens; returns ``[Q, H, D]``."""
 
 
+def check_storage_dtype(storage: torch.dtype | None, dtype: torch.dtype,
+                        backend: str) -> torch.dtype:
+    """Return the K/V storage dtype of a cache attending in ``dtype`` (``None``: ``dtype``).
+
+    Raises:
+        ValueError: a storage dtype other than ``dtype`` or FP8 e4m3, or FP8 with a backend
+            that cannot widen it on read.
+    """
+    if storage is None or storage == dtype:
+        return dtype
+    if storage not in FP8_KV_DTYPES:
+        raise ValueError(f'KV storage dtype {storage} must be the attention dtype {dtype} or '
+                         'torch.float8_e4m3fn')
+    if backend == 'flashinfer':
+        raise ValueError('FP8 KV storage (cache.dtype: float8_e4m3fn) is not wired to backend '
+                         "'flashinfer'; use backend 'sdpa' (it widens FP8 on read) or 'triton'")
+    return storage
+
+
 def make_backend(name: str, *, num_heads: int, head_dim: int, page_size: int, num_pages: int,
                  dtype: torch.dtype, device: torch.device,
                  full_patch_pages: int = 0) -> AttentionBackend:
     """Build the named backend for pools of ``num_pages`` pages ``[T, H, D]`` in ``dtype``.
 
     Args:
-        name: 'flashinfer', 'sdpa' or 'reference'.
+        name: 'flashinfer', 'sdpa', 'reference' or 'triton'.
         num_heads: Heads ``H``.
         head_dim: Head dim ``D``.
         page_size: Tokens per page ``T``.
@@ -69,9 +96,9 @@ def make_backend(name: str, *, num_heads: int, head_dim: int, page_size: int, nu
         The backend.
 
     Raises:
-        ValueError: unknown name, or FlashInfer asked for on a non-CUDA device or a dtype
-            other than bfloat16/float16.
-        ImportError: 'flashinfer' asked for and the flashinfer package is not installed.
+        ValueError: unknown name, or FlashInfer / Triton asked for on a non-CUDA device or a
+            dtype other than bfloat16/float16.
+        ImportError: 'flashinfer' or 'triton' asked for and its package is not installed.
     """
     if name == 'sdpa':
         from lingbot_map_ros.engine.attention.sdpa import SdpaBackend
@@ -79,6 +106,13 @@ def make_backend(name: str, *, num_heads: int, head_dim: int, page_size: int, nu
     if name == 'reference':
         from lingbot_map_ros.engine.attention.sdpa import ReferenceBackend
         return ReferenceBackend()
+    if name == 'triton':
+        if device.type != 'cuda' or dtype not in (torch.bfloat16, torch.float16):
+            raise ValueError(f"backend='triton' needs a CUDA device and bfloat16/float16 "
+                             f'attention, got device={device}, dtype={dtype}; use '
+                             "backend='sdpa' or 'reference'")
+        from lingbot_map_ros.engine.attention.triton_backend import TritonBackend
+        return TritonBackend(device)
     if name == 'flashinfer':
         if device.type != 'cuda':
             raise ValueError(f"backend='flashinfer' needs a CUDA device, got device={device}; "

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from lingbot_map_ros.engine.attention.fp8 import attention_dtype, widen
 from lingbot_map_ros.engine.attention.split import SplitAttention
 
 if TYPE_CHECKING:
@@ -49,11 +50,14 @@ def attend_tokens(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Te
 class SdpaBackend:
     """torch SDPA straight on the pool when the visible tokens are one range; any device.
 
-    Queries are cast to the storage dtype; the output is in the storage dtype.
+    Queries are cast to the storage dtype; the output is in the storage dtype. An FP8 pool
+    is widened to the queries' dtype on read (``fp8.py``), and the output is in that dtype.
     """
 
     name = 'sdpa'
     graph_support = 'whole_frame'  # its split attention has a staged, capturable form
+    kernel = None
+    """No run kernel of its own: staged frames use flash varlen and the cuDNN split."""
 
     def __init__(self, full_patch_pages: int = 0) -> None:
         """Set up the gather fallback and the CUDA split.
@@ -82,25 +86,28 @@ class SdpaBackend:
         """Attend ``q: [Q, H, D]`` to the visible tokens of ``k_pages, v_pages: [N, T, H, D]``.
 
         Returns:
-            ``[Q, H, D]`` in the storage dtype.
+            ``[Q, H, D]`` in the storage dtype (the queries' dtype for an FP8 pool).
         """
-        if q.dtype != k_pages.dtype:
-            q = q.to(k_pages.dtype)
+        dtype = attention_dtype(q, k_pages)
+        if q.dtype != dtype:
+            q = q.to(dtype)
         if layout.first_page >= 0:
             start = layout.first_page * layout.page_size
             stop = start + layout.num_tokens
             num_heads, head_dim = k_pages.shape[2], k_pages.shape[3]
             all_k = k_pages.view(-1, num_heads, head_dim)
             all_v = v_pages.view(-1, num_heads, head_dim)
-            k, v = all_k[start:stop], all_v[start:stop]
+            k, v = widen(all_k[start:stop], dtype), widen(all_v[start:stop], dtype)
             # In a contiguous layout the patch pages come first, then the special stream.
             patch_pages = layout.num_scale_pages + layout.num_window_pages
             patches = patch_pages * layout.page_size
             if not self._split_prepared:
                 # Keyframes of a full window, and non-keyframes (one page more) from one frame
                 # before it fills: plan both now rather than mid-stream.
-                self._split.prepare(q, all_k, all_v, (self._split_from * layout.page_size,
-                                                      (self._split_from + 1) * layout.page_size))
+                counts = (self._split_from * layout.page_size,
+                          (self._split_from + 1) * layout.page_size)
+                self._split.prepare(q, widen(all_k[:counts[1]], dtype),
+                                    widen(all_v[:counts[1]], dtype), counts)
                 self._split_prepared = True
             if patch_pages >= self._split_from \
                     and self._split.usable(q, patches, layout.num_tokens):
@@ -108,8 +115,8 @@ class SdpaBackend:
                 if out is not None:
                     return out
         else:
-            k = self._gather(k_pages, layout)
-            v = self._gather(v_pages, layout)
+            k = widen(self._gather(k_pages, layout), dtype)
+            v = widen(self._gather(v_pages, layout), dtype)
         return attend_tokens(q, k, v)
 
 
@@ -121,6 +128,7 @@ class ReferenceBackend:
 
     name = 'reference'
     graph_support = 'segments'  # per-layout gather index: host work between segments
+    kernel = None  # segments only: never staged
 
     def __init__(self) -> None:
         self._gather = _PageGather()

@@ -21,15 +21,19 @@ saves ~0.7 ms of the aggregator's ~26 ms per frame and up to ~3.5 ms on window-f
   stream, which grows by 6 keys per keyframe, goes to flash varlen over
   ``[R*T, stop)``. The two are merged by log-sum-exp.
 
+With backend ``triton`` (``run_kernel`` given) every layout is ``range``: the Triton kernel
+reads ``[start, stop)`` from the device itself, FP8 pools included, with no split.
+
 On the CPU (tests, no capture) ``range`` reads the numbers on the host and runs SDPA.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 import torch
 
+from lingbot_map_ros.engine.attention.fp8 import attention_dtype, widen
 from lingbot_map_ros.engine.attention.sdpa import attend_tokens
 from lingbot_map_ros.engine.attention.split import cudnn_part, merge_partial, SplitAttention
 
@@ -64,12 +68,15 @@ class StagedAttention:
         num_special_tokens: ``S`` specials per frame.
         device: device of the pools.
         compile_merge: ``torch.compile`` the log-sum-exp merge (one fused kernel, not ~12).
+        run_kernel: attention over a device-side run ``(q, k, v, bounds)`` (backend
+            ``triton``); None: flash varlen / cuDNN split.
     """
 
     def __init__(self, split: SplitAttention, page_size: int, num_patch_pages: int,
                  full_patch_pages: int, num_special_tokens: int, device: torch.device,
-                 compile_merge: bool = False) -> None:
+                 compile_merge: bool = False, run_kernel: Any = None) -> None:
         self._split = split
+        self._run_kernel = run_kernel
         self._num_special = num_special_tokens
         self._page_size = page_size
         self._special_base = num_patch_pages * page_size
@@ -84,11 +91,22 @@ class StagedAttention:
         self._merge = torch.compile(merge_partial, dynamic=False, fullgraph=True) \
             if compile_merge else merge_partial
 
-    def warm_up(self, q: torch.Tensor) -> None:
-        """Compile the merge for queries like ``q: [Q, H, D]`` (so a failure shows here)."""
+    def warm_up(self, q: torch.Tensor, k_pages: torch.Tensor | None = None,
+                v_pages: torch.Tensor | None = None) -> None:
+        """Compile the merge, or the run kernel over ``k_pages, v_pages``, for ``q`` now.
+
+        Queries are shaped like ``q: [Q, H, D]``; done outside any capture, so that a failure
+        shows here.
+        """
         if self._merge is not merge_partial and q.is_cuda:
             lse = torch.zeros(q.shape[1], q.shape[0], dtype=torch.float32, device=q.device)
             self._merge(q, lse, q, lse)
+        if self._run_kernel is not None and q.is_cuda and k_pages is not None \
+                and v_pages is not None:
+            heads, dim = k_pages.shape[2], k_pages.shape[3]
+            bounds = torch.tensor([0, self._page_size], dtype=torch.int32, device=q.device)
+            self._run_kernel(q, k_pages.view(-1, heads, dim), v_pages.view(-1, heads, dim),
+                             bounds)
         self._queries(q)
 
     def set(self, layout: PageLayout) -> StagedKey:
@@ -114,7 +132,7 @@ class StagedAttention:
         """
         start = (1 if keyframe else 0) * self._page_size
         self._point_at(start, self._special_base + self._num_special)
-        if not (self._split.enabled and self._bounds.is_cuda):
+        if not (self._split.enabled and self._bounds.is_cuda) or self._run_kernel is not None:
             return ('range',)
         return ('split', start, self._special_base - start)
 
@@ -131,7 +149,8 @@ class StagedAttention:
         start = layout.first_page * self._page_size
         patches = patch_pages * self._page_size
         if patch_pages >= self._full_patch_pages and self._split.enabled \
-                and start + patches == self._special_base and self._bounds.is_cuda:
+                and start + patches == self._special_base and self._bounds.is_cuda \
+                and self._run_kernel is None:
             return ('split', start, patches)
         return ('range',)
 
@@ -140,12 +159,18 @@ class StagedAttention:
         """Attend ``q: [Q, H, D]`` to the staged run of ``k_pages, v_pages: [N, T, H, D]``.
 
         Returns:
-            ``[Q, H, D]`` in the storage dtype.
+            ``[Q, H, D]`` in the storage dtype (the queries' dtype for an FP8 pool).
         """
-        if q.dtype != k_pages.dtype:
-            q = q.to(k_pages.dtype)
+        dtype = attention_dtype(q, k_pages)
+        if q.dtype != dtype:
+            q = q.to(dtype)
         heads, dim = k_pages.shape[2], k_pages.shape[3]
-        k, v = k_pages.view(-1, heads, dim), v_pages.view(-1, heads, dim)
+        if self._run_kernel is not None and q.is_cuda:
+            return self._run_kernel(q, k_pages.view(-1, heads, dim),
+                                    v_pages.view(-1, heads, dim), self._bounds[0:2])
+        # An FP8 pool is widened whole (a fixed shape, so the graph stays one graph).
+        k = widen(k_pages.view(-1, heads, dim), dtype)
+        v = widen(v_pages.view(-1, heads, dim), dtype)
         if not q.is_cuda:
             start, stop = self._host_bounds
             return attend_tokens(q, k[start:stop], v[start:stop])

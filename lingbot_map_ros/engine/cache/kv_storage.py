@@ -30,7 +30,7 @@ class KVStorage:
         num_heads: Attention heads.
         head_dim: Dims per head.
         num_special_tokens: Specials at the start of each frame.
-        dtype: Storage dtype.
+        dtype: Storage dtype (float8_e4m3fn too: 1 byte per element, unit scale).
         device: Storage device.
 
     Raises:
@@ -55,9 +55,12 @@ class KVStorage:
         shape = (num_pages, page_size, num_heads, head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        # Flat token views [N*T, H, D] of the same memory: the target of index_copy_.
-        self._k_tokens = [t.view(-1, num_heads, head_dim) for t in self.k]
-        self._v_tokens = [t.view(-1, num_heads, head_dim) for t in self.v]
+        # Flat token views [N*T, H, D] of the same memory: the target of index_copy_. FP8 is
+        # written through a uint8 view of the same bytes (index_copy_ has no FP8 kernel).
+        self._write_view = torch.uint8 if dtype.itemsize == 1 and dtype.is_floating_point \
+            else None
+        self._k_tokens = [self._as_written(t.view(-1, num_heads, head_dim)) for t in self.k]
+        self._v_tokens = [self._as_written(t.view(-1, num_heads, head_dim)) for t in self.v]
         # Token t of a frame: special i = t goes to special_start + i, patch j = t - S goes to
         # patch_start + j; _offsets holds i or j, _is_special selects the base.
         tokens = num_special_tokens + page_size
@@ -102,8 +105,11 @@ class KVStorage:
             k = k.to(self.dtype)
         if v.dtype != self.dtype:
             v = v.to(self.dtype)
-        self._k_tokens[layer].index_copy_(0, index, k)
-        self._v_tokens[layer].index_copy_(0, index, v)
+        self._k_tokens[layer].index_copy_(0, index, self._as_written(k))
+        self._v_tokens[layer].index_copy_(0, index, self._as_written(v))
+
+    def _as_written(self, t: torch.Tensor) -> torch.Tensor:
+        return t if self._write_view is None else t.view(self._write_view)
 
     def move_page(self, layer: int, src: int, dst: int) -> None:
         """Copy page ``src`` to page ``dst`` in ``layer`` (K and V)."""

@@ -31,7 +31,8 @@ from typing import Any
 
 import torch
 
-from lingbot_map_ros.engine.attention.backend import AttentionBackend, BACKEND_NAMES, make_backend
+from lingbot_map_ros.engine.attention.backend import AttentionBackend, BACKEND_NAMES, \
+    check_storage_dtype, make_backend
 from lingbot_map_ros.engine.cache.kv_storage import KVStorage
 from lingbot_map_ros.engine.cache.page_table import PageLayout, StepKind, TwoStreamPageTable
 from lingbot_map_ros.engine.cache.step_log import LoggedStep, StepLog
@@ -77,7 +78,9 @@ class FlashInferKVCacheManager:
         max_total_frames: Capacity of the special stream, in frames.
         force_fp32: Store float32 (float64 stays float64); the default backend is then
             'reference' (upstream's float32 gather + SDPA path).
-        backend: 'flashinfer' (default), 'sdpa' or 'reference'.
+        backend: 'flashinfer' (default), 'sdpa', 'reference' or 'triton'.
+        storage_dtype: K/V storage dtype when it differs from ``dtype`` (the attention
+            dtype): ``torch.float8_e4m3fn`` (half the bytes; not with 'flashinfer').
 
     Raises:
         ValueError: bad sizes, unknown backend, or FlashInfer on CPU / in float32.
@@ -88,7 +91,8 @@ class FlashInferKVCacheManager:
                  num_heads: int, head_dim: int, dtype: torch.dtype | str,
                  device: torch.device | str, num_special_tokens: int = 6,
                  scale_frames: int = 8, sliding_window: int = 64, max_total_frames: int = 2048,
-                 force_fp32: bool = False, backend: str | None = None) -> None:
+                 force_fp32: bool = False, backend: str | None = None,
+                 storage_dtype: torch.dtype | None = None) -> None:
         if tokens_per_frame <= num_special_tokens:
             raise ValueError(f'tokens_per_frame={tokens_per_frame} must exceed '
                              f'num_special_tokens={num_special_tokens} (a page holds patches)')
@@ -105,6 +109,7 @@ class FlashInferKVCacheManager:
         self.page_size = tokens_per_frame - num_special_tokens
         self.device = torch.device(device)
         self.backend_name, self.dtype = _resolve_backend(backend, force_fp32, dtype)
+        self.storage_dtype = check_storage_dtype(storage_dtype, self.dtype, self.backend_name)
         self._table = TwoStreamPageTable(self.page_size, num_special_tokens, scale_frames,
                                          sliding_window, max_total_frames)
         # The backend first: a missing FlashInfer fails before gigabytes are allocated.
@@ -114,7 +119,7 @@ class FlashInferKVCacheManager:
                                      device=self.device,
                                      full_patch_pages=scale_frames + sliding_window)
         self._storage = KVStorage(num_blocks, self._table.num_pages, self.page_size, num_heads,
-                                  head_dim, num_special_tokens, self.dtype, self.device)
+                                  head_dim, num_special_tokens, self.storage_dtype, self.device)
         self._log = StepLog(num_blocks, self._table.layout)
         self._frame_shape = (tokens_per_frame, num_heads, head_dim)
         # Upstream's flags: a non-keyframe is running (read by upstream's blocks), and its
@@ -303,7 +308,7 @@ class FlashInferKVCacheManager:
             'kv_bytes': self._storage.num_bytes,
             'kv_bytes_used': layout.num_pages * self._storage.bytes_per_page * self.num_blocks,
             'backend': self.backend_name,
-            'dtype': str(self.dtype).removeprefix('torch.'),
+            'dtype': str(self.storage_dtype).removeprefix('torch.'),
         }
 
     def _check_block(self, block_idx: int) -> None:

@@ -47,21 +47,22 @@ class StagedFrames:
             CacheStateError: the cache cannot stage (see :func:`can_stage`).
         """
         if not can_stage(cache):
-            raise CacheStateError(f'staged frames need backend sdpa with bf16/fp16 on CUDA, '
-                                  f'not {cache.backend_name} with {cache.dtype} on '
-                                  f'{cache.device}')
+            raise CacheStateError('staged frames need a whole-frame backend (sdpa, triton) '
+                                  f'with bf16/fp16 on CUDA, not {cache.backend_name} with '
+                                  f'{cache.dtype} on {cache.device}')
         self._cache = cache
         table = cache.page_table
         self._attention = StagedAttention(
             cache.backend.split, cache.page_size, table.num_patch_pages,  # type: ignore
             cache.scale_frames + cache.sliding_window, cache.num_special_tokens, cache.device,
-            compile_merge)
+            compile_merge, run_kernel=cache.backend.kernel)  # type: ignore
         self._index = torch.zeros(cache.tokens_per_frame, dtype=torch.long, device=cache.device)
         self._keyframe: bool | None = None
 
     def warm_up(self, q: torch.Tensor) -> None:
         """Compile the staged merge for queries shaped like ``q: [Q, H, D]`` now (CUDA)."""
-        self._attention.warm_up(q)
+        storage = self._cache.storage
+        self._attention.warm_up(q, storage.k[0], storage.v[0])
 
     def stage_frame(self, keyframe: bool) -> StagedKey:
         """Make one streaming frame's table steps for every block; stage its numbers.

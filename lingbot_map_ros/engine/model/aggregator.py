@@ -153,7 +153,8 @@ class Aggregator(nn.Module):
             head_dim=self.config.head_dim, dtype=self._kv_dtype, device=device,
             num_special_tokens=NUM_SPECIAL_TOKENS, scale_frames=cfg.scale_frames,
             sliding_window=cfg.sliding_window, max_total_frames=cfg.max_total_frames,
-            backend=cfg.backend)
+            backend=cfg.backend, storage_dtype=getattr(torch, cfg.dtype)
+            if cfg.dtype == 'float8_e4m3fn' else None)
         logger.info('KV cache: %d tokens/frame, N_s=%d, W=%d, %s, backend %s', tokens_per_frame,
                     cfg.scale_frames, cfg.sliding_window, self._kv_dtype, cfg.backend)
 

@@ -1,0 +1,216 @@
+"""A Triton attention kernel for the cache shape: one contiguous key run, split across CTAs.
+
+Shapes: ``Q`` queries, ``H`` heads, ``D`` head dim (16, 32, 64 or 128), keys and values as
+token views ``[N, H, D]`` of a layer's pool; the visible keys are the run ``[start, stop)``
+read from a device tensor ``bounds`` (int32 ``[start, stop]``), so one CUDA graph serves every
+frame whatever the run's place and length (no per-shape plan, unlike cuDNN).
+
+Why its own kernel: at our shape (978 queries, ~73k keys, 16 x 64, bf16) a query tile per
+(tile, head) gives only 8 x 16 = 128 CTAs on 132 SMs, one CTA per SM. Splitting the key run
+into ``splits`` parts (FlashDecoding-style) gives ``splits`` times as many CTAs, so several
+run per SM and hide each other's softmax behind their matrix products; a second, small kernel
+merges the parts with their log-sum-exps. Other choices: ``exp2`` with ``log2(e) / sqrt(D)``
+folded into one multiply-add per score; K and V stored in FP8 (e4m3, unit scale) are read as
+such and widened to bf16 in registers (half the bytes, same matrix units); ``qk_fp8`` runs the
+QK product in FP8 (Hopper's FP8 tensor cores) for speed at a larger error.
+
+The kernels run under ``TRITON_INTERPRET=1`` on the CPU (the tests' correctness check); the
+package imports this module only where it is asked for (triton is not a hard dependency).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _attend_part(Q, K, V, Out, M, bounds, n_q, qk_scale,
+                 s_qm, s_qh, s_km, s_kh, s_vm, s_vh, s_op, s_om, s_oh, s_mp, s_mh,
+                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 SPLITS: tl.constexpr, QK_FP8: tl.constexpr, NORMALISE: tl.constexpr):
+    """One (query tile, head, key part): unnormalised partial output and its log2 max/sum."""
+    tile = tl.program_id(0)
+    head = tl.program_id(1)
+    part = tl.program_id(2)
+    # int32 offsets: a layer's pool holds < 2^31 elements (85k tokens x 1,024 at our shape).
+    start = tl.load(bounds)
+    stop = tl.load(bounds + 1)
+    # Parts are whole BLOCK_N tiles so that only the run's last tile needs a mask.
+    per_part = tl.cdiv(tl.cdiv(stop - start, SPLITS), BLOCK_N) * BLOCK_N
+    lo = start + part * per_part
+    hi = tl.minimum(lo + per_part, stop)
+    offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_n = tl.arange(0, BLOCK_N)
+    row_ok = offs_m < n_q
+    q = tl.load(Q + offs_m[:, None] * s_qm + head * s_qh + offs_d[None, :],
+                mask=row_ok[:, None], other=0.0)
+    if QK_FP8:
+        q = q.to(tl.float8e4nv)
+    m_i = tl.full([BLOCK_M], float('-inf'), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    k_base = K + head * s_kh + offs_d[:, None]
+    v_base = V + head * s_vh + offs_d[None, :]
+    full_end = lo + tl.maximum(hi - lo, 0) // BLOCK_N * BLOCK_N
+    for n0 in range(lo, full_end, BLOCK_N):
+        keys = n0 + offs_n
+        k = tl.load(k_base + keys[None, :] * s_km)
+        v = tl.load(v_base + keys[:, None] * s_vm).to(Q.dtype.element_ty)
+        m_i, l_i, acc = _block(q, k, v, m_i, l_i, acc, qk_scale, None, QK_FP8)
+    if full_end < hi:
+        keys = full_end + offs_n
+        key_ok = keys < hi
+        k = tl.load(k_base + keys[None, :] * s_km, mask=key_ok[None, :], other=0.0)
+        v = tl.load(v_base + keys[:, None] * s_vm, mask=key_ok[:, None],
+                    other=0.0).to(Q.dtype.element_ty)
+        m_i, l_i, acc = _block(q, k, v, m_i, l_i, acc, qk_scale, key_ok, QK_FP8)
+    o_ptrs = Out + part * s_op + offs_m[:, None] * s_om + head * s_oh + offs_d[None, :]
+    # An empty part (more parts than key tiles) has l = 0 and acc = 0: store 0, lse -inf.
+    acc = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
+    if NORMALISE:
+        tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=row_ok[:, None])
+    else:
+        tl.store(o_ptrs, acc, mask=row_ok[:, None])
+        # log2-sum-exp of the part's scaled scores; -inf for an empty part.
+        tl.store(M + part * s_mp + head * s_mh + offs_m, m_i + tl.log2(l_i), mask=row_ok)
+
+
+@triton.jit
+def _block(q, k, v, m_i, l_i, acc, qk_scale, key_ok, QK_FP8: tl.constexpr):
+    """Online-softmax update with one key tile ``k: [D, N]``, ``v: [N, D]`` (log2 domain)."""
+    # Widened (or narrowed) in registers: FP8 storage costs no extra pass over memory.
+    if QK_FP8:
+        k = k.to(tl.float8e4nv)
+    else:
+        k = k.to(q.dtype)
+    qk = tl.dot(q, k)
+    if key_ok is not None:
+        qk = tl.where(key_ok[None, :], qk, float('-inf'))
+    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    # An all-masked row keeps m = -inf; shift by 0 there so exp2 gives 0, not NaN.
+    shift = tl.where(m_new == float('-inf'), 0.0, m_new)
+    p = tl.math.exp2(qk * qk_scale - shift[:, None])
+    alpha = tl.math.exp2(m_i - shift)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _merge_parts(P, M, Out, n_q, s_pp, s_pm, s_ph, s_mp, s_mh, s_om, s_oh,
+                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, SPLITS: tl.constexpr):
+    """Average the parts' normalised outputs, weighted by their share exp2(lse - top)."""
+    tile = tl.program_id(0)
+    head = tl.program_id(1)
+    offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < n_q
+    top = tl.full([BLOCK_M], float('-inf'), dtype=tl.float32)
+    for part in tl.static_range(SPLITS):
+        lse = tl.load(M + part * s_mp + head * s_mh + offs_m, mask=row_ok, other=0.0)
+        top = tl.maximum(top, lse)
+    total = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    for part in tl.static_range(SPLITS):
+        lse = tl.load(M + part * s_mp + head * s_mh + offs_m, mask=row_ok, other=0.0)
+        o = tl.load(P + part * s_pp + offs_m[:, None] * s_pm + head * s_ph + offs_d[None, :],
+                    mask=row_ok[:, None], other=0.0)
+        weight = tl.math.exp2(lse - top)
+        total += weight
+        acc += o * weight[:, None]
+    acc = acc / total[:, None]
+    tl.store(Out + offs_m[:, None] * s_om + head * s_oh + offs_d[None, :],
+             acc.to(Out.dtype.element_ty), mask=row_ok[:, None])
+
+
+def attend_run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: torch.Tensor, *,
+               splits: int = 4, block_m: int = 128, block_n: int = 64, num_warps: int = 4,
+               num_stages: int = 2, qk_fp8: bool = False, out: torch.Tensor | None = None,
+               scratch: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """Attend ``q: [Q, H, D]`` to the keys ``k[start:stop]``, ``v[start:stop]`` (``[N, H, D]``).
+
+    Args:
+        q: Queries, bf16 or fp16 (the output dtype).
+        k: Key token view, the dtype of ``q`` or float8_e4m3fn (widened in registers).
+        v: Value token view, likewise.
+        bounds: int32 ``[start, stop]`` on the device of ``q`` (read by the kernel, so a CUDA
+            graph of this call follows changes to it).
+        splits: Key parts run by separate CTAs and merged (1: no merge kernel).
+        block_m: Query tile.
+        block_n: Key tile.
+        num_warps: Warps per CTA.
+        num_stages: Software-pipelining depth of the key loop.
+        qk_fp8: Run the QK product in FP8 e4m3 (queries and keys rounded to it).
+        out: Optional ``[Q, H, D]`` output buffer.
+        scratch: Optional ``(parts [splits, Q, H, D] fp32, lse [splits, H, Q] fp32)``.
+
+    Returns:
+        ``[Q, H, D]`` in the dtype of ``q``.
+
+    Raises:
+        ValueError: shapes, dtypes or sizes the kernel does not take.
+    """
+    num_q, heads, dim = q.shape
+    _check(q, k, v, bounds, splits)
+    if out is None:
+        out = torch.empty_like(q)
+    qk_scale = LOG2E / math.sqrt(dim)
+    grid = (triton.cdiv(num_q, block_m), heads, splits)
+    common = dict(HEAD_DIM=dim, BLOCK_M=block_m, BLOCK_N=block_n, SPLITS=splits,
+                  QK_FP8=qk_fp8, num_warps=num_warps, num_stages=num_stages)
+    if splits == 1:
+        _attend_part[grid](q, k, v, out, out, bounds, num_q, qk_scale,
+                           q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+                           v.stride(0), v.stride(1), 0, out.stride(0), out.stride(1), 0, 0,
+                           NORMALISE=True, **common)
+        return out
+    if scratch is None:
+        scratch = (torch.empty(splits, num_q, heads, dim, dtype=torch.float32, device=q.device),
+                   torch.empty(splits, heads, num_q, dtype=torch.float32, device=q.device))
+    parts, lse = scratch
+    _attend_part[grid](q, k, v, parts, lse, bounds, num_q, qk_scale,
+                       q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+                       v.stride(0), v.stride(1), parts.stride(0), parts.stride(1),
+                       parts.stride(2), lse.stride(0), lse.stride(1),
+                       NORMALISE=False, **common)
+    merge_m = 64
+    _merge_parts[(triton.cdiv(num_q, merge_m), heads)](
+        parts, lse, out, num_q, parts.stride(0), parts.stride(1), parts.stride(2),
+        lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
+        HEAD_DIM=dim, BLOCK_M=merge_m, SPLITS=splits, num_warps=4)
+    return out
+
+
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: torch.Tensor,
+           splits: int) -> None:
+    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3 or k.shape != v.shape \
+            or k.shape[1:] != q.shape[1:]:
+        raise ValueError(f'triton attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v '
+                         f'{tuple(v.shape)} must be [Q, H, D] and [N, H, D] alike')
+    if q.shape[2] not in (16, 32, 64, 128):
+        raise ValueError(f'triton attention: head dim {q.shape[2]} is not 16, 32, 64 or 128')
+    if q.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f'triton attention: queries must be bf16 or fp16, not {q.dtype}')
+    for name, t in (('k', k), ('v', v)):
+        if t.dtype not in (q.dtype, torch.float8_e4m3fn):
+            raise ValueError(f'triton attention: {name} is {t.dtype}; it must be {q.dtype} or '
+                             'float8_e4m3fn')
+        if t.stride(2) != 1:
+            raise ValueError(f'triton attention: {name} must be contiguous in its last dim')
+    if q.stride(2) != 1:
+        raise ValueError('triton attention: q must be contiguous in its last dim')
+    if bounds.dtype != torch.int32 or bounds.numel() < 2 or bounds.device != q.device:
+        raise ValueError('triton attention: bounds must be int32 [start, stop] on the device '
+                         'of q')
+    if splits < 1:
+        raise ValueError(f'triton attention: splits={splits} must be >= 1')
+    if max(k.numel(), v.numel(), q.numel()) >= 2**31:
+        raise ValueError('triton attention: a tensor of 2^31 elements or more (the kernel '
+                         'indexes with int32)')

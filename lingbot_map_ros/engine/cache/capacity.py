@@ -1,0 +1,51 @@
+"""How many bytes a cache configuration allocates, before any GPU memory is touched.
+
+The KV cache is allocated whole when the first frame arrives: ``L`` layers x (patch pages
+``N_s + W + 1`` + special pages ``ceil(S * max_total_frames / T)``) x ``T`` tokens x ``H`` heads
+x ``D`` dims x 2 (K and V) x the storage dtype's bytes. At the defaults of the official model
+(504x378 images: ``T`` = 972) that is 7.7 GiB in bf16; docs/gpu_memory.md lists what each
+setting saves. ``max_total_frames`` is best sized from what one session holds (the keyframes
+before a reset, plus the scale frames), not left at the 2,048 default.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lingbot_map_ros.config import CacheConfig
+from lingbot_map_ros.engine.cache.page_table import TwoStreamPageTable
+
+
+def kv_cache_bytes(cache: CacheConfig, patches_per_frame: int, num_layers: int = 24,
+                   num_heads: int = 16, head_dim: int = 64,
+                   num_special_tokens: int = 6) -> int:
+    """Return the bytes the KV cache of ``cache`` allocates (all layers, K and V).
+
+    Args:
+        cache: Window sizes, special-stream capacity and storage dtype.
+        patches_per_frame: ``T``, patch tokens per frame (``(H/14) * (W/14)`` of the image).
+        num_layers: Global attention blocks.
+        num_heads: Heads ``H``.
+        head_dim: Dims per head ``D``.
+        num_special_tokens: ``S`` specials per frame.
+
+    Raises:
+        ValueError: ``patches_per_frame`` < 1.
+    """
+    if patches_per_frame < 1:
+        raise ValueError(f'patches_per_frame={patches_per_frame} must be >= 1')
+    table = TwoStreamPageTable(patches_per_frame, num_special_tokens, cache.scale_frames,
+                               cache.sliding_window, cache.max_total_frames)
+    itemsize = torch.empty(0, dtype=getattr(torch, cache.dtype)).element_size()
+    return 2 * num_layers * table.num_pages * patches_per_frame * num_heads * head_dim * itemsize
+
+
+def session_frames(session_keyframes: int, scale_frames: int) -> int:
+    """Return the special-stream capacity one session needs: its keyframes plus the scale frames.
+
+    Raises:
+        ValueError: ``session_keyframes`` < 1.
+    """
+    if session_keyframes < 1:
+        raise ValueError(f'session_keyframes={session_keyframes} must be >= 1')
+    return session_keyframes + scale_frames

@@ -1,0 +1,136 @@
+"""FP8 (e4m3) KV storage: written as FP8, widened on read, same attention up to e4m3 rounding."""
+
+import pytest
+import torch
+
+from lingbot_map_ros.config import CacheConfig
+from lingbot_map_ros.engine.cache.manager import FlashInferKVCacheManager
+
+P, H, D, S = 30, 4, 16, 6
+FP8 = torch.float8_e4m3fn
+
+
+def _stream(storage_dtype, backend='sdpa', frames=9):
+    """Keyframes 0..frames-1 through 2 blocks; the attention outputs and the manager."""
+    cache = FlashInferKVCacheManager(2, 100, P, H, D, torch.float32, 'cpu', num_special_tokens=S,
+                                     scale_frames=2, sliding_window=3, max_total_frames=20,
+                                     backend=backend, storage_dtype=storage_dtype)
+    gen = torch.Generator().manual_seed(7)
+    outs = []
+    for frame in range(frames):
+        for block in range(2):
+            k, v, q = (torch.randn(P, H, D, generator=gen) for _ in range(3))
+            cache.append_frame(block, k, v, keyframe=True)
+            if frame >= 2:
+                cache.evict_frames(block)
+            outs.append(cache.compute_attention(block, q))
+    return torch.stack(outs), cache
+
+
+@pytest.mark.parametrize('backend', ['sdpa', 'reference'])
+def test_fp8_storage_matches_float32_up_to_e4m3_rounding(backend):
+    ref, _ = _stream(None, backend)
+    out, cache = _stream(FP8, backend)
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+    rel = ((out - ref).norm() / ref.norm()).item()
+    # e4m3 keeps 3 mantissa bits: ~2^-4 relative rounding of each K/V element, so a few
+    # percent here; a wrong widening (e.g. bytes read as integers) is off by orders more.
+    assert 1e-3 < rel < 0.08
+    assert cache.get_cache_stats()['dtype'] == 'float8_e4m3fn'
+
+
+def test_fp8_storage_holds_the_written_values_in_e4m3():
+    _, cache = _stream(FP8, frames=1)
+    stored = cache._storage.k[0]  # noqa: SLF001 - the bytes themselves are the point
+    assert stored.dtype == FP8
+    gen = torch.Generator().manual_seed(7)
+    k = torch.randn(P, H, D, generator=gen)
+    page = cache.layout(0).page_ids[0]
+    assert torch.equal(stored[page].float(), k[S:].to(FP8).float())
+
+
+def test_fp8_storage_is_a_quarter_of_float32_and_half_of_bf16():
+    _, fp32 = _stream(None, frames=1)
+    _, fp8 = _stream(FP8, frames=1)
+    assert fp32.kv_bytes == 4 * fp8.kv_bytes
+
+
+def test_fp8_refusals_are_clear():
+    with pytest.raises(ValueError, match="not wired to backend 'flashinfer'"):
+        FlashInferKVCacheManager(1, 10, P, H, D, torch.bfloat16, 'cpu', num_special_tokens=S,
+                                 backend='flashinfer', storage_dtype=FP8)
+    with pytest.raises(ValueError, match='must be the attention dtype'):
+        FlashInferKVCacheManager(1, 10, P, H, D, torch.float32, 'cpu', num_special_tokens=S,
+                                 backend='sdpa', storage_dtype=torch.float16)
+
+
+def test_cache_config_takes_fp8():
+    assert CacheConfig(dtype='float8_e4m3fn').dtype == 'float8_e4m3fn'
+
+
+def _staged_vs_eager(device, dtype, dim):
+    """Max |staged - eager| over keyframes/non-keyframes through and past the window fill."""
+    def make():
+        return FlashInferKVCacheManager(2, 64, P, H, dim, dtype, device, num_special_tokens=S,
+                                        scale_frames=2, sliding_window=3, max_total_frames=32,
+                                        backend='sdpa', storage_dtype=FP8)
+    eager, staged = make(), make()
+    staged.enable_staging()
+    gen = torch.Generator().manual_seed(3)
+    worst = 0.0
+    schedule = [True] * 2 + [True, False, True, True, False, True, True, False, True]
+    for i, keyframe in enumerate(schedule):
+        qkv = torch.randn(2, 3, P, H, dim, generator=gen).to(device, dtype)
+        if i < 2:  # the scale frames
+            for b in range(2):
+                for cache in (eager, staged):
+                    cache.append_frame(b, qkv[b, 1], qkv[b, 2], keyframe=True)
+            continue
+        key = staged.stage_frame(keyframe)
+        for b in range(2):
+            eager.append_frame(b, qkv[b, 1], qkv[b, 2], keyframe=keyframe)
+            if keyframe:
+                eager.evict_frames(b)
+            want = eager.compute_attention(b, qkv[b, 0]).float()
+            if not keyframe:
+                eager.rollback_last_frame(b)
+            staged.write_staged(b, qkv[b, 1], qkv[b, 2])
+            got = staged.attend_staged(b, key, qkv[b, 0])
+            assert got.dtype == dtype
+            worst = max(worst, (got.float() - want).abs().max().item())
+        staged.finish_staged()
+    return worst
+
+
+def test_staged_frames_read_the_fp8_pool_like_the_eager_calls():
+    assert _staged_vs_eager('cpu', torch.float32, D) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_staged_fp8_pool_on_cuda_matches_the_eager_calls():
+    # bf16 attention over the widened FP8 pool: cuDNN + flash (split) vs the eager sdpa path.
+    assert _staged_vs_eager('cuda', torch.bfloat16, 64) < 2e-2
+
+
+@pytest.mark.parametrize('dtype', ['bfloat16', 'float8_e4m3fn', 'float32'])
+def test_kv_cache_bytes_predicts_what_the_manager_allocates(dtype):
+    from lingbot_map_ros.engine.cache.capacity import kv_cache_bytes, session_frames
+    cfg = CacheConfig(scale_frames=2, sliding_window=3, max_total_frames=session_frames(20, 2),
+                      dtype=dtype)
+    fp8 = dtype == 'float8_e4m3fn'
+    cache = FlashInferKVCacheManager(
+        3, 100, P, H, D, torch.float32 if fp8 else getattr(torch, dtype), 'cpu',
+        num_special_tokens=S, scale_frames=2, sliding_window=3,
+        max_total_frames=cfg.max_total_frames, backend='sdpa', storage_dtype=FP8 if fp8 else None)
+    assert kv_cache_bytes(cfg, P - S, num_layers=3, num_heads=H, head_dim=D,
+                          num_special_tokens=S) == cache.kv_bytes
+
+
+def test_kv_cache_bytes_of_the_official_defaults_and_the_small_gpu_config():
+    from lingbot_map_ros.engine.cache.capacity import kv_cache_bytes
+    gib = 2 ** 30
+    assert kv_cache_bytes(CacheConfig(), 972) / gib == pytest.approx(7.653, abs=1e-3)
+    small = CacheConfig(sliding_window=24, max_total_frames=330, dtype='float8_e4m3fn')
+    # 8 + 24 + 1 patch pages + 3 special pages, one byte per element.
+    assert kv_cache_bytes(small, 972) == 2 * 24 * 36 * 972 * 16 * 64

@@ -1,0 +1,88 @@
+"""The Triton cache-attention kernel against a float64 reference (GPU, or the CPU interpreter).
+
+Runs where triton is installed: on CUDA, or on the CPU with ``TRITON_INTERPRET=1`` (whose
+interpreter has no bf16 matrix product, so fp16 there; it also needs numpy < 2.3). Skipped
+otherwise: triton is not a dependency of the package.
+"""
+
+import os
+
+import pytest
+import torch
+
+triton = pytest.importorskip('triton')
+ON_GPU = torch.cuda.is_available()
+if not ON_GPU and os.environ.get('TRITON_INTERPRET') != '1':
+    pytest.skip('no CUDA and TRITON_INTERPRET is not 1', allow_module_level=True)
+
+from lingbot_map_ros.engine.attention.triton_attention import attend_run  # noqa: E402
+
+DEV = 'cuda' if ON_GPU else 'cpu'
+DTYPE = torch.bfloat16 if ON_GPU else torch.float16
+
+
+def _reference(q, k, v):
+    s = torch.einsum('qhd,khd->hqk', q.double(), k.double()) / q.shape[-1] ** 0.5
+    return torch.einsum('hqk,khd->qhd', s.softmax(-1), v.double())
+
+
+@pytest.mark.parametrize('splits,block_m,block_n,start,stop', [
+    (1, 32, 32, 7, 290), (3, 32, 32, 0, 300), (8, 16, 32, 5, 100)])
+def test_matches_float64_over_a_run_of_the_pool(splits, block_m, block_n, start, stop):
+    gen = torch.Generator().manual_seed(splits)
+    q = torch.randn(50, 4, 64, generator=gen).to(DEV, DTYPE)
+    k, v = (torch.randn(300, 4, 64, generator=gen).to(DEV, DTYPE) for _ in range(2))
+    out = torch.full_like(q, float('nan'))
+    bounds = torch.tensor([start, stop], dtype=torch.int32, device=DEV)
+    attend_run(q, k, v, bounds, splits=splits, block_m=block_m, block_n=block_n, out=out)
+    ref = _reference(q, k[start:stop], v[start:stop])
+    assert not out.isnan().any()
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+def test_fp8_keys_and_values_are_widened_in_registers():
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(40, 2, 64, generator=gen).to(DEV, DTYPE)
+    k, v = (torch.randn(200, 2, 64, generator=gen).to(DEV, torch.float8_e4m3fn)
+            for _ in range(2))
+    bounds = torch.tensor([0, 200], dtype=torch.int32, device=DEV)
+    out = attend_run(q, k, v, bounds, splits=2, block_m=32, block_n=32)
+    ref = _reference(q, k.to(DTYPE), v.to(DTYPE))
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+def test_refuses_what_it_cannot_run():
+    q = torch.zeros(4, 2, 48, dtype=DTYPE, device=DEV)
+    bounds = torch.tensor([0, 4], dtype=torch.int32, device=DEV)
+    with pytest.raises(ValueError, match='head dim 48'):
+        attend_run(q, q, q, bounds)
+    with pytest.raises(ValueError, match='bounds must be int32'):
+        attend_run(q[..., :32], q[..., :32], q[..., :32], bounds.long())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason='the triton backend runs on CUDA only')
+@pytest.mark.parametrize('storage', [None, torch.float8_e4m3fn])
+def test_triton_backend_matches_the_reference_backend_through_the_window_fill(storage):
+    from lingbot_map_ros.engine.cache import FlashInferKVCacheManager
+
+    def make(backend):
+        return FlashInferKVCacheManager(
+            2, 64, 6 + 40, 4, 64, torch.bfloat16, 'cuda', num_special_tokens=6, scale_frames=2,
+            sliding_window=3, max_total_frames=32, backend=backend,
+            storage_dtype=storage if backend == 'triton' else None)
+    triton_cache, reference = make('triton'), make('reference')
+    gen = torch.Generator().manual_seed(5)
+    for frame in range(10):
+        for b in range(2):
+            q, k, v = (torch.randn(46, 4, 64, generator=gen).to('cuda', torch.bfloat16)
+                       for _ in range(3))
+            if storage is not None:  # the reference sees the same rounded keys and values
+                k, v = k.to(storage).to(torch.bfloat16), v.to(storage).to(torch.bfloat16)
+            for cache in (triton_cache, reference):
+                cache.append_frame(b, k, v, keyframe=True)
+                if frame >= 2:
+                    cache.evict_frames(b)
+            got = triton_cache.compute_attention(b, q).double()
+            want = reference.compute_attention(b, q).double()
+            assert ((got - want).norm() / want.norm()).item() < 1e-2
