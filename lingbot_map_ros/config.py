@@ -121,9 +121,10 @@ class CacheConfig:
     """First frames run together bidirectionally and pinned in the cache forever (N_s)."""
     sliding_window: int = 64
     """Most recent keyframes whose patch tokens stay cached (W)."""
-    max_total_frames: int = 0
-    """Capacity of the special-token stream, in keyframes, allocated at start. 0 (default):
-    sized for one session, ``stream.session_keyframes`` (rollovers never need more)."""
+    max_total_frames: int = 320
+    """Capacity of the special-token stream, in keyframes, allocated at start. One session
+    (``stream.session_keyframes``, which must not exceed it) is all it ever holds: rollovers
+    start the next session before it fills."""
     dtype: CacheDType = 'bfloat16'
     """KV storage dtype on CUDA (CPU stores float32). 'float8_e4m3fn' halves the cache on
     any device: K/V are stored in e4m3 (unit scale), widened to the attention dtype on read
@@ -135,9 +136,9 @@ class CacheConfig:
             raise ValueError(f'cache.scale_frames={self.scale_frames} must be >= 1')
         if self.sliding_window < 1:
             raise ValueError(f'cache.sliding_window={self.sliding_window} must be >= 1')
-        if self.max_total_frames and self.max_total_frames < self.scale_frames + 1:
+        if self.max_total_frames < self.scale_frames + 1:
             raise ValueError(f'cache.max_total_frames={self.max_total_frames} must exceed '
-                             f'cache.scale_frames={self.scale_frames} (or 0: one session)')
+                             f'cache.scale_frames={self.scale_frames}')
 
 
 @dataclass(frozen=True)
@@ -243,10 +244,7 @@ class EngineConfig:
     stream: StreamConfig = field(default_factory=StreamConfig)
 
     def __post_init__(self) -> None:
-        """Check the settings that span sections; size the cache for one session if asked."""
-        if self.cache.max_total_frames == 0:
-            object.__setattr__(self, 'cache', dataclasses.replace(
-                self.cache, max_total_frames=self.stream.session_keyframes))
+        """Check the settings that span sections."""
         stream, cache = self.stream, self.cache
         if self.model.max_frame_num <= cache.scale_frames:
             raise ValueError(

@@ -41,12 +41,12 @@ def odometry_status(node_name: str, rollover: RolloverStats, frames: dict[str, A
         'session_age_keyframes': rollover.session_keyframes,
         'session_keyframes': session_keyframes,
         'sessions': rollover.sessions, 'rollovers': rollover.rollovers,
-        'last_alignment_scale': f"{rollover.last_scale:.6g}",
-        'last_alignment_residual': f"{rollover.last_residual:.6g}",
+        'last_alignment_scale': f'{rollover.last_scale:.6g}',
+        'last_alignment_residual': f'{rollover.last_residual:.6g}',
         'last_alignment_degenerate': rollover.last_degenerate,
         'degenerate_alignments': rollover.degenerate_alignments,
-        'last_rollover_ms': f"{rollover.last_rollover_ms:.1f}",
-        'max_rollover_ms': f"{rollover.max_rollover_ms:.1f}",
+        'last_rollover_ms': f'{rollover.last_rollover_ms:.1f}',
+        'max_rollover_ms': f'{rollover.max_rollover_ms:.1f}',
     }
     if rollover.last_degenerate:
         level = DiagnosticStatus.WARN
@@ -54,8 +54,8 @@ def odometry_status(node_name: str, rollover: RolloverStats, frames: dict[str, A
                    'overlap); the previous scale was kept')
     else:
         level = DiagnosticStatus.OK
-        message = (f"session {rollover.session_keyframes}/{session_keyframes} keyframes, "
-                   f"{rollover.rollovers} rollovers")
+        message = (f'session {rollover.session_keyframes}/{session_keyframes} keyframes, '
+                   f'{rollover.rollovers} rollovers')
     return DiagnosticStatus(level=level, name=f'{node_name}: odometry', message=message,
                             hardware_id='', values=[KeyValue(key=k, value=str(values[k]))
                                                     for k in ODOMETRY_KEYS])

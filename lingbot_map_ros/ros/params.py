@@ -156,7 +156,7 @@ _INT_RANGES: dict[str, tuple[int, int, int]] = {
     'model.camera_num_iterations': (1, 64, 0),
     'cache.scale_frames': (1, 1024, 0),
     'cache.sliding_window': (1, 100_000, 0),
-    'cache.max_total_frames': (0, 10_000_000, 0),
+    'cache.max_total_frames': (2, 10_000_000, 0),
     'stream.image_width': (14, 4088, 14),
     'stream.keyframe_interval': (1, 10_000, 0),
     'stream.session_keyframes': (2, 1_000_000, 0),

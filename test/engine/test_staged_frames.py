@@ -114,7 +114,7 @@ def test_staging_refuses_out_of_order_calls_and_unsupported_backends():
     assert can_stage(cache) and cache.backend.graph_support == 'whole_frame'
     reference = _manager(backend='reference')
     assert not can_stage(reference) and reference.backend.graph_support == 'segments'
-    with pytest.raises(CacheStateError, match='backend sdpa'):
+    with pytest.raises(CacheStateError, match='whole-frame backend'):
         StagedFrames(reference)
 
 

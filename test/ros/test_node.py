@@ -137,7 +137,7 @@ def test_cache_diagnostics_follow_the_stream_and_reset(graph):
         frame_counts.append(int(cache['frame_count']))
         assert int(cache['scale_pages']) == TINY_CPU['cache.scale_frames']
         assert 0 < int(cache['live_pages']) <= window
-        assert int(cache['kv_bytes']) > 0 and int(cache['max_total_frames']) == 2048
+        assert int(cache['kv_bytes']) > 0 and int(cache['max_total_frames']) == 320
     assert frame_counts == [4, 8, 12]
     assert int(cache['live_pages']) == window  # full window after 12 frames
     level, _, engine = wait_status(probe, node, 'engine', lambda *a: True, 'engine status')
