@@ -17,6 +17,10 @@
 #     config/small_gpu.yaml's cache (W 24, FP8, 330 keyframes), the memory of each phase with
 #     FP8 KV and 330 keyframes (bench/memory_breakdown.py), then h200_summary.json. At most
 #     ~9.5 min (each step has a timeout), typically ~7.
+#   STAGE=long20k: issue #12's run: 20,000 frames at K=1 through rollovers (compiled, pose path,
+#     progress every 100 frames), started with setsid so it outlives one 10-minute call; the
+#     call returns after LONG_WAIT_S (default 585) with the log so far. STAGE=collect, called
+#     while the machine is still warm, waits for the run to end and returns the whole log.
 #   STAGE=kernels: bench/attention_kernels.py alone (e.g. with flash-attn-4 carried in .fa4/).
 #   STAGE=issue13b: the `triton` cache backend: golden set A (bf16 KV and FP8 KV) and `bench
 #     model` (pose; depth with FP8 KV and 330 keyframes). About 4 minutes.
@@ -62,6 +66,15 @@ if [ "$stage" = check ]; then
 elif [ "$stage" = long ]; then
   timeout "${LONG_RUN_S:-560}" $bench --backend sdpa --compile --frames 10000 \
     --keyframe-interval 10 --progress 100 > "$out/model_sdpa_compile_10k.txt" 2>&1
+elif [ "$stage" = long20k ] || [ "$stage" = collect ]; then
+  log=/tmp/model_sdpa_compile_20k.txt
+  if [ "$stage" = long20k ]; then
+    setsid nohup $bench --backend sdpa --compile --frames 20000 --progress 100 > "$log" 2>&1 &
+    echo $! > /tmp/long20k.pid
+  fi
+  end=$((SECONDS + ${LONG_WAIT_S:-585}))
+  while [ $SECONDS -lt $end ] && kill -0 "$(cat /tmp/long20k.pid)" 2>/dev/null; do sleep 5; done
+  cp "$log" "$out/"
 elif [ "$stage" = issue13 ]; then
   timeout 120 python3 bench/attention_kernels.py > "$out/attention_kernels.txt" 2>&1
   timeout 45 python3 -m pytest -q -p no:cacheprovider test/engine/test_triton_attention.py \
