@@ -63,8 +63,10 @@ def _compare(device: str, dtype: torch.dtype, atol: float, compile_frames: bool 
         assert ('range',) in runner._whole
         assert any(key[0] == 'split' for key in runner._whole)
     assert model.frame_runner.compile_segments is compile_frames
-    assert model.camera_head._frame_call is not None and model.camera_head.cuda_graphs
-    assert model.depth_head._frame_call is not None and model.depth_head.cuda_graphs
+    assert model.frame_runner.head_step_built('camera head')
+    assert model.frame_runner.head_step_built('depth head')
+    assert model.frame_runner.head_fast_path('camera head')
+    assert model.frame_runner.head_fast_path('depth head')
     for a, b in zip(plain[1:], graphed[1:]):
         for key in ('pose_enc', 'pose_enc_iters', 'depth', 'depth_conf', 'dino_tokens'):
             torch.testing.assert_close(b[key], a[key], atol=atol, rtol=rtol)
@@ -111,7 +113,9 @@ def test_a_runner_that_cannot_be_built_falls_back_to_the_plain_forward(monkeypat
     fallback = _stream(model, images, graphs=True, kv_dtype=torch.float32)
     assert model.frame_runner.cuda_graphs is False
     assert model.frame_runner.mode == 'eager' and model.frame_runner.stats().fallbacks == 1
-    assert model.camera_head.cuda_graphs is True  # its own fast path is independent
+    # The heads' fast path is independent of the aggregator's.
+    assert model.frame_runner.head_fast_path('camera head')
+    assert model.frame_runner.head_step_built('camera head')
     for a, b in zip(plain, fallback):
         torch.testing.assert_close(b['pose_enc'], a['pose_enc'], atol=1e-5, rtol=0)
 
@@ -126,8 +130,8 @@ def test_compiled_segments_equal_the_plain_forward_on_cpu():
     compiled = _stream(model, images, graphs=False, kv_dtype=torch.float32, compile_frames=True)
     # Compiled, not fallen back; the depth head took its single-frame path.
     assert model.frame_runner.compile_segments is True
-    assert model.depth_head.compile_frames is True
-    assert model.depth_head._frame_call is not None
+    assert model.frame_runner.head_fast_path('depth head')
+    assert model.frame_runner.head_step_built('depth head')
     for a, b in zip(plain[1:], compiled[1:]):
         for key in ('pose_enc', 'depth', 'dino_tokens'):
             torch.testing.assert_close(b[key], a[key], atol=1e-4, rtol=1e-4)

@@ -1,9 +1,11 @@
-"""FrameRunner: how the aggregator's streaming frames run (eager, segments or whole frames).
+"""FrameRunner: how a streaming frame runs (eager, segments or whole frames), heads included.
 
-The aggregator (``aggregator.py``) is a plain module: it checks a call, owns its KV cache and
-runs the eager layer loop. This runner sits above it and owns the fast path: which mode is in
-effect, the segment runner of each resolution (``graphed.py``) keyed by :class:`CaptureKey`,
-and one fallback that logs once and is counted in :meth:`FrameRunner.stats`.
+The aggregator (``aggregator.py``) and the heads are plain modules that know nothing about
+graphs: the aggregator checks a call and runs the eager layer loop; the heads expose their
+one-frame work as fixed-shape steps (``CameraHead.frame_step``, ``DPTHead.frame_step``). This
+runner sits above them and owns the fast path: which mode is in effect, the segment runner of
+each resolution (``graphed.py``) keyed by :class:`CaptureKey`, the heads' captured steps keyed
+by :class:`HeadKey`, and one fallback that logs once and is counted in :meth:`FrameRunner.stats`.
 
 Modes (the mode asked for, then the one in effect after any fallback):
 
@@ -13,13 +15,17 @@ Modes (the mode asked for, then the one in effect after any fallback):
 * ``whole_frame``: segments plus the cache's staged attention (``cache/staged_frames.py``), one
   CUDA graph per kind of frame; needs a backend with ``graph_support == 'whole_frame'``.
 
-The scale pass always runs eagerly (its shapes are used once).
+The heads of a streaming frame replay their step as one CUDA graph each where the fast path
+captures (the DPT head compiled first with ``compile``); a head whose step cannot be built runs
+eagerly from then on, independently of the aggregator. The scale pass always runs eagerly (its
+shapes are used once).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 import logging
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import torch
@@ -27,7 +33,10 @@ import torch
 from ..cache.staged_frames import can_stage, StagedFrames
 from ..frames import Role
 from .aggregator import Aggregator, AggregatorOutput
+from .captured import CapturedCall
 from .graphed import FrameGraphs
+from .heads.camera_head import CameraHead
+from .heads.dpt_head import DPTHead
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +60,29 @@ class CaptureKey:
 
 
 @dataclass(frozen=True)
+class HeadKey:
+    """What a head's captured step depends on; a new key builds a new step."""
+
+    part: str
+    """'camera head' or 'depth head'."""
+    shapes: tuple[tuple[int, ...], ...]
+    """Shapes of the step's tensor inputs."""
+    dtype: torch.dtype
+    device: torch.device
+    weight_dtype: torch.dtype
+    weights_ptr: int
+    """Storage of the head's weights: moving the module re-allocates what graphs read."""
+    capture: bool
+    compiled: bool
+    image_hw: tuple[int, int] = (0, 0)
+    """Processed image size (depth head)."""
+    cache_capacity: int = 0
+    """Frames of the camera-head cache buffer (it grows by reallocation)."""
+    cache_generation: int = 0
+    """Which allocation of that buffer the step reads (``CameraKVCache.generation``)."""
+
+
+@dataclass(frozen=True)
 class FastPathStats:
     """The fast path in effect now, for diagnostics."""
 
@@ -67,9 +99,17 @@ class FastPathStats:
 class FrameRunner:
     """Runs an aggregator's calls, through the fast path where it is on and works."""
 
-    def __init__(self, aggregator: Aggregator) -> None:
+    def __init__(self, aggregator: Aggregator, camera_head: CameraHead,
+                 depth_head: DPTHead | None = None) -> None:
         """Start with the fast path off (``set_fast_path`` turns it on)."""
         self._agg = aggregator
+        self._camera = camera_head
+        self._depth = depth_head
+        self._head_steps: dict[str, tuple[HeadKey, CapturedCall]] = {}
+        self._heads_on: set[str] = set()
+        """Heads that run their step as built here; one that fails to build leaves the set."""
+        self._head_capture = False
+        self._head_compile = False
         self.cuda_graphs = False
         """Replay streaming frames' fixed-shape work as CUDA graphs."""
         self.compile_segments = False
@@ -84,6 +124,11 @@ class FrameRunner:
         """Choose CUDA graphs and ``torch.compile`` for the streaming frames."""
         self.cuda_graphs = cuda_graphs
         self.compile_segments = compile_segments
+        # The heads keep these settings when the aggregator's fast path steps down.
+        self._head_capture, self._head_compile = cuda_graphs, compile_segments
+        self._heads_on = {'camera head'} if cuda_graphs else set()
+        if cuda_graphs or compile_segments:
+            self._heads_on.add('depth head')
 
     @property
     def graphs(self) -> FrameGraphs | None:
@@ -110,6 +155,10 @@ class FrameRunner:
         """Return the fast path in effect now."""
         return FastPathStats(mode=self.mode, cuda_graphs=self.cuda_graphs,
                              compiled=self.compile_segments, fallbacks=self._fallbacks)
+
+    def head_fast_path(self, part: str) -> bool:
+        """Whether head ``part`` ('camera head', 'depth head') runs its step as built here."""
+        return part in self._heads_on
 
     def fall_back(self, what: str, exc: BaseException) -> None:
         """Report a step down of the fast path: logged once per kind, counted every time."""
@@ -171,3 +220,76 @@ class FrameRunner:
         """
         if self._graphs is not None:
             self._graphs[1].prepare_full_window()
+
+    # ---- heads ---------------------------------------------------------------------------------
+
+    def camera(self, tokens: torch.Tensor, mode: Role) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the camera head on a call's camera tokens (see ``CameraHead.forward``)."""
+        head = self._camera
+        if mode == 'scale' or not self.head_fast_path('camera head'):
+            return head(tokens, mode)
+        camera, slot = head.begin_frame(tokens, mode)
+        weight = head.embed_pose.weight
+        key = HeadKey('camera head', (tuple(camera.shape),), camera.dtype, camera.device,
+                      weight.dtype, weight.data_ptr(), camera.is_cuda, False,
+                      cache_capacity=head.cache.capacity,
+                      cache_generation=head.cache.generation)
+        at = torch.full((), slot, dtype=torch.long, device=camera.device)
+        with torch.autocast(device_type=camera.device.type, enabled=False):
+            step = self._head_step(key, head.frame_step, [camera, at])
+            if step is None:
+                return head(tokens, mode)
+            iters = step(camera, slot)[0]
+        head.end_frame(mode, 1)
+        return iters[:, -1], iters
+
+    def depth(self, taps: Sequence[torch.Tensor],
+              image_size_hw: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the depth head on a call's taps (see ``DPTHead.forward``)."""
+        head = self._depth
+        if head is None:
+            raise ValueError('depth requested but the model was built with enable_depth=False')
+        if not self.head_fast_path('depth head'):
+            return head(taps, image_size_hw)
+        grid_hw = head.check_inputs(taps, image_size_hw)
+        if taps[0].shape[0] != 1:
+            return head(taps, image_size_hw)
+        uv = head.uv_tables(grid_hw, image_size_hw, taps[0].device)
+        weight = head.norm.weight
+        key = HeadKey('depth head', tuple(tuple(t.shape) for t in taps), taps[0].dtype,
+                      taps[0].device, weight.dtype, weight.data_ptr(),
+                      self._head_capture and taps[0].is_cuda, self._head_compile,
+                      image_hw=tuple(image_size_hw))
+
+        def step(*frame_taps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return head.frame_step(frame_taps, grid_hw, image_size_hw, uv)
+
+        with torch.autocast(device_type=taps[0].device.type, enabled=False):
+            call = self._head_step(key, step, taps)
+            if call is None:
+                return head(taps, image_size_hw)
+            depth, conf = call(*taps)
+        return depth, conf
+
+    def _head_step(self, key: HeadKey, fn: Callable[..., tuple[torch.Tensor, ...]],
+                   example_inputs: Sequence[torch.Tensor]) -> CapturedCall | None:
+        """Return the head step of ``key``, built (compiled, captured) on first use.
+
+        None when it cannot be built here: that head then runs eagerly (one fallback).
+        """
+        held = self._head_steps.get(key.part)
+        if held is not None and held[0] == key:
+            return held[1]
+        self._head_steps.pop(key.part, None)  # release the old graph's memory first
+        try:
+            call = CapturedCall(fn, example_inputs, key.capture, key.compiled)
+        except Exception as exc:  # noqa: BLE001 - capture/Inductor/Triton raise many kinds
+            self.fall_back(f'{key.part} fast path unavailable; running it eagerly', exc)
+            self._heads_on.discard(key.part)
+            return None
+        self._head_steps[key.part] = (key, call)
+        return call
+
+    def head_step_built(self, part: str) -> bool:
+        """Whether head ``part`` has a built step (for tests and diagnostics)."""
+        return part in self._head_steps

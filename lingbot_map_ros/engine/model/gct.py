@@ -51,8 +51,9 @@ class LingbotMapModel(nn.Module):
         self.aggregator = Aggregator(self.config)
         self.camera_head = CameraHead.from_config(self.config)
         self.depth_head = DPTHead.from_config(self.config) if self.config.enable_depth else None
-        self.frame_runner = FrameRunner(self.aggregator)
-        """Runs the aggregator's calls: eager, segments or whole frames (``frame_runner.py``)."""
+        self.frame_runner = FrameRunner(self.aggregator, self.camera_head, self.depth_head)
+        """Runs a call's aggregator and heads: eager, segments or whole frames
+        (``frame_runner.py``)."""
 
     @classmethod
     def empty(cls, config: ModelConfig | None = None, device: str | torch.device = 'cpu',
@@ -105,10 +106,6 @@ class LingbotMapModel(nn.Module):
             compile_frames: ``torch.compile`` that work first (Inductor fusion).
         """
         self.frame_runner.set_fast_path(cuda_graphs, compile_frames)
-        self.camera_head.cuda_graphs = cuda_graphs
-        if self.depth_head is not None:
-            self.depth_head.cuda_graphs = cuda_graphs
-            self.depth_head.compile_frames = compile_frames
 
     # ---- stream state ---------------------------------------------------------------------
 
@@ -198,13 +195,14 @@ class LingbotMapModel(nn.Module):
         """
         if with_depth and self.depth_head is None:
             raise ValueError('with_depth=True but the model was built with enable_depth=False')
+        runner = self.frame_runner
         with sdpa_kernel(_SDPA_BACKENDS):
-            features = self.frame_runner(images, time_index, mode)
-            pose_enc, pose_enc_iters = self.camera_head(features.taps[-1][:, 0], mode)
+            features = runner(images, time_index, mode)
+            pose_enc, pose_enc_iters = runner.camera(features.taps[-1][:, 0], mode)
         out: dict[str, torch.Tensor | list[torch.Tensor]] = {
             'pose_enc': pose_enc, 'pose_enc_iters': pose_enc_iters}
         if with_depth:
-            out['depth'], out['depth_conf'] = self.depth_head(features.taps, images.shape[-2:])
+            out['depth'], out['depth_conf'] = runner.depth(features.taps, images.shape[-2:])
         if return_taps:
             out['taps'] = features.taps
             out['dino_tokens'] = features.dino_tokens
