@@ -96,8 +96,11 @@ class StreamingSession:
         self._model = model.to(self._device).eval()
         if self._compute_dtype != torch.float32:
             self._model.cast_aggregator(self._compute_dtype)
-        self._model.set_fast_path(config.stream.cuda_graphs and self._device.type == 'cuda',
-                                  config.stream.compile)
+        # On the CPU there are no graphs to replay: the fast path only pays with compile.
+        stream = config.stream
+        on_cpu_uncompiled = self._device.type != 'cuda' and not stream.compile
+        self._model.set_fast_path('eager' if on_cpu_uncompiled else stream.fast_path,
+                                  stream.compile)
         self._model.start_stream(config.cache, self._kv_dtype)
         self._lock = threading.RLock()
         self._pending: list[tuple[torch.Tensor, PreprocessInfo, int]] = []
@@ -206,7 +209,8 @@ class StreamingSession:
                 dtype=str(self._compute_dtype).replace('torch.', ''),
                 weights=self.weights, model_preset=self.config.model.preset,
                 image_size_hw=self._size_hw, fast_path=fast.mode,
-                cuda_graphs=fast.cuda_graphs, compiled=fast.compiled,
+                cuda_graphs=fast.mode != 'eager' and self._device.type == 'cuda',
+                compiled=fast.compiled,
                 whole_frame_graphs=graphs is not None and graphs.staged,
                 fast_path_fallbacks=fast.fallbacks, **_gpu_memory(self._device))
 

@@ -31,6 +31,7 @@ import torch
 from ..config import CacheConfig, EngineConfig, ModelConfig, StreamConfig
 from ..engine.pipeline import StreamingSession
 from ..engine.preprocess import PreprocessInfo
+from .fast_path_flags import add_fast_path_flags
 
 _LOG = logging.getLogger(__name__)
 
@@ -63,8 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              'generating the random weights again in repeated runs)')
     parser.add_argument('--report-window', type=int, default=30,
                         help='frames on each side of the 10/50/90 %% marks for windowed FPS')
-    parser.add_argument('--cuda-graphs', action=argparse.BooleanOptionalAction, default=True,
-                        help="replay each frame's fixed-shape work as CUDA graphs")
+    add_fast_path_flags(parser, 'whole_frame', 'stream.fast_path: upper bound of how frames '
+                        'run (the backend caps it)')
     parser.add_argument('--compile', action=argparse.BooleanOptionalAction, default=False,
                         help="torch.compile each frame's fixed-shape work (Inductor) before "
                              'capture; compiled during warm-up')
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                           dtype=args.dtype),
         stream=StreamConfig(device=args.device, dtype=args.dtype, image_width=args.width,
                             keyframe_interval=args.keyframe_interval, enable_depth=args.depth,
-                            cuda_graphs=args.cuda_graphs, compile=args.compile))
+                            fast_path=args.fast_path, compile=args.compile))
     session = StreamingSession(config, args.weights, allow_random_weights=args.weights is None,
                                seed=args.seed)
     device = torch.device(args.device)

@@ -34,10 +34,11 @@ import time
 from safetensors.torch import load_file
 import torch
 
-from ..config import CacheConfig, ModelConfig
+from ..config import CacheConfig, FastPath, ModelConfig
 from ..engine.frames import NUM_SPECIAL_TOKENS
 from ..engine.model.gct import LingbotMapModel
 from ..engine.model.golden_weights import fill_golden_weights
+from .fast_path_flags import add_fast_path_flags
 
 logger = logging.getLogger(__name__)
 
@@ -258,7 +259,7 @@ def compare(result: dict[str, object], ref: dict[str, torch.Tensor], meta: dict,
 def run_golden(set_path: str | Path, config_path: str | Path | None = None,
                dtype: str = 'float32', backend: str = 'reference',
                model: LingbotMapModel | None = None, device: str = 'cpu',
-               cuda_graphs: bool = False, compile_segments: bool = False) -> dict:
+               fast_path: FastPath = 'eager', compile: bool = False) -> dict:
     """Run one golden set end to end and compare every stored output.
 
     Args:
@@ -271,9 +272,9 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
         model: a model already holding the set's golden weights in ``dtype`` (reused, e.g.
             across sets of one salt); None builds one.
         device: device to build the model on when ``model`` is None.
-        cuda_graphs: run streaming frames through the segmented (CUDA-graph) path.
-        compile_segments: ``torch.compile`` those segments (the segmented path, even without
-            ``cuda_graphs``).
+        fast_path: 'eager', 'segments' or 'whole_frame': how streaming frames run (CUDA graphs
+            on CUDA, the same steps run directly on the CPU); the backend caps it.
+        compile: ``torch.compile`` the fast path's fixed-shape work.
 
     Returns:
         ``{'set', 'dtype', 'backend', 'seconds', 'checks': {...}, 'pass': bool}``.
@@ -295,13 +296,13 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
         raise ValueError(f'run_golden: model ({model.compute_dtype}) does not fit set '
                          f'{set_path.name} ({dtype}, {config})')
     built = time.perf_counter()
-    model.set_fast_path(cuda_graphs, compile_segments)
+    model.set_fast_path(fast_path, compile)
     result = drive_stream(model, ref['images'], meta['stream'], backend,
                           ref['tap_frames'].tolist(), config.enable_depth)
     checks = compare(result, ref, meta, low_precision=dtype == 'bfloat16')
     return {'set': meta.get('set', set_path.stem), 'dtype': dtype, 'backend': backend,
-            'device': str(next(model.parameters()).device), 'cuda_graphs': cuda_graphs,
-            'compile': model.frame_runner.compile_segments,
+            'device': str(next(model.parameters()).device),
+            'compile': model.frame_runner.compile,
             'fast_path': model.frame_runner.mode,
             'seconds': {'build': round(built - start, 1),
                         'run': round(time.perf_counter() - built, 1)},
@@ -321,11 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--backend', choices=['reference', 'sdpa', 'flashinfer'],
                         default='reference', help='KV-cache attention backend')
     parser.add_argument('--device', default='cpu', help="torch device ('cpu', 'cuda')")
-    parser.add_argument('--cuda-graphs', action='store_true',
-                        help='run streaming frames through the CUDA-graph segments (the '
-                             "node's fast path on CUDA; eager segments on the CPU)")
+    add_fast_path_flags(parser, 'eager', "how streaming frames run (the node's "
+                        'stream.fast_path): CUDA graphs on CUDA, the same steps run directly '
+                        'on the CPU')
     parser.add_argument('--compile', action='store_true',
-                        help='torch.compile the streaming segments (Inductor) first')
+                        help="torch.compile the fast path's fixed-shape work (Inductor) first")
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
@@ -336,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     report = run_golden(args.set, args.config, args.dtype, args.backend, device=args.device,
-                        cuda_graphs=args.cuda_graphs, compile_segments=args.compile)
+                        fast_path=args.fast_path, compile=args.compile)
     for name, check in report['checks'].items():
         verdict = 'ok' if check['pass'] else 'FAIL'
         sys.stdout.write(f"{name:20s} {check['metric']:10s} {check['error']:<12.4g} "

@@ -31,8 +31,9 @@ def _model(device: str, dtype: torch.dtype) -> LingbotMapModel:
 def _stream(model: LingbotMapModel, images: torch.Tensor, graphs: bool,
             kv_dtype: torch.dtype, compile_frames: bool = False,
             staged: bool = True) -> list[dict]:
-    model.set_fast_path(graphs, compile_frames)
-    model.frame_runner.stage_frames = staged
+    # A fast path asks for whole frames or segments; 'eager' is the plain forward.
+    mode = ('whole_frame' if staged else 'segments') if graphs or compile_frames else 'eager'
+    model.set_fast_path(mode, compile_frames)
     model.start_stream(CacheConfig(backend='sdpa', scale_frames=2, sliding_window=3),
                        kv_dtype)
     outs = [model.forward_scale(images[:2], with_depth=True)]
@@ -56,13 +57,13 @@ def _compare(device: str, dtype: torch.dtype, atol: float, compile_frames: bool 
                       staged=staged)
     # Every part took its fast path (none fell back), whole frames when staged.
     runner = model.frame_runner.graphs
-    assert runner is not None and model.frame_runner.cuda_graphs
+    assert runner is not None and model.frame_runner.requested != 'eager'
     assert runner.staged is staged and model.frame_runner.stats().fallbacks == 0
     assert model.frame_runner.mode == ('whole_frame' if staged else 'segments')
     if staged and device == 'cuda':
         assert ('range',) in runner._whole
         assert any(key[0] == 'split' for key in runner._whole)
-    assert model.frame_runner.compile_segments is compile_frames
+    assert model.frame_runner.compile is compile_frames
     assert model.frame_runner.head_step_built('camera head')
     assert model.frame_runner.head_step_built('depth head')
     assert model.frame_runner.head_fast_path('camera head')
@@ -111,7 +112,7 @@ def test_a_runner_that_cannot_be_built_falls_back_to_the_plain_forward(monkeypat
     plain = _stream(model, images, graphs=False, kv_dtype=torch.float32)
     monkeypatch.setattr(frame_runner_module, 'FrameGraphs', refuse)
     fallback = _stream(model, images, graphs=True, kv_dtype=torch.float32)
-    assert model.frame_runner.cuda_graphs is False
+    assert model.frame_runner.requested == 'whole_frame'
     assert model.frame_runner.mode == 'eager' and model.frame_runner.stats().fallbacks == 1
     # The heads' fast path is independent of the aggregator's.
     assert model.frame_runner.head_fast_path('camera head')
@@ -129,7 +130,7 @@ def test_compiled_segments_equal_the_plain_forward_on_cpu():
     plain = _stream(model, images, graphs=False, kv_dtype=torch.float32)
     compiled = _stream(model, images, graphs=False, kv_dtype=torch.float32, compile_frames=True)
     # Compiled, not fallen back; the depth head took its single-frame path.
-    assert model.frame_runner.compile_segments is True
+    assert model.frame_runner.compile is True
     assert model.frame_runner.head_fast_path('depth head')
     assert model.frame_runner.head_step_built('depth head')
     for a, b in zip(plain[1:], compiled[1:]):

@@ -157,7 +157,7 @@ def test_camera_cache_matches_naive_recomputation(fixed_shape: bool) -> None:
     head = _tiny_camera_head()
     # The camera head as the model runs it: through the frame runner (no aggregator needed).
     runner = FrameRunner(None, head)  # type: ignore[arg-type]
-    runner.set_fast_path(fixed_shape, False)
+    runner.set_fast_path('whole_frame' if fixed_shape else 'eager', False)
     num_scale, num_stream = 3, 24
     tokens = torch.randn(num_scale + num_stream, 256, dtype=torch.float64)
     # Streaming roles: keyframes with non-keyframes in between, two keyframes in a row at the
@@ -206,7 +206,7 @@ def test_fixed_shape_camera_attention_ignores_what_unused_slots_held(monkeypatch
     tokens = torch.randn(6, 256, dtype=torch.float64)
     with torch.inference_mode():
         runner = FrameRunner(None, head)  # type: ignore[arg-type]
-        runner.set_fast_path(True, False)
+        runner.set_fast_path('whole_frame', False)
         runner.camera(tokens[:3], 'scale')
         fixed = [runner.camera(tokens[i:i + 1], 'keyframe')[1] for i in range(3, 6)]
         assert runner.head_step_built('camera head')

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn.attention import sdpa_kernel, SDPBackend
 
-from ...config import CacheConfig, ModelConfig
+from ...config import CacheConfig, FastPath, ModelConfig
 from ..frames import Role
 from ..stats import CacheStats
 from .aggregator import Aggregator
@@ -97,15 +97,16 @@ class LingbotMapModel(nn.Module):
         self.aggregator.to(dtype)
         return self
 
-    def set_fast_path(self, cuda_graphs: bool, compile_frames: bool) -> None:
+    def set_fast_path(self, mode: FastPath, compile: bool = False) -> None:
         """Choose how streaming frames run (outputs equal the plain path's to rounding).
 
         Args:
-            cuda_graphs: replay the fixed-shape work of a frame (aggregator segments, depth
-                head) as CUDA graphs; CUDA only (on the CPU the segments run eagerly).
-            compile_frames: ``torch.compile`` that work first (Inductor fusion).
+            mode: 'eager', 'segments' or 'whole_frame' (an upper bound, see
+                ``frame_runner.py``); on CUDA the fast path's steps are replayed as CUDA graphs,
+                on the CPU they run directly.
+            compile: ``torch.compile`` the fast path's fixed-shape work (Inductor fusion).
         """
-        self.frame_runner.set_fast_path(cuda_graphs, compile_frames)
+        self.frame_runner.set_fast_path(mode, compile)
 
     # ---- stream state ---------------------------------------------------------------------
 
