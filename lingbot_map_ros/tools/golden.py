@@ -35,6 +35,7 @@ from safetensors.torch import load_file
 import torch
 
 from ..config import CacheConfig, FastPath, ModelConfig
+from ..engine.cache import new_stream_cache
 from ..engine.frames import NUM_SPECIAL_TOKENS
 from ..engine.model.gct import LingbotMapModel
 from ..engine.model.golden_weights import fill_golden_weights
@@ -153,11 +154,12 @@ def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, bac
     cache = CacheConfig(backend=backend, scale_frames=stream['num_scale_frames'],
                         sliding_window=stream['sliding_window'],
                         max_total_frames=max(images.shape[0], stream['num_scale_frames'] + 1))
-    model.start_stream(cache, kv_dtype=dtype)
+    device = next(model.parameters()).device
+    model.start_stream(new_stream_cache(model.config, cache, dtype,
+                                        tuple(images.shape[-2:]), device))
     keyframe, time_index = _schedule(images.shape[0], num_scale, stream['keyframe_interval'])
     # Images enter in the working dtype, except on the bf16 path, which takes float32 images
     # (as the session gives them) and normalises them in float32.
-    device = next(model.parameters()).device
     images = images.to(device, torch.float32 if dtype == torch.bfloat16 else dtype)
     outputs = [model.forward_scale(images[:num_scale], with_depth, return_taps=True)]
     frame_of = [(0, i) for i in range(num_scale)]  # (call, row) of every frame

@@ -13,9 +13,12 @@ import pytest
 import torch
 
 from lingbot_map_ros.config import CacheConfig, ModelConfig
+from lingbot_map_ros.engine.cache import new_stream_cache
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
 from lingbot_map_ros.engine.model.weights import load_weights
+
+_CACHE = CacheConfig(backend='sdpa', scale_frames=2, sliding_window=3)
 
 
 def _model(device: str, dtype: torch.dtype) -> LingbotMapModel:
@@ -34,8 +37,8 @@ def _stream(model: LingbotMapModel, images: torch.Tensor, graphs: bool,
     # A fast path asks for whole frames or segments; 'eager' is the plain forward.
     mode = ('whole_frame' if staged else 'segments') if graphs or compile_frames else 'eager'
     model.set_fast_path(mode, compile_frames)
-    model.start_stream(CacheConfig(backend='sdpa', scale_frames=2, sliding_window=3),
-                       kv_dtype)
+    model.start_stream(new_stream_cache(model.config, _CACHE, kv_dtype, images.shape[-2:],
+                                        images.device))
     outs = [model.forward_scale(images[:2], with_depth=True)]
     for i in range(2, images.shape[0]):
         # K=2 after N_s=2: even frames are keyframes; the time index counts cached keyframes,
@@ -167,8 +170,8 @@ def test_a_whole_frame_capture_that_fails_falls_back_to_segments(monkeypatch):
     images = torch.rand(9, 3, 56, 84)
     model = _model('cpu', torch.float32)
     plain = _stream(model, images, graphs=False, kv_dtype=torch.float32)
-    model.start_stream(CacheConfig(backend='sdpa', scale_frames=2, sliding_window=3),
-                       torch.float32)
+    model.start_stream(new_stream_cache(model.config, _CACHE, torch.float32,
+                                        images.shape[-2:], 'cpu'))
     model.forward_scale(images[:2])
     agg = model.aggregator
     fallbacks = []

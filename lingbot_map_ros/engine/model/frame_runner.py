@@ -181,7 +181,6 @@ class FrameRunner:
         graphs = self._graphs_for(images) if mode != 'scale' and segmented else None
         if graphs is None:
             return agg.run(images, time_index, mode, patch_hw)
-        agg.mark_cache_used()
         return graphs.run(images, time_index, mode)
 
     def _graphs_for(self, images: torch.Tensor) -> FrameGraphs | None:

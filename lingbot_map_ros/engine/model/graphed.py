@@ -139,7 +139,7 @@ class FrameGraphs:
         """Build the static buffers and (with ``capture``) capture the segments.
 
         Args:
-            aggregator: the model's aggregator (its cache already configured).
+            aggregator: the model's aggregator (its cache already attached).
             image: a [1, 3, H, W] frame of the resolution to capture (used for warm-up).
             capture: capture CUDA graphs (CUDA only); False runs the segments eagerly.
             compile_bodies: ``torch.compile`` the segment bodies (compiled during the first,
