@@ -25,6 +25,7 @@ Special:
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -39,6 +40,36 @@ from .layers.rope import FrameRope, rotate_half_2d, rotate_interleaved, VideoRop
 
 _IMAGENET_MEAN = (0.485, 0.456, 0.406)
 _IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+# ---- the per-layer steps (module functions taking the block: one compiled graph serves every
+# block of a kind; the eager loop below and the segment runner in graphed.py both use them) ----
+
+def with_specials(specials: torch.Tensor, dino: torch.Tensor) -> torch.Tensor:
+    """[S, 6, C] special tokens ahead of the [S, h*w, C] DINO tokens: the frame's P tokens."""
+    return torch.cat([specials.to(dino.dtype), dino], dim=1)
+
+
+def frame_step(block: Block, x: torch.Tensor, cos: torch.Tensor,
+               sin: torch.Tensor) -> torch.Tensor:
+    """Frame block: attention within each frame [S, P, C], 2-D RoPE tables (cos, sin)."""
+    return block(x, rope=lambda t: rotate_half_2d(t, cos, sin))
+
+
+def global_qkv(block: Block, x: torch.Tensor, cos: torch.Tensor,
+               sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Global block up to its cache attention: q, k, v of [1, S*P, C], 3-D RoPE applied."""
+    return block.qkv(x, rope=lambda t: rotate_interleaved(t, cos, sin))
+
+
+def global_finish(block: Block, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+    """Global block after its cache attention ``o`` [1, heads, S*P, D]."""
+    return block.finish(x, o)
+
+
+def tap_features(frame_out: torch.Tensor, global_out: torch.Tensor) -> torch.Tensor:
+    """Return one layer's tap: [frame-block stream, global-block stream], [S, P, 2C]."""
+    return torch.cat([frame_out, global_out], dim=-1)
 
 
 @dataclass(frozen=True)
@@ -275,7 +306,7 @@ class Aggregator(nn.Module):
         h, w = patch_hw
         s, p = images.shape[0], NUM_SPECIAL_TOKENS + h * w
         dino = self.patch_embed(self.normalize(images))
-        x = torch.cat([self.special_tokens(s, mode, dino.dtype), dino], dim=1)
+        x = with_specials(self.special_tokens(s, mode, dino.dtype), dino)
         rope_dtype = wide_dtype(self.camera_token.dtype)
         frame_cos, frame_sin = self.frame_rope.tables(h, w, images.device, rope_dtype)
         video_cos, video_sin = self.video_rope.tables(time_index, s, h, w, images.device,
@@ -283,11 +314,11 @@ class Aggregator(nn.Module):
         taps = []
         for i, (frame_block, global_block) in enumerate(zip(self.frame_blocks,
                                                             self.global_blocks)):
-            x = frame_block(x, rope=lambda t: rotate_half_2d(t, frame_cos, frame_sin))
-            frame_out = x
-            x = global_block(x.reshape(1, s * p, -1),
-                             rope=lambda t: rotate_interleaved(t, video_cos, video_sin),
-                             attend=self.global_attention(i, mode, s, p)).reshape(s, p, -1)
+            frame_out = frame_step(frame_block, x, frame_cos, frame_sin)
+            x = frame_out.reshape(1, s * p, -1)
+            q, k, v = global_qkv(global_block, x, video_cos, video_sin)
+            o = self.global_attention(i, mode, s, p)(q, k, v)
+            x = global_finish(global_block, x, o).reshape(s, p, -1)
             if i in self.config.tap_layers:
-                taps.append(torch.cat([frame_out, x], dim=-1))
+                taps.append(tap_features(frame_out, x))
         return AggregatorOutput(taps=taps, dino_tokens=dino, patch_hw=(h, w))
