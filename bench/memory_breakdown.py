@@ -43,7 +43,7 @@ def main():
         cache=CacheConfig(backend='sdpa', scale_frames=8, sliding_window=args.window,
                           max_total_frames=args.max_total_frames, dtype=args.kv_dtype),
         stream=StreamConfig(device=args.device, dtype='bfloat16', image_width=504,
-                            enable_depth=args.depth, cuda_graphs=True,
+                            enable_depth=args.depth, fast_path='whole_frame',
                             compile=not args.no_compile))
     phases = []
 

@@ -62,7 +62,7 @@ golden="python3 -m lingbot_map_ros.tools.golden .gpu_data/stream_A.safetensors -
 if [ "$stage" = check ]; then
   python3 -m pytest -q -m gpu -p no:cacheprovider test/engine/test_staged_frames.py \
     test/engine/test_frame_graphs.py > "$out/gpu_tests_check.txt" 2>&1
-  $golden --dtype bfloat16 --backend sdpa --cuda-graphs --compile > "$out/golden_A_check.txt" 2>&1
+  $golden --dtype bfloat16 --backend sdpa --fast-path whole_frame --compile > "$out/golden_A_check.txt" 2>&1
 elif [ "$stage" = long ]; then
   timeout "${LONG_RUN_S:-560}" $bench --backend sdpa --compile --frames 10000 \
     --keyframe-interval 10 --progress 100 > "$out/model_sdpa_compile_10k.txt" 2>&1
@@ -110,8 +110,8 @@ else
   python3 -m pytest -q -m gpu -p no:cacheprovider test/engine/test_flashinfer_cache.py \
     test/engine/test_split_attention.py test/engine/test_staged_frames.py \
     test/engine/test_frame_graphs.py > "$out/gpu_tests.txt" 2>&1
-  { $golden --dtype bfloat16 --backend sdpa --cuda-graphs --compile
-    [ "$stage" = sdpa ] || $golden --dtype bfloat16 --backend flashinfer --cuda-graphs --compile
+  { $golden --dtype bfloat16 --backend sdpa --fast-path whole_frame --compile
+    [ "$stage" = sdpa ] || $golden --dtype bfloat16 --backend flashinfer --fast-path whole_frame --compile
   } > "$out/golden_A_cuda.txt" 2>&1
   $bench --backend sdpa --compile --components 30 > "$out/model_sdpa_compile_pose.txt" 2>&1
   $bench --backend sdpa --compile --depth --components 30 \

@@ -24,6 +24,7 @@ import yaml
 Backend = Literal['flashinfer', 'sdpa', 'reference', 'triton']
 DType = Literal['bfloat16', 'float16', 'float32']
 CacheDType = Literal['bfloat16', 'float16', 'float32', 'float8_e4m3fn']
+FastPath = Literal['eager', 'segments', 'whole_frame']
 Preset = Literal['official', 'tiny']
 
 
@@ -155,17 +156,19 @@ class StreamConfig:
     """Every K-th streaming frame is cached (K=1: every frame)."""
     enable_depth: bool = False
     """Run the DPT depth head on every frame (needed for depth and point-cloud outputs)."""
-    cuda_graphs: bool = True
-    """On CUDA, replay each streaming frame as CUDA graphs (far less host time per frame):
-    with cache backend 'sdpa' the whole aggregator frame, cache attention included, is one
-    graph; with 'flashinfer' fixed-shape segments, the cache attention eager between them.
-    Ignored on the CPU."""
+    fast_path: FastPath = 'whole_frame'
+    """How streaming frames run on CUDA, as an upper bound: 'eager' (op by op), 'segments'
+    (the fixed-shape work between cache attentions replayed as CUDA graphs, the attention eager
+    between them) or 'whole_frame' (the whole aggregator frame, cache attention included, one
+    graph). The cache backend caps it ('sdpa': whole_frame; 'flashinfer': segments); the mode
+    in effect is reported in diagnostics. Heads are graphed unless 'eager'. On the CPU there
+    are no graphs: frames run eagerly unless ``compile`` is on."""
     compile: bool = False
-    """``torch.compile`` (Inductor) each streaming frame's fixed-shape work before it is
-    captured: fuses the LayerNorm/cast/RoPE/residual kernels. Costs a one-off compilation at
-    the first image of each size, before it is used (the session's warm-up; cached on disk by
-    Inductor for later starts); falls back to uncompiled with a warning where Inductor cannot
-    run."""
+    """``torch.compile`` (Inductor) the fixed-shape work of the fast path before it is
+    captured: fuses the LayerNorm/cast/RoPE/residual kernels. Orthogonal to ``fast_path``
+    (nothing to compile with 'eager'). Costs a one-off compilation at the first image of each
+    size, before it is used (the session's warm-up; cached on disk by Inductor for later
+    starts); falls back to uncompiled with a warning where Inductor cannot run."""
     session_keyframes: int = 320
     """Keyframes per engine session before a rollover: a new session starts, seeded with the
     last ``overlap_keyframes`` keyframes, and is Sim(3)-aligned so the published trajectory
@@ -178,6 +181,9 @@ class StreamConfig:
     def __post_init__(self) -> None:
         if self.keyframe_interval < 1:
             raise ValueError(f'stream.keyframe_interval={self.keyframe_interval} must be >= 1')
+        if self.fast_path not in ('eager', 'segments', 'whole_frame'):
+            raise ValueError(f"stream.fast_path='{self.fast_path}' is not 'eager', 'segments' "
+                             "or 'whole_frame'")
         if self.image_width < 14 or self.image_width % 14:
             raise ValueError(f'stream.image_width={self.image_width} must be a positive '
                              'multiple of 14')

@@ -42,6 +42,7 @@ import torch
 
 from ..config import EngineConfig
 from . import geometry
+from .cache import FlashInferKVCacheManager, new_stream_cache, tokens_per_frame
 from .errors import (CachePoolExhaustedError, NonFiniteOutputError, ResolutionChangedError,
                      TimeIndexLimitError)
 from .stats import SessionStats
@@ -96,9 +97,13 @@ class StreamingSession:
         self._model = model.to(self._device).eval()
         if self._compute_dtype != torch.float32:
             self._model.cast_aggregator(self._compute_dtype)
-        self._model.set_fast_path(config.stream.cuda_graphs and self._device.type == 'cuda',
-                                  config.stream.compile)
-        self._model.start_stream(config.cache, self._kv_dtype)
+        # On the CPU there are no graphs to replay: the fast path only pays with compile.
+        stream = config.stream
+        on_cpu_uncompiled = self._device.type != 'cuda' and not stream.compile
+        self._model.set_fast_path('eager' if on_cpu_uncompiled else stream.fast_path,
+                                  stream.compile)
+        self._kv_cache: FlashInferKVCacheManager | None = None
+        """The session's KV cache, built at the first frame of each size (``_start_stream``)."""
         self._lock = threading.RLock()
         self._pending: list[tuple[torch.Tensor, PreprocessInfo, int]] = []
         self._size_hw: tuple[int, int] | None = None
@@ -154,6 +159,7 @@ class StreamingSession:
                     f'frame size {info.image_size_hw} (processed H, W) differs from the '
                     f'session size {self._size_hw}; reset the session to start a new map')
             if self._size_hw is None:
+                self._start_stream(info.image_size_hw)
                 self._warm_up(tensor, info.image_size_hw)
             self._size_hw = info.image_size_hw
             if self._frames_out == 0 and self._frames_in < self.config.cache.scale_frames:
@@ -184,7 +190,7 @@ class StreamingSession:
         with self._lock:
             cleared = {'frames': self._frames_out, 'keyframes': self._keyframes,
                        'pending_frames': len(self._pending)}
-            self._model.reset_stream()
+            self._reset_caches()
             self._pending.clear()
             self._size_hw = None
             self._frames_in = self._frames_out = self._keyframes = 0
@@ -206,7 +212,8 @@ class StreamingSession:
                 dtype=str(self._compute_dtype).replace('torch.', ''),
                 weights=self.weights, model_preset=self.config.model.preset,
                 image_size_hw=self._size_hw, fast_path=fast.mode,
-                cuda_graphs=fast.cuda_graphs, compiled=fast.compiled,
+                cuda_graphs=fast.mode != 'eager' and self._device.type == 'cuda',
+                compiled=fast.compiled,
                 whole_frame_graphs=graphs is not None and graphs.staged,
                 fast_path_fallbacks=fast.fallbacks, **_gpu_memory(self._device))
 
@@ -230,6 +237,27 @@ class StreamingSession:
                                  'stream.enable_depth can change in a running session; build a '
                                  'new session for the others')
             self.config = config
+
+    # ---- caches -----------------------------------------------------------------------------
+
+    def _start_stream(self, size_hw: tuple[int, int]) -> None:
+        """Keep the attached (reset) KV cache for the same size; build and attach one for a new."""
+        cache = self._kv_cache
+        if cache is not None and cache.tokens_per_frame == tokens_per_frame(self.config.model,
+                                                                            size_hw):
+            return
+        # Release the old cache before the new one is allocated: both may be gigabytes.
+        self._model.aggregator.attach_cache(None)
+        self._kv_cache = None
+        self._kv_cache = new_stream_cache(self.config.model, self.config.cache, self._kv_dtype,
+                                          size_hw, self._device)
+        self._model.start_stream(self._kv_cache)
+
+    def _reset_caches(self) -> None:
+        """Empty the KV cache (kept, with its memory) and the model's camera-head cache."""
+        if self._kv_cache is not None:
+            self._kv_cache.reset()
+        self._model.reset_stream()
 
     # ---- phases -----------------------------------------------------------------------------
 
@@ -258,7 +286,7 @@ class StreamingSession:
             # The full-window graphs too: captured here, not when the window first fills.
             runner.prepare_full_window()
         finally:
-            self._model.reset_stream()
+            self._reset_caches()
         self._warmed_sizes.add(size_hw)
         _LOG.info('fast path ready in %.1f s', time.perf_counter() - start)
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import logging
 import platform
@@ -39,6 +38,7 @@ from ..engine.pipeline import StreamingSession
 from ..engine.preprocess import PreprocessInfo
 from ..engine.rollover import RolloverSession
 from .bench_rollover import block_report
+from .fast_path_flags import add_fast_path_flags
 
 _LOG = logging.getLogger(__name__)
 
@@ -83,8 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              'generating the random weights again in repeated runs)')
     parser.add_argument('--report-window', type=int, default=30,
                         help='frames on each side of the 10/50/90 %% marks for windowed FPS')
-    parser.add_argument('--cuda-graphs', action=argparse.BooleanOptionalAction, default=True,
-                        help="replay each frame's fixed-shape work as CUDA graphs")
+    add_fast_path_flags(parser, 'whole_frame', 'stream.fast_path: upper bound of how frames '
+                        'run (the backend caps it)')
     parser.add_argument('--compile', action=argparse.BooleanOptionalAction, default=False,
                         help="torch.compile each frame's fixed-shape work (Inductor) before "
                              'capture; compiled during warm-up')
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                           dtype=args.kv_dtype or args.dtype),
         stream=StreamConfig(device=args.device, dtype=args.dtype, image_width=args.width,
                             keyframe_interval=args.keyframe_interval, enable_depth=args.depth,
-                            cuda_graphs=args.cuda_graphs, compile=args.compile,
+                            fast_path=args.fast_path, compile=args.compile,
                             session_keyframes=args.session_keyframes,
                             overlap_keyframes=args.overlap_keyframes))
     session = RolloverSession(StreamingSession(config, args.weights,
@@ -165,34 +165,26 @@ def _components(session: StreamingSession, frames: list[torch.Tensor], info: Pre
     host-side: preprocessing hand-off, pose decoding).
     """
     model = session.model
-    parts: dict[str, Any] = {'camera_head': model.camera_head}
+    parts = ['aggregator', 'camera_head']
     if model.depth_head is not None and session.config.stream.enable_depth:
-        parts['depth_head'] = model.depth_head
-    events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {
-        p: [] for p in ('aggregator', *parts)}
+        parts.append('depth_head')
+    events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {p: [] for p in parts}
 
-    def pre(_module: Any = None, _args: Any = None, name: str = 'aggregator') -> None:
+    def pre(name: str) -> None:
         start = torch.cuda.Event(enable_timing=True)
         start.record()
         events[name].append((start, torch.cuda.Event(enable_timing=True)))
 
-    def post(_module: Any = None, _args: Any = None, _out: Any = None,
-             name: str = 'aggregator') -> None:
+    def post(name: str) -> None:
         events[name][-1][1].record()
 
-    handles = []
-    for name, module in parts.items():
-        handles += [module.register_forward_pre_hook(functools.partial(pre, name=name)),
-                    module.register_forward_hook(functools.partial(post, name=name))]
-    # The aggregator's calls go through the frame runner (graphs or eager), not its forward.
+    # Every part runs through the frame runner (graphs or eager), not its module's forward.
     runner = model.frame_runner
     model.frame_runner = _Bracketed(runner, pre, post)
     try:
         times_ms, _ = _stream(session, frames, info, count, device)
     finally:
         model.frame_runner = runner
-        for handle in handles:
-            handle.remove()
     torch.cuda.synchronize(device)
     out = {name: round(float(np.mean([a.elapsed_time(b) for a, b in pairs])), 3)
            for name, pairs in events.items() if pairs}
@@ -201,16 +193,25 @@ def _components(session: StreamingSession, frames: list[torch.Tensor], info: Pre
 
 
 class _Bracketed:
-    """A callable that runs ``before()`` and ``after()`` around ``inner``; else ``inner``."""
+    """The frame runner with ``before(part)`` / ``after(part)`` around each part it runs."""
 
     def __init__(self, inner: Any, before: Any, after: Any) -> None:
         self._inner, self._before, self._after = inner, before, after
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self._before()
-        out = self._inner(*args, **kwargs)
-        self._after()
+    def _bracket(self, part: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        self._before(part)
+        out = fn(*args, **kwargs)
+        self._after(part)
         return out
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._bracket('aggregator', self._inner, *args, **kwargs)
+
+    def camera(self, *args: Any, **kwargs: Any) -> Any:
+        return self._bracket('camera_head', self._inner.camera, *args, **kwargs)
+
+    def depth(self, *args: Any, **kwargs: Any) -> Any:
+        return self._bracket('depth_head', self._inner.depth, *args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

@@ -34,10 +34,12 @@ import time
 from safetensors.torch import load_file
 import torch
 
-from ..config import CacheConfig, ModelConfig
+from ..config import CacheConfig, FastPath, ModelConfig
+from ..engine.cache import new_stream_cache
 from ..engine.frames import NUM_SPECIAL_TOKENS
 from ..engine.model.gct import LingbotMapModel
 from ..engine.model.golden_weights import fill_golden_weights
+from .fast_path_flags import add_fast_path_flags
 
 logger = logging.getLogger(__name__)
 
@@ -163,11 +165,12 @@ def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, bac
                         sliding_window=stream['sliding_window'],
                         max_total_frames=max(images.shape[0], stream['num_scale_frames'] + 1),
                         dtype=kv_dtype)
-    model.start_stream(cache, kv_dtype=dtype)
+    device = next(model.parameters()).device
+    model.start_stream(new_stream_cache(model.config, cache, dtype,
+                                        tuple(images.shape[-2:]), device))
     keyframe, time_index = _schedule(images.shape[0], num_scale, stream['keyframe_interval'])
     # Images enter in the working dtype, except on the bf16 path, which takes float32 images
     # (as the session gives them) and normalises them in float32.
-    device = next(model.parameters()).device
     images = images.to(device, torch.float32 if dtype == torch.bfloat16 else dtype)
     outputs = [model.forward_scale(images[:num_scale], with_depth, return_taps=True)]
     frame_of = [(0, i) for i in range(num_scale)]  # (call, row) of every frame
@@ -270,7 +273,7 @@ def compare(result: dict[str, object], ref: dict[str, torch.Tensor], meta: dict,
 def run_golden(set_path: str | Path, config_path: str | Path | None = None,
                dtype: str = 'float32', backend: str = 'reference',
                model: LingbotMapModel | None = None, device: str = 'cpu',
-               cuda_graphs: bool = False, compile_segments: bool = False,
+               fast_path: FastPath = 'eager', compile: bool = False,
                kv_dtype: str = 'bfloat16') -> dict:
     """Run one golden set end to end and compare every stored output.
 
@@ -284,9 +287,9 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
         model: a model already holding the set's golden weights in ``dtype`` (reused, e.g.
             across sets of one salt); None builds one.
         device: device to build the model on when ``model`` is None.
-        cuda_graphs: run streaming frames through the segmented (CUDA-graph) path.
-        compile_segments: ``torch.compile`` those segments (the segmented path, even without
-            ``cuda_graphs``).
+        fast_path: 'eager', 'segments' or 'whole_frame': how streaming frames run (CUDA graphs
+            on CUDA, the same steps run directly on the CPU); the backend caps it.
+        compile: ``torch.compile`` the fast path's fixed-shape work.
         kv_dtype: 'float8_e4m3fn' stores the KV cache in FP8, judged against
             :data:`FP8_KV_TOLERANCES`; otherwise the cache stores ``dtype``.
 
@@ -310,7 +313,7 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
         raise ValueError(f'run_golden: model ({model.compute_dtype}) does not fit set '
                          f'{set_path.name} ({dtype}, {config})')
     built = time.perf_counter()
-    model.set_fast_path(cuda_graphs, compile_segments)
+    model.set_fast_path(fast_path, compile)
     result = drive_stream(model, ref['images'], meta['stream'], backend,
                           ref['tap_frames'].tolist(), config.enable_depth, kv_dtype)
     fp8 = kv_dtype == 'float8_e4m3fn'
@@ -318,8 +321,8 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
                      bounds=FP8_KV_TOLERANCES if fp8 else None)
     return {'set': meta.get('set', set_path.stem), 'dtype': dtype, 'backend': backend,
             'kv_dtype': kv_dtype if fp8 else dtype,
-            'device': str(next(model.parameters()).device), 'cuda_graphs': cuda_graphs,
-            'compile': model.frame_runner.compile_segments,
+            'device': str(next(model.parameters()).device),
+            'compile': model.frame_runner.compile,
             'fast_path': model.frame_runner.mode,
             'seconds': {'build': round(built - start, 1),
                         'run': round(time.perf_counter() - built, 1)},
@@ -339,11 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--backend', choices=['reference', 'sdpa', 'flashinfer', 'triton'],
                         default='reference', help='KV-cache attention backend')
     parser.add_argument('--device', default='cpu', help="torch device ('cpu', 'cuda')")
-    parser.add_argument('--cuda-graphs', action='store_true',
-                        help='run streaming frames through the CUDA-graph segments (the '
-                             "node's fast path on CUDA; eager segments on the CPU)")
+    add_fast_path_flags(parser, 'eager', "how streaming frames run (the node's "
+                        'stream.fast_path): CUDA graphs on CUDA, the same steps run directly '
+                        'on the CPU')
     parser.add_argument('--compile', action='store_true',
-                        help='torch.compile the streaming segments (Inductor) first')
+                        help="torch.compile the fast path's fixed-shape work (Inductor) first")
     parser.add_argument('--kv-dtype', choices=['bfloat16', 'float8_e4m3fn'], default='bfloat16',
                         help='float8_e4m3fn: FP8 KV cache, judged against FP8_KV_TOLERANCES')
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
@@ -356,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     report = run_golden(args.set, args.config, args.dtype, args.backend, device=args.device,
-                        cuda_graphs=args.cuda_graphs, compile_segments=args.compile,
+                        fast_path=args.fast_path, compile=args.compile,
                         kv_dtype=args.kv_dtype)
     for name, check in report['checks'].items():
         verdict = 'ok' if check['pass'] else 'FAIL'

@@ -13,9 +13,12 @@ import pytest
 import torch
 
 from lingbot_map_ros.config import CacheConfig, ModelConfig
+from lingbot_map_ros.engine.cache import new_stream_cache
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
 from lingbot_map_ros.engine.model.weights import load_weights
+
+_CACHE = CacheConfig(backend='sdpa', scale_frames=2, sliding_window=3)
 
 
 def _model(device: str, dtype: torch.dtype) -> LingbotMapModel:
@@ -31,10 +34,11 @@ def _model(device: str, dtype: torch.dtype) -> LingbotMapModel:
 def _stream(model: LingbotMapModel, images: torch.Tensor, graphs: bool,
             kv_dtype: torch.dtype, compile_frames: bool = False,
             staged: bool = True) -> list[dict]:
-    model.set_fast_path(graphs, compile_frames)
-    model.frame_runner.stage_frames = staged
-    model.start_stream(CacheConfig(backend='sdpa', scale_frames=2, sliding_window=3),
-                       kv_dtype)
+    # A fast path asks for whole frames or segments; 'eager' is the plain forward.
+    mode = ('whole_frame' if staged else 'segments') if graphs or compile_frames else 'eager'
+    model.set_fast_path(mode, compile_frames)
+    model.start_stream(new_stream_cache(model.config, _CACHE, kv_dtype, images.shape[-2:],
+                                        images.device))
     outs = [model.forward_scale(images[:2], with_depth=True)]
     for i in range(2, images.shape[0]):
         # K=2 after N_s=2: even frames are keyframes; the time index counts cached keyframes,
@@ -56,15 +60,17 @@ def _compare(device: str, dtype: torch.dtype, atol: float, compile_frames: bool 
                       staged=staged)
     # Every part took its fast path (none fell back), whole frames when staged.
     runner = model.frame_runner.graphs
-    assert runner is not None and model.frame_runner.cuda_graphs
+    assert runner is not None and model.frame_runner.requested != 'eager'
     assert runner.staged is staged and model.frame_runner.stats().fallbacks == 0
     assert model.frame_runner.mode == ('whole_frame' if staged else 'segments')
     if staged and device == 'cuda':
         assert ('range',) in runner._whole
         assert any(key[0] == 'split' for key in runner._whole)
-    assert model.frame_runner.compile_segments is compile_frames
-    assert model.camera_head._frame_call is not None and model.camera_head.cuda_graphs
-    assert model.depth_head._frame_call is not None and model.depth_head.cuda_graphs
+    assert model.frame_runner.compile is compile_frames
+    assert model.frame_runner.head_step_built('camera head')
+    assert model.frame_runner.head_step_built('depth head')
+    assert model.frame_runner.head_fast_path('camera head')
+    assert model.frame_runner.head_fast_path('depth head')
     for a, b in zip(plain[1:], graphed[1:]):
         for key in ('pose_enc', 'pose_enc_iters', 'depth', 'depth_conf', 'dino_tokens'):
             torch.testing.assert_close(b[key], a[key], atol=atol, rtol=rtol)
@@ -109,9 +115,11 @@ def test_a_runner_that_cannot_be_built_falls_back_to_the_plain_forward(monkeypat
     plain = _stream(model, images, graphs=False, kv_dtype=torch.float32)
     monkeypatch.setattr(frame_runner_module, 'FrameGraphs', refuse)
     fallback = _stream(model, images, graphs=True, kv_dtype=torch.float32)
-    assert model.frame_runner.cuda_graphs is False
+    assert model.frame_runner.requested == 'whole_frame'
     assert model.frame_runner.mode == 'eager' and model.frame_runner.stats().fallbacks == 1
-    assert model.camera_head.cuda_graphs is True  # its own fast path is independent
+    # The heads' fast path is independent of the aggregator's.
+    assert model.frame_runner.head_fast_path('camera head')
+    assert model.frame_runner.head_step_built('camera head')
     for a, b in zip(plain, fallback):
         torch.testing.assert_close(b['pose_enc'], a['pose_enc'], atol=1e-5, rtol=0)
 
@@ -125,9 +133,9 @@ def test_compiled_segments_equal_the_plain_forward_on_cpu():
     plain = _stream(model, images, graphs=False, kv_dtype=torch.float32)
     compiled = _stream(model, images, graphs=False, kv_dtype=torch.float32, compile_frames=True)
     # Compiled, not fallen back; the depth head took its single-frame path.
-    assert model.frame_runner.compile_segments is True
-    assert model.depth_head.compile_frames is True
-    assert model.depth_head._frame_call is not None
+    assert model.frame_runner.compile is True
+    assert model.frame_runner.head_fast_path('depth head')
+    assert model.frame_runner.head_step_built('depth head')
     for a, b in zip(plain[1:], compiled[1:]):
         for key in ('pose_enc', 'depth', 'dino_tokens'):
             torch.testing.assert_close(b[key], a[key], atol=1e-4, rtol=1e-4)
@@ -162,8 +170,8 @@ def test_a_whole_frame_capture_that_fails_falls_back_to_segments(monkeypatch):
     images = torch.rand(9, 3, 56, 84)
     model = _model('cpu', torch.float32)
     plain = _stream(model, images, graphs=False, kv_dtype=torch.float32)
-    model.start_stream(CacheConfig(backend='sdpa', scale_frames=2, sliding_window=3),
-                       torch.float32)
+    model.start_stream(new_stream_cache(model.config, _CACHE, torch.float32,
+                                        images.shape[-2:], 'cpu'))
     model.forward_scale(images[:2])
     agg = model.aggregator
     fallbacks = []

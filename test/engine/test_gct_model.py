@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from lingbot_map_ros.config import CacheConfig, ModelConfig
+from lingbot_map_ros.engine.cache import new_stream_cache
 from lingbot_map_ros.engine.errors import (CacheStateError, InvalidFrameError,
                                            ResolutionChangedError, TimeIndexLimitError)
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
@@ -36,13 +37,24 @@ def _model(seed: int = 0, **overrides) -> LingbotMapModel:
     return model
 
 
+def _start(model: LingbotMapModel, kv_dtype: torch.dtype = torch.float32,
+           image_hw: tuple[int, int] = (56, 84)) -> None:
+    # The caller owns the KV cache (the session does in the node).
+    model.start_stream(new_stream_cache(model.config, CACHE, kv_dtype, image_hw, 'cpu'))
+
+
+def _reset(model: LingbotMapModel) -> None:
+    model.aggregator.kv_cache.reset()
+    model.reset_stream()
+
+
 @pytest.fixture(scope='module')
 def images() -> torch.Tensor:
     return torch.rand(8, 3, 56, 84, generator=torch.Generator().manual_seed(1))
 
 
 def _run(model, images, keyframes, kv_dtype=torch.float32, with_depth=False):
-    model.start_stream(CACHE, kv_dtype)
+    _start(model, kv_dtype)
     outs = [model.forward_scale(images[:2].to(kv_dtype), with_depth=with_depth,
                                 return_taps=True)]
     t = 2
@@ -70,7 +82,7 @@ def test_non_keyframe_leaves_no_trace(images):
     model = _model()
     with_skip = _run(model, images, [True, False, True])
     # same frames minus the non-keyframe: the last keyframe must not notice the difference
-    model.start_stream(CACHE, torch.float32)
+    _start(model)
     model.forward_scale(images[:2])
     model.forward_frame(images[2:3], 2, True)
     last = model.forward_frame(images[4:5], 3, True, return_taps=True)
@@ -97,13 +109,15 @@ def test_time_index_limit_is_checked_before_the_cache(images):
     with pytest.raises(TimeIndexLimitError, match='max_frame_num=4'):
         model.forward_frame(images[4:5], 4, False)
     assert model.cache_stats() == before
-    model.reset_stream()
+    _reset(model)
     model.forward_scale(images[:2])  # a reset session starts again at time 0
 
 
 def test_call_order_and_frame_errors(images):
     model = _model()
-    model.start_stream(CACHE, torch.float32)
+    with pytest.raises(CacheStateError, match='no KV cache'):
+        model.forward_scale(images[:2])
+    _start(model)
     with pytest.raises(CacheStateError):
         model.forward_frame(images[:1], 0, True)
     model.forward_scale(images[:2])
@@ -115,8 +129,8 @@ def test_call_order_and_frame_errors(images):
         model.forward_frame(images[:1, :, :, :56], 2, True)
     with pytest.raises(ValueError):
         model.forward_frame(images[:2], 2, True)
-    model.reset_stream()
-    out = model.forward_scale(images[:2, :, :, :56], with_depth=True)  # new size after a reset
+    _start(model, image_hw=(56, 56))  # a new size needs a new cache
+    out = model.forward_scale(images[:2, :, :, :56], with_depth=True)
     assert out['depth'].shape == (2, 56, 56)
 
 
@@ -147,12 +161,12 @@ def test_float64_model_agrees_with_float32(images):
 
 def test_new_weights_refresh_the_position_table(images):
     model = _model(seed=0)
-    model.start_stream(CACHE, torch.float32)
+    _start(model)
     model.forward_scale(images[:2])  # builds the resampled table for seed-0 weights
     load_weights(model, _state(model.config, seed=5))
-    model.reset_stream()
+    _reset(model)
     got = model.forward_scale(images[:2], return_taps=True)['dino_tokens']
     fresh = _model(seed=5)
-    fresh.start_stream(CACHE, torch.float32)
+    _start(fresh)
     want = fresh.forward_scale(images[:2], return_taps=True)['dino_tokens']
     torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -22,6 +22,7 @@ from lingbot_map_ros.config import ModelConfig
 from lingbot_map_ros.engine.errors import CacheStateError
 from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
 from lingbot_map_ros.engine.model.heads.camera_head import CameraHead
+from lingbot_map_ros.engine.model.frame_runner import FrameRunner
 from lingbot_map_ros.engine.model.heads.dpt_head import DPTHead, uv_embedding
 
 
@@ -154,7 +155,9 @@ def test_camera_cache_matches_naive_recomputation(fixed_shape: bool) -> None:
     # buffer), here run without capture; it must rebuild when the buffer grows (16 -> 32).
     torch.manual_seed(0)
     head = _tiny_camera_head()
-    head.cuda_graphs = fixed_shape
+    # The camera head as the model runs it: through the frame runner (no aggregator needed).
+    runner = FrameRunner(None, head)  # type: ignore[arg-type]
+    runner.set_fast_path('whole_frame' if fixed_shape else 'eager', False)
     num_scale, num_stream = 3, 24
     tokens = torch.randn(num_scale + num_stream, 256, dtype=torch.float64)
     # Streaming roles: keyframes with non-keyframes in between, two keyframes in a row at the
@@ -163,11 +166,11 @@ def test_camera_cache_matches_naive_recomputation(fixed_shape: bool) -> None:
     assert roles[-2:] == ['keyframe', 'keyframe']
     kept = list(range(num_scale))
     with torch.inference_mode():
-        _, iters = head(tokens[:num_scale], 'scale')
+        _, iters = runner.camera(tokens[:num_scale], 'scale')
         naive = _naive_camera_iters(head, tokens[:num_scale], num_scale)
         torch.testing.assert_close(iters, naive, rtol=0, atol=1e-12)
         for i, role in enumerate(roles, start=num_scale):
-            _, iters = head(tokens[i:i + 1], role)
+            _, iters = runner.camera(tokens[i:i + 1], role)
             naive = _naive_camera_iters(head, tokens[kept + [i]], num_scale)[-1:]
             torch.testing.assert_close(iters, naive, rtol=0, atol=1e-12)
             if role == 'keyframe':
@@ -175,7 +178,10 @@ def test_camera_cache_matches_naive_recomputation(fixed_shape: bool) -> None:
             assert head.cache_stats().num_frames == len(kept)
     stats = head.cache_stats()
     assert len(kept) == 20 and stats.capacity_frames == 32
-    assert head.cuda_graphs is fixed_shape and (head._frame_call is not None) is fixed_shape
+    assert runner.head_fast_path('camera head') is fixed_shape
+    assert runner.head_step_built('camera head') is fixed_shape
+    if fixed_shape:  # rebuilt for the grown buffer
+        assert runner._head_steps['camera head'][0].cache_capacity == 32
     per_frame = head.num_iterations * len(head.trunk) * 2 * 256 * 8
     assert stats.used_bytes == 20 * per_frame and stats.allocated_bytes == 32 * per_frame
     # The last frame's result depends on its history (here: without the previous keyframe),
@@ -199,11 +205,12 @@ def test_fixed_shape_camera_attention_ignores_what_unused_slots_held(monkeypatch
     head = _tiny_camera_head()
     tokens = torch.randn(6, 256, dtype=torch.float64)
     with torch.inference_mode():
-        head(tokens[:3], 'scale')
-        head.cuda_graphs = True
-        fixed = [head(tokens[i:i + 1], 'keyframe')[1] for i in range(3, 6)]
+        runner = FrameRunner(None, head)  # type: ignore[arg-type]
+        runner.set_fast_path('whole_frame', False)
+        runner.camera(tokens[:3], 'scale')
+        fixed = [runner.camera(tokens[i:i + 1], 'keyframe')[1] for i in range(3, 6)]
+        assert runner.head_step_built('camera head')
         head.reset_cache()
-        head.cuda_graphs = False
         head(tokens[:3], 'scale')
         growing = [head(tokens[i:i + 1], 'keyframe')[1] for i in range(3, 6)]
     for a, b in zip(fixed, growing):

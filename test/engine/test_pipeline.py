@@ -201,6 +201,21 @@ def _run_from(session: StreamingSession, frames: list[np.ndarray], first: int) -
     return preds
 
 
+def test_fast_path_is_one_checked_mode_and_eager_on_the_cpu_without_compile():
+    with pytest.raises(ValueError, match="stream.fast_path='graphs'"):
+        _config(**{'stream.fast_path': 'graphs'})
+    frames = _frames(N_S + 1)
+    for fast_path, compile_, want in (('whole_frame', False, 'eager'),
+                                      ('eager', True, 'eager')):
+        session = StreamingSession(_config(**{'stream.fast_path': fast_path,
+                                              'stream.compile': compile_}),
+                                   allow_random_weights=True)
+        _run(session, frames)
+        stats = session.stats()
+        assert (stats.fast_path, stats.compiled, stats.cuda_graphs) == (want, False, False)
+        assert session.model.frame_runner.graphs is None
+
+
 def test_apply_config_takes_live_fields_and_refuses_the_others():
     session = StreamingSession(_config(), allow_random_weights=True)
     assert session.stats().cache is None  # no frame yet: no cache to report

@@ -39,3 +39,13 @@ def test_import_errors_are_not_hidden(monkeypatch):
     monkeypatch.setitem(bench._SUBCOMMANDS, 'model', 'no_such_package.bench_model')
     with pytest.raises(ModuleNotFoundError, match='no_such_package'):
         bench.build_parser()
+
+
+def test_fast_path_flag_and_its_aliases():
+    parser = bench.build_parser()
+    assert parser.parse_args(['model']).fast_path == 'whole_frame'
+    assert parser.parse_args(['model', '--fast-path', 'segments']).fast_path == 'segments'
+    assert parser.parse_args(['model', '--cuda-graphs']).fast_path == 'whole_frame'
+    assert parser.parse_args(['model', '--no-cuda-graphs']).fast_path == 'eager'
+    with pytest.raises(SystemExit):
+        parser.parse_args(['model', '--fast-path', 'graphs'])

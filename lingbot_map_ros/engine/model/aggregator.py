@@ -25,12 +25,11 @@ Special:
 from __future__ import annotations
 
 from dataclasses import dataclass
-import logging
 
 import torch
 from torch import nn
 
-from ...config import CacheConfig, ModelConfig
+from ...config import ModelConfig
 from ..cache import FlashInferKVCacheManager
 from ..errors import (CachePoolExhaustedError, CacheStateError, InvalidFrameError,
                       ResolutionChangedError, TimeIndexLimitError)
@@ -39,10 +38,38 @@ from .dino import DinoTrunk
 from .layers import Attend, Block, dense_attention, wide_dtype
 from .layers.rope import FrameRope, rotate_half_2d, rotate_interleaved, VideoRope
 
-logger = logging.getLogger(__name__)
-
 _IMAGENET_MEAN = (0.485, 0.456, 0.406)
 _IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+# ---- the per-layer steps (module functions taking the block: one compiled graph serves every
+# block of a kind; the eager loop below and the segment runner in graphed.py both use them) ----
+
+def with_specials(specials: torch.Tensor, dino: torch.Tensor) -> torch.Tensor:
+    """[S, 6, C] special tokens ahead of the [S, h*w, C] DINO tokens: the frame's P tokens."""
+    return torch.cat([specials.to(dino.dtype), dino], dim=1)
+
+
+def frame_step(block: Block, x: torch.Tensor, cos: torch.Tensor,
+               sin: torch.Tensor) -> torch.Tensor:
+    """Frame block: attention within each frame [S, P, C], 2-D RoPE tables (cos, sin)."""
+    return block(x, rope=lambda t: rotate_half_2d(t, cos, sin))
+
+
+def global_qkv(block: Block, x: torch.Tensor, cos: torch.Tensor,
+               sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Global block up to its cache attention: q, k, v of [1, S*P, C], 3-D RoPE applied."""
+    return block.qkv(x, rope=lambda t: rotate_interleaved(t, cos, sin))
+
+
+def global_finish(block: Block, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+    """Global block after its cache attention ``o`` [1, heads, S*P, D]."""
+    return block.finish(x, o)
+
+
+def tap_features(frame_out: torch.Tensor, global_out: torch.Tensor) -> torch.Tensor:
+    """Return one layer's tap: [frame-block stream, global-block stream], [S, P, 2C]."""
+    return torch.cat([frame_out, global_out], dim=-1)
 
 
 @dataclass(frozen=True)
@@ -84,79 +111,55 @@ class Aggregator(nn.Module):
         self.frame_rope = FrameRope(config.head_dim, NUM_SPECIAL_TOKENS)
         self.video_rope = VideoRope(config.head_dim, config.max_frame_num,
                                     num_special=NUM_SPECIAL_TOKENS)
-        self._cache_config = CacheConfig()
-        self._kv_dtype = torch.float32
         self._cache: FlashInferKVCacheManager | None = None
-        self._cache_used = False
 
-    # ---- KV cache -------------------------------------------------------------------------
+    # ---- KV cache (owned by the session, handed in) -------------------------------------------
 
-    def configure_cache(self, cache: CacheConfig, kv_dtype: torch.dtype) -> None:
-        """Set the cache's windows, backend and storage dtype; drops any cached frames.
-
-        Args:
-            cache: N_s, W, capacity and backend.
-            kv_dtype: storage dtype of K/V (bf16 on the GPU path, float32/float64 on CPU).
-        """
-        self._cache_config = cache
-        self._kv_dtype = kv_dtype
-        self._cache = None
-        self._cache_used = False
-
-    def reset_cache(self) -> None:
-        """Forget every cached frame (the manager and its memory are kept)."""
-        if self._cache is not None:
-            self._cache.reset()
-        self._cache_used = False
+    def attach_cache(self, cache: FlashInferKVCacheManager | None) -> None:
+        """Use ``cache`` for the next calls (its owner builds and resets it; None detaches)."""
+        self._cache = cache
 
     @property
     def kv_dtype(self) -> torch.dtype:
-        """Storage dtype of the cached K/V."""
-        return self._kv_dtype
+        """Storage dtype of the cached K/V.
+
+        Raises:
+            CacheStateError: no cache attached.
+        """
+        return self._attached().dtype
 
     @property
     def kv_cache(self) -> FlashInferKVCacheManager | None:
-        """The paged cache manager, or None before the first frame of a configuration."""
+        """The attached paged cache manager, or None."""
         return self._cache
 
     def cache_stats(self) -> dict | None:
-        """Return the cache occupancy counters; None before the first frame."""
+        """Return the cache occupancy counters; None without a cache."""
         return None if self._cache is None else self._cache.get_cache_stats()
 
-    @property
-    def cache_config(self) -> CacheConfig:
-        """The configuration the next cache manager is built from."""
-        return self._cache_config
-
     def remaining_frames(self) -> int:
-        """Keyframes the cache can still take (``max_total_frames`` before the first frame)."""
-        if self._cache is None:
-            return self._cache_config.max_total_frames
-        return int(self._cache.remaining_frames())
+        """Keyframes the attached cache can still take."""
+        return int(self._attached().remaining_frames())
 
-    def _ensure_cache(self, tokens_per_frame: int, device: torch.device) -> None:
-        cache = self._cache
-        if cache is not None and cache.tokens_per_frame == tokens_per_frame \
-                and cache.device == device:
-            return
-        if cache is not None and self._cache_used:
-            if cache.device != device:
-                raise CacheStateError(f'frame on {device} but the cache holds frames on '
-                                      f'{cache.device}; reset the stream first')
+    def _attached(self) -> FlashInferKVCacheManager:
+        if self._cache is None:
+            raise CacheStateError('no KV cache: start the stream with one (the session builds '
+                                  'it with engine.cache.new_stream_cache)')
+        return self._cache
+
+    def _cache_used(self) -> bool:
+        cache = self._attached()
+        return cache.remaining_frames() != cache.max_total_frames
+
+    def _check_cache(self, tokens_per_frame: int, device: torch.device) -> None:
+        cache = self._attached()
+        if cache.device != device:
+            raise CacheStateError(f'frame on {device} but the KV cache is on {cache.device}; '
+                                  'reset the stream first')
+        if cache.tokens_per_frame != tokens_per_frame:
             raise ResolutionChangedError(
                 f'frame has {tokens_per_frame} tokens but the cache holds frames of '
                 f'{cache.tokens_per_frame}; reset the stream to change resolution')
-        cfg = self._cache_config
-        self._cache = FlashInferKVCacheManager(
-            num_blocks=self.config.depth, max_num_frames=self.config.max_frame_num,
-            tokens_per_frame=tokens_per_frame, num_heads=self.config.num_heads,
-            head_dim=self.config.head_dim, dtype=self._kv_dtype, device=device,
-            num_special_tokens=NUM_SPECIAL_TOKENS, scale_frames=cfg.scale_frames,
-            sliding_window=cfg.sliding_window, max_total_frames=cfg.max_total_frames,
-            backend=cfg.backend, storage_dtype=getattr(torch, cfg.dtype)
-            if cfg.dtype == 'float8_e4m3fn' else None)
-        logger.info('KV cache: %d tokens/frame, N_s=%d, W=%d, %s, backend %s', tokens_per_frame,
-                    cfg.scale_frames, cfg.sliding_window, self._kv_dtype, cfg.backend)
 
     def _check_state(self, num_frames: int, time_index: int, mode: Role) -> None:
         if mode not in ('scale', 'keyframe', 'non-keyframe'):
@@ -170,22 +173,23 @@ class Aggregator(nn.Module):
             raise TimeIndexLimitError(
                 f'time index {last} reaches model.max_frame_num={self.config.max_frame_num}; '
                 'reset the stream')
-        if mode == 'scale' and self._cache_used:
+        used = self._cache_used()
+        if mode == 'scale' and used:
             raise CacheStateError('scale pass on a cache that already holds frames; reset first')
-        if mode != 'scale' and not self._cache_used:
+        if mode != 'scale' and not used:
             raise CacheStateError(f'{mode} frame before the scale pass')
         # A non-keyframe needs a free slot too: its specials stay until it is rolled back.
         remaining = self.remaining_frames()
         if remaining < num_frames:
             raise CachePoolExhaustedError(
                 f'KV cache has room for {remaining} more frames, {num_frames} needed '
-                f'(cache.max_total_frames={self._cache_config.max_total_frames}); reset')
+                f'(cache.max_total_frames={self._attached().max_total_frames}); reset')
 
     def global_attention(self, block_idx: int, mode: Role, num_frames: int,
                          tokens_per_frame: int) -> Attend:
         """Attention of global block ``block_idx`` through the paged cache, for one call."""
-        cache, kv_dtype = self._cache, self._kv_dtype
-        cfg = self._cache_config
+        cache = self._attached()
+        kv_dtype = cache.dtype
 
         def per_token(t: torch.Tensor) -> torch.Tensor:
             # [1, H, N, D] -> [N, H, D] in the KV dtype. The segment runner hands over views of
@@ -207,7 +211,7 @@ class Aggregator(nn.Module):
             keyframe = mode == 'keyframe'
             cache.append_frame(block_idx, per_token(k), per_token(v), keyframe=keyframe)
             if keyframe:
-                cache.evict_frames(block_idx, cfg.scale_frames, cfg.sliding_window)
+                cache.evict_frames(block_idx, cache.scale_frames, cache.sliding_window)
             out = cache.compute_attention(block_idx, per_token(q))
             if not keyframe:
                 cache.rollback_last_frame(block_idx)
@@ -260,7 +264,7 @@ class Aggregator(nn.Module):
         return tokens.to(dtype)
 
     def prepare(self, images: torch.Tensor, time_index: int, mode: Role) -> tuple[int, int]:
-        """Check a call of the streaming schedule and build the cache it needs.
+        """Check a call of the streaming schedule against the attached cache.
 
         Returns:
             The (h, w) patch grid.
@@ -269,13 +273,9 @@ class Aggregator(nn.Module):
             See :meth:`forward`; nothing is cached when it raises.
         """
         h, w = self._check_images(images)
+        self._check_cache(NUM_SPECIAL_TOKENS + h * w, images.device)
         self._check_state(images.shape[0], time_index, mode)
-        self._ensure_cache(NUM_SPECIAL_TOKENS + h * w, images.device)
         return h, w
-
-    def mark_cache_used(self) -> None:
-        """Record that frames are going into the cache (a runner other than :meth:`run`)."""
-        self._cache_used = True
 
     def forward(self, images: torch.Tensor, time_index: int, mode: Role) -> AggregatorOutput:
         """Run one call of the streaming schedule eagerly (:meth:`prepare`, then :meth:`run`).
@@ -294,8 +294,8 @@ class Aggregator(nn.Module):
             ValueError: bad mode, frame count or time index.
             TimeIndexLimitError: a time index at or past ``max_frame_num``.
             CachePoolExhaustedError: no room for another keyframe.
-            CacheStateError: scale pass on a used cache, a frame before the scale pass, or a
-                frame on another device than the cached ones.
+            CacheStateError: no cache attached, a scale pass on a used cache, a frame before
+                the scale pass, or a frame on another device than the cache.
             ResolutionChangedError: the frame size differs from the cached frames'.
         """
         return self.run(images, time_index, mode, self.prepare(images, time_index, mode))
@@ -306,20 +306,19 @@ class Aggregator(nn.Module):
         h, w = patch_hw
         s, p = images.shape[0], NUM_SPECIAL_TOKENS + h * w
         dino = self.patch_embed(self.normalize(images))
-        x = torch.cat([self.special_tokens(s, mode, dino.dtype), dino], dim=1)
+        x = with_specials(self.special_tokens(s, mode, dino.dtype), dino)
         rope_dtype = wide_dtype(self.camera_token.dtype)
         frame_cos, frame_sin = self.frame_rope.tables(h, w, images.device, rope_dtype)
         video_cos, video_sin = self.video_rope.tables(time_index, s, h, w, images.device,
                                                       rope_dtype)
-        self._cache_used = True
         taps = []
         for i, (frame_block, global_block) in enumerate(zip(self.frame_blocks,
                                                             self.global_blocks)):
-            x = frame_block(x, rope=lambda t: rotate_half_2d(t, frame_cos, frame_sin))
-            frame_out = x
-            x = global_block(x.reshape(1, s * p, -1),
-                             rope=lambda t: rotate_interleaved(t, video_cos, video_sin),
-                             attend=self.global_attention(i, mode, s, p)).reshape(s, p, -1)
+            frame_out = frame_step(frame_block, x, frame_cos, frame_sin)
+            x = frame_out.reshape(1, s * p, -1)
+            q, k, v = global_qkv(global_block, x, video_cos, video_sin)
+            o = self.global_attention(i, mode, s, p)(q, k, v)
+            x = global_finish(global_block, x, o).reshape(s, p, -1)
             if i in self.config.tap_layers:
-                taps.append(torch.cat([frame_out, x], dim=-1))
+                taps.append(tap_features(frame_out, x))
         return AggregatorOutput(taps=taps, dino_tokens=dino, patch_hw=(h, w))

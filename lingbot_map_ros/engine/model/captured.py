@@ -4,7 +4,7 @@ Why: at streaming batch size 1 the model's parts are launch-bound when issued op
 Python (bench/results/h200_baseline/profile_sdpa.txt). Work whose shapes are fixed for a
 resolution can be captured once and replayed with one launch. ``capture_graph`` is the shared
 warm-up + capture step (the aggregator's segments use it too); ``CapturedCall`` wraps a whole
-function of tensors (the DPT head of a streaming frame).
+function of tensors with static input buffers (a head's one-frame step, for the frame runner).
 """
 
 from __future__ import annotations

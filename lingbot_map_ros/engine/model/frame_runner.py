@@ -1,37 +1,49 @@
-"""FrameRunner: how the aggregator's streaming frames run (eager, segments or whole frames).
+"""FrameRunner: how a streaming frame runs (eager, segments or whole frames), heads included.
 
-The aggregator (``aggregator.py``) is a plain module: it checks a call, owns its KV cache and
-runs the eager layer loop. This runner sits above it and owns the fast path: which mode is in
-effect, the segment runner of each resolution (``graphed.py``) keyed by :class:`CaptureKey`,
-and one fallback that logs once and is counted in :meth:`FrameRunner.stats`.
+The aggregator (``aggregator.py``) and the heads are plain modules that know nothing about
+graphs: the aggregator checks a call and runs the eager layer loop; the heads expose their
+one-frame work as fixed-shape steps (``CameraHead.frame_step``, ``DPTHead.frame_step``). This
+runner sits above them and owns the fast path: which mode is in effect, the segment runner of
+each resolution (``graphed.py``) keyed by :class:`CaptureKey`, the heads' captured steps keyed
+by :class:`HeadKey`, and one fallback that logs once and is counted in :meth:`FrameRunner.stats`.
 
-Modes (the mode asked for, then the one in effect after any fallback):
+Modes (``stream.fast_path``: the mode asked for is an upper bound; the cache backend's
+``graph_support`` caps it and a fallback lowers it; :attr:`FrameRunner.mode` is the one in effect):
 
-* ``eager``: the aggregator's own ``forward``;
+* ``eager``: the aggregator's own ``forward``, the heads' own ``forward``;
 * ``segments``: the fixed-shape work between cache attentions replayed as CUDA graphs (or
   compiled, or both), the cache attention eager in between;
 * ``whole_frame``: segments plus the cache's staged attention (``cache/staged_frames.py``), one
   CUDA graph per kind of frame; needs a backend with ``graph_support == 'whole_frame'``.
 
-The scale pass always runs eagerly (its shapes are used once).
+On the CPU nothing is captured: segments and whole frames run their steps directly (compiled
+with ``compile``). ``compile`` is orthogonal to the mode: it ``torch.compile``s the fixed-shape
+work of whichever fast path is in effect (with ``eager`` there is none).
+
+The heads of a streaming frame replay their step as one CUDA graph each where the fast path
+captures (the DPT head compiled first with ``compile``); a head whose step cannot be built runs
+eagerly from then on, independently of the aggregator. The scale pass always runs eagerly (its
+shapes are used once).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 import logging
-from typing import Literal
 
 import torch
 
+from ...config import FastPath
 from ..cache.staged_frames import can_stage, StagedFrames
 from ..frames import Role
 from .aggregator import Aggregator, AggregatorOutput
+from .captured import CapturedCall
 from .graphed import FrameGraphs
+from .heads.camera_head import CameraHead
+from .heads.dpt_head import DPTHead
 
 logger = logging.getLogger(__name__)
-
-FastPathMode = Literal['eager', 'segments', 'whole_frame']
 
 
 @dataclass(frozen=True)
@@ -51,13 +63,34 @@ class CaptureKey:
 
 
 @dataclass(frozen=True)
+class HeadKey:
+    """What a head's captured step depends on; a new key builds a new step."""
+
+    part: str
+    """'camera head' or 'depth head'."""
+    shapes: tuple[tuple[int, ...], ...]
+    """Shapes of the step's tensor inputs."""
+    dtype: torch.dtype
+    device: torch.device
+    weight_dtype: torch.dtype
+    weights_ptr: int
+    """Storage of the head's weights: moving the module re-allocates what graphs read."""
+    capture: bool
+    compiled: bool
+    image_hw: tuple[int, int] = (0, 0)
+    """Processed image size (depth head)."""
+    cache_capacity: int = 0
+    """Frames of the camera-head cache buffer (it grows by reallocation)."""
+    cache_generation: int = 0
+    """Which allocation of that buffer the step reads (``CameraKVCache.generation``)."""
+
+
+@dataclass(frozen=True)
 class FastPathStats:
     """The fast path in effect now, for diagnostics."""
 
-    mode: FastPathMode
-    """'eager', 'segments' or 'whole_frame'."""
-    cuda_graphs: bool
-    """Frames replay CUDA graphs (off after a failed capture)."""
+    mode: FastPath
+    """'eager', 'segments' or 'whole_frame' (in effect; on CUDA the last two replay graphs)."""
     compiled: bool
     """Frame segments run ``torch.compile``d (off after a failed compilation)."""
     fallbacks: int
@@ -65,25 +98,42 @@ class FastPathStats:
 
 
 class FrameRunner:
-    """Runs an aggregator's calls, through the fast path where it is on and works."""
+    """Runs a call's aggregator and heads, through the fast path where it is on and works."""
 
-    def __init__(self, aggregator: Aggregator) -> None:
+    def __init__(self, aggregator: Aggregator, camera_head: CameraHead,
+                 depth_head: DPTHead | None = None) -> None:
         """Start with the fast path off (``set_fast_path`` turns it on)."""
         self._agg = aggregator
-        self.cuda_graphs = False
-        """Replay streaming frames' fixed-shape work as CUDA graphs."""
-        self.compile_segments = False
-        """``torch.compile`` the streaming frames' fixed-shape work."""
-        self.stage_frames = True
-        """With the fast path, run whole frames where the cache backend can stage them."""
+        self._camera = camera_head
+        self._depth = depth_head
+        self._head_steps: dict[str, tuple[HeadKey, CapturedCall]] = {}
+        self._heads_on: set[str] = set()
+        """Heads that run their step as built here; one that fails to build leaves the set."""
+        self._head_compile = False
+        self.requested: FastPath = 'eager'
+        """The mode asked for (``set_fast_path``)."""
+        self._upper: FastPath = 'eager'
+        """The aggregator's upper bound now: the mode asked for, 'eager' after a failed build."""
+        self.compile = False
+        """``torch.compile`` the streaming frames' fixed-shape work (off after a failure)."""
         self._graphs: tuple[CaptureKey, FrameGraphs] | None = None
         self._fallbacks = 0
         self._logged: set[str] = set()
 
-    def set_fast_path(self, cuda_graphs: bool, compile_segments: bool) -> None:
-        """Choose CUDA graphs and ``torch.compile`` for the streaming frames."""
-        self.cuda_graphs = cuda_graphs
-        self.compile_segments = compile_segments
+    def set_fast_path(self, mode: FastPath, compile: bool) -> None:
+        """Choose the fast path's upper bound and ``torch.compile`` for the streaming frames.
+
+        Raises:
+            ValueError: an unknown mode.
+        """
+        if mode not in ('eager', 'segments', 'whole_frame'):
+            raise ValueError(f"fast path mode '{mode}' is not 'eager', 'segments' or "
+                             "'whole_frame'")
+        self.requested = self._upper = mode
+        self.compile = compile
+        # The heads keep these settings when the aggregator's fast path steps down.
+        self._head_compile = compile
+        self._heads_on = set() if mode == 'eager' else {'camera head', 'depth head'}
 
     @property
     def graphs(self) -> FrameGraphs | None:
@@ -91,25 +141,30 @@ class FrameRunner:
         return None if self._graphs is None else self._graphs[1]
 
     @property
-    def mode(self) -> FastPathMode:
+    def mode(self) -> FastPath:
         """The mode in effect now; before the first streaming frame, the one expected.
 
         Whole frames need the cache (its backend's ``graph_support``): until it exists, a
         fast path reads 'segments'.
         """
-        if not (self.cuda_graphs or self.compile_segments):
+        if self._upper == 'eager':
             return 'eager'
         graphs = self.graphs
         if graphs is not None:
             return 'whole_frame' if graphs.staged else 'segments'
         cache = self._agg.kv_cache
-        staged = self.stage_frames and cache is not None and can_stage(cache)
+        staged = self._upper == 'whole_frame' and cache is not None and can_stage(cache)
         return 'whole_frame' if staged else 'segments'
 
     def stats(self) -> FastPathStats:
         """Return the fast path in effect now."""
-        return FastPathStats(mode=self.mode, cuda_graphs=self.cuda_graphs,
-                             compiled=self.compile_segments, fallbacks=self._fallbacks)
+        mode = self.mode
+        return FastPathStats(mode=mode, compiled=self.compile and mode != 'eager',
+                             fallbacks=self._fallbacks)
+
+    def head_fast_path(self, part: str) -> bool:
+        """Whether head ``part`` ('camera head', 'depth head') runs its step as built here."""
+        return part in self._heads_on
 
     def fall_back(self, what: str, exc: BaseException) -> None:
         """Report a step down of the fast path: logged once per kind, counted every time."""
@@ -122,43 +177,42 @@ class FrameRunner:
         """Run one call of the streaming schedule (see ``Aggregator.forward``)."""
         agg = self._agg
         patch_hw = agg.prepare(images, time_index, mode)
-        segmented = self.cuda_graphs or self.compile_segments
+        segmented = self._upper != 'eager'
         graphs = self._graphs_for(images) if mode != 'scale' and segmented else None
         if graphs is None:
             return agg.run(images, time_index, mode, patch_hw)
-        agg.mark_cache_used()
         return graphs.run(images, time_index, mode)
 
     def _graphs_for(self, images: torch.Tensor) -> FrameGraphs | None:
         """Return the segment runner of this resolution, dtype and device (built once).
 
-        Returns None, and turns :attr:`cuda_graphs` off, when the runner cannot be built (e.g.
-        a CUDA graph capture this PyTorch/driver refuses): frames then run eagerly, slower but
+        Returns None, and lowers the mode to 'eager', when the runner cannot be built (e.g. a
+        CUDA graph capture this PyTorch/driver refuses): frames then run eagerly, slower but
         right, instead of failing one after another. A failed ``torch.compile`` (no compiler,
-        no Triton) turns :attr:`compile_segments` off and builds the uncompiled runner.
+        no Triton) turns :attr:`compile` off and builds the uncompiled runner.
         """
         agg = self._agg
         cache = agg.kv_cache
-        capture = self.cuda_graphs and images.device.type == 'cuda'
-        staged = self.stage_frames and can_stage(cache)
+        capture = images.device.type == 'cuda'
+        staged = self._upper == 'whole_frame' and can_stage(cache)
         key = CaptureKey(tuple(images.shape), images.device, agg.kv_dtype,
                          agg.camera_token.dtype, agg.camera_token.data_ptr(), capture,
-                         self.compile_segments, cache if staged else None)
+                         self.compile, cache if staged else None)
         if self._graphs is not None and self._graphs[0] == key:
             return self._graphs[1]
         self._graphs = None  # release the old graphs' memory first
         try:
-            staging = StagedFrames(cache, self.compile_segments) if staged else None
-            runner = FrameGraphs(agg, images, capture, self.compile_segments, staging,
+            staging = StagedFrames(cache, self.compile) if staged else None
+            runner = FrameGraphs(agg, images, capture, self.compile, staging,
                                  self.fall_back)
         except Exception as exc:  # noqa: BLE001 - Inductor/Triton raise many kinds
-            if not self.compile_segments:
+            if not self.compile:
                 self.fall_back('CUDA graphs unavailable; running frames eagerly', exc)
-                self.cuda_graphs = False
+                self._upper = 'eager'
                 return None
             self.fall_back('torch.compile of the frame segments failed; running them '
                            'uncompiled', exc)
-            self.compile_segments = False
+            self.compile = False
             return self._graphs_for(images)
         self._graphs = (key, runner)
         return runner
@@ -171,3 +225,76 @@ class FrameRunner:
         """
         if self._graphs is not None:
             self._graphs[1].prepare_full_window()
+
+    # ---- heads ---------------------------------------------------------------------------------
+
+    def camera(self, tokens: torch.Tensor, mode: Role) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the camera head on a call's camera tokens (see ``CameraHead.forward``)."""
+        head = self._camera
+        if mode == 'scale' or not self.head_fast_path('camera head'):
+            return head(tokens, mode)
+        camera, slot = head.begin_frame(tokens, mode)
+        weight = head.embed_pose.weight
+        key = HeadKey('camera head', (tuple(camera.shape),), camera.dtype, camera.device,
+                      weight.dtype, weight.data_ptr(), camera.is_cuda, False,
+                      cache_capacity=head.cache.capacity,
+                      cache_generation=head.cache.generation)
+        at = torch.full((), slot, dtype=torch.long, device=camera.device)
+        with torch.autocast(device_type=camera.device.type, enabled=False):
+            step = self._head_step(key, head.frame_step, [camera, at])
+            if step is None:
+                return head(tokens, mode)
+            iters = step(camera, slot)[0]
+        head.end_frame(mode, 1)
+        return iters[:, -1], iters
+
+    def depth(self, taps: Sequence[torch.Tensor],
+              image_size_hw: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the depth head on a call's taps (see ``DPTHead.forward``)."""
+        head = self._depth
+        if head is None:
+            raise ValueError('depth requested but the model was built with enable_depth=False')
+        if not self.head_fast_path('depth head'):
+            return head(taps, image_size_hw)
+        grid_hw = head.check_inputs(taps, image_size_hw)
+        if taps[0].shape[0] != 1:
+            return head(taps, image_size_hw)
+        uv = head.uv_tables(grid_hw, image_size_hw, taps[0].device)
+        weight = head.norm.weight
+        key = HeadKey('depth head', tuple(tuple(t.shape) for t in taps), taps[0].dtype,
+                      taps[0].device, weight.dtype, weight.data_ptr(),
+                      taps[0].is_cuda, self._head_compile,
+                      image_hw=tuple(image_size_hw))
+
+        def step(*frame_taps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return head.frame_step(frame_taps, grid_hw, image_size_hw, uv)
+
+        with torch.autocast(device_type=taps[0].device.type, enabled=False):
+            call = self._head_step(key, step, taps)
+            if call is None:
+                return head(taps, image_size_hw)
+            depth, conf = call(*taps)
+        return depth, conf
+
+    def _head_step(self, key: HeadKey, fn: Callable[..., tuple[torch.Tensor, ...]],
+                   example_inputs: Sequence[torch.Tensor]) -> CapturedCall | None:
+        """Return the head step of ``key``, built (compiled, captured) on first use.
+
+        None when it cannot be built here: that head then runs eagerly (one fallback).
+        """
+        held = self._head_steps.get(key.part)
+        if held is not None and held[0] == key:
+            return held[1]
+        self._head_steps.pop(key.part, None)  # release the old graph's memory first
+        try:
+            call = CapturedCall(fn, example_inputs, key.capture, key.compiled)
+        except Exception as exc:  # noqa: BLE001 - capture/Inductor/Triton raise many kinds
+            self.fall_back(f'{key.part} fast path unavailable; running it eagerly', exc)
+            self._heads_on.discard(key.part)
+            return None
+        self._head_steps[key.part] = (key, call)
+        return call
+
+    def head_step_built(self, part: str) -> bool:
+        """Whether head ``part`` has a built step (for tests and diagnostics)."""
+        return part in self._head_steps

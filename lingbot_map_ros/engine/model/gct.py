@@ -6,10 +6,12 @@ I camera-head iterations.
 Special:
 - State-dict names are exactly the official ones (``aggregator.*``, ``camera_head.*``,
   ``depth_head.*``; 1342 tensors for the official config, no ``point_head``).
-- The model is stateful: the aggregator's paged KV cache and the camera head's K/V cache persist
-  between calls. The caller drives the schedule: :meth:`start_stream` (or :meth:`reset_stream`),
-  one :meth:`forward_scale` with the N_s scale frames, then :meth:`forward_frame` per frame with
-  the time index it owns (keyframes cached so far, scale frames included).
+- The model is stateful: the paged KV cache it is handed and the camera head's K/V cache persist
+  between calls. The caller owns the KV cache (``engine.cache.new_stream_cache``; the session
+  builds it) and drives the schedule: :meth:`start_stream` with the cache, one
+  :meth:`forward_scale` with the N_s scale frames, then :meth:`forward_frame` per frame with the
+  time index it owns (keyframes cached so far, scale frames included). To restart, the caller
+  resets its KV cache and calls :meth:`reset_stream`.
 - Precision: weights are float32 as loaded. :meth:`cast_aggregator` puts the aggregator (DINO
   included) in bf16 for the GPU path; the heads always run in their own dtype (float32), on
   float32 features. ``model.double()`` plus a float64 KV dtype gives a float64 reference run.
@@ -21,7 +23,8 @@ import torch
 from torch import nn
 from torch.nn.attention import sdpa_kernel, SDPBackend
 
-from ...config import CacheConfig, ModelConfig
+from ...config import FastPath, ModelConfig
+from ..cache import FlashInferKVCacheManager
 from ..frames import Role
 from ..stats import CacheStats
 from .aggregator import Aggregator
@@ -51,8 +54,9 @@ class LingbotMapModel(nn.Module):
         self.aggregator = Aggregator(self.config)
         self.camera_head = CameraHead.from_config(self.config)
         self.depth_head = DPTHead.from_config(self.config) if self.config.enable_depth else None
-        self.frame_runner = FrameRunner(self.aggregator)
-        """Runs the aggregator's calls: eager, segments or whole frames (``frame_runner.py``)."""
+        self.frame_runner = FrameRunner(self.aggregator, self.camera_head, self.depth_head)
+        """Runs a call's aggregator and heads: eager, segments or whole frames
+        (``frame_runner.py``)."""
 
     @classmethod
     def empty(cls, config: ModelConfig | None = None, device: str | torch.device = 'cpu',
@@ -96,42 +100,38 @@ class LingbotMapModel(nn.Module):
         self.aggregator.to(dtype)
         return self
 
-    def set_fast_path(self, cuda_graphs: bool, compile_frames: bool) -> None:
+    def set_fast_path(self, mode: FastPath, compile: bool = False) -> None:
         """Choose how streaming frames run (outputs equal the plain path's to rounding).
 
         Args:
-            cuda_graphs: replay the fixed-shape work of a frame (aggregator segments, depth
-                head) as CUDA graphs; CUDA only (on the CPU the segments run eagerly).
-            compile_frames: ``torch.compile`` that work first (Inductor fusion).
+            mode: 'eager', 'segments' or 'whole_frame' (an upper bound, see
+                ``frame_runner.py``); on CUDA the fast path's steps are replayed as CUDA graphs,
+                on the CPU they run directly.
+            compile: ``torch.compile`` the fast path's fixed-shape work (Inductor fusion).
         """
-        self.frame_runner.set_fast_path(cuda_graphs, compile_frames)
-        self.camera_head.cuda_graphs = cuda_graphs
-        if self.depth_head is not None:
-            self.depth_head.cuda_graphs = cuda_graphs
-            self.depth_head.compile_frames = compile_frames
+        self.frame_runner.set_fast_path(mode, compile)
 
     # ---- stream state ---------------------------------------------------------------------
 
-    def start_stream(self, cache: CacheConfig, kv_dtype: torch.dtype) -> None:
-        """Configure the KV caches for a new stream and empty them.
+    def start_stream(self, kv_cache: FlashInferKVCacheManager) -> None:
+        """Start a stream on ``kv_cache`` (empty; its owner resets it) with an empty camera cache.
 
         Args:
-            cache: N_s, W, capacity and attention backend of the global-attention cache.
-            kv_dtype: K/V storage dtype (bf16 on the GPU path; float32 or float64 on CPU).
+            kv_cache: the global-attention cache for this stream's frame size
+                (``engine.cache.new_stream_cache``).
         """
-        self.aggregator.configure_cache(cache, kv_dtype)
+        self.aggregator.attach_cache(kv_cache)
         self.camera_head.reset_cache()
 
     def reset_stream(self) -> None:
-        """Empty both caches, keeping their configuration (and memory where possible)."""
-        self.aggregator.reset_cache()
+        """Empty the camera-head cache, keeping its memory (the KV cache's owner resets that)."""
         self.camera_head.reset_cache(keep_memory=True)
 
     def cache_stats(self) -> CacheStats | None:
         """Occupancy of the global KV cache and of the camera-head cache.
 
         Returns:
-            None before the first frame of a stream configuration builds the global cache.
+            None before a KV cache is handed in (``start_stream``).
         """
         stats = self.aggregator.cache_stats()
         if stats is None:
@@ -198,13 +198,14 @@ class LingbotMapModel(nn.Module):
         """
         if with_depth and self.depth_head is None:
             raise ValueError('with_depth=True but the model was built with enable_depth=False')
+        runner = self.frame_runner
         with sdpa_kernel(_SDPA_BACKENDS):
-            features = self.frame_runner(images, time_index, mode)
-            pose_enc, pose_enc_iters = self.camera_head(features.taps[-1][:, 0], mode)
+            features = runner(images, time_index, mode)
+            pose_enc, pose_enc_iters = runner.camera(features.taps[-1][:, 0], mode)
         out: dict[str, torch.Tensor | list[torch.Tensor]] = {
             'pose_enc': pose_enc, 'pose_enc_iters': pose_enc_iters}
         if with_depth:
-            out['depth'], out['depth_conf'] = self.depth_head(features.taps, images.shape[-2:])
+            out['depth'], out['depth_conf'] = runner.depth(features.taps, images.shape[-2:])
         if return_taps:
             out['taps'] = features.taps
             out['dino_tokens'] = features.dino_tokens

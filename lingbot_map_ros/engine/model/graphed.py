@@ -27,11 +27,13 @@ numbers (``prepare_full_window``, from the session warm-up). Without staging (Fl
 plan is host work) the segments are replayed one by one with the cache attention eager between
 them.
 
-The segments call the same modules in the same order as :meth:`Aggregator.run`, so results
-are identical; ``capture=False`` runs them eagerly (CPU tests of the segmentation). Inputs that
-change per frame (the image, the 3-D RoPE table of the frame's time index, the attention output)
-are copied into static buffers before replay. Outputs (taps, DINO tokens) are cloned, since the
-next replay overwrites them.
+The segments are compositions of the aggregator's per-layer steps (``aggregator.py``:
+``frame_step``, ``global_qkv``, ``global_finish``, ``tap_features``; the cache attention between
+them is ``Aggregator.global_attention`` or the staged cache), the same steps
+:meth:`Aggregator.run` loops over, so results are identical; ``capture=False`` runs them
+eagerly (CPU tests of the segmentation). Inputs that change per frame (the image, the 3-D RoPE
+table of the frame's time index, the attention output) are copied into static buffers before
+replay. Outputs (taps, DINO tokens) are cloned, since the next replay overwrites them.
 
 With ``compile_bodies`` the segment bodies go through ``torch.compile`` (Inductor) before
 capture. Why: with the host time gone, ~25 % of a frame's GPU time was LayerNorms, casts, RoPE,
@@ -52,10 +54,10 @@ import torch
 
 from ..errors import CacheStateError
 from ..frames import NUM_SPECIAL_TOKENS, Role
-from .aggregator import Aggregator, AggregatorOutput
+from .aggregator import (Aggregator, AggregatorOutput, frame_step, global_finish, global_qkv,
+                         tap_features, with_specials)
 from .captured import capture_graph, maybe_compile
 from .layers import Block, wide_dtype
-from .layers.rope import rotate_half_2d, rotate_interleaved
 
 if TYPE_CHECKING:
     from ..attention.staged import StagedKey
@@ -84,20 +86,12 @@ def _token_major(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return tokens.transpose(0, 1).unsqueeze(0)
 
 
-def _post_attention(block: Block, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
-    """Finish a block after its attention: the same ops as ``Block.forward``."""
-    x = x + block.ls1(block.attn.project_out(o))
-    return x + block.ls2(block.mlp(block.norm2(x)))
-
-
 def _frame_then_qkv(frame_block: Block, global_block: Block, x: torch.Tensor,
                     frame_cos: torch.Tensor, frame_sin: torch.Tensor, video_cos: torch.Tensor,
                     video_sin: torch.Tensor, kv_dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
     """Frame block, then the global block up to its rotated q, k, v (token-major, KV dtype)."""
-    x = frame_block(x, rope=lambda t: rotate_half_2d(t, frame_cos, frame_sin))
-    q, k, v = global_block.attn.project_qkv(global_block.norm1(x))
-    q = rotate_interleaved(q, video_cos, video_sin)
-    k = rotate_interleaved(k, video_cos, video_sin)
+    x = frame_step(frame_block, x, frame_cos, frame_sin)
+    q, k, v = global_qkv(global_block, x, video_cos, video_sin)
     return x, _token_major(q, kv_dtype), _token_major(k, kv_dtype), _token_major(v, kv_dtype)
 
 
@@ -109,14 +103,14 @@ def _first_tail(trunk: DinoTrunk, x: torch.Tensor, specials: torch.Tensor, frame
                 global_block: Block, *tables: Any) -> tuple[torch.Tensor, ...]:
     """End of DINO, special tokens prepended, then frame block 0 and global block 0's q, k, v."""
     dino = trunk.finish(x)
-    x = torch.cat([specials.to(dino.dtype), dino], dim=1)
+    x = with_specials(specials, dino)
     return (dino,) + _frame_then_qkv(frame_block, global_block, x, *tables)
 
 
 def _middle(prev_global: Block, frame_block: Block, global_block: Block, frame_out: torch.Tensor,
             o: torch.Tensor, *tables: Any) -> tuple[torch.Tensor, ...]:
     """Rest of global block i-1, frame block i, global block i up to q, k, v."""
-    x = _post_attention(prev_global, frame_out, o)
+    x = global_finish(prev_global, frame_out, o)
     return (x,) + _frame_then_qkv(frame_block, global_block, x, *tables)
 
 
@@ -127,7 +121,7 @@ class _Bodies:
         self.dino_block = maybe_compile(_dino_block, compile_bodies)
         self.first_tail = maybe_compile(_first_tail, compile_bodies)
         self.middle = maybe_compile(_middle, compile_bodies)
-        self.last = maybe_compile(_post_attention, compile_bodies)
+        self.last = maybe_compile(global_finish, compile_bodies)
 
 
 class FrameGraphs:
@@ -139,7 +133,7 @@ class FrameGraphs:
         """Build the static buffers and (with ``capture``) capture the segments.
 
         Args:
-            aggregator: the model's aggregator (its cache already configured).
+            aggregator: the model's aggregator (its cache already attached).
             image: a [1, 3, H, W] frame of the resolution to capture (used for warm-up).
             capture: capture CUDA graphs (CUDA only); False runs the segments eagerly.
             compile_bodies: ``torch.compile`` the segment bodies (compiled during the first,
@@ -211,7 +205,7 @@ class FrameGraphs:
         else:
             x, *rest = bodies.middle(agg.global_blocks[i - 1], agg.frame_blocks[i],
                                      agg.global_blocks[i], frame_out, o, *self._tables())
-        tap = (torch.cat([frame_out, x], dim=-1),) if i - 1 in agg.config.tap_layers else ()
+        tap = (tap_features(frame_out, x),) if i - 1 in agg.config.tap_layers else ()
         return tap + tuple(rest)
 
     def _segment(self, i: int) -> Segment:

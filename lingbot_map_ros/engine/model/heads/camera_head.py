@@ -36,19 +36,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-import logging
 
 import torch
 from torch import nn
 import torch.nn.functional as F
 
 from lingbot_map_ros.config import ModelConfig
-from ..captured import CapturedCall
 from ..layers import Attend, Block, Mlp
 from ...errors import CacheStateError
 from ...frames import Role
-
-_LOG = logging.getLogger(__name__)
 
 POSE_DIM = 9
 """Pose encoding width: translation(3), quaternion xyzw(4), fov_h, fov_w."""
@@ -90,15 +86,13 @@ class CameraKVCache:
         self._min_capacity = max(1, min_capacity)
         self._buffer: torch.Tensor | None = None
         self.num_frames = 0
+        self.generation = 0
+        """Counts buffer allocations: what a step captured against the buffer depends on."""
 
     @property
     def capacity(self) -> int:
         """Frames the current buffer holds."""
         return 0 if self._buffer is None else self._buffer.shape[-2]
-
-    def buffer_ptr(self) -> int:
-        """Address of the buffer (changes when it grows); 0 before the first frame."""
-        return 0 if self._buffer is None else self._buffer.data_ptr()
 
     def reserve(self, num_frames: int, device: torch.device, dtype: torch.dtype) -> None:
         """Make room for ``num_frames`` frames in total, growing at least 2x when it grows.
@@ -130,6 +124,7 @@ class CameraKVCache:
             if buf is not None and self.num_frames:
                 new[..., :self.num_frames, :] = buf[..., :self.num_frames, :]
         self._buffer = new
+        self.generation += 1
 
     def attend(self, iteration: int, block: int, q: torch.Tensor, k: torch.Tensor,
                v: torch.Tensor) -> torch.Tensor:
@@ -230,12 +225,6 @@ class CameraHead(nn.Module):
         self.adaln_norm = nn.LayerNorm(dim, elementwise_affine=False, eps=1e-6)
         self.pose_branch = Mlp(dim, dim // 2, POSE_DIM)
         self.cache = CameraKVCache(num_iterations, trunk_depth, num_heads, dim // num_heads)
-        self.cuda_graphs = False
-        """Replay a streaming frame (S = 1) as one CUDA graph per cache capacity (CUDA): one
-        launch instead of ~400. On the H200 the head took 2.3 ms graphed vs 2.4 op by op: it is
-        bound by its float32 GEMVs (~3 GB of weights read per frame), so the graph mostly frees
-        host time."""
-        self._frame_call: tuple[tuple, CapturedCall] | None = None
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> 'CameraHead':
@@ -278,14 +267,46 @@ class CameraHead(nn.Module):
         """
         camera = self._check_inputs(tokens, mode)
         with torch.autocast(device_type=camera.device.type, enabled=False):
-            iters = None
-            if mode != 'scale' and self.cuda_graphs:
-                iters = self._streaming_frame(camera)
-            if iters is None:
-                iters = self._refine(camera, self._attend_fn)
-        if mode != 'non-keyframe':
-            self.cache.num_frames += camera.shape[0]
+            iters = self._refine(camera, self._attend_fn)
+        self.end_frame(mode, camera.shape[0])
         return iters[:, -1], iters
+
+    # ---- the fixed-shape streaming step (replayable; the frame runner captures it) ----------
+
+    def begin_frame(self, tokens: torch.Tensor, mode: Role) -> tuple[torch.Tensor, int]:
+        """Check a streaming frame and make room for it: its camera token and cache slot.
+
+        Then :meth:`frame_step` (any number of times, e.g. captured) and :meth:`end_frame`
+        give what :meth:`forward` gives.
+
+        Returns:
+            ``(camera [1, C], slot)``; the slot is the cached frame count.
+
+        Raises:
+            ValueError: as :meth:`forward`, or ``mode='scale'``.
+        """
+        if mode == 'scale':
+            raise ValueError("CameraHead.begin_frame: 'scale' has no fixed-shape step")
+        camera = self._check_inputs(tokens, mode)
+        weight = self.embed_pose.weight
+        self.cache.reserve(self.cache.num_frames + 1, weight.device, weight.dtype)
+        return camera, self.cache.num_frames
+
+    def frame_step(self, camera: torch.Tensor, slot: torch.Tensor) -> tuple[torch.Tensor]:
+        """One streaming frame's refinement with fixed shapes; returns ``([1, I, 9],)``.
+
+        Masked attention at the slot given as a device tensor (``CameraKVCache.attend_at``):
+        no shape depends on the frame count until the buffer grows. Call under
+        ``torch.autocast(enabled=False)``, as :meth:`forward` runs.
+        """
+        def attend_for(it: int, j: int) -> Attend:
+            return lambda q, k, v: self.cache.attend_at(it, j, q, k, v, slot)
+        return (self._refine(camera, attend_for),)
+
+    def end_frame(self, mode: Role, num_frames: int) -> None:
+        """Count the call's frames as cached (a non-keyframe leaves the count as it was)."""
+        if mode != 'non-keyframe':
+            self.cache.num_frames += num_frames
 
     def _refine(self, tokens: torch.Tensor,
                 attend_for: Callable[[int, int], Attend]) -> torch.Tensor:
@@ -311,38 +332,6 @@ class CameraHead(nn.Module):
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return self.cache.attend(iteration, block, q, k, v)
         return attend
-
-    def _streaming_frame(self, tokens: torch.Tensor) -> torch.Tensor | None:
-        """Run one streaming frame through the per-capacity graph; return [1, I, 9].
-
-        Masked attention at a fixed slot (see ``CameraKVCache.attend_at``), run directly off
-        CUDA. Returns None when the graph cannot be built (the path then turns itself off, with
-        a warning).
-        """
-        weight = self.embed_pose.weight
-        slot = self.cache.num_frames
-        self.cache.reserve(slot + 1, weight.device, weight.dtype)
-        capture = tokens.is_cuda
-        key = (self.cache.capacity, self.cache.buffer_ptr(), weight.data_ptr(),
-               tuple(tokens.shape), tokens.dtype, tokens.device, capture)
-        if self._frame_call is None or self._frame_call[0] != key:
-            self._frame_call = None  # release the old graph's memory first
-
-            def frame(camera: torch.Tensor, at: torch.Tensor) -> tuple[torch.Tensor]:
-                def attend_for(it: int, j: int) -> Attend:
-                    return lambda q, k, v: self.cache.attend_at(it, j, q, k, v, at)
-                return (self._refine(camera, attend_for),)
-
-            at = torch.full((), slot, dtype=torch.long, device=tokens.device)
-            try:
-                call = CapturedCall(frame, [tokens, at], capture)
-            except Exception as exc:  # noqa: BLE001 - capture errors come in many kinds
-                _LOG.warning('camera head CUDA graph unavailable (%s: %s); running it eagerly',
-                             type(exc).__name__, exc)
-                self.cuda_graphs = False
-                return None
-            self._frame_call = (key, call)
-        return self._frame_call[1](tokens, slot)[0]
 
     def _check_inputs(self, tokens: torch.Tensor, mode: str) -> torch.Tensor:
         dim = self.embed_pose.out_features

@@ -23,9 +23,9 @@ Special (all needed for parity with the official numbers):
 - The uv embedding (5 places) is computed in float64, rounded to float32, scaled by 0.1.
 - The head runs with autocast disabled, in its parameters' dtype (float32 unless converted).
 - Frames are processed in chunks of ``frames_chunk_size`` to bound activation memory.
-- A streaming frame (S = 1) can run as one CUDA graph (``cuda_graphs``), compiled first
-  (``compile_frames``): its shapes are fixed per resolution, so its ~100 kernel launches become
-  one replay.
+- :meth:`DPTHead.frame_step` is one frame's head as a pure function of its taps: its shapes
+  are fixed per resolution, so the frame runner can compile it and replay its ~100 kernel
+  launches as one CUDA graph.
 - The uv tables live on the device, cached per size: copying them from the host every frame
   (97 MB at 504x378) was 15 of the head's 18 ms on the H200.
 """
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 import functools
-import logging
 import math
 
 import torch
@@ -42,10 +41,7 @@ from torch import nn
 import torch.nn.functional as F
 
 from lingbot_map_ros.config import ModelConfig
-from ..captured import CapturedCall
 from ...frames import NUM_SPECIAL_TOKENS
-
-_LOG = logging.getLogger(__name__)
 
 _POS_EMBED_RATIO = 0.1
 _POS_EMBED_OMEGA0 = 100.0
@@ -242,11 +238,6 @@ class DPTHead(nn.Module):
             nn.Conv2d(out_channels[3], out_channels[3], 3, stride=2, padding=1),
         ])
         self.scratch = DPTScratch(out_channels, features, output_dim=2)
-        self.cuda_graphs = False
-        """Replay a streaming frame's head (S = 1) as one CUDA graph per resolution (CUDA)."""
-        self.compile_frames = False
-        """``torch.compile`` that single-frame head first."""
-        self._frame_call: tuple[tuple, CapturedCall] | None = None
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> 'DPTHead':
@@ -271,18 +262,13 @@ class DPTHead(nn.Module):
         Raises:
             ValueError: wrong number of taps, shapes that do not fit ``image_size_hw``.
         """
-        grid_hw = self._check_inputs(features, image_size_hw)
+        grid_hw = self.check_inputs(features, image_size_hw)
         chunk = frames_chunk_size or self.frames_chunk_size
         dtype = self.norm.weight.dtype
         num_frames = features[0].shape[0]
         depths, confs = [], []
-        uv = self._uv_tables(grid_hw, image_size_hw, features[0].device)
+        uv = self.uv_tables(grid_hw, image_size_hw, features[0].device)
         with torch.autocast(device_type=features[0].device.type, enabled=False):
-            call = self._single_frame_call(features, grid_hw, image_size_hw, uv) \
-                if num_frames == 1 and (self.cuda_graphs or self.compile_frames) else None
-            if call is not None:
-                depth, conf = call(*features)
-                return depth, conf
             for start in range(0, num_frames, chunk):
                 taps = [f[start:start + chunk].to(dtype) for f in features]
                 depth, conf = self._forward_frames(taps, grid_hw, image_size_hw, uv)
@@ -290,8 +276,8 @@ class DPTHead(nn.Module):
                 confs.append(conf)
         return torch.cat(depths), torch.cat(confs)
 
-    def _uv_tables(self, grid_hw: tuple[int, int], image_size_hw: tuple[int, int],
-                   device: torch.device) -> list[torch.Tensor]:
+    def uv_tables(self, grid_hw: tuple[int, int], image_size_hw: tuple[int, int],
+                  device: torch.device) -> list[torch.Tensor]:
         """Return the 5 uv embeddings of a frame size: 4 levels (grid size), then the output.
 
         Looked up outside any compiled or captured region: Dynamo traces through the cache
@@ -303,37 +289,20 @@ class DPTHead(nn.Module):
         sizes.append((self.scratch.output_conv1.out_channels, *image_size_hw))
         return [_uv_embedding_on(c, h, w, aspect, device, dtype) for c, h, w in sizes]
 
-    def _single_frame_call(self, features: Sequence[torch.Tensor], grid_hw: tuple[int, int],
-                           image_size_hw: tuple[int, int],
-                           uv: list[torch.Tensor]) -> CapturedCall | None:
-        """Return the graphed/compiled head of one frame of these shapes (built once).
+    def frame_step(self, taps: Sequence[torch.Tensor], grid_hw: tuple[int, int],
+                   image_size_hw: tuple[int, int],
+                   uv: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the head on the frames of ``taps`` in one chunk (a pure function, fixed shapes).
 
-        None if it cannot be built here (the fast path then turns itself off with a warning).
+        ``grid_hw`` from :meth:`check_inputs`, ``uv`` from :meth:`uv_tables`; call under
+        ``torch.autocast(enabled=False)``, as :meth:`forward` runs.
         """
-        tap = features[0]
-        capture = self.cuda_graphs and tap.is_cuda
-        key = (tuple(tap.shape), tap.dtype, tap.device, tuple(image_size_hw),
-               self.norm.weight.dtype, self.norm.weight.data_ptr(), capture, self.compile_frames)
-        if self._frame_call is None or self._frame_call[0] != key:
-            self._frame_call = None  # release the old graph's memory first
-            dtype = self.norm.weight.dtype
+        dtype = self.norm.weight.dtype
+        return self._forward_frames([t.to(dtype) for t in taps], grid_hw, image_size_hw, uv)
 
-            def head(*taps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-                return self._forward_frames([t.to(dtype) for t in taps], grid_hw, image_size_hw,
-                                            uv)
-
-            try:
-                call = CapturedCall(head, features, capture, self.compile_frames)
-            except Exception as exc:  # noqa: BLE001 - capture/Inductor/Triton raise many kinds
-                _LOG.warning('DPT head fast path unavailable (%s: %s); running it eagerly',
-                             type(exc).__name__, exc)
-                self.cuda_graphs = self.compile_frames = False
-                return None
-            self._frame_call = (key, call)
-        return self._frame_call[1]
-
-    def _check_inputs(self, features: Sequence[torch.Tensor],
-                      image_size_hw: tuple[int, int]) -> tuple[int, int]:
+    def check_inputs(self, features: Sequence[torch.Tensor],
+                     image_size_hw: tuple[int, int]) -> tuple[int, int]:
+        """Return the patch grid (h, w) of ``image_size_hw``; ValueError if a tap misfits."""
         height, width = image_size_hw
         if height < self.patch_size or width < self.patch_size or height % self.patch_size \
                 or width % self.patch_size:

@@ -8,8 +8,10 @@ Special:
   ``norm1, attn.{qkv, q_norm, k_norm, proj}, ls1, norm2, mlp.{fc1, fc2}, ls2`` (spec §1.4).
 - The residual stream keeps the dtype it arrives in: a float32 stream plus bf16 branches stays
   float32 (the aggregator on the GPU path), a bf16 stream stays bf16 (DINO on that path).
-- ``rope`` and ``attend`` pass through to :class:`SelfAttention` so callers can plug in positional
-  rotation and cached attention.
+- ``rope`` and ``attend`` let callers plug in positional rotation and cached attention.
+  ``forward`` is :meth:`Block.qkv` (up to the rotated q, k, v), the attention, then
+  :meth:`Block.finish`: runners that put something else between the two (a paged cache, a CUDA
+  graph boundary) call the two steps, so the block is written once.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .attention import Attend, Rope, SelfAttention
+from .attention import Attend, dense_attention, Rope, SelfAttention
 from .layer_scale import LayerScale
 from .mlp import Mlp
 from .norm import LayerNorm
@@ -57,5 +59,18 @@ class Block(nn.Module):
         Returns:
             [B, N, C] in the promoted dtype of ``x`` and the branch outputs.
         """
-        x = x + self.ls1(self.attn(self.norm1(x), rope=rope, attend=attend))
+        q, k, v = self.qkv(x, rope)
+        return self.finish(x, (attend or dense_attention)(q, k, v))
+
+    def qkv(self, x: torch.Tensor,
+            rope: Rope | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Run the block up to its attention: q, k, v [B, heads, N, D] of ``norm1(x)``, rotated."""
+        q, k, v = self.attn.project_qkv(self.norm1(x))
+        if rope is not None:
+            q, k = rope(q), rope(k)
+        return q, k, v
+
+    def finish(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        """Run the block after its attention: both residual branches, given the attended ``o``."""
+        x = x + self.ls1(self.attn.project_out(o))
         return x + self.ls2(self.mlp(self.norm2(x)))
