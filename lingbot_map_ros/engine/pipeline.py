@@ -247,7 +247,7 @@ class StreamingSession:
                                                                             size_hw):
             return
         # Release the old cache before the new one is allocated: both may be gigabytes.
-        self._model.aggregator.attach_cache(None)
+        self._model.stop_stream()
         self._kv_cache = None
         self._kv_cache = new_stream_cache(self.config.model, self.config.cache, self._kv_dtype,
                                           size_hw, self._device)

@@ -60,7 +60,7 @@ class _EagerRunner:
 
     @staticmethod
     def stats() -> FastPathStats:
-        return FastPathStats(mode='eager', cuda_graphs=False, compiled=False, fallbacks=0)
+        return FastPathStats(mode='eager', compiled=False, fallbacks=0)
 
 
 class OracleModel(torch.nn.Module):
@@ -80,6 +80,12 @@ class OracleModel(torch.nn.Module):
         self.cached = 0
         self.sessions: list[tuple[float, np.ndarray, np.ndarray]] = []
         self.reset_stream()
+
+    def start_stream(self, kv_cache) -> None:
+        """Take the session's KV cache (unused: the oracle keeps no keys)."""
+
+    def stop_stream(self) -> None:
+        """Let go of the KV cache."""
 
     def reset_stream(self) -> None:
         """Start a new session frame: x_session = s * R @ x_gt + t."""

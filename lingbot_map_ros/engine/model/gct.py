@@ -123,6 +123,10 @@ class LingbotMapModel(nn.Module):
         self.aggregator.attach_cache(kv_cache)
         self.camera_head.reset_cache()
 
+    def stop_stream(self) -> None:
+        """Let go of the KV cache (its owner is about to free it for a new frame size)."""
+        self.aggregator.attach_cache(None)
+
     def reset_stream(self) -> None:
         """Empty the camera-head cache, keeping its memory (the KV cache's owner resets that)."""
         self.camera_head.reset_cache(keep_memory=True)
