@@ -234,17 +234,22 @@ def run(args: argparse.Namespace) -> int:
         topics=tuple(args.topics), rate=args.rate, clock=args.clock, clock_hz=args.clock_hz,
         reliable=args.reliable, qos_depth=args.qos_depth, loop=args.loop, delay_s=args.delay,
         wait_for_subscribers=args.wait_for_subscribers, wait_timeout_s=args.wait_timeout)
-    with bag_io.open_bag(args.bag) as reader, rclpy.init():
-        node = Node('lingbot_map_player')
+    # Explicit init/shutdown: Jazzy's rclpy.init() returns None, so it is no context manager.
+    with bag_io.open_bag(args.bag) as reader:
+        rclpy.init()
         try:
-            player = BagPlayer(node, reader, options)
-            _LOG.info('playing %s at rate %g%s:\n%s', args.bag, options.rate,
-                      ' with /clock' if options.clock else '',
-                      '\n'.join(f'  {t.name} [{t.msgtype}] {t.num_messages} msgs'
-                                for t in player.topics))
-            start = time.monotonic()
-            count = player.play()
-            _LOG.info('published %d messages in %.1f s', count, time.monotonic() - start)
+            node = Node('lingbot_map_player')
+            try:
+                player = BagPlayer(node, reader, options)
+                _LOG.info('playing %s at rate %g%s:\n%s', args.bag, options.rate,
+                          ' with /clock' if options.clock else '',
+                          '\n'.join(f'  {t.name} [{t.msgtype}] {t.num_messages} msgs'
+                                    for t in player.topics))
+                start = time.monotonic()
+                count = player.play()
+                _LOG.info('published %d messages in %.1f s', count, time.monotonic() - start)
+            finally:
+                node.destroy_node()
         finally:
-            node.destroy_node()
+            rclpy.try_shutdown()
     return 0
