@@ -20,15 +20,28 @@ setup(
         ('share/' + package_name, ['package.xml']),
         ('share/' + package_name + '/launch', glob('launch/*.launch.py')),
         ('share/' + package_name + '/config', glob('config/*.yaml')),
+        ('share/' + package_name + '/rviz', glob('rviz/*.rviz')),
+        ('share/doc/' + package_name, ['LICENSE']),
     ],
     python_requires='>=3.10',
-    # torch is not pinned: GPU users install the build that matches their CUDA.
-    install_requires=['setuptools', 'numpy', 'pyyaml', 'pillow', 'opencv-python-headless',
-                      'safetensors', 'rosbags', 'tqdm', 'matplotlib'],
-    extras_require={'torch': ['torch>=2.1']},
+    # Only what `import lingbot_map_ros` and the node need beyond ROS. On a robot apt provides
+    # numpy, yaml, pillow and cv2 (python3-opencv) through rosdep; OpenCV from pip is an extra
+    # so it never shadows apt's cv2.
+    install_requires=['setuptools', 'numpy', 'pyyaml', 'pillow', 'safetensors'],
+    extras_require={
+        # torch is not pinned: GPU users install the build that matches their CUDA. 2.5 is the
+        # first release whose cuDNN attention op takes (attn_bias, compute_log_sumexp), as
+        # engine/attention/split.py calls it; torch.nn.attention.sdpa_kernel needs >= 2.3.
+        'torch': ['torch>=2.5'],
+        # Replay, demo, bench, bag tools (rosbags has no rosdep key).
+        'tools': ['rosbags', 'tqdm', 'matplotlib'],
+        # A machine without apt's python3-opencv (the PyPI-wheel CI).
+        'opencv': ['opencv-python-headless'],
+    },
     zip_safe=True,
-    maintainer='lingbot_map_ros maintainers',
-    maintainer_email='maintainers@lingbot-map-ros.invalid',
+    maintainer='lingbot_map_ros developers',
+    maintainer_email='dev@lingbot-map-ros.local',
+    url='https://github.com/Robbyant/lingbot-map',
     description='Online camera mapping with the LingBot-Map streaming transformer (ROS 2).',
     license='Apache-2.0',
     entry_points={
