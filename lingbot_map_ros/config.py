@@ -101,11 +101,11 @@ class ModelConfig:
         if name == 'official':
             return cls(**overrides)
         if name == 'tiny':
-            tiny = dict(preset='tiny', embed_dim=128, num_heads=2, dino_depth=2, depth=4,
-                        tap_layers=(0, 1, 2, 3), camera_trunk_depth=2, camera_num_heads=2,
-                        depth_features=32, depth_out_channels=(32, 64, 128, 128))
-            tiny.update(overrides)
-            return cls(**tiny)
+            tiny = {'preset': 'tiny', 'embed_dim': 128, 'num_heads': 2, 'dino_depth': 2,
+                    'depth': 4, 'tap_layers': (0, 1, 2, 3), 'camera_trunk_depth': 2,
+                    'camera_num_heads': 2, 'depth_features': 32,
+                    'depth_out_channels': (32, 64, 128, 128)}
+            return cls(**{**tiny, **overrides})
         raise ValueError(f"model.preset='{name}' is not one of 'official', 'tiny'")
 
 
@@ -154,7 +154,7 @@ class StreamConfig:
     with cache backend 'sdpa' the whole aggregator frame, cache attention included, is one
     graph; with 'flashinfer' fixed-shape segments, the cache attention eager between them.
     Ignored on the CPU."""
-    compile: bool = False
+    compile: bool = False  # noqa: A003 - the parameter's name; a field, never called
     """``torch.compile`` (Inductor) each streaming frame's fixed-shape work before it is
     captured: fuses the LayerNorm/cast/RoPE/residual kernels. Costs a one-off compilation at
     the first image of each size, before it is used (the session's warm-up; cached on disk by

@@ -31,15 +31,14 @@ a worker thread is inside ``step()``; the reset waits for that frame to finish.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..config import EngineConfig
 from . import geometry
 from .errors import (CachePoolExhaustedError, NonFiniteOutputError, ResolutionChangedError,
                      TimeIndexLimitError)
@@ -47,7 +46,8 @@ from .model.gct import LingbotMapModel
 from .model.golden_weights import fill_golden_weights
 from .model.weights import load_checkpoint, load_weights
 from .prediction import FramePrediction, Role
-from .preprocess import PreprocessInfo, preprocess_array, preprocess_path
+from .preprocess import preprocess_array, preprocess_path, PreprocessInfo
+from ..config import EngineConfig
 
 _LOG = logging.getLogger(__name__)
 _DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16, 'float32': torch.float32}

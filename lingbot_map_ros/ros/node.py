@@ -21,6 +21,12 @@ import time
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
+from lingbot_map_ros.engine.errors import WeightsError
+from lingbot_map_ros.engine.pipeline import StreamingSession
+from lingbot_map_ros.ros import conversions, diagnostics, logging_bridge, params
+from lingbot_map_ros.ros.outputs import Outputs
+from lingbot_map_ros.ros.session_runner import InputFrame, SessionRunner
+from lingbot_map_ros.ros.worker import FrameQueue, Worker
 from rcl_interfaces.msg import SetParametersResult
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -32,13 +38,6 @@ from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_srvs.srv import Trigger
-
-from lingbot_map_ros.engine.errors import WeightsError
-from lingbot_map_ros.engine.pipeline import StreamingSession
-from lingbot_map_ros.ros import conversions, diagnostics, logging_bridge, params
-from lingbot_map_ros.ros.outputs import Outputs
-from lingbot_map_ros.ros.session_runner import InputFrame, SessionRunner
-from lingbot_map_ros.ros.worker import FrameQueue, Worker
 
 try:  # cv_bridge comes with a ROS install, not with the PyPI wheels.
     from cv_bridge import CvBridge

@@ -14,14 +14,13 @@ import collections
 from typing import Any
 
 from geometry_msgs.msg import PoseStamped, TransformStamped
+from lingbot_map_ros.engine.geometry import unproject_depth
+from lingbot_map_ros.engine.prediction import FramePrediction
+from lingbot_map_ros.ros import conversions
 from nav_msgs.msg import Odometry, Path
 import numpy as np
 from rclpy.qos import QoSProfile
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2, PointField
-
-from lingbot_map_ros.engine.geometry import unproject_depth
-from lingbot_map_ros.engine.prediction import FramePrediction
-from lingbot_map_ros.ros import conversions
 
 try:  # tf2_ros comes with a ROS install, not with the PyPI wheels.
     from tf2_ros import TransformBroadcaster

@@ -19,10 +19,9 @@ from dataclasses import dataclass, fields
 import typing
 from typing import Any
 
+from lingbot_map_ros import config
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rcl_interfaces.msg import ParameterType
-
-from lingbot_map_ros import config
 
 ENGINE_SECTIONS: tuple[str, ...] = ('model', 'cache', 'stream')
 

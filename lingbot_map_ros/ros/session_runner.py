@@ -29,14 +29,13 @@ import threading
 import time
 from typing import Any, Callable
 
-import numpy as np
-
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.prediction import FramePrediction
 from lingbot_map_ros.engine.stream_feeder import FeedResult, StreamFeeder
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.ros.diagnostics import NodeStats
 from lingbot_map_ros.ros.outputs import Outputs
+import numpy as np
 
 DEFAULT_CAMERA_FRAME = 'camera_optical_frame'
 _THROTTLE_S = 5.0

@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import cv2
+from lingbot_map_ros.ros.conversions import ns_to_sec_nanosec
 import numpy as np
 from rosbags.interfaces import Connection
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
-from rosbags.typesys import Stores, get_typestore
-
-from lingbot_map_ros.ros.conversions import ns_to_sec_nanosec
+from rosbags.typesys import get_typestore, Stores
 
 IMAGE_TYPE = 'sensor_msgs/msg/Image'
 COMPRESSED_TYPE = 'sensor_msgs/msg/CompressedImage'

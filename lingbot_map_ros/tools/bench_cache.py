@@ -28,13 +28,12 @@ import json
 import time
 from typing import Any, Callable
 
-import torch
-import torch.nn.functional as F
-
 from lingbot_map_ros.engine.attention.backend import make_backend
 from lingbot_map_ros.engine.attention.flashinfer import import_flashinfer
 from lingbot_map_ros.engine.cache import FlashInferKVCacheManager, TwoStreamPageTable
 from lingbot_map_ros.engine.cache.kv_storage import KVStorage
+import torch
+import torch.nn.functional as F
 
 SPECIALS = 6
 

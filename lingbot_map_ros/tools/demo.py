@@ -29,13 +29,7 @@ import threading
 import time
 from typing import Any
 
-import numpy as np
-import rclpy
 from geometry_msgs.msg import PoseStamped
-from rclpy.executors import SingleThreadedExecutor
-from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
-
 from lingbot_map_ros.config import load_yaml
 from lingbot_map_ros.engine.geometry import quaternion_to_rotation
 from lingbot_map_ros.ros.conversions import stamp_to_ns
@@ -44,6 +38,11 @@ from lingbot_map_ros.tools.make_bag import BagSpec, write_synthetic
 from lingbot_map_ros.tools.player import BagPlayer, PlayOptions
 from lingbot_map_ros.tools.replay import find_config
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig
+import numpy as np
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 _LOG = logging.getLogger('lingbot_map_demo')
 NODE_NAME = 'lingbot_map'
@@ -295,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help='seconds to wait for the node to start, and for each next pose '
                              'after playback (default: %(default)s)')
     parser.add_argument('--torch-threads', type=int, default=1,
-                        help='CPU threads of the node\'s torch (default: %(default)s)')
+                        help="CPU threads of the node's torch (default: %(default)s)")
     parser.add_argument('--log-level', default='INFO',
                         choices=('DEBUG', 'INFO', 'WARNING', 'ERROR'), help='logging level')
     return parser

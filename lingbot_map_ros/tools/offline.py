@@ -30,9 +30,6 @@ from pathlib import Path
 import time
 from typing import Any
 
-import numpy as np
-from tqdm import tqdm
-
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.geometry import unproject_depth
 from lingbot_map_ros.engine.pipeline import StreamingSession
@@ -41,6 +38,8 @@ from lingbot_map_ros.engine.stream_feeder import SessionReset, StreamFeeder
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.trajectory import Trajectory
+import numpy as np
+from tqdm import tqdm
 
 _LOG = logging.getLogger(__name__)
 _ENGINE_SECTIONS = ('model', 'cache', 'stream')

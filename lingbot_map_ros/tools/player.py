@@ -23,13 +23,12 @@ import logging
 import time
 from typing import Any
 
+from lingbot_map_ros.ros.conversions import fill_stamp
+from lingbot_map_ros.tools import bag_io
 import rclpy
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
-
-from lingbot_map_ros.ros.conversions import fill_stamp
-from lingbot_map_ros.tools import bag_io
 
 _LOG = logging.getLogger(__name__)
 DEFAULT_TYPES = bag_io.IMAGE_TYPES + (bag_io.CAMERA_INFO_TYPE,)

@@ -28,13 +28,12 @@ from pathlib import Path
 import sys
 from typing import Any
 
-import torch
-import yaml
-
 from lingbot_map_ros.config import EngineConfig, load_yaml
 from lingbot_map_ros.engine.errors import LingbotMapError
 from lingbot_map_ros.tools import bag_io, make_bag, trajectory
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
+import torch
+import yaml
 
 _LOG = logging.getLogger('lingbot_map_replay')
 PACKAGE = 'lingbot_map_ros'
@@ -180,7 +179,7 @@ def _add_run_parser(subparsers: argparse._SubParsersAction) -> None:
                    help='image topic (Image or CompressedImage); default: the only one')
     p.add_argument('--out', required=True, help='output folder')
     p.add_argument('--params-file', default=None,
-                   help=f'node parameter YAML (default: the package\'s {DEFAULT_PARAMS})')
+                   help=f"node parameter YAML (default: the package's {DEFAULT_PARAMS})")
     weights = p.add_mutually_exclusive_group()
     weights.add_argument('--weights', default=None, help='checkpoint file (overrides the YAML)')
     weights.add_argument('--allow-random-weights', action='store_true',

@@ -13,16 +13,15 @@ come from ``evo`` (an optional dependency: ``pip install evo``); the plot needs 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+import logging
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from lingbot_map_ros.engine.geometry import quaternion_to_rotation
 from lingbot_map_ros.ros.conversions import c2w_to_pose
+import numpy as np
 
 _LOG = logging.getLogger(__name__)
 

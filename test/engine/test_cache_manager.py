@@ -10,14 +10,13 @@ logical order, plus the physical invariants (no page used twice or leaked, one c
 """
 
 import json
-import random
 from pathlib import Path
-
-import pytest
-import torch
+import random
 
 from lingbot_map_ros.engine.cache import FlashInferKVCacheManager
 from lingbot_map_ros.engine.errors import CachePoolExhaustedError, CacheStateError
+import pytest
+import torch
 
 GOLDEN_B = Path(__file__).resolve().parents[2] / '..' / 'shared' / 'golden' / 'stream_B.json'
 SPECIALS = 6

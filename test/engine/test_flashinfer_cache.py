@@ -10,10 +10,9 @@ non-keyframes (N_s = 2, W = 3), at page sizes 256, 972 (518x378 input) and 999 (
 
 import importlib.util
 
+from lingbot_map_ros.engine.cache import FlashInferKVCacheManager
 import pytest
 import torch
-
-from lingbot_map_ros.engine.cache import FlashInferKVCacheManager
 
 pytestmark = [
     pytest.mark.gpu,

@@ -9,13 +9,12 @@ Run: ``python -m pytest test/engine/test_frame_graphs.py`` (a few seconds on 2 c
 
 from __future__ import annotations
 
-import pytest
-import torch
-
 from lingbot_map_ros.config import CacheConfig, ModelConfig
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
 from lingbot_map_ros.engine.model.weights import load_weights
+import pytest
+import torch
 
 
 def _model(device: str, dtype: torch.dtype) -> LingbotMapModel:

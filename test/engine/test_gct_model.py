@@ -4,14 +4,13 @@ Run: ``python -m pytest test/engine/test_gct_model.py`` from the repository root
 Numerical parity with the upstream model is in ``test_golden_parity.py`` (slow).
 """
 
-import pytest
-import torch
-
 from lingbot_map_ros.config import CacheConfig, ModelConfig
 from lingbot_map_ros.engine.errors import (CacheStateError, InvalidFrameError,
                                            ResolutionChangedError, TimeIndexLimitError)
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.model.weights import load_weights
+import pytest
+import torch
 
 CACHE = CacheConfig(backend='sdpa', scale_frames=2, sliding_window=2)
 

@@ -10,15 +10,14 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
-import pytest
-from safetensors.torch import load_file
-import torch
-
 from lingbot_map_ros.engine.geometry import (intrinsics_for_original, pose_encoding_to_extrinsics,
                                              pose_encoding_to_intrinsics, quaternion_to_rotation,
                                              rotation_to_quaternion, to_c2w_4x4, unproject_depth)
 from lingbot_map_ros.engine.preprocess import preprocess_array
+import numpy as np
+import pytest
+from safetensors.torch import load_file
+import torch
 
 GOLDEN = Path('/work/shared/golden')
 needs_golden = pytest.mark.skipif(not (GOLDEN / 'pose_decode.json').exists(),

@@ -10,11 +10,10 @@ built once for both sets) and a few minutes on 2 CPU cores. It calls the same co
 import json
 from pathlib import Path
 
-import pytest
-from safetensors.torch import load_file
-
 from lingbot_map_ros.tools.golden import (build_golden_model, compare, DTYPES,
                                           model_config_from_json, run_golden)
+import pytest
+from safetensors.torch import load_file
 
 GOLDEN = Path(__file__).resolve().parents[2] / '..' / 'shared' / 'golden'
 SETS = ('A', 'B')

@@ -13,16 +13,15 @@ import json
 import math
 from pathlib import Path
 
-import pytest
-from safetensors.torch import load_file
-import torch
-import torch.nn.functional as F
-
 from lingbot_map_ros.config import ModelConfig
 from lingbot_map_ros.engine.errors import CacheStateError
 from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
 from lingbot_map_ros.engine.model.heads.camera_head import CameraHead
 from lingbot_map_ros.engine.model.heads.dpt_head import DPTHead, uv_embedding
+import pytest
+from safetensors.torch import load_file
+import torch
+import torch.nn.functional as F
 
 GOLDEN = Path('/work/shared/golden')
 KEYS_JSON = Path('/work/shared/docs/state_dict_keys.json')

@@ -5,10 +5,9 @@ Run: ``python -m pytest test/engine/test_page_pool.py`` (repo root; CPU only, < 
 
 import random
 
-import pytest
-
 from lingbot_map_ros.engine.cache.page_pool import NO_FRAME, PagePool
 from lingbot_map_ros.engine.errors import CachePoolExhaustedError, CacheStateError
+import pytest
 
 
 def test_allocate_any_takes_highest_free_first_and_counts():

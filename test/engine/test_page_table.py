@@ -8,10 +8,9 @@ Patch pages are 0..5 (R = N_s + W + 1 = 6), special pages 6..20 (ceil(10 * 6 / 4
 In the drawings ``fN`` is frame N's patch page, ``sK`` the special stream's page K, ``.`` free.
 """
 
-import pytest
-
 from lingbot_map_ros.engine.cache.page_table import PageLayout, PageMove, TwoStreamPageTable
 from lingbot_map_ros.engine.errors import CachePoolExhaustedError, CacheStateError
+import pytest
 
 SPECIALS = tuple(range(6, 21))
 

@@ -5,14 +5,13 @@ Run: ``python -m pytest test/engine/test_pipeline.py`` (about 10 s on 2 cores).
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.errors import (CachePoolExhaustedError, InvalidFrameError,
                                            ResolutionChangedError, SessionLimitError,
                                            TimeIndexLimitError)
 from lingbot_map_ros.engine.pipeline import StreamingSession
+import numpy as np
+import pytest
 
 N_S = 3
 WINDOW = 4

@@ -10,15 +10,14 @@ import io
 import json
 from pathlib import Path
 
+from lingbot_map_ros.engine.errors import InvalidFrameError
+from lingbot_map_ros.engine.preprocess import (preprocess_array, preprocess_path, preprocess_pil,
+                                               resized_height)
 import numpy as np
 from PIL import Image
 import pytest
 from safetensors.torch import load_file
 import torch
-
-from lingbot_map_ros.engine.errors import InvalidFrameError
-from lingbot_map_ros.engine.preprocess import (preprocess_array, preprocess_path, preprocess_pil,
-                                               resized_height)
 
 GOLDEN = Path('/work/shared/golden/preprocess')
 MANIFEST = json.loads((GOLDEN / 'preprocess.json').read_text()) if GOLDEN.exists() else None

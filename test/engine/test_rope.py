@@ -6,12 +6,11 @@ The expected values are computed element by element with Python floats (spec §4
 
 import math
 
-import pytest
-import torch
-
 from lingbot_map_ros.engine.model.layers import rope as rope_module
 from lingbot_map_ros.engine.model.layers.rope import (FrameRope, rotate_half_2d,
                                                       rotate_interleaved, VideoRope)
+import pytest
+import torch
 
 D = 64
 

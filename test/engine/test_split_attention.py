@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import math
 
+from lingbot_map_ros.engine.attention.split import merge_partial, SplitAttention
 import pytest
 import torch
-
-from lingbot_map_ros.engine.attention.split import merge_partial, SplitAttention
 
 
 def _partial(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):

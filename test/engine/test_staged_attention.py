@@ -12,11 +12,10 @@ Run: ``python -m pytest test/engine/test_staged_attention.py`` (about a second o
 
 from __future__ import annotations
 
-import pytest
-import torch
-
 from lingbot_map_ros.engine.cache import FlashInferKVCacheManager
 from lingbot_map_ros.engine.errors import CacheStateError
+import pytest
+import torch
 
 BLOCKS, HEADS, DIM, SPECIALS, PATCHES = 3, 2, 8, 6, 10
 SCALE, WINDOW = 2, 3

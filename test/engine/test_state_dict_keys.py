@@ -7,11 +7,10 @@ the repository). The model is built on the 'meta' device, so no weights are allo
 import json
 from pathlib import Path
 
-import pytest
-import torch
-
 from lingbot_map_ros.config import ModelConfig
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
+import pytest
+import torch
 
 KEYS_JSON = Path(__file__).resolve().parents[2] / '..' / 'shared' / 'docs' / 'state_dict_keys.json'
 

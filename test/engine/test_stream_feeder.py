@@ -5,14 +5,13 @@ Run: ``OMP_NUM_THREADS=1 python -m pytest test/engine/test_stream_feeder.py`` (a
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.errors import (CachePoolExhaustedError, NonFiniteOutputError,
                                            SessionLimitError)
 from lingbot_map_ros.engine.pipeline import StreamingSession
 from lingbot_map_ros.engine.stream_feeder import FrameDrop, StreamFeeder
+import numpy as np
+import pytest
 
 N_S = 2
 SEC = 10**9

@@ -6,15 +6,14 @@ Run: ``python -m pytest test/engine/test_weights.py`` from the repository root (
 import argparse
 import logging
 
-import pytest
-from safetensors.torch import save_file
-import torch
-
 from lingbot_map_ros.config import ModelConfig
 from lingbot_map_ros.engine.errors import WeightsError
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.model.weights import load_checkpoint, load_weights
 from lingbot_map_ros.tools.convert import convert, main as convert_main
+import pytest
+from safetensors.torch import save_file
+import torch
 
 
 def _tiny() -> LingbotMapModel:

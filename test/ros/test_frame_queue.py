@@ -6,9 +6,8 @@ Run: ``pytest test/ros/test_frame_queue.py`` (about a second; threads only, no R
 import threading
 import time
 
-import pytest
-
 from lingbot_map_ros.ros.worker import FrameQueue, Worker
+import pytest
 
 
 def test_live_queue_keeps_the_newest_and_counts_drops():

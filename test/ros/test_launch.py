@@ -13,9 +13,8 @@ import ast
 import importlib.util
 from pathlib import Path
 
-import pytest
-
 from lingbot_map_ros.ros.node import NODE_NAME
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / 'launch' / 'lingbot_map.launch.py'

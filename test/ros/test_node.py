@@ -16,6 +16,8 @@ import subprocess
 import sys
 
 from builtin_interfaces.msg import Time
+from lingbot_map_ros.engine import errors
+from lingbot_map_ros.ros.node import LingbotMapNode, main
 # node_harness sits next to this file (pytest puts test/ros on sys.path).
 from node_harness import (Graph, image_msg, jpeg_msg, make_image, Probe, stamp_ns, TINY_CPU,
                           wait_for)
@@ -25,9 +27,6 @@ from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo
 from std_srvs.srv import Trigger
-
-from lingbot_map_ros.engine import errors
-from lingbot_map_ros.ros.node import LingbotMapNode, main
 
 pytestmark = pytest.mark.rostest
 
@@ -66,7 +65,7 @@ def start(graph, **overrides):
 
 
 def bag(**overrides):
-    """Overrides for bag mode: every frame processed, in order (deterministic tests)."""
+    """Return overrides for bag mode: every frame processed, in order (deterministic tests)."""
     return {'input__queue_mode': 'bag', 'input__qos__reliability': 'reliable',
             'input__qos__depth': 100, **overrides}
 

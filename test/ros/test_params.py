@@ -6,12 +6,11 @@ Run: ``pytest test/ros/test_params.py`` (a second; plain rclpy nodes, no engine;
 from dataclasses import asdict, fields
 from pathlib import Path
 
+from lingbot_map_ros import config
+from lingbot_map_ros.ros import params
 import pytest
 import rclpy
 from rclpy.node import Node
-
-from lingbot_map_ros import config
-from lingbot_map_ros.ros import params
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / 'config'
 YAMLS = sorted(CONFIG_DIR.glob('*.yaml'))
@@ -50,7 +49,7 @@ def test_yaml_keys_equal_declared_parameters_and_dataclass_fields(path):
 
 @pytest.mark.parametrize('path', YAMLS, ids=lambda p: p.name)
 def test_yaml_loads_into_a_node_with_the_declared_types(path, context):
-    """rclpy refuses a YAML value of the wrong type (4 for a double): load it for real."""
+    """Check that rclpy refuses a YAML value of the wrong type (4 for a double)."""
     node = Node('lingbot_map', context=context, namespace='/yaml_check',
                 cli_args=['--ros-args', '--params-file', str(path)])
     try:

@@ -8,14 +8,13 @@ that folder is absent).
 from pathlib import Path
 
 import cv2
-import numpy as np
-import pytest
-
 from lingbot_map_ros.ros.conversions import camera_info_k, compressed_msg_to_rgb
 from lingbot_map_ros.ros.conversions import image_msg_to_rgb, stamp_to_ns
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.make_bag import BagSpec, folder_frames, image_files, video_frames
 from lingbot_map_ros.tools.make_bag import write_frames
+import numpy as np
+import pytest
 
 LOOP = Path(__file__).resolve().parents[2].parent / 'shared' / 'data' / 'loop'
 K = np.array([[50.0, 0.0, 16.0], [0.0, 52.0, 12.0], [0.0, 0.0, 1.0]])

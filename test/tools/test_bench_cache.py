@@ -5,9 +5,8 @@ Run: ``python -m pytest test/tools/test_bench_cache.py`` (repo root; CPU only, a
 
 import json
 
-import pytest
-
 from lingbot_map_ros.tools import bench
+import pytest
 
 SMALL = ['cache', '--device', 'cpu', '--dtype', 'float32', '--patches', '64', '--frames', '20',
          '--scale-frames', '2', '--window', '4', '--heads', '2', '--head-dim', '16',

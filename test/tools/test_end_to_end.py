@@ -15,18 +15,17 @@ quaternions equal within 1e-5 (observed: 0, bit-identical).
 import os
 import random
 
-import numpy as np
-import pytest
-import torch
-
 from lingbot_map_ros.config import load_yaml
 from lingbot_map_ros.ros.conversions import c2w_to_pose
 from lingbot_map_ros.tools import bag_io
-from lingbot_map_ros.tools.demo import NodeProcess, node_overrides, play_and_record
+from lingbot_map_ros.tools.demo import node_overrides, NodeProcess, play_and_record
 from lingbot_map_ros.tools.make_bag import BagSpec, write_synthetic
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
 from lingbot_map_ros.tools.replay import find_config
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig
+import numpy as np
+import pytest
+import torch
 
 pytestmark = [pytest.mark.rostest, pytest.mark.slow]
 

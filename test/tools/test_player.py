@@ -15,6 +15,10 @@ import sys
 import threading
 import time
 
+from lingbot_map_ros.ros.conversions import image_msg_to_rgb, stamp_to_ns
+from lingbot_map_ros.tools import bag_io
+from lingbot_map_ros.tools.make_bag import BagSpec, write_frames
+from lingbot_map_ros.tools.player import BagPlayer, PlayOptions
 import numpy as np
 import pytest
 import rclpy
@@ -23,11 +27,6 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image
-
-from lingbot_map_ros.ros.conversions import image_msg_to_rgb, stamp_to_ns
-from lingbot_map_ros.tools import bag_io
-from lingbot_map_ros.tools.make_bag import BagSpec, write_frames
-from lingbot_map_ros.tools.player import BagPlayer, PlayOptions
 
 pytestmark = pytest.mark.rostest
 

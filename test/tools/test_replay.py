@@ -10,15 +10,14 @@ import json
 import logging
 from pathlib import Path
 
-import numpy as np
-import pytest
-import torch
-
 from lingbot_map_ros.config import load_yaml
 from lingbot_map_ros.engine.geometry import quaternion_to_rotation
 from lingbot_map_ros.tools import bag_io, trajectory
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
 from lingbot_map_ros.tools.replay import find_config, main
+import numpy as np
+import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOP = ROOT.parent / 'shared' / 'data' / 'loop'

@@ -10,7 +10,7 @@ from pathlib import Path
 import subprocess
 import sys
 
-_BLOCK_ROS = '''
+_BLOCK_ROS = """
 import builtins, sys
 real_import = builtins.__import__
 def no_ros(name, *args, **kwargs):
@@ -20,7 +20,7 @@ def no_ros(name, *args, **kwargs):
 builtins.__import__ = no_ros
 from lingbot_map_ros.tools import replay
 sys.exit(replay.main(sys.argv[1:]))
-'''
+"""
 
 
 def _replay(*args: str) -> subprocess.CompletedProcess:

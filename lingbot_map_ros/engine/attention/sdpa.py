@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lingbot_map_ros.engine.attention.split import SplitAttention
 import torch
 import torch.nn.functional as F
-
-from lingbot_map_ros.engine.attention.split import SplitAttention
 
 if TYPE_CHECKING:
     from lingbot_map_ros.engine.cache.page_table import PageLayout

@@ -28,10 +28,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
-
 from lingbot_map_ros.engine.attention.sdpa import attend_tokens
 from lingbot_map_ros.engine.attention.split import cudnn_part, merge_partial, SplitAttention
+import torch
 
 if TYPE_CHECKING:
     from lingbot_map_ros.engine.cache.page_table import PageLayout
@@ -91,7 +90,7 @@ class StagedAttention:
             self._merge(q, lse, q, lse)
         self._queries(q)
 
-    def set(self, layout: PageLayout) -> StagedKey:
+    def set(self, layout: PageLayout) -> StagedKey:  # noqa: A003 - a method, not the builtin
         """Point the device numbers at ``layout``'s visible run; returns the graph key.
 
         Raises:

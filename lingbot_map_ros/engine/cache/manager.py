@@ -29,14 +29,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from lingbot_map_ros.engine.attention.backend import BACKEND_NAMES, make_backend
 from lingbot_map_ros.engine.attention.staged import StagedAttention, StagedKey
 from lingbot_map_ros.engine.cache.kv_storage import KVStorage
 from lingbot_map_ros.engine.cache.page_table import PageLayout, StepKind, TwoStreamPageTable
 from lingbot_map_ros.engine.cache.step_log import LoggedStep, StepLog
 from lingbot_map_ros.engine.errors import CacheStateError
+import torch
 
 
 def _resolve_backend(backend: str | None, force_fp32: bool,

@@ -25,10 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from lingbot_map_ros.engine.cache.page_table import PageLayout, StepKind, TableStep
 from lingbot_map_ros.engine.errors import CacheStateError
+import torch
 
 MAX_LAG_STEPS = 4096
 """Most steps a block may trail the leading block before the log refuses to grow."""

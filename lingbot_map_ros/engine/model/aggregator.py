@@ -31,14 +31,14 @@ from typing import Literal
 import torch
 from torch import nn
 
-from ...config import CacheConfig, ModelConfig
-from ..cache import FlashInferKVCacheManager
-from ..errors import (CachePoolExhaustedError, CacheStateError, InvalidFrameError,
-                      ResolutionChangedError, TimeIndexLimitError)
 from .dino import DinoTrunk
 from .graphed import FrameGraphs
 from .layers import Attend, Block, dense_attention, wide_dtype
 from .layers.rope import FrameRope, rotate_half_2d, rotate_interleaved, VideoRope
+from ..cache import FlashInferKVCacheManager
+from ..errors import (CachePoolExhaustedError, CacheStateError, InvalidFrameError,
+                      ResolutionChangedError, TimeIndexLimitError)
+from ...config import CacheConfig, ModelConfig
 
 logger = logging.getLogger(__name__)
 

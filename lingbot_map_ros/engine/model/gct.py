@@ -21,10 +21,10 @@ import torch
 from torch import nn
 from torch.nn.attention import sdpa_kernel, SDPBackend
 
-from ...config import CacheConfig, ModelConfig
 from .aggregator import Aggregator, Mode
 from .heads.camera_head import CameraHead
 from .heads.dpt_head import DPTHead
+from ...config import CacheConfig, ModelConfig
 
 # NOTE: cuDNN's SDPA builds an execution plan per new sequence length, and the global blocks'
 # key count changes every frame: on the H200 that cost ~0.8 ms of host time per call

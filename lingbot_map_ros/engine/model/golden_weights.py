@@ -8,10 +8,10 @@ of ``k + seed * golden_ratio`` gives a uniform ``u`` in [0, 1); the value is
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 import math
 import re
 import zlib
-from collections.abc import Iterable, Mapping
 
 import numpy as np
 import torch

@@ -54,9 +54,9 @@ from .layers import Block, wide_dtype
 from .layers.rope import rotate_half_2d, rotate_interleaved
 
 if TYPE_CHECKING:
-    from ..attention.staged import StagedKey
     from .aggregator import Aggregator, AggregatorOutput, Mode
     from .dino import DinoTrunk
+    from ..attention.staged import StagedKey
 
 logger = logging.getLogger(__name__)
 

@@ -39,11 +39,11 @@ from dataclasses import dataclass
 import logging
 from typing import Literal
 
+from lingbot_map_ros.config import ModelConfig
 import torch
 from torch import nn
 import torch.nn.functional as F
 
-from lingbot_map_ros.config import ModelConfig
 from ..captured import CapturedCall
 from ..layers import Attend, Block, Mlp
 from ...errors import CacheStateError

@@ -37,11 +37,11 @@ import functools
 import logging
 import math
 
+from lingbot_map_ros.config import ModelConfig
 import torch
 from torch import nn
 import torch.nn.functional as F
 
-from lingbot_map_ros.config import ModelConfig
 from ..captured import CapturedCall
 
 _LOG = logging.getLogger(__name__)
