@@ -26,9 +26,13 @@ want="$( (cat "$requirements" "$root/requirements-common.txt" "$root/setup.py"; 
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$venv/bin/python" -m pip install -q --upgrade pip >&2
   "$venv/bin/python" -m pip install -q -r "$requirements" >&2
-  if compgen -G "$launch_wheels/*.whl" >/dev/null; then
+  if compgen -G "$launch_wheels/launch_ros-*.whl" >/dev/null; then
     # --no-deps: their metadata names ament_index_python (ros-ament-index-python on PyPI).
-    "$venv/bin/python" -m pip install -q --no-deps "$launch_wheels"/*.whl >&2
+    # Not launch_testing: its pytest plugin (Jazzy's) does not load in the pytest used here,
+    # and the launch tests drive LaunchService directly.
+    "$venv/bin/python" -m pip install -q --no-deps "$launch_wheels"/launch-*.whl \
+      "$launch_wheels"/launch_ros-*.whl "$launch_wheels"/launch_xml-*.whl \
+      "$launch_wheels"/launch_yaml-*.whl "$launch_wheels"/composition_interfaces_standin-*.whl >&2
   else
     echo "bootstrap: no launch wheels in $launch_wheels; the launch tests will skip" >&2
   fi

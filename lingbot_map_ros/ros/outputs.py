@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Publishers of the node's outputs, all stamped with the input image's stamp.
 
 Frames (see the README): ``map_frame`` is anchored at the first camera of the current session
@@ -60,7 +73,7 @@ class Outputs:
 
     @property
     def has_tf(self) -> bool:
-        """True when tf2_ros is importable and TF can be broadcast."""
+        """Return True when tf2_ros is importable and TF can be broadcast."""
         return self._tf is not None
 
     def clear(self) -> int:

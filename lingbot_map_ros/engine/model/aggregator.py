@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Streaming aggregator: DINO trunk, special tokens and 24 frame/global block pairs.
 
 Dims: S frames in one call, P = 6 + h*w tokens per frame, h x w patch grid, C embed dim,
@@ -127,7 +140,7 @@ class Aggregator(nn.Module):
 
     @property
     def kv_cache(self) -> FlashInferKVCacheManager | None:
-        """The paged cache manager, or None before the first frame of a configuration."""
+        """Return the paged cache manager, or None before the first frame of a configuration."""
         return self._cache
 
     def cache_stats(self) -> dict:
@@ -136,7 +149,7 @@ class Aggregator(nn.Module):
 
     @property
     def cache_config(self) -> CacheConfig:
-        """The configuration the next cache manager is built from."""
+        """Return the configuration the next cache manager is built from."""
         return self._cache_config
 
     def remaining_frames(self) -> int:
