@@ -36,7 +36,7 @@ from typing import Any
 from diagnostic_msgs.msg import DiagnosticArray
 from lingbot_map_ros.engine.errors import WeightsError
 from lingbot_map_ros.engine.pipeline import StreamingSession
-from lingbot_map_ros.ros import conversions, diagnostics, logging_bridge, params
+from lingbot_map_ros.ros import cli_help, conversions, diagnostics, logging_bridge, params
 from lingbot_map_ros.ros.outputs import Outputs
 from lingbot_map_ros.ros.session_runner import InputFrame, SessionRunner
 from lingbot_map_ros.ros.worker import FrameQueue, Worker
@@ -86,6 +86,24 @@ class LingbotMapNode(Node):
 
     def _build(self) -> None:
         self._values = params.declare_all(self)
+        config, has_bridge = self._build_engine()
+        self._queue, self._worker = self._make_worker()
+        self._create_interfaces()
+        self.add_on_set_parameters_callback(self._validate_parameters)
+        self.add_post_set_parameters_callback(self._apply_parameters)
+        # Sim time going backwards (bag loop) invalidates the map like an image stamp jump.
+        self._jump_handle = self.get_clock().create_jump_callback(
+            JumpThreshold(min_forward=None, min_backward=Duration(nanoseconds=-1)),
+            post_callback=lambda _jump: self._runner.request_reset('clock_jump'))
+        self._worker.start()
+        self._log_startup(config, has_bridge)
+
+    def _build_engine(self) -> tuple[Any, bool]:
+        """Build the session (loads the weights), outputs and runner from the parameters.
+
+        Returns:
+            The engine config and whether cv_bridge converts raw images.
+        """
         config = params.engine_config(self._values)
         self._session = self._make_session(config)
         self._stats = diagnostics.NodeStats()
@@ -95,18 +113,13 @@ class LingbotMapNode(Node):
         self._runner = SessionRunner(self._session, self._outputs, self._stats,
                                      self.get_logger(), lambda: self._values,
                                      self._raw_converter(bridge))
+        return config, bridge is not None
+
+    def _make_worker(self) -> tuple[FrameQueue, Worker]:
+        """Return a new frame queue and a (not started) worker thread feeding the runner."""
         bag = self._values['input.queue_mode'] == 'bag'
-        self._queue = FrameQueue(self._values['input.queue_size'] if bag else 1, bag)
-        self._worker = Worker(self._queue, self._runner.handle, self._on_worker_error)
-        self._create_interfaces()
-        self.add_on_set_parameters_callback(self._validate_parameters)
-        self.add_post_set_parameters_callback(self._apply_parameters)
-        # Sim time going backwards (bag loop) invalidates the map like an image stamp jump.
-        self._jump_handle = self.get_clock().create_jump_callback(
-            JumpThreshold(min_forward=None, min_backward=Duration(nanoseconds=-1)),
-            post_callback=lambda _jump: self._runner.request_reset('clock_jump'))
-        self._worker.start()
-        self._log_startup(config, bridge is not None)
+        queue = FrameQueue(self._values['input.queue_size'] if bag else 1, bag)
+        return queue, Worker(queue, self._runner.handle, self._on_worker_error)
 
     def _make_session(self, config: Any) -> StreamingSession:
         weights = self._values['weights'] or None
@@ -135,6 +148,15 @@ class LingbotMapNode(Node):
         return convert
 
     def _create_interfaces(self) -> None:
+        self._create_inputs()
+        self.create_service(Trigger, '~/reset', self._on_reset,
+                            callback_group=MutuallyExclusiveCallbackGroup())
+        self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self._diag_group = MutuallyExclusiveCallbackGroup()
+        self._diag_timer = self._create_diagnostics_timer()
+
+    def _create_inputs(self) -> list[Any]:
+        """Subscribe to the image and camera_info topics; returns the subscriptions."""
         v = self._values
         reliability = ReliabilityPolicy.RELIABLE if v['input.qos.reliability'] == 'reliable' \
             else ReliabilityPolicy.BEST_EFFORT
@@ -146,15 +168,11 @@ class LingbotMapNode(Node):
         self._topic = self.resolve_topic_name('image')
         if self._compressed:
             self._topic += '/compressed'
-        self.create_subscription(CompressedImage if self._compressed else Image, self._topic,
-                                 self._on_image, qos, callback_group=input_group)
-        self.create_subscription(CameraInfo, 'camera_info', self._on_camera_info, qos,
-                                 callback_group=input_group)
-        self.create_service(Trigger, '~/reset', self._on_reset,
-                            callback_group=MutuallyExclusiveCallbackGroup())
-        self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
-        self._diag_group = MutuallyExclusiveCallbackGroup()
-        self._diag_timer = self._create_diagnostics_timer()
+        return [self.create_subscription(CompressedImage if self._compressed else Image,
+                                         self._topic, self._on_image, qos,
+                                         callback_group=input_group),
+                self.create_subscription(CameraInfo, 'camera_info', self._on_camera_info, qos,
+                                         callback_group=input_group)]
 
     def _create_diagnostics_timer(self) -> Any:
         # Steady clock: with use_sim_time a paused bag freezes ROS time, and diagnostics must
@@ -271,6 +289,9 @@ def main(args: list[str] | None = None) -> int:
     Returns:
         Process exit code: 0 on a clean shutdown, 1 when the node could not start.
     """
+    if cli_help.wants_help(sys.argv[1:] if args is None else args[1:]):
+        print(cli_help.help_text('lingbot_map_node', __doc__.splitlines()[0]))
+        return 0
     # Explicit init/shutdown rather than `with rclpy.init()`, which only newer rclpy has
     # (Jazzy robots run this node too).
     try:

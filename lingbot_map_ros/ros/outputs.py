@@ -32,6 +32,7 @@ from lingbot_map_ros.engine.prediction import FramePrediction
 from lingbot_map_ros.ros import conversions
 from nav_msgs.msg import Odometry, Path
 import numpy as np
+from rclpy.publisher import Publisher
 from rclpy.qos import QoSProfile
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2, PointField
 
@@ -75,6 +76,14 @@ class Outputs:
     def has_tf(self) -> bool:
         """Return True when tf2_ros is importable and TF can be broadcast."""
         return self._tf is not None
+
+    def destroy(self) -> None:
+        """Destroy every publisher (lifecycle cleanup); the object is unusable afterwards."""
+        for value in list(vars(self).values()):
+            if isinstance(value, Publisher):
+                self._node.destroy_publisher(value)
+        if self._tf is not None:
+            self._node.destroy_publisher(self._tf.pub_tf)
 
     def clear(self) -> int:
         """Forget the path and the previous pose (on reset). Returns the poses cleared."""
