@@ -17,8 +17,8 @@ Subscribes (relative names, so namespaces and remaps work):
     ``image`` (sensor_msgs/Image) or ``<image>/compressed`` (sensor_msgs/CompressedImage) with
     ``input.transport: compressed``; ``camera_info`` (optional, only compared with the estimate).
 Publishes (private names), stamped with the input image's stamp:
-    ``~/pose``, ``~/odometry``, ``~/path``, ``~/depth`` + ``~/depth/camera_info``, ``~/cloud``,
-    TF ``map_frame -> camera frame``, ``/diagnostics``.
+    ``~/pose``, ``~/odometry``, ``~/path``, ``~/depth/image`` + ``~/depth/camera_info``,
+    ``~/cloud``, TF ``map_frame -> camera frame``, ``/diagnostics``.
 Services: ``~/reset`` (std_srvs/Trigger).
 
 Threads: the executor only queues messages; a worker thread runs inference
@@ -192,7 +192,7 @@ class LingbotMapNode(Node):
             log.warning('publish.tf is true but tf2_ros is not importable: no TF is broadcast')
         if (v['publish.depth'] or v['publish.cloud']) and not config.stream.enable_depth:
             log.warning('publish.depth/publish.cloud are on but stream.enable_depth is false: '
-                        'nothing will be published on ~/depth or ~/cloud')
+                        'nothing will be published on ~/depth/image or ~/cloud')
         if v['input.queue_mode'] == 'bag' and (v['input.qos.reliability'] != 'reliable' or
                                                v['input.qos.depth'] < v['input.queue_size']):
             log.warning('bag mode: the middleware still drops frames that arrive faster than '

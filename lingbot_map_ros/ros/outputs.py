@@ -17,8 +17,10 @@ Frames (see the README): ``map_frame`` is anchored at the first camera of the cu
 (after every reset the map restarts there), with the axes chosen by ``frames.map_axes``. Poses are
 those of the camera *optical* frame (x right, y down, z forward). Translation, depth and the cloud
 share one non-metric scale fixed by the first ``cache.scale_frames`` frames; it changes after
-every reset. Odometry covariances are not estimated and are left at zero; the twist is a finite
-difference of consecutive poses, in the camera frame, in map units per second.
+every reset. The model gives no uncertainty: odometry covariances are marked unknown with a
+large variance (:data:`UNKNOWN_VARIANCE`, as rtabmap does when lost) on the diagonal, never all
+zero (which filters read as exact). The twist is a finite difference of consecutive poses, in the
+camera frame, in map units per second.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ try:  # tf2_ros comes with a ROS install, not with the PyPI wheels.
     from tf2_ros import TransformBroadcaster
 except ImportError:  # pragma: no cover - depends on the machine
     TransformBroadcaster = None
+
+UNKNOWN_VARIANCE = 9999.0
+"""Diagonal of the odometry pose and twist covariances: the model estimates none."""
+_UNKNOWN_COVARIANCE = np.diag([UNKNOWN_VARIANCE] * 6).reshape(-1).tolist()
 
 # 'rgb' is FLOAT32 holding 0x00RRGGBB bits, as pcl::PointXYZRGB and RViz expect.
 _CLOUD_FIELDS = [PointField(name=n, offset=4 * i, datatype=PointField.FLOAT32, count=1)
@@ -64,7 +70,8 @@ class Outputs:
         self._pose_pub = node.create_publisher(PoseStamped, '~/pose', reliable)
         self._odom_pub = node.create_publisher(Odometry, '~/odometry', reliable)
         self._path_pub = node.create_publisher(Path, '~/path', QoSProfile(depth=1))
-        self._depth_pub = node.create_publisher(Image, '~/depth', QoSProfile(depth=2))
+        # '~/depth/image' beside '~/depth/camera_info': the pair image_transport tools expect.
+        self._depth_pub = node.create_publisher(Image, '~/depth/image', QoSProfile(depth=2))
         self._info_pub = node.create_publisher(CameraInfo, '~/depth/camera_info',
                                                QoSProfile(depth=2))
         self._cloud_pub = node.create_publisher(PointCloud2, '~/cloud', QoSProfile(depth=2))
@@ -125,6 +132,7 @@ class Outputs:
                           camera_frame: str) -> None:
         odom = Odometry(header=pose.header, child_frame_id=camera_frame)
         odom.pose.pose = pose.pose
+        odom.pose.covariance = odom.twist.covariance = _UNKNOWN_COVARIANCE
         if self._prev is not None and stamp_ns > self._prev[0]:
             linear, angular = conversions.twist_between(self._prev[1], c2w,
                                                         (stamp_ns - self._prev[0]) * 1e-9)

@@ -122,7 +122,7 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
               'z forward, y down).', _RO, choices=('flu', 'optical')),
     ParamSpec('publish.tf', True, 'Broadcast map_frame -> camera frame on /tf (needs tf2_ros).',
               _LIVE),
-    ParamSpec('publish.depth', False, 'Publish ~/depth (32FC1, non-metric) and '
+    ParamSpec('publish.depth', False, 'Publish ~/depth/image (32FC1, non-metric) and '
               '~/depth/camera_info; needs stream.enable_depth.', _LIVE),
     ParamSpec('publish.cloud', False, 'Publish ~/cloud (PointCloud2 xyz+rgb in map_frame); '
               'needs stream.enable_depth.', _LIVE),

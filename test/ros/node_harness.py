@@ -121,7 +121,7 @@ class Probe(Node):
         prefix = 'lingbot_map/'
         outputs = ((PoseStamped, 'pose', self.poses), (Odometry, 'odometry', self.odometry),
                    (Path, 'path', self.paths), (PointCloud2, 'cloud', self.clouds),
-                   (Image, 'depth', self.depths))
+                   (Image, 'depth/image', self.depths))
         self.subs = [self.create_subscription(msg_type, prefix + topic, self._recorder(store),
                                               reliable)
                      for msg_type, topic, store in outputs]

@@ -31,6 +31,7 @@ import sys
 from builtin_interfaces.msg import Time
 from lingbot_map_ros.engine import errors
 from lingbot_map_ros.ros.node import LingbotMapNode, main
+from lingbot_map_ros.ros.outputs import UNKNOWN_VARIANCE
 # node_harness sits next to this file (pytest puts test/ros on sys.path).
 from node_harness import (Graph, image_msg, jpeg_msg, make_image, Probe, stamp_ns, TINY_CPU,
                           wait_for)
@@ -117,6 +118,9 @@ def test_raw_images_give_poses_with_matching_stamps_and_frames(graph):
     assert {p.header.frame_id for p in probe.poses} == {'map'}
     assert [stamp_ns(o) for o in probe.odometry] == sent
     assert {o.child_frame_id for o in probe.odometry} == {'cam_optical'}
+    # No uncertainty from the model: marked unknown, never an all-zero (exact) covariance.
+    for cov in [o.pose.covariance for o in probe.odometry] + [probe.odometry[-1].twist.covariance]:
+        assert list(cov[::7]) == [UNKNOWN_VARIANCE] * 6 and sum(cov) == 6 * UNKNOWN_VARIANCE
     quat = probe.poses[-1].pose.orientation
     assert abs(quat.x ** 2 + quat.y ** 2 + quat.z ** 2 + quat.w ** 2 - 1.0) < 1e-6
     # Bounded path: the newest 5 poses, in order.
