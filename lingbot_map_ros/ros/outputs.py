@@ -13,14 +13,14 @@
 # limitations under the License.
 """Publishers of the node's outputs, all stamped with the input image's stamp.
 
-Frames (see the README): ``map_frame`` is anchored at the first camera of the current session
-(after every reset the map restarts there), with the axes chosen by ``frames.map_axes``. Poses are
-those of the camera *optical* frame (x right, y down, z forward). Translation, depth and the cloud
-share one non-metric scale fixed by the first ``cache.scale_frames`` frames; it changes after
-every reset. The model gives no uncertainty: odometry covariances are marked unknown with a
-large variance (:data:`UNKNOWN_VARIANCE`, as rtabmap does when lost) on the diagonal, never all
-zero (which filters read as exact). The twist is a finite difference of consecutive poses, in the
-camera frame, in map units per second.
+Frames (docs/ros_interface.md, "Frame conventions"): ``map_frame`` is anchored at the first
+camera of the current session (after every reset the map restarts there), with the axes chosen
+by ``frames.map_axes``. Poses are those of the camera *optical* frame (x right, y down,
+z forward). Translation, depth and the cloud share one non-metric scale fixed by the first
+``cache.scale_frames`` frames; it changes after every reset. The model gives no uncertainty:
+odometry covariances are marked unknown with a large variance (:data:`UNKNOWN_VARIANCE`, as
+rtabmap does when lost) on the diagonal, never all zero (which filters read as exact). The twist
+is a finite difference of consecutive poses, in the camera frame, in map units per second.
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ JSON document with ``"pass"``. The exit status is 0 only when everything passes.
 float32 and float64 runs use the set's own tolerances (10x the observed float32 error).
 ``--dtype bfloat16`` runs the GPU path of spec §4.6 (bf16 aggregator GEMMs and KV cache, float32
 residual stream and heads), which the set's float32 tolerances cannot hold; it is judged against
-:data:`BF16_TOLERANCES`, our own bound for that path, set from measured H200 errors (see the
-README's performance section) with a margin.
+:data:`BF16_TOLERANCES`, our own bound for that path, set from measured H200 errors (see
+docs/performance.md) with a margin.
 """
 
 from __future__ import annotations
