@@ -2,19 +2,18 @@
 # Create (or reuse) a virtual environment and install everything the demo and the tests need:
 # CPU torch 2.13.0, the ROS 2 PyPI wheels of one distribution, rosbags, the linters, the launch
 # wheels from ../shared/wheels/launch, and this package (editable).
-#   LINGBOT_DISTRO=kilted (default): .venv,       requirements-dev.txt
-#   LINGBOT_DISTRO=jazzy:            .venv-jazzy, requirements-jazzy.txt
-# LINGBOT_VENV overrides the directory. Idempotent: a second run only checks the install.
+#   LINGBOT_DISTRO=kilted (default): .venv,       requirements-dev.txt   (LINGBOT_VENV overrides)
+#   LINGBOT_DISTRO=jazzy:            .venv-jazzy, requirements-jazzy.txt (LINGBOT_JAZZY_VENV) Idempotent: a second run only checks the install.
 # Prints the venv path on its last line.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 distro="${LINGBOT_DISTRO:-kilted}"
 case "$distro" in
-  kilted) requirements="$root/requirements-dev.txt"; default_venv="$root/.venv" ;;
-  jazzy) requirements="$root/requirements-jazzy.txt"; default_venv="$root/.venv-jazzy" ;;
+  kilted) requirements="$root/requirements-dev.txt"; venv="${LINGBOT_VENV:-$root/.venv}" ;;
+  jazzy) requirements="$root/requirements-jazzy.txt"
+         venv="${LINGBOT_JAZZY_VENV:-$root/.venv-jazzy}" ;;
   *) echo "LINGBOT_DISTRO must be kilted or jazzy, not '$distro'" >&2; exit 2 ;;
 esac
-venv="${LINGBOT_VENV:-$default_venv}"
 python="${PYTHON:-python3}"
 launch_wheels="$root/../shared/wheels/launch"
 if [ ! -x "$venv/bin/python" ]; then
