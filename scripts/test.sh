@@ -2,7 +2,7 @@
 # The test command: set up the environments if needed, then run the linters and every CPU test on
 # ROS 2 Kilted, and the ROS-facing tests (node, lifecycle node, player, replay, launch file) again
 # on ROS 2 Jazzy. GPU tests (marker gpu) skip without CUDA.
-# Extra arguments go to both pytest runs, e.g. -m "not slow".
+# Extra arguments go to both pytest runs, e.g. -m "not slow" or test/ros/test_launch.py.
 # LINGBOT_DISTROS="kilted" (or "jazzy") runs one distribution only.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -12,6 +12,10 @@ export ROS_DOMAIN_ID="${ROS_DOMAIN_ID:-$(( (RANDOM % 100) + 100 ))}"
 # What Jazzy runs again: everything that touches rclpy or the launch file.
 jazzy_paths=(test/ros test/tools/test_player.py test/tools/test_replay.py
              test/tools/test_end_to_end.py)
+# Test paths among the arguments replace the default selection on both distributions.
+for arg in "$@"; do
+  [ -e "${arg%%::*}" ] && jazzy_paths=()
+done
 failed=()
 for distro in ${LINGBOT_DISTROS:-kilted jazzy}; do
   venv="$(LINGBOT_DISTRO="$distro" bash "$root/scripts/bootstrap.sh" | tail -n 1)"
