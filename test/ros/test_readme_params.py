@@ -35,5 +35,6 @@ def test_readme_parameter_table_matches_the_declared_parameters():
     declared = {spec.name for spec in params.all_specs()}
     documented = _documented_parameters()
     assert len(declared) > 40
-    assert documented == declared, (f'missing from docs/parameters.md: {sorted(declared - documented)}; '
-                                    f'not declared: {sorted(documented - declared)}')
+    assert documented == declared, (
+        f'missing from docs/parameters.md: {sorted(declared - documented)}; '
+        f'not declared: {sorted(documented - declared)}')
