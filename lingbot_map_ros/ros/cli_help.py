@@ -19,7 +19,7 @@ from lingbot_map_ros.ros import params
 
 _USAGE = """usage: {exe} [--help] [--ros-args -p NAME:=VALUE ... --params-file FILE]
 
-{summary}
+{description}
 
 Start it with the package's launch file (ros2 launch lingbot_map_ros lingbot_map.launch.py) or
 directly, e.g.:
@@ -37,9 +37,9 @@ def wants_help(argv: list[str]) -> bool:
     return '-h' in head or '--help' in head
 
 
-def help_text(exe: str, summary: str) -> str:
-    """Return the usage text and the parameter list of ``exe``."""
-    lines = [_USAGE.format(exe=exe, summary=summary)]
+def help_text(exe: str, description: str) -> str:
+    """Return the usage, ``description`` (the module docstring) and the parameter list."""
+    lines = [_USAGE.format(exe=exe, description=description.strip())]
     for spec in params.all_specs():
         lines.append(f'  {spec.name} = {spec.default!r}: {spec.description}')
     return '\n'.join(lines)

@@ -37,15 +37,12 @@ from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
 from lingbot_map_ros.engine.errors import WeightsError
-from lingbot_map_ros.ros import cli_help, params
-from lingbot_map_ros.ros.node import LingbotMapNode, NODE_NAME
+from lingbot_map_ros.ros import params
+from lingbot_map_ros.ros.node import LingbotMapNode, main as node_main, NODE_NAME
 import numpy as np
-import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import JumpThreshold
 from rclpy.duration import Duration
-from rclpy.exceptions import ParameterException
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from std_srvs.srv import Trigger
 import torch
@@ -197,27 +194,7 @@ def main(args: list[str] | None = None) -> int:
     Returns:
         Process exit code: 0 on a clean shutdown, 1 when the node could not start.
     """
-    if cli_help.wants_help(sys.argv[1:] if args is None else args[1:]):
-        print(cli_help.help_text('lingbot_map_lifecycle_node', __doc__.splitlines()[0]))
-        return 0
-    try:
-        rclpy.init(args=args)
-        try:
-            node = LingbotMapLifecycleNode()
-        except (ValueError, ParameterException) as exc:
-            rclpy.logging.get_logger(NODE_NAME).fatal(f'cannot start: {exc}')
-            return 1
-        executor = MultiThreadedExecutor(num_threads=4)
-        executor.add_node(node)
-        try:
-            executor.spin()
-        finally:
-            node.destroy_node()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        rclpy.try_shutdown()
-    return 0
+    return node_main(args, LingbotMapLifecycleNode, 'lingbot_map_lifecycle_node')
 
 
 if __name__ == '__main__':

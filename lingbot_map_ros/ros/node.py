@@ -283,21 +283,29 @@ class LingbotMapNode(Node):
         super().destroy_node()
 
 
-def main(args: list[str] | None = None) -> int:
+def main(args: list[str] | None = None, node_class: type | None = None,
+         exe: str = 'lingbot_map_node') -> int:
     """Run the node until shutdown.
+
+    Args:
+        args: command line (``sys.argv`` when None).
+        node_class: the node to run (the lifecycle executable passes its own); default
+            :class:`LingbotMapNode`.
+        exe: executable name for ``--help``.
 
     Returns:
         Process exit code: 0 on a clean shutdown, 1 when the node could not start.
     """
+    node_class = node_class or LingbotMapNode
     if cli_help.wants_help(sys.argv[1:] if args is None else args[1:]):
-        print(cli_help.help_text('lingbot_map_node', __doc__.splitlines()[0]))
+        print(cli_help.help_text(exe, sys.modules[node_class.__module__].__doc__))
         return 0
     # Explicit init/shutdown rather than `with rclpy.init()`, which only newer rclpy has
     # (Jazzy robots run this node too).
     try:
         rclpy.init(args=args)
         try:
-            node = LingbotMapNode()
+            node = node_class()
         except (ValueError, ImportError, WeightsError, OSError, ParameterException) as exc:
             rclpy.logging.get_logger(NODE_NAME).fatal(f'cannot start: {exc}')
             return 1
