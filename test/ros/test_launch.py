@@ -65,7 +65,7 @@ def test_declares_the_documented_arguments_and_setup_installs_the_executables():
 
 @pytest.fixture(scope='module')
 def prefix(tmp_path_factory):
-    """An install prefix shaped like colcon's, on AMENT_PREFIX_PATH for this module."""
+    """Build an install prefix shaped like colcon's, on AMENT_PREFIX_PATH for this module."""
     pytest.importorskip('launch_ros')
     root = tmp_path_factory.mktemp('install')
     index = root / 'share' / 'ament_index' / 'resource_index' / 'packages'
