@@ -38,7 +38,7 @@ PY
 bench="python3 -m lingbot_map_ros.tools.bench model --weights /tmp/bench_weights.safetensors"
 golden="python3 -m lingbot_map_ros.tools.golden .gpu_data/stream_A.safetensors --device cuda"
 if [ "$stage" = check ]; then
-  python3 -m pytest -q -m gpu -p no:cacheprovider test/engine/test_staged_attention.py \
+  python3 -m pytest -q -m gpu -p no:cacheprovider test/engine/test_staged_frames.py \
     test/engine/test_frame_graphs.py > "$out/gpu_tests_check.txt" 2>&1
   $golden --dtype bfloat16 --backend sdpa --cuda-graphs --compile > "$out/golden_A_check.txt" 2>&1
 elif [ "$stage" = long ]; then
@@ -48,7 +48,7 @@ elif [ "$stage" = fp8 ]; then
   python3 bench/fp8_attention.py > "$out/fp8_attention.txt" 2>&1
 else
   python3 -m pytest -q -m gpu -p no:cacheprovider test/engine/test_flashinfer_cache.py \
-    test/engine/test_split_attention.py test/engine/test_staged_attention.py \
+    test/engine/test_split_attention.py test/engine/test_staged_frames.py \
     test/engine/test_frame_graphs.py > "$out/gpu_tests.txt" 2>&1
   { $golden --dtype bfloat16 --backend sdpa --cuda-graphs --compile
     [ "$stage" = sdpa ] || $golden --dtype bfloat16 --backend flashinfer --cuda-graphs --compile

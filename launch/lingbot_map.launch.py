@@ -15,7 +15,7 @@
 
 Example:
     ros2 launch lingbot_map_ros lingbot_map.launch.py image_topic:=/camera/color/image_raw \
-        weights:=/data/lingbot-map.pt map_frame:=odom rviz:=true
+        weights:=/data/lingbot-map.pt base_frame:=base_link rviz:=true
 
 Topic names stay relative, so ``namespace`` moves the inputs and outputs together; the camera_info
 topic is taken next to the image topic (``.../image_raw`` -> ``.../camera_info``). Arguments whose
@@ -39,6 +39,7 @@ from lifecycle_msgs.msg import Transition
 
 # Launch argument -> node parameter, applied only when the argument is not empty.
 OVERRIDES = {'weights': 'weights', 'allow_random_weights': 'allow_random_weights',
+             'odom_frame': 'frames.odom_frame', 'base_frame': 'frames.base_frame',
              'map_frame': 'frames.map_frame', 'camera_frame': 'frames.camera_frame',
              'publish_tf': 'publish.tf', 'transport': 'input.transport'}
 
@@ -56,9 +57,11 @@ def arguments():
          'the node subscribes to <image_topic>/compressed)'),
         ('weights', '', 'Checkpoint path (frees params_file of its weights value)'),
         ('allow_random_weights', '', 'true: run without weights (demo, meaningless poses)'),
-        ('map_frame', '', 'Fixed frame of the poses, path, TF and cloud (frames.map_frame)'),
-        ('camera_frame', '', "Camera frame of the outputs; empty keeps the images' frame_id"),
-        ('publish_tf', '', 'true/false: broadcast map_frame -> camera frame (publish.tf)'),
+        ('odom_frame', '', 'Continuous frame of the poses, path and TF (frames.odom_frame)'),
+        ('base_frame', '', 'Frame whose pose is published (frames.base_frame)'),
+        ('map_frame', '', 'Set: static identity map_frame -> odom_frame (frames.map_frame)'),
+        ('camera_frame', '', "Camera optical frame; empty keeps the images' frame_id"),
+        ('publish_tf', '', 'true/false: broadcast odom_frame -> base_frame (publish.tf)'),
         ('transport', '', 'Input transport: raw or compressed (input.transport)'),
         ('lifecycle', 'false', 'true: start the managed (lifecycle) node instead'),
         ('autostart', 'true', 'With lifecycle:=true, configure and activate at start'),

@@ -173,6 +173,14 @@ class StreamConfig:
     the first image of each size, before it is used (the session's warm-up; cached on disk by
     Inductor for later starts); falls back to uncompiled with a warning where Inductor cannot
     run."""
+    session_keyframes: int = 320
+    """Keyframes per engine session before a rollover: a new session starts, seeded with the
+    last ``overlap_keyframes`` keyframes, and is Sim(3)-aligned so the published trajectory
+    stays continuous (docs/odometry.md). 320: the sequence length the model was trained on,
+    well inside the RoPE table and the cache."""
+    overlap_keyframes: int = 8
+    """Last keyframes of the ending session that run again as the next session's scale phase
+    (>= cache.scale_frames, < session_keyframes); their poses align the two sessions."""
 
     def __post_init__(self) -> None:
         if self.keyframe_interval < 1:
@@ -180,6 +188,9 @@ class StreamConfig:
         if self.image_width < 14 or self.image_width % 14:
             raise ValueError(f'stream.image_width={self.image_width} must be a positive '
                              'multiple of 14')
+        if not 1 <= self.overlap_keyframes < self.session_keyframes:
+            raise ValueError(f'stream.overlap_keyframes={self.overlap_keyframes} must be >= 1 '
+                             f'and < stream.session_keyframes={self.session_keyframes}')
 
 
 @dataclass(frozen=True)
@@ -189,6 +200,25 @@ class EngineConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     stream: StreamConfig = field(default_factory=StreamConfig)
+
+    def __post_init__(self) -> None:
+        """Check the settings that span sections."""
+        stream, cache = self.stream, self.cache
+        if self.model.max_frame_num <= cache.scale_frames:
+            raise ValueError(
+                f'model.max_frame_num={self.model.max_frame_num} must be larger than '
+                f'cache.scale_frames={cache.scale_frames}: the scale phase alone would '
+                'fill the RoPE table and no pose would ever be published')
+        if stream.overlap_keyframes < cache.scale_frames:
+            raise ValueError(f'stream.overlap_keyframes={stream.overlap_keyframes} must be >= '
+                             f'cache.scale_frames={cache.scale_frames}: the overlap is the next '
+                             "session's scale phase")
+        limit = min(self.model.max_frame_num, cache.max_total_frames)
+        if stream.session_keyframes > limit:
+            raise ValueError(f'stream.session_keyframes={stream.session_keyframes} must be <= '
+                             f'model.max_frame_num={self.model.max_frame_num} (RoPE table) and '
+                             f'cache.max_total_frames={cache.max_total_frames}, so a rollover '
+                             'comes before either limit')
 
     @classmethod
     def from_flat(cls, values: dict[str, Any]) -> 'EngineConfig':

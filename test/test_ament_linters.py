@@ -87,8 +87,10 @@ def test_ament_pep257(capsys):
     main = pytest.importorskip('ament_pep257.main')
     rc = main.main(argv=['--convention', 'pep257', '--add-ignore', *AMENT_PEP257_IGNORE, '--',
                          *[str(ROOT / t) for t in TARGETS]])
-    out = capsys.readouterr().out
-    problems = [line for line in out.splitlines() if re.match(r'^\S+\.py:\d+', line)]
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
+    problems = [line for line in out.splitlines()
+                if re.search(r'\.py:\d+ ', line) and not line.startswith('checking')]
     assert rc == 0, 'ament_pep257 found problems:\n' + '\n'.join(problems or [out[-3000:]])
 
 

@@ -23,9 +23,10 @@ index) and of the phase logic; the model only runs what it is told:
 - **Streaming.** Every later frame runs alone. Frame i is a keyframe iff ``K <= 1`` or
   ``(i - N_s) % K == 0`` (K = ``stream.keyframe_interval``); keyframes are cached, non-keyframes
   attend to the cache plus themselves and are discarded. Time index = keyframes cached so far.
-- **Limits.** Before a frame touches any cache the session checks the RoPE table
+- **Limits.** Before a frame touches any cache the model checks the RoPE table
   (``model.max_frame_num``) and the cache capacity (``cache.max_total_frames``) and raises
-  :class:`TimeIndexLimitError` / :class:`CachePoolExhaustedError`; a frame whose processed size
+  :class:`TimeIndexLimitError` / :class:`CachePoolExhaustedError`
+  (``Aggregator.prepare``, the one place these limits are checked); a frame whose processed size
   differs from the session's raises :class:`ResolutionChangedError`. In those cases the session is
   unchanged: call ``reset()`` and resubmit. A NaN/Inf pose raises :class:`NonFiniteOutputError`
   after the frame ran (the cache holds it): reset.
@@ -43,11 +44,11 @@ a worker thread is inside ``step()``; the reset waits for that frame to finish.
 
 from __future__ import annotations
 
+from dataclasses import replace
 import logging
 from pathlib import Path
 import threading
 import time
-from typing import Any
 
 import numpy as np
 import torch
@@ -55,11 +56,13 @@ import torch
 from . import geometry
 from .errors import (CachePoolExhaustedError, NonFiniteOutputError, ResolutionChangedError,
                      TimeIndexLimitError)
+from .frames import Role
 from .model.gct import LingbotMapModel
 from .model.golden_weights import fill_golden_weights
 from .model.weights import load_checkpoint, load_weights
-from .prediction import FramePrediction, Role
+from .prediction import FramePrediction
 from .preprocess import preprocess_array, preprocess_path, PreprocessInfo
+from .stats import SessionStats
 from ..config import EngineConfig
 
 _LOG = logging.getLogger(__name__)
@@ -200,26 +203,46 @@ class StreamingSession:
             self._frames_in = self._frames_out = self._keyframes = 0
             return cleared
 
-    def stats(self) -> dict[str, Any]:
-        """Counters, cache statistics and memory, for diagnostics."""
+    def stats(self) -> SessionStats:
+        """Counters, cache statistics, the fast path in effect and memory, for diagnostics."""
         with self._lock:
-            stats: dict[str, Any] = {
-                'frames_in': self._frames_in, 'frames_out': self._frames_out,
-                'keyframes': self._keyframes, 'time_index': self._keyframes,
-                'pending_frames': len(self._pending),
-                'max_time_index': self.config.model.max_frame_num,
-                'cache': dict(self._model.cache_stats()),
-                'backend': self.config.cache.backend, 'device': str(self._device),
-                'dtype': str(self._compute_dtype).replace('torch.', ''),
-                'weights': self.weights, 'model_preset': self.config.model.preset,
-                'image_size_hw': self._size_hw,
-                # In effect now: either turns itself off (with a warning) where it cannot run.
-                'cuda_graphs': self._model.aggregator.cuda_graphs,
-                'compiled': self._model.aggregator.compile_segments,
-                'whole_frame_graphs': self._model.aggregator.whole_frames,
-            }
-        stats.update(_gpu_memory(self._device))
-        return stats
+            runner = self._model.frame_runner
+            fast = runner.stats()
+            graphs = runner.graphs
+            return SessionStats(
+                frames_in=self._frames_in, frames_out=self._frames_out,
+                keyframes=self._keyframes, time_index=self._keyframes,
+                pending_frames=len(self._pending),
+                max_time_index=self.config.model.max_frame_num,
+                cache=self._model.cache_stats(),
+                backend=self.config.cache.backend, device=str(self._device),
+                dtype=str(self._compute_dtype).replace('torch.', ''),
+                weights=self.weights, model_preset=self.config.model.preset,
+                image_size_hw=self._size_hw, fast_path=fast.mode,
+                cuda_graphs=fast.cuda_graphs, compiled=fast.compiled,
+                whole_frame_graphs=graphs is not None and graphs.staged,
+                fast_path_fallbacks=fast.fallbacks, **_gpu_memory(self._device))
+
+    def apply_config(self, config: EngineConfig) -> None:
+        """Use ``config`` from the next frame on; only its live fields may differ.
+
+        Live fields (``stream.keyframe_interval``, ``stream.enable_depth``) are read per frame,
+        so they can change between frames; call it between sessions (after ``reset``) to keep
+        one keyframe rule per map.
+
+        Raises:
+            ValueError: a field other than the live ones differs.
+        """
+        with self._lock:
+            old = self.config.stream
+            same_live = replace(config, stream=replace(
+                config.stream, keyframe_interval=old.keyframe_interval,
+                enable_depth=old.enable_depth))
+            if same_live != self.config:
+                raise ValueError('apply_config: only stream.keyframe_interval and '
+                                 'stream.enable_depth can change in a running session; build a '
+                                 'new session for the others')
+            self.config = config
 
     # ---- phases -----------------------------------------------------------------------------
 
@@ -229,10 +252,9 @@ class StreamingSession:
         Runs the model on copies of ``tensor`` (N_s scale frames, a keyframe, a non-keyframe)
         and resets it; the session's counters and buffers are not touched.
         """
-        aggregator = self._model.aggregator
+        runner = self._model.frame_runner
         num_scale = self.config.cache.scale_frames
-        if size_hw in self._warmed_sizes or not (aggregator.cuda_graphs
-                                                 or aggregator.compile_segments) \
+        if size_hw in self._warmed_sizes or runner.mode == 'eager' \
                 or num_scale + 2 > self.config.model.max_frame_num:
             return
         start = time.perf_counter()
@@ -247,7 +269,7 @@ class StreamingSession:
                 self._model.forward_frame(image, time_index=num_scale + offset,
                                           keyframe=keyframe, with_depth=self._with_depth)
             # The full-window graphs too: captured here, not when the window first fills.
-            aggregator.prepare_full_window()
+            runner.prepare_full_window()
         finally:
             self._model.reset_stream()
         self._warmed_sizes.add(size_hw)
@@ -255,7 +277,6 @@ class StreamingSession:
 
     def _run_scale(self, prep_ms: float) -> list[FramePrediction]:
         num = len(self._pending)
-        self._check_limits(time_index=num - 1, new_frames=num)
         start = time.perf_counter()
         images = torch.stack([t for t, _, _ in self._pending]).to(self._device)
         out = self._model.forward_scale(images, with_depth=self._with_depth)
@@ -275,7 +296,6 @@ class StreamingSession:
         interval = self.config.stream.keyframe_interval
         keyframe = interval <= 1 or (index - self.config.cache.scale_frames) % interval == 0
         time_index = self._keyframes
-        self._check_limits(time_index=time_index, new_frames=1)
         start = time.perf_counter()
         image = tensor.to(self._device)[None]
         out = self._model.forward_frame(image, time_index=time_index, keyframe=keyframe,
@@ -299,19 +319,6 @@ class StreamingSession:
     @property
     def _with_depth(self) -> bool:
         return self.config.stream.enable_depth and self.config.model.enable_depth
-
-    def _check_limits(self, time_index: int, new_frames: int) -> None:
-        limit = self.config.model.max_frame_num
-        if time_index >= limit:
-            raise TimeIndexLimitError(
-                f'time index {time_index} would pass the RoPE table (model.max_frame_num='
-                f'{limit}) after {self._keyframes} cached keyframes; reset the session')
-        remaining = self._model.remaining_frames()
-        if remaining is not None and remaining < new_frames:
-            raise CachePoolExhaustedError(
-                f'KV cache full: {self._keyframes} keyframes cached, room for {remaining} more, '
-                f'{new_frames} needed (cache.max_total_frames='
-                f'{self.config.cache.max_total_frames}); reset the session')
 
     def _elapsed_ms(self, start: float) -> float:
         if self._device.type == 'cuda':

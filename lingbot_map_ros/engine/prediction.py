@@ -21,11 +21,12 @@ frame's camera, and translation and depth share one non-metric scale fixed by th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
-Role = Literal['scale', 'keyframe', 'non-keyframe']
+from .frames import Role
+
+__all__ = ['FramePrediction', 'Role']
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +44,9 @@ class FramePrediction:
     pose_enc: np.ndarray
     """[9] float64: translation(3), quaternion xyzw(4), fov_h, fov_w (radians)."""
     c2w: np.ndarray
-    """[4, 4] float64 camera-to-world transform (rotation normalised)."""
+    """[4, 4] float64 camera-to-world transform (rotation normalised). Behind a
+    :class:`~lingbot_map_ros.engine.rollover.RolloverSession` this is the continuous pose,
+    stitched across rollovers; ``session_c2w`` keeps the session's own."""
     intrinsics: np.ndarray
     """[3, 3] float64 pinhole matrix for the processed image (``image_size_hw``)."""
     intrinsics_original: np.ndarray
@@ -60,6 +63,10 @@ class FramePrediction:
     """[H, W, 3] uint8 processed RGB image (for colouring point clouds), or None."""
     timings_ms: dict[str, float] = field(default_factory=dict)
     """Wall-clock milliseconds per stage ('preprocess', 'model', 'total', ...)."""
+    session: int = 0
+    """Engine session that made the prediction (counts rollovers and resets)."""
+    session_c2w: np.ndarray | None = None
+    """[4, 4] pose in the session's own frame, before stitching; None when not stitched."""
 
     @property
     def is_keyframe(self) -> bool:

@@ -24,6 +24,8 @@ Steps, bit-exact with the official loader:
    halves to even). The resize is slightly anisotropic because ``H_r`` is snapped.
 3. ``uint8 / 255`` as float32, channels first: ``[3, H_r, W]`` in [0, 1].
 4. When ``H_r > W``, rows ``[(H_r - W) // 2, + W)`` are kept: portrait images become square.
+   Past ``H_r > 4 W`` only those rows are resized (PIL's ``box``), so a 1 x 4096 image costs
+   what a 518 x 518 one does; the pixels then differ from resize-then-crop by a few levels.
 
 Special: OpenCV ``INTER_CUBIC`` and ``torch`` bicubic are not bit-equivalent to PIL's filter, so
 every entry point goes through PIL. ImageNet normalisation is *not* done here; the model does it.
@@ -41,6 +43,11 @@ from PIL import Image, ImageOps
 import torch
 
 from .errors import InvalidFrameError
+
+# Above this many target widths of resized height (a portrait aspect beyond 4:1, not a camera),
+# only the kept rows are resized. PIL's box resize is not bit-identical to resize-then-crop
+# (its filter centres round differently), so normal images keep the exact path.
+_EXACT_RESIZE_MAX_ROWS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,13 +124,20 @@ def preprocess_pil(image: Image.Image, target_width: int = 518,
         raise InvalidFrameError(
             f'image {width}x{height} (W x H) is too flat: resized to width {target_width} it '
             f'gives height {new_h}, less than one patch row ({patch_size} px)')
-    image = image.resize((target_width, new_h), Image.Resampling.BICUBIC)
+    crop_top = (new_h - target_width) // 2 if new_h > target_width else 0
+    out_h = min(new_h, target_width)
+    if new_h <= _EXACT_RESIZE_MAX_ROWS * target_width:
+        # Resize everything, then crop: bit-exact with the official loader.
+        image = image.resize((target_width, new_h), Image.Resampling.BICUBIC)
+        image = image.crop((0, crop_top, target_width, crop_top + out_h))
+    else:
+        # Resize only the rows that are kept: PIL reads just the input rows under the filter,
+        # so work and memory follow the output, not the (possibly enormous) resized height.
+        scale_y = height / new_h
+        box = (0.0, crop_top * scale_y, float(width), (crop_top + out_h) * scale_y)
+        image = image.resize((target_width, out_h), Image.Resampling.BICUBIC, box=box)
     chw = torch.from_numpy(np.asarray(image, dtype=np.uint8).copy()).permute(2, 0, 1)
     chw = chw.to(torch.float32).div(255)
-    crop_top = 0
-    if new_h > target_width:
-        crop_top = (new_h - target_width) // 2
-        chw = chw[:, crop_top:crop_top + target_width]
     info = PreprocessInfo(original_size_hw=(height, width), resized_size_hw=(new_h, target_width),
                           image_size_hw=(int(chw.shape[1]), int(chw.shape[2])),
                           crop_top=crop_top)
@@ -189,6 +203,14 @@ def preprocess_array(array: np.ndarray, target_width: int = 518,
     # uint8 [H, W] -> 'L', [H, W, 3] -> 'RGB', [H, W, 4] -> 'RGBA'
     image = Image.fromarray(np.ascontiguousarray(array))
     return preprocess_pil(image, target_width, patch_size)
+
+
+def preprocess_image(image: np.ndarray | str | Path, target_width: int = 518,
+                     patch_size: int = 14) -> tuple[torch.Tensor, PreprocessInfo]:
+    """:func:`preprocess_path` for a path, :func:`preprocess_array` for an array."""
+    if isinstance(image, (str, Path)):
+        return preprocess_path(image, target_width, patch_size)
+    return preprocess_array(image, target_width, patch_size)
 
 
 def _check_sizes(target_width: int, patch_size: int) -> None:

@@ -27,6 +27,11 @@ them as usual:
 - ``cache``: the KV cache's own counters. WARN when the keyframe count or the time index is past
   90 % of its ceiling (an automatic reset is coming), else OK.
 
+Each status has the same keys in every state (before the first frame, while buffering, after a
+reset): a value that does not exist yet reads ``n/a``, every known drop and reset reason is
+listed with its count (0 included), and ``last_problem`` reads ``none`` in a period without one.
+Monitors can then key on names without guarding against missing ones.
+
 The node publishes these itself rather than through ``diagnostic_updater``: the message on the
 wire is the same, the period is our own parameter, and the path is tested here.
 """
@@ -40,6 +45,9 @@ import time
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+from lingbot_map_ros.engine.stats import (CACHE_STATS_FIELDS, CacheStats, SESSION_STATS_FIELDS,
+                                          SessionStats)
+from lingbot_map_ros.ros.conversions import DROP_REASONS
 
 OK, WARN, ERROR, STALE = (DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR,
                           DiagnosticStatus.STALE)
@@ -48,6 +56,12 @@ OK, WARN, ERROR, STALE = (DiagnosticStatus.OK, DiagnosticStatus.WARN, Diagnostic
 BENIGN_DROPS = frozenset({'queue_overflow'})
 # Fraction of a ceiling past which the cache status warns.
 _NEAR_FULL = 0.9
+# Reasons always listed (with 0) so the key set does not depend on what happened yet.
+KNOWN_DROPS = tuple(DROP_REASONS) + ('queue_overflow', 'stamp_out_of_order', 'invalid_frame')
+KNOWN_RESETS = ('manual', 'clock_jump', 'time_index_limit', 'cache_full', 'resolution_changed',
+                'session_limit', 'nan_pose', 'engine_error')
+NOT_AVAILABLE = 'n/a'
+"""The value of a key whose quantity does not exist yet (e.g. the cache before a frame)."""
 
 
 @dataclass
@@ -159,8 +173,15 @@ def _kv(values: dict[str, Any]) -> list[KeyValue]:
     for key, value in values.items():
         if isinstance(value, float):
             value = f'{value:.3f}'
+        elif value is None:
+            value = NOT_AVAILABLE
         out.append(KeyValue(key=key, value=str(value)))
     return out
+
+
+def _counts(prefix: str, known: tuple[str, ...], totals: dict[str, int]) -> dict[str, int]:
+    """``{prefix.reason: count}`` for every known reason (0 included) and any other seen."""
+    return {f'{prefix}.{k}': totals.get(k, 0) for k in sorted(set(known) | set(totals))}
 
 
 def _stat(name: str, level: bytes, message: str, hardware_id: str,
@@ -188,7 +209,8 @@ def input_status(node_name: str, report: PeriodReport, info: dict[str, Any],
                   processed_rate_hz=report.processed / report.elapsed_s,
                   received_total=report.received_total,
                   drops_total=sum(report.drops_total.values()))
-    values.update({f'drops.{k}': v for k, v in sorted(report.drops_total.items())})
+    values.update(_counts('drops', KNOWN_DROPS, report.drops_total))
+    values['last_problem'] = 'none'
     since = report.seconds_since_input
     if since is None:
         level, msg = STALE, f"no image received yet on '{info.get('topic', '?')}'"
@@ -204,57 +226,59 @@ def input_status(node_name: str, report: PeriodReport, info: dict[str, Any],
     return _stat(f'{node_name}: input', level, msg, info.get('topic', ''), values)
 
 
-def engine_status(node_name: str, report: PeriodReport, session: dict[str, Any],
+def engine_status(node_name: str, report: PeriodReport, session: SessionStats,
                   scale_frames: int) -> DiagnosticStatus:
     """Render the engine status from the period report and ``StreamingSession.stats()``.
 
     Args:
         node_name: prefix of the status name.
         report: the period's counters.
-        session: the session's ``stats()`` dict (without ``cache``).
+        session: the session's ``stats()`` (its ``cache`` goes to :func:`cache_status`).
         scale_frames: N_s, to say how far the scale phase has buffered.
 
     Returns:
         The ``<node>: engine`` status.
     """
-    values = {k: v for k, v in session.items() if k != 'cache'}
+    values: dict[str, Any] = {k: getattr(session, k) for k in SESSION_STATS_FIELDS
+                              if k != 'cache'}
     for name, samples in (('latency', report.latency_ms), ('inference', report.inference_ms)):
         values[f'{name}_mean_ms'] = sum(samples) / len(samples) if samples else 0.0
         values[f'{name}_max_ms'] = max(samples) if samples else 0.0
-    values.update({f'resets.{k}': v for k, v in sorted(report.resets_total.items())})
+    values.update(_counts('resets', KNOWN_RESETS, report.resets_total))
     values['errors_total'] = report.errors_total
+    values['last_problem'] = 'none'
     auto = {k: v for k, v in report.resets.items() if k != 'manual'}
     if report.errors:
         level, msg = ERROR, f'{report.errors} engine error(s): {report.last_problem}'
     elif auto:
         level, msg = WARN, 'session reset: ' + ', '.join(sorted(auto))
-    elif session.get('frames_out', 0) == 0:
-        pending = session.get('pending_frames', 0)
-        level, msg = OK, f'buffering scale frames ({pending}/{scale_frames})'
+    elif session.frames_out == 0:
+        level = OK
+        msg = f'buffering scale frames ({session.pending_frames}/{scale_frames})'
     else:
-        level, msg = OK, f"tracking: frame {session.get('frames_out', 0)}, " \
-            f"{session.get('keyframes', 0)} keyframes"
+        level, msg = OK, f'tracking: frame {session.frames_out}, {session.keyframes} keyframes'
     if report.errors or auto:
         values['last_problem'] = report.last_problem
-    return _stat(f'{node_name}: engine', level, msg, str(session.get('device', '')), values)
+    return _stat(f'{node_name}: engine', level, msg, session.device, values)
 
 
-def cache_status(node_name: str, cache: dict[str, Any], time_index: int,
+def cache_status(node_name: str, cache: CacheStats | None, time_index: int,
                  max_frame_num: int) -> DiagnosticStatus:
     """Render the KV cache status.
 
     Args:
         node_name: prefix of the status name.
-        cache: ``stats()['cache']`` of the session.
+        cache: ``stats().cache`` of the session; None before the first frame builds it.
         time_index: the session's current time index.
         max_frame_num: the time-index ceiling (``model.max_frame_num``).
 
     Returns:
         The ``<node>: cache`` status.
     """
-    values = dict(cache)
-    capacity = int(cache.get('max_total_frames', 0)) or 1
-    frames = int(cache.get('frame_count', 0))
+    values: dict[str, Any] = {k: None if cache is None else getattr(cache, k)
+                              for k in CACHE_STATS_FIELDS}
+    capacity = (cache.max_total_frames if cache is not None else 0) or 1
+    frames = cache.frame_count if cache is not None else 0
     values['time_index'] = time_index
     values['max_frame_num'] = max_frame_num
     values['fill_percent'] = 100.0 * max(frames / capacity, time_index / max(max_frame_num, 1))
@@ -263,5 +287,6 @@ def cache_status(node_name: str, cache: dict[str, Any], time_index: int,
         msg = (f'near capacity ({frames}/{capacity} keyframes, time index '
                f'{time_index}/{max_frame_num}); the session resets when full')
     else:
-        level, msg = OK, f"{frames} frames, {cache.get('live_pages', 0)} live pages"
+        live = cache.live_pages if cache is not None else 0
+        level, msg = OK, f'{frames} frames, {live} live pages'
     return _stat(f'{node_name}: cache', level, msg, '', values)

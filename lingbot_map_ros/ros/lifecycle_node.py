@@ -15,9 +15,9 @@
 
 Transitions (``ros2 lifecycle set /lingbot_map <transition>``, or a lifecycle manager):
 
-- ``configure``: read the parameters, load the weights and warm the model up with one frame of
-  ``stream.image_width`` (4:3), so the first camera frame is not the slow one; create the output
-  publishers, ``/diagnostics`` and ``~/reset``.
+- ``configure``: read the parameters, load the weights and warm the model up with gray frames of
+  ``stream.image_width`` (4:3; the scale frames and one streaming frame), so the first camera
+  frames are not the slow ones; create the output publishers, ``/diagnostics`` and ``~/reset``.
 - ``activate``: subscribe to the image and camera_info topics and start the inference thread.
 - ``deactivate``: unsubscribe, finish the frame in progress, stop the thread. The map (cache) is
   kept: activating again continues the same session.
@@ -35,16 +35,13 @@ import sys
 import time
 from typing import Any
 
-from diagnostic_msgs.msg import DiagnosticArray
 from lingbot_map_ros.engine.errors import WeightsError
-from lingbot_map_ros.ros import params
+from lingbot_map_ros.ros import logging_bridge, params
 from lingbot_map_ros.ros.node import LingbotMapNode, main as node_main, NODE_NAME
 import numpy as np
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import JumpThreshold
 from rclpy.duration import Duration
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from std_srvs.srv import Trigger
 import torch
 
 # Errors that make configure fail (the node stays unconfigured and says why).
@@ -61,6 +58,7 @@ class LingbotMapLifecycleNode(LifecycleNode):
     _make_session = LingbotMapNode._make_session
     _raw_converter = staticmethod(LingbotMapNode._raw_converter)
     _create_inputs = LingbotMapNode._create_inputs
+    _create_services = LingbotMapNode._create_services
     _create_diagnostics_timer = LingbotMapNode._create_diagnostics_timer
     _log_startup = LingbotMapNode._log_startup
     _on_image = LingbotMapNode._on_image
@@ -78,6 +76,7 @@ class LingbotMapLifecycleNode(LifecycleNode):
             **kwargs: passed to ``rclpy.lifecycle.LifecycleNode`` (``parameter_overrides``...).
         """
         super().__init__(NODE_NAME, **kwargs)
+        self._log_handler = logging_bridge.attach(self.get_logger())
         self._values = params.declare_all(self)
         self._session: Any = None
         self._inputs: list[Any] = []
@@ -103,11 +102,7 @@ class LingbotMapLifecycleNode(LifecycleNode):
             self.get_logger().error(f'configure failed: {type(exc).__name__}: {exc}')
             self._release_engine()
             return TransitionCallbackReturn.FAILURE
-        self._reset_srv = self.create_service(Trigger, '~/reset', self._on_reset,
-                                              callback_group=MutuallyExclusiveCallbackGroup())
-        self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
-        self._diag_group = MutuallyExclusiveCallbackGroup()
-        self._diag_timer = self._create_diagnostics_timer()
+        self._create_services()
         self._queue, self._worker = self._make_worker()
         self._topic = ''  # known once the inputs exist (activate)
         self._startup = (config, has_bridge)
@@ -139,12 +134,14 @@ class LingbotMapLifecycleNode(LifecycleNode):
         return self.on_cleanup(state)
 
     def _warm_up(self, config: Any) -> None:
-        # One gray frame through the whole pipeline (weights on the device, kernels chosen, CUDA
-        # graphs captured where enabled), then a reset so the map starts with the first camera.
+        # Gray frames through both phases of the pipeline (the scale frames run together, then
+        # one streaming frame): weights on the device, kernels chosen, CUDA graphs captured where
+        # enabled. Then a reset, so the map starts with the first camera frame.
         width = config.stream.image_width
         frame = np.full((width * 3 // 4, width, 3), 128, np.uint8)
         start = time.monotonic()
-        self._session.step(frame, 0)
+        for i in range(config.cache.scale_frames + 1):
+            self._session.step(frame, (i + 1) * 100_000_000)
         self._session.reset()
         self.get_logger().info(f'warmed up in {time.monotonic() - start:.1f} s')
 
@@ -185,6 +182,7 @@ class LingbotMapLifecycleNode(LifecycleNode):
         self._stop_inputs()
         self._destroy_interfaces()
         self._release_engine()
+        logging_bridge.detach(self._log_handler)
         super().destroy_node()
 
 

@@ -18,7 +18,8 @@ Subscribes (relative names, so namespaces and remaps work):
     ``input.transport: compressed``; ``camera_info`` (optional, only compared with the estimate).
 Publishes (private names), stamped with the input image's stamp:
     ``~/pose``, ``~/odometry``, ``~/path``, ``~/depth/image`` + ``~/depth/camera_info``,
-    ``~/cloud``, TF ``map_frame -> camera frame``, ``/diagnostics``.
+    ``~/cloud``,
+    TF ``odom_frame -> base_frame`` (REP 105, docs/odometry.md), ``/diagnostics``.
 Services: ``~/reset`` (std_srvs/Trigger).
 
 Threads: the executor only queues messages; a worker thread runs inference
@@ -36,7 +37,11 @@ from typing import Any
 from diagnostic_msgs.msg import DiagnosticArray
 from lingbot_map_ros.engine.errors import WeightsError
 from lingbot_map_ros.engine.pipeline import StreamingSession
+from lingbot_map_ros.engine.rollover import RolloverSession
 from lingbot_map_ros.ros import cli_help, conversions, diagnostics, logging_bridge, params
+from lingbot_map_ros.ros import stall_watch
+from lingbot_map_ros.ros.node_options import NodeOptions
+from lingbot_map_ros.ros.odometry_status import odometry_status
 from lingbot_map_ros.ros.outputs import Outputs
 from lingbot_map_ros.ros.session_runner import InputFrame, SessionRunner
 from lingbot_map_ros.ros.worker import FrameQueue, Worker
@@ -49,6 +54,7 @@ from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import qos_profile_services_default
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_srvs.srv import Trigger
 
@@ -60,6 +66,18 @@ except ImportError:  # pragma: no cover - depends on the machine
 NODE_NAME = 'lingbot_map'
 # Longest wait of the reset service for the frame in progress.
 _RESET_WAIT_S = 10.0
+# Longest wait at shutdown for the frame in progress; ros2 launch escalates to SIGTERM after 5 s.
+_SHUTDOWN_WAIT_S = 3.0
+# Reset requests held by the service: every caller of a burst is answered (the default of 10
+# silently dropped the rest).
+_RESET_QUEUE_DEPTH = 1000
+
+
+def _reset_qos() -> QoSProfile:
+    """Return the services' default QoS with a queue deep enough for a burst of callers."""
+    return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=_RESET_QUEUE_DEPTH,
+                      reliability=qos_profile_services_default.reliability,
+                      durability=qos_profile_services_default.durability)
 
 
 class LingbotMapNode(Node):
@@ -107,11 +125,10 @@ class LingbotMapNode(Node):
         config = params.engine_config(self._values)
         self._session = self._make_session(config)
         self._stats = diagnostics.NodeStats()
-        self._outputs = Outputs(self, self._values['frames.map_frame'],
-                                self._values['frames.map_axes'])
+        self._outputs = Outputs(self, self._values)
         bridge = CvBridge() if CvBridge is not None else None
         self._runner = SessionRunner(self._session, self._outputs, self._stats,
-                                     self.get_logger(), lambda: self._values,
+                                     self.get_logger(), NodeOptions.from_values(self._values),
                                      self._raw_converter(bridge))
         return config, bridge is not None
 
@@ -121,7 +138,7 @@ class LingbotMapNode(Node):
         queue = FrameQueue(self._values['input.queue_size'] if bag else 1, bag)
         return queue, Worker(queue, self._runner.handle, self._on_worker_error)
 
-    def _make_session(self, config: Any) -> StreamingSession:
+    def _make_session(self, config: Any) -> RolloverSession:
         weights = self._values['weights'] or None
         random_ok = self._values['allow_random_weights']
         if weights is None and not random_ok:
@@ -129,8 +146,8 @@ class LingbotMapNode(Node):
                              '(weights:=/path/to/lingbot-map.pt), or set '
                              'allow_random_weights:=true for a demo with meaningless poses')
         # With random weights the session itself logs a loud warning (through the bridge).
-        return StreamingSession(config, weights, allow_random_weights=random_ok,
-                                seed=self._values['seed'])
+        return RolloverSession(StreamingSession(config, weights, allow_random_weights=random_ok,
+                                                seed=self._values['seed']))
 
     @staticmethod
     def _raw_converter(bridge: Any) -> Any:
@@ -149,8 +166,13 @@ class LingbotMapNode(Node):
 
     def _create_interfaces(self) -> None:
         self._create_inputs()
-        self.create_service(Trigger, '~/reset', self._on_reset,
-                            callback_group=MutuallyExclusiveCallbackGroup())
+        self._create_services()
+
+    def _create_services(self) -> None:
+        """Create ``~/reset``, the ``/diagnostics`` publisher and its timer."""
+        self._reset_srv = self.create_service(Trigger, '~/reset', self._on_reset,
+                                              qos_profile=_reset_qos(),
+                                              callback_group=MutuallyExclusiveCallbackGroup())
         self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self._diag_group = MutuallyExclusiveCallbackGroup()
         self._diag_timer = self._create_diagnostics_timer()
@@ -222,13 +244,15 @@ class LingbotMapNode(Node):
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response
                   ) -> Trigger.Response:
         try:
-            cleared = self._runner.reset('manual', _RESET_WAIT_S)
+            # One wait per busy frame: callers queued behind it join the reset already pending.
+            wait_s = 0.0 if self._runner.reset_pending else _RESET_WAIT_S
+            cleared = self._runner.reset('manual', wait_s)
         except Exception as exc:  # noqa: BLE001 - answer the caller instead of raising
             response.success, response.message = False, f'reset failed: {exc}'
             return response
         response.success = True
         if cleared is None:
-            response.message = (f'inference busy for more than {_RESET_WAIT_S:.0f} s; the '
+            response.message = (f'inference busy for more than {wait_s:.0f} s; the '
                                 'reset runs before the next frame')
         else:
             response.message = 'cleared ' + ', '.join(f'{k}={v}' for k, v in cleared.items())
@@ -253,11 +277,13 @@ class LingbotMapNode(Node):
         msg.status = [
             diagnostics.input_status(name, report, info,
                                      self._values['diagnostics.stale_after_s']),
-            diagnostics.engine_status(name, report, session,
-                                      config.cache.scale_frames),
-            diagnostics.cache_status(name, session.get('cache', {}),
-                                     int(session.get('time_index', 0)),
-                                     config.model.max_frame_num)]
+            stall_watch.mark_stall(
+                diagnostics.engine_status(name, report, session, config.cache.scale_frames),
+                self._runner.busy_s(), self._values['diagnostics.stall_after_s']),
+            diagnostics.cache_status(name, session.cache, session.time_index,
+                                     config.model.max_frame_num),
+            odometry_status(name, self._runner.rollover_stats(), self._outputs.frames_info(),
+                            config.stream.session_keyframes)]
         return msg
 
     def _validate_parameters(self, changes: list[Any]) -> SetParametersResult:
@@ -266,6 +292,7 @@ class LingbotMapNode(Node):
 
     def _apply_parameters(self, changes: list[Any]) -> None:
         self._values = {**self._values, **{p.name: p.value for p in changes}}
+        self._runner.set_options(NodeOptions.from_values(self._values))
         names = {p.name for p in changes}
         if names & params.LIVE_ENGINE_PARAMS:
             self._runner.set_pending_config(params.engine_config(self._values))
@@ -276,11 +303,19 @@ class LingbotMapNode(Node):
             self._diag_timer = self._create_diagnostics_timer()
 
     def destroy_node(self) -> None:
-        """Stop the worker (finishing the frame in progress), then destroy the node."""
-        if not self._worker.stop():
-            self.get_logger().warning('worker did not finish its frame within 10 s')
+        """Stop the worker (waiting a few seconds for the frame in progress), destroy the node.
+
+        The engine's log bridge goes first and the warning comes after the node is gone: at
+        shutdown the context is already invalid and a record sent to /rosout then fails.
+        """
         logging_bridge.detach(self._log_handler)
+        stopped = self._worker.stop(_SHUTDOWN_WAIT_S)
+        name = self.get_logger().name
         super().destroy_node()
+        if not stopped:
+            # The worker is a daemon thread: the process exits without waiting for its frame.
+            rclpy.logging.get_logger(name).warning(
+                f'worker did not finish its frame within {_SHUTDOWN_WAIT_S:.0f} s; abandoned')
 
 
 def main(args: list[str] | None = None, node_class: type | None = None,
@@ -303,7 +338,12 @@ def main(args: list[str] | None = None, node_class: type | None = None,
     # Explicit init/shutdown rather than `with rclpy.init()`, which only newer rclpy has
     # (Jazzy robots run this node too).
     try:
-        rclpy.init(args=args)
+        try:
+            rclpy.init(args=args)
+        except Exception as exc:  # noqa: BLE001 - e.g. a bad --params-file: one line, no trace
+            rclpy.logging.get_logger(NODE_NAME).fatal(
+                f'cannot start: {str(exc).strip().splitlines()[-1]}')
+            return 1
         try:
             node = node_class()
         except (ValueError, ImportError, WeightsError, OSError, ParameterException) as exc:

@@ -13,14 +13,15 @@
 # limitations under the License.
 """Publishers of the node's outputs, all stamped with the input image's stamp.
 
-Frames (docs/ros_interface.md, "Frame conventions"): ``map_frame`` is anchored at the first
-camera of the current session (after every reset the map restarts there), with the axes chosen
-by ``frames.map_axes``. Poses are those of the camera *optical* frame (x right, y down,
-z forward). Translation, depth and the cloud share one non-metric scale fixed by the first
-``cache.scale_frames`` frames; it changes after every reset. The model gives no uncertainty:
-odometry covariances are marked unknown with a large variance (:data:`UNKNOWN_VARIANCE`, as
-rtabmap does when lost) on the diagonal, never all zero (which filters read as exact). The twist
-is a finite difference of consecutive poses, in the camera frame, in map units per second.
+Frames (REP 105, docs/odometry.md, ``odom_frames.py``): poses, path, odometry and TF are those
+of ``frames.base_frame`` in ``frames.odom_frame``, which is anchored at the first pose after
+start or a reset and stays continuous across session rollovers. TF ``odom -> base_frame`` only;
+with ``frames.map_frame`` set, also a static identity ``map -> odom``. Translation, depth and the
+cloud share one non-metric scale, fixed by the first session's scale frames and carried across
+rollovers. The model gives no uncertainty: odometry covariances are marked unknown with a large
+variance (:data:`UNKNOWN_VARIANCE`, as rtabmap does when lost) on the diagonal, never all zero
+(which filters read as exact). The twist is a finite difference of consecutive poses, in
+``base_frame``, in odom units per second.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from geometry_msgs.msg import PoseStamped, TransformStamped
 from lingbot_map_ros.engine.geometry import unproject_depth
 from lingbot_map_ros.engine.prediction import FramePrediction
 from lingbot_map_ros.ros import conversions
+from lingbot_map_ros.ros.node_options import NodeOptions
+from lingbot_map_ros.ros.odom_frames import lookup_mount, OdomFrames
 from nav_msgs.msg import Odometry, Path
 import numpy as np
 from rclpy.publisher import Publisher
@@ -39,7 +42,8 @@ from rclpy.qos import QoSProfile
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2, PointField
 
 try:  # tf2_ros comes with a ROS install, not with the PyPI wheels.
-    from tf2_ros import TransformBroadcaster
+    from tf2_ros import Buffer, StaticTransformBroadcaster, TransformBroadcaster
+    from tf2_ros import TransformListener
 except ImportError:  # pragma: no cover - depends on the machine
     TransformBroadcaster = None
 
@@ -55,17 +59,21 @@ _CLOUD_FIELDS = [PointField(name=n, offset=4 * i, datatype=PointField.FLOAT32, c
 class Outputs:
     """Owns the output publishers, the bounded path and the previous pose (for the twist)."""
 
-    def __init__(self, node: Any, map_frame: str, map_axes: str) -> None:
+    def __init__(self, node: Any, values: dict[str, Any]) -> None:
         """Create every output publisher (optional outputs are created too and stay silent).
 
         Args:
             node: the ``rclpy`` node.
-            map_frame: frame_id of poses, path, odometry and cloud.
-            map_axes: 'flu' or 'optical' (see :func:`conversions.map_axes_transform`).
+            values: parameter values; ``frames.*`` are read once here.
+
+        Raises:
+            ValueError: a bad ``frames.base_to_camera``.
         """
         self._node = node
-        self._map_frame = map_frame
-        self._axes = conversions.map_axes_transform(map_axes)
+        self._odom_frame = values['frames.odom_frame']
+        self._base_frame = values['frames.base_frame']
+        self._frames = OdomFrames(values['frames.base_to_camera'])
+        self._tf_buffer = None
         reliable = QoSProfile(depth=10)
         self._pose_pub = node.create_publisher(PoseStamped, '~/pose', reliable)
         self._odom_pub = node.create_publisher(Odometry, '~/odometry', reliable)
@@ -76,6 +84,20 @@ class Outputs:
                                                QoSProfile(depth=2))
         self._cloud_pub = node.create_publisher(PointCloud2, '~/cloud', QoSProfile(depth=2))
         self._tf = TransformBroadcaster(node) if TransformBroadcaster is not None else None
+        if self._tf is not None:
+            self._tf_buffer = Buffer()
+            try:  # only /tf_static where tf2_ros offers it: the mounting is static
+                self._tf_listener = TransformListener(self._tf_buffer, node, spin_thread=False,
+                                                      static_only=True)
+            except TypeError:  # pragma: no cover - older tf2_ros
+                self._tf_listener = TransformListener(self._tf_buffer, node, spin_thread=False)
+            self._static_tf = StaticTransformBroadcaster(node)
+            if values['frames.map_frame']:
+                identity = TransformStamped(child_frame_id=self._odom_frame)
+                identity.header.frame_id = values['frames.map_frame']
+                identity.header.stamp = node.get_clock().now().to_msg()
+                identity.transform.rotation.w = 1.0
+                self._static_tf.sendTransform(identity)
         self._path: collections.deque[PoseStamped] = collections.deque(maxlen=1000)
         self._prev: tuple[int, np.ndarray] | None = None
 
@@ -84,53 +106,78 @@ class Outputs:
         """Return True when tf2_ros is importable and TF can be broadcast."""
         return self._tf is not None
 
+    def frames_info(self) -> dict[str, str]:
+        """``odom_frame``, ``base_frame`` and where the mounting came from, for diagnostics."""
+        return {'odom_frame': self._odom_frame, 'base_frame': self._base_frame,
+                'mounting': 'tf_static' if self._frames.mount_from_tf else 'parameter'}
+
     def destroy(self) -> None:
         """Destroy every publisher (lifecycle cleanup); the object is unusable afterwards."""
         for value in list(vars(self).values()):
             if isinstance(value, Publisher):
                 self._node.destroy_publisher(value)
-        if self._tf is not None:
-            self._node.destroy_publisher(self._tf.pub_tf)
+        for broadcaster in (self._tf, getattr(self, '_static_tf', None)):
+            if broadcaster is not None:
+                self._node.destroy_publisher(broadcaster.pub_tf)
 
     def clear(self) -> int:
-        """Forget the path and the previous pose (on reset). Returns the poses cleared."""
+        """Forget the path, the previous pose and the odom origin (on reset).
+
+        Returns:
+            The poses cleared from the path.
+        """
         count = len(self._path)
         self._path.clear()
         self._prev = None
+        self._frames.clear()
         return count
 
-    def publish(self, pred: FramePrediction, camera_frame: str, opts: dict[str, Any]) -> None:
+    def publish(self, pred: FramePrediction, camera_frame: str, opts: NodeOptions) -> None:
         """Publish every enabled output for one prediction.
 
         Args:
             pred: the engine's prediction (its ``c2w`` must be finite).
-            camera_frame: child frame of the pose.
-            opts: current parameter values (``publish.*``).
+            camera_frame: frame_id of the image (depth image; mounting lookup).
+            opts: current node options (what to publish).
 
         Raises:
             ValueError: non-finite pose (nothing is published).
         """
-        c2w = self._axes @ pred.c2w
+        if not np.isfinite(pred.c2w).all():
+            raise ValueError(f'frame {pred.frame_index}: non-finite pose')
+        if not self._frames.anchored:
+            self._read_mount(camera_frame)
+        c2w = self._frames.base_in_odom(pred.c2w)
         position, quat = conversions.c2w_to_pose(c2w)
         pose = PoseStamped()
-        pose.header.frame_id = self._map_frame
+        pose.header.frame_id = self._odom_frame
         conversions.fill_stamp(pose.header.stamp, pred.stamp_ns)
         p, o = pose.pose.position, pose.pose.orientation
         p.x, p.y, p.z = position
         o.x, o.y, o.z, o.w = quat
         self._pose_pub.publish(pose)
-        self._publish_odometry(pose, c2w, pred.stamp_ns, camera_frame)
-        self._publish_path(pose, int(opts['publish.path_max_poses']))
-        if opts['publish.tf'] and self._tf is not None:
-            self._publish_tf(pose, camera_frame)
-        if pred.depth is not None and opts['publish.depth']:
+        self._publish_odometry(pose, c2w, pred.stamp_ns)
+        self._publish_path(pose, opts.path_max_poses)
+        if opts.publish_tf and self._tf is not None:
+            self._publish_tf(pose)
+        if pred.depth is not None and opts.publish_depth:
             self._publish_depth(pred, pose.header, camera_frame)
-        if pred.depth is not None and opts['publish.cloud']:
-            self._publish_cloud(pred, pose.header, int(opts['publish.cloud_stride']))
+        if pred.depth is not None and opts.publish_cloud:
+            self._publish_cloud(pred, pose.header, opts.cloud_stride)
 
-    def _publish_odometry(self, pose: PoseStamped, c2w: np.ndarray, stamp_ns: int,
-                          camera_frame: str) -> None:
-        odom = Odometry(header=pose.header, child_frame_id=camera_frame)
+    def _read_mount(self, camera_frame: str) -> None:
+        """Take the mounting from /tf_static when it is there (once, before the first anchor)."""
+        if self._tf_buffer is None or self._frames.mount_from_tf:
+            return
+        mount = lookup_mount(self._tf_buffer, self._base_frame, camera_frame)
+        if mount is not None:
+            self._frames.set_mount_from_tf(mount)
+            self._node.get_logger().info(
+                f'camera mounting {self._base_frame} -> {camera_frame} read from TF; '
+                'frames.base_to_camera is not used')
+
+    def _publish_odometry(self, pose: PoseStamped, c2w: np.ndarray, stamp_ns: int) -> None:
+        odom = Odometry(header=pose.header, child_frame_id=self._base_frame)
         odom.pose.pose = pose.pose
         odom.pose.covariance = odom.twist.covariance = _UNKNOWN_COVARIANCE
         if self._prev is not None and stamp_ns > self._prev[0]:
@@ -151,8 +198,8 @@ class Outputs:
         self._path.append(pose)
         self._path_pub.publish(Path(header=pose.header, poses=list(self._path)))
 
-    def _publish_tf(self, pose: PoseStamped, camera_frame: str) -> None:
-        tf = TransformStamped(header=pose.header, child_frame_id=camera_frame)
+    def _publish_tf(self, pose: PoseStamped) -> None:
+        tf = TransformStamped(header=pose.header, child_frame_id=self._base_frame)
         p, t = pose.pose.position, tf.transform.translation
         t.x, t.y, t.z = p.x, p.y, p.z
         tf.transform.rotation = pose.pose.orientation
@@ -176,7 +223,8 @@ class Outputs:
 
     def _publish_cloud(self, pred: FramePrediction, header: Any, stride: int) -> None:
         world = unproject_depth(pred.depth, pred.intrinsics, pred.c2w)
-        points = world @ self._axes[:3, :3].T
+        odom = self._frames.odom_from_world()
+        points = world @ odom[:3, :3].T + odom[:3, 3]
         num, data = conversions.xyz_rgb_cloud(points, pred.image, stride,
                                               valid=np.asarray(pred.depth) > 0)
         cloud = PointCloud2(header=header, height=1, width=num, fields=_CLOUD_FIELDS,

@@ -84,6 +84,8 @@ def _param_type(value: Any) -> int:
         return ParameterType.PARAMETER_STRING
     if isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value):
         return ParameterType.PARAMETER_INTEGER_ARRAY
+    if isinstance(value, (list, tuple)) and all(isinstance(v, float) for v in value):
+        return ParameterType.PARAMETER_DOUBLE_ARRAY
     raise TypeError(f'no ROS parameter type for {value!r}')
 
 
@@ -114,17 +116,31 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
               'one is a clock jump (bag loop, simulator reset) and resets the session; a '
               'smaller step back is a reordered frame and is dropped.', _LIVE,
               float_range=(0.0, 3600.0)),
-    ParamSpec('frames.map_frame', 'map', 'Fixed frame of the poses, path, TF and cloud.', _RO),
+    ParamSpec('input.forward_jump_s', 0.1, 'A stamp more than this (or 4 frame periods, if '
+              'longer) ahead of the last is held back: fed when the next frame comes after it, '
+              'else dropped as an outlier; 0 turns the check off.', _LIVE,
+              float_range=(0.0, 3600.0)),
+    ParamSpec('input.resolution_change_frames', 3, 'Consecutive frames of a new image size '
+              'needed before the session restarts at that size; fewer are dropped.', _LIVE,
+              int_range=(1, 1000, 0)),
+    ParamSpec('frames.odom_frame', 'odom', 'Continuous frame of the poses, path, odometry, TF '
+              'and cloud (REP 105): base_frame at start or at the last reset; rollovers do '
+              'not move it.', _RO),
+    ParamSpec('frames.base_frame', 'base_link', 'Frame whose pose is published (TF odom_frame '
+              '-> base_frame, odometry child_frame_id).', _RO),
+    ParamSpec('frames.base_to_camera', [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0], 'Camera mounting: '
+              'x y z qx qy qz qw of the camera body frame (x forward, z up) in base_frame; the '
+              'optical rotation is applied on top. Replaced by base_frame -> camera frame from '
+              '/tf_static when tf2_ros finds it.', _RO),
+    ParamSpec('frames.map_frame', '', 'Optional: broadcast a static identity map_frame -> '
+              "odom_frame; '' (default) leaves map to a localisation node.", _RO),
     ParamSpec('frames.camera_frame', '', 'Camera optical frame of the outputs; empty: the '
               'frame_id of each input image.', _RO),
-    ParamSpec('frames.map_axes', 'flu', "Axes of map_frame at the first camera: 'flu' (REP 103:"
-              " x forward, y left, z up) or 'optical' (the first camera's optical frame, "
-              'z forward, y down).', _RO, choices=('flu', 'optical')),
-    ParamSpec('publish.tf', True, 'Broadcast map_frame -> camera frame on /tf (needs tf2_ros).',
+    ParamSpec('publish.tf', True, 'Broadcast odom_frame -> base_frame on /tf (needs tf2_ros).',
               _LIVE),
     ParamSpec('publish.depth', False, 'Publish ~/depth/image (32FC1, non-metric) and '
               '~/depth/camera_info; needs stream.enable_depth.', _LIVE),
-    ParamSpec('publish.cloud', False, 'Publish ~/cloud (PointCloud2 xyz+rgb in map_frame); '
+    ParamSpec('publish.cloud', False, 'Publish ~/cloud (PointCloud2 xyz+rgb in odom_frame); '
               'needs stream.enable_depth.', _LIVE),
     ParamSpec('publish.cloud_stride', 4, 'Keep every n-th pixel in each direction for ~/cloud.',
               _LIVE, int_range=(1, 64, 0)),
@@ -134,6 +150,8 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
               float_range=(0.05, 60.0)),
     ParamSpec('diagnostics.stale_after_s', 5.0, 'Input status is STALE when no image arrived '
               'for this long.', _LIVE, float_range=(0.1, 3600.0)),
+    ParamSpec('diagnostics.stall_after_s', 10.0, 'Engine status is ERROR while one frame has '
+              'been in progress for longer than this.', _LIVE, float_range=(0.1, 3600.0)),
 )
 
 # Bounds announced for engine integers (the dataclasses check them again).
@@ -145,6 +163,8 @@ _ENGINE_INT_RANGES: dict[str, tuple[int, int, int]] = {
     'cache.max_total_frames': (2, 10_000_000, 0),
     'stream.image_width': (14, 4088, 14),
     'stream.keyframe_interval': (1, 10_000, 0),
+    'stream.session_keyframes': (2, 1_000_000, 0),
+    'stream.overlap_keyframes': (1, 1_000_000, 0),
 }
 
 
@@ -256,6 +276,8 @@ def check_changes(changes: dict[str, Any], current: dict[str, Any]) -> str | Non
     """
     specs = {s.name: s for s in all_specs(current.get('model.preset', 'official'))}
     for name, value in changes.items():
+        if not name:
+            return 'a parameter name may not be empty'
         if name not in specs:
             continue
         reason = check_value(specs[name], value)

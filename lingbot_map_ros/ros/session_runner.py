@@ -22,9 +22,13 @@ a counted drop or a counted reset, never as an exception into the executor:
 condition                what happens
 =======================  ===============================================================
 bad image                dropped, reason from the converter (encoding/size/step/...)
+invalid stamp            dropped as ``stamp_invalid`` (nanosec outside [0, 1e9))
 stamp not newer          dropped as ``stamp_out_of_order`` (small step back, duplicate)
+stamp far ahead          held; fed when the next frame confirms it, else ``stamp_jump_ahead``
+new size, not yet seen   dropped as ``resolution_mismatch`` (``resolution_change_frames``)
 stamp jumps back         session reset (``clock_jump``), the frame starts the new map
 engine refuses frame     dropped as ``invalid_frame``
+session full             rollover (``engine/rollover.py``): no reset, poses stay continuous
 session limit            session reset (``time_index_limit``, ``cache_full``,
                          ``resolution_changed``), the frame is fed again
 non-finite pose          session reset (``nan_pose``), the frame is dropped
@@ -44,9 +48,11 @@ from typing import Any, Callable
 
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.prediction import FramePrediction
+from lingbot_map_ros.engine.stats import RolloverStats, SessionStats
 from lingbot_map_ros.engine.stream_feeder import FeedResult, StreamFeeder
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.ros.diagnostics import NodeStats
+from lingbot_map_ros.ros.node_options import NodeOptions
 from lingbot_map_ros.ros.outputs import Outputs
 import numpy as np
 
@@ -68,7 +74,7 @@ class SessionRunner:
     """Feeds frames to a ``StreamingSession`` and publishes what comes out."""
 
     def __init__(self, session: Any, outputs: Outputs, stats: NodeStats, logger: Any,
-                 options: Callable[[], dict[str, Any]],
+                 options: NodeOptions,
                  convert_raw: Callable[[Any], np.ndarray]) -> None:
         """Wire the runner.
 
@@ -77,7 +83,7 @@ class SessionRunner:
             outputs: the publishers.
             stats: shared counters.
             logger: the node's logger.
-            options: returns the current parameter values.
+            options: the node options at start (``set_options`` replaces them).
             convert_raw: ``sensor_msgs/Image`` -> RGB converter (cv_bridge or ours).
         """
         self._session = session
@@ -96,11 +102,36 @@ class SessionRunner:
         self._camera_k: np.ndarray | None = None
         self._camera_k_logged = False
         self._drop_log: dict[str, tuple[float, int]] = {}
-        self._session_stats: dict[str, Any] = session.stats()
+        self._session_stats: SessionStats = session.stats()
+        self._rollover_stats: RolloverStats = session.rollover_stats()
+        self._busy_since: float | None = None
+        self._held: tuple[int, str, float] | None = None
 
-    def session_stats(self) -> dict[str, Any]:
+    def session_stats(self) -> SessionStats:
         """Return the session's ``stats()`` as of the last frame or reset (never blocks)."""
         return self._session_stats
+
+    def rollover_stats(self) -> RolloverStats:
+        """Return the rollover counters as of the last frame or reset (never blocks)."""
+        return self._rollover_stats
+
+    def _take_snapshot(self) -> None:
+        self._session_stats = self._session.stats()
+        self._rollover_stats = self._session.rollover_stats()
+
+    def set_options(self, options: NodeOptions) -> None:
+        """Use ``options`` from the next frame on (safe from any thread)."""
+        self._options = options
+
+    @property
+    def reset_pending(self) -> bool:
+        """Return True when a reset waits for the next frame (after a wait for a busy frame)."""
+        return self._pending_reset is not None
+
+    def busy_s(self) -> float | None:
+        """Seconds the frame in progress has taken so far, None when idle (never blocks)."""
+        since = self._busy_since
+        return None if since is None else time.monotonic() - since
 
     def set_camera_k(self, k: np.ndarray) -> None:
         """Store the camera_info intrinsics, to compare once with the estimate."""
@@ -131,12 +162,23 @@ class SessionRunner:
 
     def handle(self, item: InputFrame) -> None:
         """Process one queued frame (worker thread)."""
-        opts = self._options()
+        self._busy_since = time.monotonic()
+        try:
+            self._handle(item)
+        finally:
+            self._busy_since = None
+
+    def _handle(self, item: InputFrame) -> None:
+        opts = self._options
         image = self._convert(item)
         if image is None:
             return
-        stamp_ns = conversions.stamp_to_ns(item.msg.header.stamp)
-        frame_id = opts['frames.camera_frame'] or item.msg.header.frame_id
+        try:
+            stamp_ns = conversions.stamp_to_ns(item.msg.header.stamp)
+        except conversions.InvalidStampError as exc:
+            self._drop('stamp_invalid', str(exc))
+            return
+        frame_id = opts.camera_frame or item.msg.header.frame_id
         if not frame_id:
             frame_id = DEFAULT_CAMERA_FRAME
             self._log.warning(f"input image has no frame_id; using '{frame_id}' (set "
@@ -144,15 +186,33 @@ class SessionRunner:
         with self._lock:
             if self._pending_reset is not None:
                 self._reset_locked(self._pending_reset, 'requested')
-            self._feeder.backwards_reset_s = opts['input.backwards_reset_s']
+            self._feeder.backwards_reset_s = opts.backwards_reset_s
+            self._feeder.jump_guard.forward_jump_s = opts.forward_jump_s
+            self._feeder.resolution_guard.change_frames = opts.resolution_change_frames
             fed = self._feeder.feed(image, stamp_ns)
             self._report(fed)
-            if fed.accepted:
-                # Registered after the resets reported above, which forget buffered frames.
-                self._frame_ids[stamp_ns] = frame_id
-                self._received[stamp_ns] = item.received_s
+            self._register(fed, stamp_ns, frame_id, item.received_s)
             self._publish(fed.predictions, opts)
-            self._session_stats = self._session.stats()
+            self._take_snapshot()
+
+    def _register(self, fed: FeedResult, stamp_ns: int, frame_id: str, received_s: float
+                  ) -> None:
+        """Remember frame ids and receipt times of frames whose predictions may come later.
+
+        Runs after the resets of ``fed`` were reported (they forget buffered frames), so a held
+        frame fed in this call is registered again.
+        """
+        held, self._held = self._held, None
+        if held is not None and fed.held_drop is None:
+            self._frame_ids[held[0]], self._received[held[0]] = held[1], held[2]
+        elif held is not None:
+            self._frame_ids.pop(held[0], None)
+            self._received.pop(held[0], None)
+        if fed.accepted or fed.held:
+            self._frame_ids[stamp_ns] = frame_id
+            self._received[stamp_ns] = received_s
+        if fed.held:
+            self._held = (stamp_ns, frame_id, received_s)
 
     def _convert(self, item: InputFrame) -> np.ndarray | None:
         try:
@@ -185,10 +245,12 @@ class SessionRunner:
                 self._log.error(f'engine error, resetting the session: {error}',
                                 throttle_duration_sec=_THROTTLE_S)
             self._record_reset(reset.reason, reset.detail, reset.cleared)
+        if fed.held_drop is not None:
+            self._drop(fed.held_drop.reason, fed.held_drop.detail)
         if fed.drop is not None:
             self._drop(fed.drop.reason, fed.drop.detail)
 
-    def _publish(self, preds: list[FramePrediction], opts: dict[str, Any]) -> None:
+    def _publish(self, preds: list[FramePrediction], opts: NodeOptions) -> None:
         for pred in preds:
             frame_id = self._frame_ids.pop(pred.stamp_ns, DEFAULT_CAMERA_FRAME)
             received = self._received.pop(pred.stamp_ns, time.monotonic())
@@ -208,10 +270,8 @@ class SessionRunner:
         """Run by the feeder right after every session reset, before any frame is fed again."""
         self._pending_reset = None
         if self._pending_config is not None:
-            # Only live fields (keyframe interval, depth on/off) differ; the session reads
-            # them per frame, so swapping the config between sessions is enough. It is swapped
-            # here so that a frame fed again after a limit reset already sees it.
-            self._session.config = self._pending_config
+            # Applied here so that a frame fed again after a limit reset already sees it.
+            self._session.apply_config(self._pending_config)
             self._pending_config = None
 
     def _record_reset(self, reason: str, detail: str, cleared: dict[str, int]
@@ -219,6 +279,7 @@ class SessionRunner:
         cleared = {**cleared, 'path_poses': self._outputs.clear()}
         self._frame_ids.clear()
         self._received.clear()
+        self._held = None
         self._stats.count_reset(reason, detail)
         summary = ', '.join(f'{k}={v}' for k, v in cleared.items())
         if reason == 'manual':
@@ -226,7 +287,7 @@ class SessionRunner:
         else:
             self._log.warning(f'session reset ({reason}): {detail}; cleared {summary}',
                               throttle_duration_sec=1.0)
-        self._session_stats = self._session.stats()
+        self._take_snapshot()
         return cleared
 
     def _compare_camera_info(self, pred: FramePrediction) -> None:

@@ -50,6 +50,14 @@ class BagError(RuntimeError):
     """A bag that cannot be read as asked (missing, no such topic, wrong message type)."""
 
 
+class StorageError(BagError):
+    """The bag's storage broke while it was being read (e.g. a corrupt sqlite page)."""
+
+
+class BadMessageError(ValueError):
+    """One recorded message cannot be deserialized (truncated or garbage CDR, bad UTF-8)."""
+
+
 @dataclass(frozen=True)
 class TopicInfo:
     """One topic of a bag."""
@@ -161,18 +169,36 @@ def read_raw(reader: Reader, topics: list[str] | None = None) -> Iterator[RawMes
 
     Yields:
         :class:`RawMessage` per recorded message.
+
+    Raises:
+        StorageError: the storage cannot be read further; the messages before were yielded.
     """
     wanted: list[Connection] = [c for c in reader.connections
                                 if topics is None or c.topic in topics]
     if not wanted:
         return
-    for conn, log_time_ns, data in reader.messages(connections=wanted):
+    messages = reader.messages(connections=wanted)
+    while True:
+        try:
+            conn, log_time_ns, data = next(messages)
+        except StopIteration:
+            return
+        except Exception as exc:  # sqlite3 / mcap / rosbags raise unrelated types
+            raise StorageError(f'bag storage unreadable: {type(exc).__name__}: {exc}') from exc
         yield RawMessage(conn.topic, conn.msgtype, int(log_time_ns), bytes(data))
 
 
 def deserialize(message: RawMessage) -> Any:
-    """Deserialize a raw message into a ``rosbags`` dataclass (fields as in ``rclpy``)."""
-    return TYPESTORE.deserialize_cdr(message.data, message.msgtype)
+    """Deserialize a raw message into a ``rosbags`` dataclass (fields as in ``rclpy``).
+
+    Raises:
+        BadMessageError: the bytes are not a valid message of its type.
+    """
+    try:
+        return TYPESTORE.deserialize_cdr(message.data, message.msgtype)
+    except Exception as exc:  # struct.error, UnicodeDecodeError, IndexError, ... from rosbags
+        raise BadMessageError(f'{message.msgtype} at {message.log_time_ns} ns: '
+                              f'{type(exc).__name__}: {exc}') from exc
 
 
 def _header(stamp_ns: int, frame_id: str) -> Any:

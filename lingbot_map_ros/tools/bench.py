@@ -26,25 +26,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-from types import ModuleType
 
 _SUBCOMMANDS = {
     'cache': 'lingbot_map_ros.tools.bench_cache',
-    # The 'model' subcommand lives in its own module, written separately; until that module
-    # exists the subcommand is simply absent (any other import error still surfaces).
     'model': 'lingbot_map_ros.tools.bench_model',
 }
-_OPTIONAL = {'model'}
-
-
-def _load(name: str) -> ModuleType | None:
-    module_name = _SUBCOMMANDS[name]
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if name in _OPTIONAL and exc.name == module_name:
-            return None
-        raise
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,10 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog='lingbot_map_bench', description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     subparsers = parser.add_subparsers(dest='command', required=True)
-    for name in _SUBCOMMANDS:
-        module = _load(name)
-        if module is None:
-            continue
+    for name, module_name in _SUBCOMMANDS.items():
+        module = importlib.import_module(module_name)
         summary = (module.__doc__ or name).strip().splitlines()[0]
         sub = subparsers.add_parser(name, help=summary, description=module.__doc__,
                                     formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -22,6 +22,12 @@ schedule. Each call is timed with CUDA events and followed by a device sync, so 
 is its full latency (aggregator + camera head + optional depth head + the host work between
 kernels). Image decoding and preprocessing are not timed (the node does them on another path).
 
+Long runs go through the same rollover layer as the node (``engine/rollover.py``): every
+``--session-keyframes`` keyframes the session rolls over, so ``--frames 20000`` runs for as
+long as one likes with bounded memory. ``--progress N`` prints the mean ms and the peak GPU
+memory of every N frames; the JSON gets ``long_run`` (``tools/bench_rollover.py``): block
+means, their flatness with and without the window refills, and the rollover frames' latency.
+
 Reported: global FPS (all frames incl. phase 1 over total time), windowed FPS around 10/50/90 %
 of the run and over the last frames, p50/p90/max ms per streaming frame, peak GPU memory, cache
 statistics. The last line printed is one JSON document.
@@ -30,9 +36,10 @@ statistics. The last line printed is one JSON document.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import logging
-import math
 import platform
 import time
 from typing import Any
@@ -40,9 +47,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from .bench_rollover import block_report
 from ..config import CacheConfig, EngineConfig, ModelConfig, StreamConfig
 from ..engine.pipeline import StreamingSession
 from ..engine.preprocess import PreprocessInfo
+from ..engine.rollover import RolloverSession
 
 _LOG = logging.getLogger(__name__)
 
@@ -62,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--scale-frames', type=int, default=8, help='N_s')
     parser.add_argument('--window', type=int, default=64, help='sliding window W (keyframes)')
     parser.add_argument('--keyframe-interval', type=int, default=1, help='K')
+    parser.add_argument('--session-keyframes', type=int,
+                        default=StreamConfig.session_keyframes,
+                        help='keyframes per session before a rollover (stream.session_keyframes)')
+    parser.add_argument('--overlap-keyframes', type=int,
+                        default=StreamConfig.overlap_keyframes,
+                        help='keyframes run again at a rollover (stream.overlap_keyframes)')
     parser.add_argument('--backend', default='flashinfer',
                         choices=['flashinfer', 'sdpa', 'reference'], help='cache attention')
     parser.add_argument('--dtype', default='bfloat16', choices=['bfloat16', 'float16', 'float32'],
@@ -96,18 +111,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark described by ``args``; print the table and return the JSON dict."""
-    keyframes = args.scale_frames + math.ceil(
-        max(0, args.frames - args.scale_frames) / args.keyframe_interval)
+    # Sessions roll over, so the RoPE table and the cache only need to hold one session.
     config = EngineConfig(
-        model=ModelConfig.from_preset(args.preset, max_frame_num=max(1024, keyframes + 16)),
+        model=ModelConfig.from_preset(args.preset),
         cache=CacheConfig(backend=args.backend, scale_frames=args.scale_frames,
-                          sliding_window=args.window, max_total_frames=max(2048, keyframes + 16),
-                          dtype=args.dtype),
+                          sliding_window=args.window, dtype=args.dtype),
         stream=StreamConfig(device=args.device, dtype=args.dtype, image_width=args.width,
                             keyframe_interval=args.keyframe_interval, enable_depth=args.depth,
-                            cuda_graphs=args.cuda_graphs, compile=args.compile))
-    session = StreamingSession(config, args.weights, allow_random_weights=args.weights is None,
-                               seed=args.seed)
+                            cuda_graphs=args.cuda_graphs, compile=args.compile,
+                            session_keyframes=args.session_keyframes,
+                            overlap_keyframes=args.overlap_keyframes))
+    session = RolloverSession(StreamingSession(config, args.weights,
+                                               allow_random_weights=args.weights is None,
+                                               seed=args.seed))
     device = torch.device(args.device)
     frames, info = _synthetic_frames(args.height, args.width, device)
     warmup = args.scale_frames + args.window + 10 if args.warmup is None else args.warmup
@@ -115,8 +131,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     session.reset()
     if device.type == 'cuda':
         torch.cuda.reset_peak_memory_stats(device)
+    _BLOCK_PEAKS.clear()
     times_ms, roles = _stream(session, frames, info, args.frames, device, args.progress)
     result = _summarise(args, times_ms, roles, session, device)
+    rollover_at = [i for i, role in enumerate(roles) if role.endswith('+rollover')]
+    result['long_run'] = block_report(times_ms, rollover_at, args.window,
+                                      args.progress or 100, _BLOCK_PEAKS)
     if args.components and device.type == 'cuda':
         result['components_ms'] = _components(session, frames, info, args.components, device)
     if args.host_timing and device.type == 'cuda':
@@ -150,24 +170,32 @@ def _components(session: StreamingSession, frames: list[torch.Tensor], info: Pre
     host-side: preprocessing hand-off, pose decoding).
     """
     model = session.model
-    parts = {'aggregator': model.aggregator, 'camera_head': model.camera_head}
+    parts: dict[str, Any] = {'camera_head': model.camera_head}
     if model.depth_head is not None and session.config.stream.enable_depth:
         parts['depth_head'] = model.depth_head
-    events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {p: [] for p in parts}
+    events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {
+        p: [] for p in ('aggregator', *parts)}
+
+    def pre(_module: Any = None, _args: Any = None, name: str = 'aggregator') -> None:
+        start = torch.cuda.Event(enable_timing=True)
+        start.record()
+        events[name].append((start, torch.cuda.Event(enable_timing=True)))
+
+    def post(_module: Any = None, _args: Any = None, _out: Any = None,
+             name: str = 'aggregator') -> None:
+        events[name][-1][1].record()
+
     handles = []
     for name, module in parts.items():
-        def pre(_module: Any, _args: Any, name: str = name) -> None:
-            start = torch.cuda.Event(enable_timing=True)
-            start.record()
-            events[name].append((start, torch.cuda.Event(enable_timing=True)))
-
-        def post(_module: Any, _args: Any, _out: Any, name: str = name) -> None:
-            events[name][-1][1].record()
-
-        handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+        handles += [module.register_forward_pre_hook(functools.partial(pre, name=name)),
+                    module.register_forward_hook(functools.partial(post, name=name))]
+    # The aggregator's calls go through the frame runner (graphs or eager), not its forward.
+    runner = model.frame_runner
+    model.frame_runner = _Bracketed(runner, pre, post)
     try:
         times_ms, _ = _stream(session, frames, info, count, device)
     finally:
+        model.frame_runner = runner
         for handle in handles:
             handle.remove()
     torch.cuda.synchronize(device)
@@ -175,6 +203,22 @@ def _components(session: StreamingSession, frames: list[torch.Tensor], info: Pre
            for name, pairs in events.items() if pairs}
     out['frame'] = round(float(np.mean(times_ms)), 3)
     return out
+
+
+class _Bracketed:
+    """A callable that runs ``before()`` and ``after()`` around ``inner``; else ``inner``."""
+
+    def __init__(self, inner: Any, before: Any, after: Any) -> None:
+        self._inner, self._before, self._after = inner, before, after
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._before()
+        out = self._inner(*args, **kwargs)
+        self._after()
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 def _host_timing(session: StreamingSession, frames: list[torch.Tensor], info: PreprocessInfo,
@@ -243,15 +287,33 @@ def _stream(session: StreamingSession, frames: list[torch.Tensor], info: Preproc
             elapsed = (time.perf_counter() - t0) * 1e3
         if preds:
             times_ms.append(elapsed)
-            roles.append(preds[0].role if len(preds) == 1 else f'scale x{len(preds)}')
+            role = preds[0].role if len(preds) == 1 else f'scale x{len(preds)}'
+            roles.append(role + ('+rollover' if 'rollover' in preds[0].timings_ms else ''))
         if progress and (i + 1) % progress == 0:
-            print(f'frames {i + 1 - progress}..{i}: {np.mean(times_ms[-progress:]):.2f} ms/frame',
-                  flush=True)
+            _progress_line(i, progress, times_ms, roles, device)
     return times_ms, roles
 
 
+_BLOCK_PEAKS: list[float] = []
+"""Peak GPU memory (GiB) of each progress block of the last timed run."""
+
+
+def _progress_line(i: int, progress: int, times_ms: list[float], roles: list[str],
+                   device: torch.device) -> None:
+    """Print one block's mean ms, peak GPU memory and rollovers; restart the peak counter."""
+    peak = ''
+    if device.type == 'cuda':
+        gib = torch.cuda.max_memory_allocated(device) / 2**30
+        _BLOCK_PEAKS.append(gib)
+        torch.cuda.reset_peak_memory_stats(device)
+        peak = f', peak {gib:.3f} GiB'
+    rolls = sum(r.endswith('+rollover') for r in roles[-progress:])
+    print(f'frames {i + 1 - progress}..{i}: {np.mean(times_ms[-progress:]):.2f} ms/frame'
+          f'{peak}, {rolls} rollover(s)', flush=True)
+
+
 def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str],
-               session: StreamingSession, device: torch.device) -> dict[str, Any]:
+               session: RolloverSession, device: torch.device) -> dict[str, Any]:
     phase1_ms, stream_ms = times_ms[0], np.asarray(times_ms[1:])
     total_frames = args.frames
     stats = session.stats()
@@ -260,7 +322,8 @@ def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str]
         'frames': total_frames, 'scale_frames': args.scale_frames, 'window': args.window,
         'keyframe_interval': args.keyframe_interval, 'backend': args.backend,
         'dtype': args.dtype, 'depth': args.depth,
-        'cuda_graphs': stats['cuda_graphs'], 'compile': stats['compiled'],
+        'cuda_graphs': stats.cuda_graphs, 'compile': stats.compiled,
+        'fast_path': stats.fast_path,
         'phase1_ms': round(phase1_ms, 3),
         'global_fps': round(total_frames / ((phase1_ms + stream_ms.sum()) / 1e3), 3),
     }
@@ -281,10 +344,13 @@ def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str]
         result['ms_first_streaming_window'] = round(
             float(stream_ms[:2 * args.report_window].mean()), 3)
         result['ms_last_window'] = round(float(tail.mean()), 3)
-    result['cache'] = stats['cache']
-    result['keyframes'] = stats['keyframes']
+    result['cache'] = None if stats.cache is None else dataclasses.asdict(stats.cache)
+    result['keyframes'] = stats.keyframes
+    result['rollover'] = dataclasses.asdict(session.rollover_stats())
     if device.type == 'cuda':
-        result['peak_gpu_memory_gib'] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
+        # --progress restarts the peak counter per block: the run's peak is the largest.
+        peak = max([torch.cuda.max_memory_allocated(device) / 2**30] + _BLOCK_PEAKS)
+        result['peak_gpu_memory_gib'] = round(peak, 3)
         result['gpu'] = torch.cuda.get_device_name(device)
     result['torch'] = torch.__version__
     result['python'] = platform.python_version()

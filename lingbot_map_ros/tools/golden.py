@@ -48,7 +48,7 @@ from safetensors.torch import load_file
 import torch
 
 from ..config import CacheConfig, ModelConfig
-from ..engine.model.aggregator import NUM_SPECIAL_TOKENS
+from ..engine.frames import NUM_SPECIAL_TOKENS
 from ..engine.model.gct import LingbotMapModel
 from ..engine.model.golden_weights import fill_golden_weights
 
@@ -129,13 +129,15 @@ def _schedule(num_frames: int, num_scale: int, interval: int) -> tuple[list[bool
 def _cache_occupancy(model: LingbotMapModel, keyframe: bool) -> dict[str, int]:
     """Read the golden schedule's cache fields from the cache after a call."""
     stats = model.cache_stats()
-    attended = stats['visible_tokens']
+    if stats is None:
+        raise RuntimeError('golden: no cache after a call (the model ran no frame)')
+    attended = stats.visible_tokens
     if not keyframe:  # the non-keyframe attended to itself too, then was rolled back
-        attended += stats['page_size'] + NUM_SPECIAL_TOKENS
+        attended += stats.page_size + NUM_SPECIAL_TOKENS
     return {'attended_keys_global_block': attended,
-            'scale_frames_with_patches': stats['scale_pages'],
-            'window_frames_with_patches': stats['live_pages'],
-            'special_tokens': stats['special_tokens'], 'frames_cached': stats['frame_count']}
+            'scale_frames_with_patches': stats.scale_pages,
+            'window_frames_with_patches': stats.live_pages,
+            'special_tokens': stats.special_tokens, 'frames_cached': stats.frame_count}
 
 
 def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, backend: str,
@@ -312,7 +314,8 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
     checks = compare(result, ref, meta, low_precision=dtype == 'bfloat16')
     return {'set': meta.get('set', set_path.stem), 'dtype': dtype, 'backend': backend,
             'device': str(next(model.parameters()).device), 'cuda_graphs': cuda_graphs,
-            'compile': model.aggregator.compile_segments,
+            'compile': model.frame_runner.compile_segments,
+            'fast_path': model.frame_runner.mode,
             'seconds': {'build': round(built - start, 1),
                         'run': round(time.perf_counter() - built, 1)},
             'checks': checks, 'pass': all(c['pass'] for c in checks.values())}

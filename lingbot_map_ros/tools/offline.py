@@ -21,17 +21,24 @@ equal what the node publishes in bag mode:
 condition                what happens
 =======================  ===============================================================
 bad image                dropped, reason from ``conversions.ImageConversionError``
+undeserializable message dropped as ``bad_message`` (truncated/garbage CDR, bad UTF-8)
+invalid stamp            dropped as ``stamp_invalid`` (nanosec outside [0, 1e9))
 stamp not newer          dropped as ``stamp_out_of_order``
+stamp far ahead          held; fed when the next frame confirms it, else ``stamp_jump_ahead``
+new size, not yet seen   dropped as ``resolution_mismatch`` (``resolution_change_frames``)
 stamp jumps back         session reset (``clock_jump``), the frame starts a new segment
 engine refuses frame     dropped as ``invalid_frame``
+session full             rollover (``engine/rollover.py``): same segment, continuous poses
 session limit            session reset, new segment, the frame is fed again
 non-finite pose          session reset (``nan_pose``), the frame is dropped
 anything else            raised: unlike the node, the run stops
 =======================  ===============================================================
 
-Poses are expressed in the node's map axes (``frames.map_axes``). Every reset re-anchors the
-map at the next frame, so poses of different segments are in different frames; the TUM header
-lists the segments.
+Poses are expressed in the node's map axes (``frames.map_axes``). Rollovers keep one
+continuous trajectory; every reset re-anchors the map at the next frame, so poses of
+different segments are in different frames; the TUM header lists the segments. Storage that
+breaks mid-bag (a corrupt sqlite page) ends the run early: what was read is flushed and
+written, and the summary says why under ``storage_error``.
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.geometry import unproject_depth
 from lingbot_map_ros.engine.pipeline import StreamingSession
 from lingbot_map_ros.engine.prediction import FramePrediction
+from lingbot_map_ros.engine.rollover import RolloverSession
+from lingbot_map_ros.engine.stats import RolloverStats
 from lingbot_map_ros.engine.stream_feeder import SessionReset, StreamFeeder
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.tools import bag_io
@@ -66,6 +75,10 @@ class RunOptions:
     """Axes of the map frame of the output poses ('flu' or 'optical'), as the node's."""
     backwards_reset_s: float = 1.0
     """A stamp this much older than the last resets the session (as the node's parameter)."""
+    forward_jump_s: float = 0.1
+    """A stamp this far ahead waits for the next frame to confirm it (as the node's parameter)."""
+    resolution_change_frames: int = 3
+    """Frames of a new size before the map restarts at it (as the node's parameter)."""
     save_depth: bool = False
     """Write ``depth/<stamp_ns>.npz`` per frame (depth, depth_conf, intrinsics, c2w)."""
     save_ply: bool = False
@@ -108,15 +121,19 @@ class OfflineRunner:
         """Prepare an empty run.
 
         Args:
-            session: a fresh engine session.
+            session: a fresh engine session (wrapped in a ``RolloverSession`` unless it is one).
             options: what to write.
             out_dir: output folder (created when something is written).
         """
+        if not isinstance(session, RolloverSession):
+            session = RolloverSession(session)
         self._session = session
         self._options = options
         self._out = Path(out_dir)
         self._axes = conversions.map_axes_transform(options.map_axes)
-        self._feeder = StreamFeeder(session, options.backwards_reset_s)
+        self._feeder = StreamFeeder(session, options.backwards_reset_s,
+                                    forward_jump_s=options.forward_jump_s,
+                                    resolution_change_frames=options.resolution_change_frames)
         self._stamps: list[int] = []
         self._poses: list[np.ndarray] = []
         self._engine_ms: list[float] = []
@@ -152,25 +169,33 @@ class OfflineRunner:
         if limit is not None:
             total = limit if total is None else min(total, limit)
         start = time.perf_counter()
-        num_read = 0
+        num_read, storage_error = 0, None
         with tqdm(total=total, desc='replay', unit='frame') as bar:
-            for raw in messages:
-                if limit is not None and num_read >= limit:
-                    break
-                num_read += 1
-                self._handle(raw)
-                bar.update(1)
+            try:
+                for raw in messages:
+                    if limit is not None and num_read >= limit:
+                        break
+                    num_read += 1
+                    self._handle(raw)
+                    bar.update(1)
+            except bag_io.StorageError as exc:
+                _LOG.error('%s; stopping after %d messages, writing what was read', exc,
+                           num_read)
+                storage_error = str(exc)
+        if self._feeder.held_stamp_ns is not None:
+            self._drop('stamp_jump_ahead', 'the last frame jumped ahead and nothing followed')
         self._collect(self._session.flush())
         wall_s = time.perf_counter() - start
         self._write_clouds()
         return {'frames_read': num_read, 'poses': len(self._stamps),
                 'drops': dict(sorted(self._drops.items())), 'segments': self._segments,
+                **_session_counts(self._session.rollover_stats()),
                 'wall_s': round(wall_s, 3),
                 'frames_per_s': round(num_read / wall_s, 3) if wall_s > 0 else 0.0,
                 'engine_ms_mean': round(float(np.mean(self._engine_ms)), 2)
                 if self._engine_ms else 0.0,
                 'weights': self._session.weights, 'map_axes': self._options.map_axes,
-                'config': self._session.config.to_flat()}
+                'config': self._session.config.to_flat(), 'storage_error': storage_error}
 
     def tum_comments(self, summary: dict[str, Any]) -> list[str]:
         """Header lines of the TUM file: source, model, drops and map segments."""
@@ -179,6 +204,9 @@ class OfflineRunner:
                  'camera optical frame in the map frame; non-metric scale',
                  f'frames read {summary["frames_read"]}, poses {summary["poses"]}, drops '
                  f'{summary["drops"] or "none"}']
+        if summary.get('rollovers'):
+            lines.append(f'{summary["rollovers"]} session rollovers, Sim(3)-stitched: continuous '
+                         'within each segment')
         if len(self._segments) > 1:
             lines.append('session resets split the map: each segment has its own origin/scale')
             lines += [f'segment {s["index"]} ({s["reason"]}) starts at stamp '
@@ -186,7 +214,13 @@ class OfflineRunner:
         return lines
 
     def _handle(self, raw: bag_io.RawMessage) -> None:
-        msg = bag_io.deserialize(raw)
+        try:
+            msg = bag_io.deserialize(raw)
+            stamp_ns = conversions.stamp_to_ns(msg.header.stamp)
+        except (bag_io.BadMessageError, conversions.InvalidStampError) as exc:
+            reason = 'bad_message' if isinstance(exc, bag_io.BadMessageError) else 'stamp_invalid'
+            self._drop(reason, str(exc))
+            return
         try:
             if raw.msgtype == bag_io.COMPRESSED_TYPE:
                 image = conversions.compressed_msg_to_rgb(msg)
@@ -195,12 +229,12 @@ class OfflineRunner:
         except conversions.ImageConversionError as exc:
             self._drop(exc.reason, str(exc))
             return
-        stamp_ns = conversions.stamp_to_ns(msg.header.stamp)
         fed = self._feeder.feed(image, stamp_ns)
         for reset in fed.resets:
             self._start_segment(reset, stamp_ns)
-        if fed.drop is not None:
-            self._drop(fed.drop.reason, fed.drop.detail)
+        for drop in (fed.held_drop, fed.drop):
+            if drop is not None:
+                self._drop(drop.reason, drop.detail)
         self._collect(fed.predictions)
 
     def _drop(self, reason: str, detail: str) -> None:
@@ -249,6 +283,13 @@ class OfflineRunner:
         for segment, records in self._points.items():
             name = 'cloud.ply' if segment == 0 else f'cloud_seg{segment}.ply'
             write_ply(self._out / name, np.concatenate(records))
+
+
+def _session_counts(rollover: RolloverStats) -> dict[str, Any]:
+    """``sessions`` (engine sessions, rollovers included) and the rollover numbers."""
+    return {'sessions': rollover.sessions, 'rollovers': rollover.rollovers,
+            'degenerate_alignments': rollover.degenerate_alignments,
+            'max_rollover_ms': round(rollover.max_rollover_ms, 2)}
 
 
 def _strided_k(k: np.ndarray, stride: int) -> np.ndarray:

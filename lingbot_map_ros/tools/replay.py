@@ -116,6 +116,9 @@ def run_options(args: argparse.Namespace) -> tuple[dict[str, Any], RunOptions]:
     options = RunOptions(
         map_axes=values.get('frames.map_axes', 'flu'),
         backwards_reset_s=float(values.get('input.backwards_reset_s', 1.0)),
+        forward_jump_s=float(values.get('input.forward_jump_s', RunOptions.forward_jump_s)),
+        resolution_change_frames=int(values.get('input.resolution_change_frames',
+                                                RunOptions.resolution_change_frames)),
         save_depth=args.depth, save_ply=args.ply, ply_stride=args.ply_stride,
         max_frames=args.max_frames)
     return values, options
@@ -148,8 +151,11 @@ def run_bag(args: argparse.Namespace) -> int:
                    summary['drops'])
     else:
         _write_trajectory(args, runner, summary, options.map_axes)
+    out.mkdir(parents=True, exist_ok=True)
     (out / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n', encoding='utf-8')
     _log_summary(summary, out)
+    if summary['storage_error']:
+        return 2  # outputs cover the bag up to the broken storage only
     return 0 if runner.trajectory.stamps_ns.size else 1
 
 

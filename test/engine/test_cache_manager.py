@@ -23,7 +23,6 @@ logical order, plus the physical invariants (no page used twice or leaked, one c
 """
 
 import json
-from pathlib import Path
 import random
 
 from lingbot_map_ros.engine.cache import FlashInferKVCacheManager
@@ -31,7 +30,6 @@ from lingbot_map_ros.engine.errors import CachePoolExhaustedError, CacheStateErr
 import pytest
 import torch
 
-GOLDEN_B = Path(__file__).resolve().parents[2] / '..' / 'shared' / 'golden' / 'stream_B.json'
 SPECIALS = 6
 
 
@@ -127,8 +125,8 @@ def _check_layout(manager: FlashInferKVCacheManager, model: SemanticsModel) -> N
     assert stats['visible_tokens'] == num_tokens
     assert stats['remaining_frames'] == manager.remaining_frames() \
         == model.capacity - model.num_frames
-    assert manager.build_visible_page_table(1) == list(ids)
-    assert manager.compute_last_page_len(0) == layout.last_page_len
+    assert list(manager.layout(1).page_ids) == list(ids)
+    assert manager.layout(0).last_page_len == layout.last_page_len
 
 
 def _run_calls(manager, calls, block_major: bool) -> None:
@@ -203,15 +201,9 @@ def test_random_sequences_match_the_semantics_model(seed, tokens_per_frame, scal
     _random_run(seed, 1500, tokens_per_frame, scale_frames, window, capacity)
 
 
-def _golden_schedule() -> dict:
-    if not GOLDEN_B.is_file():
-        pytest.skip(f'{GOLDEN_B} not found (shared/ must sit beside the repository)')
-    return json.loads(GOLDEN_B.read_text(encoding='utf-8'))
-
-
 @pytest.mark.parametrize('keyframe_hint', [True, None])
-def test_golden_set_b_schedule(keyframe_hint):
-    golden = _golden_schedule()
+def test_golden_set_b_schedule(keyframe_hint, shared_file):
+    golden = json.loads(shared_file('golden', 'stream_B.json').read_text(encoding='utf-8'))
     stream = golden['stream']
     scale_frames, window = stream['num_scale_frames'], stream['sliding_window']
     manager = _manager(num_blocks=3, tokens_per_frame=stream['tokens_per_frame'],
@@ -304,13 +296,10 @@ def test_pool_exhaustion_names_max_total_frames():
 def test_upstream_flags_and_bad_arguments():
     manager = _manager()
     kv = _kv(manager)
-    manager._defer_eviction = True  # what upstream's block does around a non-keyframe
-    assert manager.defer_eviction
+    manager.defer_eviction = True  # what upstream's block does around a non-keyframe
     with pytest.raises(ValueError, match='defer_eviction is set'):
         manager.append_frame(0, kv, kv, keyframe=True)
-    manager._defer_eviction = False
-    manager._skip_append = True
-    assert manager.skip_append
+    manager.defer_eviction = False
     with pytest.raises(ValueError, match=r'block_idx=2 is outside \[0, 2\)'):
         manager.append_frame(2, kv, kv)
     with pytest.raises(ValueError, match=r'must be \[P, H, D\] = \(30, 1, 2\)'):

@@ -44,7 +44,7 @@ def _stream(model: LingbotMapModel, images: torch.Tensor, graphs: bool,
             kv_dtype: torch.dtype, compile_frames: bool = False,
             staged: bool = True) -> list[dict]:
     model.set_fast_path(graphs, compile_frames)
-    model.aggregator.stage_frames = staged
+    model.frame_runner.stage_frames = staged
     model.start_stream(CacheConfig(backend='sdpa', scale_frames=2, sliding_window=3),
                        kv_dtype)
     outs = [model.forward_scale(images[:2], with_depth=True)]
@@ -67,13 +67,14 @@ def _compare(device: str, dtype: torch.dtype, atol: float, compile_frames: bool 
     graphed = _stream(model, images, graphs=True, kv_dtype=dtype, compile_frames=compile_frames,
                       staged=staged)
     # Every part took its fast path (none fell back), whole frames when staged.
-    runner = model.aggregator._frame_graphs
-    assert runner is not None and model.aggregator.cuda_graphs
-    assert runner[1]._staged is staged
+    runner = model.frame_runner.graphs
+    assert runner is not None and model.frame_runner.cuda_graphs
+    assert runner.staged is staged and model.frame_runner.stats().fallbacks == 0
+    assert model.frame_runner.mode == ('whole_frame' if staged else 'segments')
     if staged and device == 'cuda':
-        assert ('range',) in runner[1]._whole
-        assert any(key[0] == 'split' for key in runner[1]._whole)
-    assert model.aggregator.compile_segments is compile_frames
+        assert ('range',) in runner._whole
+        assert any(key[0] == 'split' for key in runner._whole)
+    assert model.frame_runner.compile_segments is compile_frames
     assert model.camera_head._frame_call is not None and model.camera_head.cuda_graphs
     assert model.depth_head._frame_call is not None and model.depth_head.cuda_graphs
     for a, b in zip(plain[1:], graphed[1:]):
@@ -109,7 +110,7 @@ def test_cuda_graphs_equal_the_plain_forward_in_bf16(compile_frames, staged):
 
 
 def test_a_runner_that_cannot_be_built_falls_back_to_the_plain_forward(monkeypatch):
-    import lingbot_map_ros.engine.model.aggregator as aggregator_module
+    import lingbot_map_ros.engine.model.frame_runner as frame_runner_module
 
     def refuse(*_args, **_kwargs):
         raise RuntimeError('operation not permitted when stream is capturing')
@@ -118,9 +119,10 @@ def test_a_runner_that_cannot_be_built_falls_back_to_the_plain_forward(monkeypat
     images = torch.rand(5, 3, 56, 84)
     model = _model('cpu', torch.float32)
     plain = _stream(model, images, graphs=False, kv_dtype=torch.float32)
-    monkeypatch.setattr(aggregator_module, 'FrameGraphs', refuse)
+    monkeypatch.setattr(frame_runner_module, 'FrameGraphs', refuse)
     fallback = _stream(model, images, graphs=True, kv_dtype=torch.float32)
-    assert model.aggregator.cuda_graphs is False
+    assert model.frame_runner.cuda_graphs is False
+    assert model.frame_runner.mode == 'eager' and model.frame_runner.stats().fallbacks == 1
     assert model.camera_head.cuda_graphs is True  # its own fast path is independent
     for a, b in zip(plain, fallback):
         torch.testing.assert_close(b['pose_enc'], a['pose_enc'], atol=1e-5, rtol=0)
@@ -135,7 +137,7 @@ def test_compiled_segments_equal_the_plain_forward_on_cpu():
     plain = _stream(model, images, graphs=False, kv_dtype=torch.float32)
     compiled = _stream(model, images, graphs=False, kv_dtype=torch.float32, compile_frames=True)
     # Compiled, not fallen back; the depth head took its single-frame path.
-    assert model.aggregator.compile_segments is True
+    assert model.frame_runner.compile_segments is True
     assert model.depth_head.compile_frames is True
     assert model.depth_head._frame_call is not None
     for a, b in zip(plain[1:], compiled[1:]):
@@ -149,6 +151,7 @@ def test_a_whole_frame_capture_that_fails_falls_back_to_segments(monkeypatch):
     # which is what a graph replay does. The refused frame must still come out right (run
     # eagerly on the already staged cache), and every later frame go segment by segment.
     import lingbot_map_ros.engine.model.graphed as graphed_module
+    from lingbot_map_ros.engine.cache.staged_frames import StagedFrames
     from lingbot_map_ros.engine.model.graphed import FrameGraphs
 
     calls = []
@@ -175,9 +178,10 @@ def test_a_whole_frame_capture_that_fails_falls_back_to_segments(monkeypatch):
                        torch.float32)
     model.forward_scale(images[:2])
     agg = model.aggregator
-    agg.kv_cache.enable_staging()
+    fallbacks = []
     with torch.no_grad():  # as the model's forward runs it
-        runner = FrameGraphs(agg, images[2:3], capture=True, staged=True)
+        runner = FrameGraphs(agg, images[2:3], capture=True, staging=StagedFrames(agg.kv_cache),
+                             fall_back=lambda what, exc: fallbacks.append(what))
         for i in range(2, images.shape[0]):
             keyframe = i % 2 == 0
             out = runner.run(images[i:i + 1], 2 + (i - 1) // 2,
@@ -187,3 +191,4 @@ def test_a_whole_frame_capture_that_fails_falls_back_to_segments(monkeypatch):
             for tap, want in zip(out.taps, plain[i - 1]['taps']):
                 torch.testing.assert_close(tap, want, atol=1e-5, rtol=0)
     assert agg.kv_cache.get_cache_stats()['frame_count'] == 2 + 4  # keyframes 2, 4, 6, 8
+    assert fallbacks == ['whole-frame CUDA graph unavailable; running frames segment by segment']

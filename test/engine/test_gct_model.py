@@ -74,8 +74,8 @@ def test_outputs_shapes_and_cache_counts(images):
     assert [t.shape for t in outs[1]['taps']] == [(1, 30, 256)] * 4
     torch.testing.assert_close(outs[3]['pose_enc_iters'][:, -1], outs[3]['pose_enc'])
     stats = model.cache_stats()
-    assert stats['frame_count'] == 4 and stats['camera_frames'] == 4
-    assert model.remaining_frames() == CACHE.max_total_frames - 4
+    assert stats.frame_count == 4 and stats.camera_frames == 4
+    assert model.aggregator.remaining_frames() == CACHE.max_total_frames - 4
 
 
 def test_non_keyframe_leaves_no_trace(images):
@@ -139,7 +139,7 @@ def test_bf16_aggregator_path_runs_on_cpu(images):
     assert model.compute_dtype == torch.bfloat16
     assert model.camera_head.embed_pose.weight.dtype == torch.float32
     out = _run(model, images, [True, False], kv_dtype=torch.bfloat16)
-    assert model.cache_stats()['dtype'] == 'bfloat16'
+    assert model.cache_stats().dtype == 'bfloat16'
     for got, want in zip(out, ref):
         assert got['taps'][0].dtype == torch.float32  # float32 residual stream
         assert got['pose_enc'].dtype == torch.float32  # heads in float32

@@ -13,15 +13,15 @@
 # limitations under the License.
 """Pose decoding, quaternions, intrinsics mapping and depth unprojection.
 
-Golden: /work/shared/golden/pose_decode.* (official decode of 20 encodings at 294x518).
-Run: cd /work/main && . .venv/bin/activate && python -m pytest test/engine/test_geometry.py
+Golden: ../shared/golden/pose_decode.* (official decode of 20 encodings at 294x518), found
+through ``test/conftest.py``.
+Run: ``python -m pytest test/engine/test_geometry.py``
 """
 
 from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 from lingbot_map_ros.engine.geometry import (intrinsics_for_original, pose_encoding_to_extrinsics,
                                              pose_encoding_to_intrinsics, quaternion_to_rotation,
@@ -31,10 +31,6 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file
 import torch
-
-GOLDEN = Path('/work/shared/golden')
-needs_golden = pytest.mark.skipif(not (GOLDEN / 'pose_decode.json').exists(),
-                                  reason='golden pose_decode set not present')
 
 
 def _random_quaternions(n: int, seed: int) -> np.ndarray:
@@ -48,10 +44,9 @@ def _random_quaternions(n: int, seed: int) -> np.ndarray:
     return q
 
 
-@needs_golden
-def test_pose_decode_matches_golden() -> None:
-    meta = json.loads((GOLDEN / 'pose_decode.json').read_text())
-    ref = load_file(GOLDEN / 'pose_decode.safetensors')
+def test_pose_decode_matches_golden(shared_file) -> None:
+    meta = json.loads(shared_file('golden', 'pose_decode.json').read_text())
+    ref = load_file(shared_file('golden', 'pose_decode.safetensors'))
     image_size_hw = tuple(meta['image_size_hw'])
     ext = pose_encoding_to_extrinsics(ref['pose_enc'])
     intr = pose_encoding_to_intrinsics(ref['pose_enc'], image_size_hw)

@@ -15,8 +15,9 @@
 
 Run: ``python -m pytest test/engine/test_golden_parity.py`` from the repository root (add
 ``-m 'not slow'`` for the fast checks of the comparison and the schedule only).
-Needs ``../shared/golden`` beside the repository, about 5 GB of RAM (the full model in float32,
-built once for both sets) and a few minutes on 2 CPU cores. It calls the same code as
+Needs ``../shared/golden`` beside the repository (found through ``test/conftest.py``), about
+5 GB of RAM (the full model in float32, built once for both sets) and a few minutes on 2 CPU
+cores. It calls the same code as
 ``lingbot_map_golden`` (``tools/golden.py: run_golden``).
 """
 
@@ -28,19 +29,21 @@ from lingbot_map_ros.tools.golden import (build_golden_model, compare, DTYPES,
 import pytest
 from safetensors.torch import load_file
 
-GOLDEN = Path(__file__).resolve().parents[2] / '..' / 'shared' / 'golden'
 SETS = ('A', 'B')
 
 
-def _meta(name: str) -> dict:
-    return json.loads((GOLDEN / f'stream_{name}.json').read_text(encoding='utf-8'))
+def _meta(golden: Path, name: str) -> dict:
+    return json.loads((golden / f'stream_{name}.json').read_text(encoding='utf-8'))
 
 
 @pytest.fixture(scope='module')
-def golden_model():
-    if not (GOLDEN / 'stream_A.safetensors').is_file():
-        pytest.skip(f'{GOLDEN} not found (shared/ must sit beside the repository)')
-    metas = [_meta(name) for name in SETS]
+def golden(shared_file) -> Path:
+    return shared_file('golden', 'stream_A.safetensors').parent
+
+
+@pytest.fixture(scope='module')
+def golden_model(golden):
+    metas = [_meta(golden, name) for name in SETS]
     config = model_config_from_json(metas[0])
     # Both public sets use the same weights and model; reuse one model for both.
     assert all(model_config_from_json(m) == config for m in metas)
@@ -52,12 +55,12 @@ def golden_model():
 
 @pytest.mark.slow
 @pytest.mark.parametrize('name,backend', [('A', 'reference'), ('B', 'reference'), ('B', 'sdpa')])
-def test_stream_matches_reference(golden_model, name, backend):
-    report = run_golden(GOLDEN / f'stream_{name}.safetensors', dtype='float32', backend=backend,
+def test_stream_matches_reference(golden_model, golden, name, backend):
+    report = run_golden(golden / f'stream_{name}.safetensors', dtype='float32', backend=backend,
                         model=golden_model)
     failed = {k: v for k, v in report['checks'].items() if not v['pass']}
     assert failed == {}
-    tol = _meta(name)['tolerances']
+    tol = _meta(golden, name)['tolerances']
     assert report['checks']['pose_enc']['tol'] == tol['pose_enc']['atol']
     assert set(report['checks']) >= {'pose_enc', 'pose_enc_iters', 'depth', 'depth_conf',
                                      'dino_patch_tokens', 'taps_layer4', 'taps_layer23',
@@ -65,12 +68,10 @@ def test_stream_matches_reference(golden_model, name, backend):
 
 
 @pytest.mark.parametrize('name', SETS)
-def test_golden_schedule_follows_keyframe_rule(name):
+def test_golden_schedule_follows_keyframe_rule(golden, name):
     # The stored schedule, derived here from the README rule, independently of tools/golden.py
-    if not (GOLDEN / f'stream_{name}.safetensors').is_file():
-        pytest.skip(f'{GOLDEN} not found')
-    ref = load_file(str(GOLDEN / f'stream_{name}.safetensors'))
-    stream = _meta(name)['stream']
+    ref = load_file(str(golden / f'stream_{name}.safetensors'))
+    stream = _meta(golden, name)['stream']
     num_scale, interval = stream['num_scale_frames'], stream['keyframe_interval']
     mask, times, cached = [], [], 0
     for i in range(stream['num_frames']):
@@ -84,12 +85,10 @@ def test_golden_schedule_follows_keyframe_rule(name):
         assert times == [0, 1, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7]
 
 
-def test_compare_flags_errors_beyond_tolerance():
+def test_compare_flags_errors_beyond_tolerance(golden):
     # The reference compared with itself passes; a perturbation of 2x the tolerance fails.
-    if not (GOLDEN / 'stream_B.safetensors').is_file():
-        pytest.skip(f'{GOLDEN} not found')
-    ref = load_file(str(GOLDEN / 'stream_B.safetensors'))
-    meta = _meta('B')
+    ref = load_file(str(golden / 'stream_B.safetensors'))
+    meta = _meta(golden, 'B')
     schedule = [dict(s['cache_after_call'],
                      attended_keys_global_block=s['attended_keys_global_block'])
                 for s in meta['schedule']]

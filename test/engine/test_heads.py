@@ -13,18 +13,18 @@
 # limitations under the License.
 """Camera head and DPT depth head: golden parity (official sizes) and the camera K/V cache.
 
-Golden: /work/shared/golden/stream_A.* with golden weights v1, salt 0. ``taps`` are exactly the
-heads' inputs for ``tap_frames`` [0, 1, 2, 11]; the camera head is checked in 'scale' mode over
-frames 0, 1 and then as the first streaming frame (2). Only the heads are built (about 250M
-parameters, ~1 GB), not the whole model.
-Run: cd /work/main && . .venv/bin/activate && python -m pytest test/engine/test_heads.py
+Golden: ../shared/golden/stream_A.* (found through ``test/conftest.py``) with golden weights v1,
+salt 0. ``taps`` are exactly the heads' inputs for ``tap_frames`` [0, 1, 2, 11]; the camera head
+is checked in 'scale' mode over frames 0, 1 and then as the first streaming frame (2). Only the
+heads are built (about 250M parameters, ~1 GB), not the whole model.
+Run: ``python -m pytest test/engine/test_heads.py``
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import json
 import math
-from pathlib import Path
 
 from lingbot_map_ros.config import ModelConfig
 from lingbot_map_ros.engine.errors import CacheStateError
@@ -35,12 +35,6 @@ import pytest
 from safetensors.torch import load_file
 import torch
 import torch.nn.functional as F
-
-GOLDEN = Path('/work/shared/golden')
-KEYS_JSON = Path('/work/shared/docs/state_dict_keys.json')
-needs_golden = pytest.mark.skipif(
-    not (GOLDEN / 'stream_A.safetensors').exists() or not KEYS_JSON.exists(),
-    reason='golden set A or state_dict_keys.json not present')
 
 
 def _load_golden(module: torch.nn.Module, prefix: str, salt: int = 0,
@@ -53,32 +47,32 @@ def _load_golden(module: torch.nn.Module, prefix: str, salt: int = 0,
     module.load_state_dict({k[len(prefix):]: v for k, v in weights.items()}, strict=True)
 
 
-def _official_shapes(prefix: str) -> dict[str, list[int]]:
-    keys = json.loads(KEYS_JSON.read_text())['state_dict']
-    return {k[len(prefix):]: v for k, v in keys.items() if k.startswith(prefix)}
+@pytest.fixture(scope='module')
+def official_shapes(shared_file) -> Callable[[str], dict[str, list[int]]]:
+    keys = json.loads(shared_file('docs', 'state_dict_keys.json').read_text())['state_dict']
+    return lambda prefix: {k[len(prefix):]: v for k, v in keys.items() if k.startswith(prefix)}
 
 
 @pytest.fixture(scope='module')
-def stream_a() -> tuple[dict[str, torch.Tensor], dict]:
-    return (load_file(GOLDEN / 'stream_A.safetensors'),
-            json.loads((GOLDEN / 'stream_A.json').read_text()))
+def stream_a(shared_file) -> tuple[dict[str, torch.Tensor], dict]:
+    return (load_file(shared_file('golden', 'stream_A.safetensors')),
+            json.loads(shared_file('golden', 'stream_A.json').read_text()))
 
 
 @pytest.fixture(scope='module')
-def official_dpt() -> DPTHead:
+def official_dpt(official_shapes) -> DPTHead:
     head = DPTHead.from_config(ModelConfig())
-    _load_golden(head, 'depth_head.', expected_shapes=_official_shapes('depth_head.'))
+    _load_golden(head, 'depth_head.', expected_shapes=official_shapes('depth_head.'))
     return head.eval()
 
 
 @pytest.fixture(scope='module')
-def official_camera() -> CameraHead:
+def official_camera(official_shapes) -> CameraHead:
     head = CameraHead.from_config(ModelConfig())
-    _load_golden(head, 'camera_head.', expected_shapes=_official_shapes('camera_head.'))
+    _load_golden(head, 'camera_head.', expected_shapes=official_shapes('camera_head.'))
     return head.eval()
 
 
-@needs_golden
 def test_dpt_matches_golden(official_dpt: DPTHead, stream_a: tuple) -> None:
     ref, meta = stream_a
     height, width = meta['stream']['height'], meta['stream']['width']
@@ -93,7 +87,6 @@ def test_dpt_matches_golden(official_dpt: DPTHead, stream_a: tuple) -> None:
         assert rel <= meta['tolerances'][key]['rtol'], f'{key}: max rel error {rel}'
 
 
-@needs_golden
 def test_camera_head_matches_golden(official_camera: CameraHead, stream_a: tuple) -> None:
     ref, meta = stream_a
     atol = meta['tolerances']['pose_enc_iters']['atol']
@@ -121,7 +114,6 @@ def test_camera_head_matches_golden(official_camera: CameraHead, stream_a: tuple
     assert head.cache_stats().allocated_bytes == 0
 
 
-@needs_golden
 def test_camera_head_takes_full_tap(official_camera: CameraHead, stream_a: tuple) -> None:
     ref, _ = stream_a
     head = official_camera

@@ -70,9 +70,9 @@ def test_scale_phase_then_streaming_schedule():
     assert [p.role for p in preds] == ['scale'] * N_S + ['keyframe', 'non-keyframe'] * 3
     assert [p.time_index for p in preds] == [0, 1, 2, 3, 4, 4, 5, 5, 6]
     stats = session.stats()
-    assert stats['keyframes'] == N_S + 3 and stats['frames_out'] == N_S + 6
-    assert stats['cache']['frame_count'] == N_S + 3
-    assert stats['cache']['live_pages'] == min(3, WINDOW)
+    assert stats.keyframes == N_S + 3 and stats.frames_out == N_S + 6
+    assert stats.cache.frame_count == N_S + 3
+    assert stats.cache.live_pages == min(3, WINDOW)
     for pred in preds:
         rot = pred.c2w[:3, :3]
         np.testing.assert_allclose(rot @ rot.T, np.eye(3), atol=1e-9)
@@ -82,11 +82,11 @@ def test_scale_phase_then_streaming_schedule():
 def test_window_caps_live_pages_and_specials_grow():
     session = StreamingSession(_config(), allow_random_weights=True)
     _run(session, _frames(N_S + WINDOW + 5))
-    cache = session.stats()['cache']
-    assert cache['scale_pages'] == N_S
-    assert cache['live_pages'] == WINDOW
-    assert cache['frame_count'] == N_S + WINDOW + 5
-    assert cache['special_tokens'] == 6 * (N_S + WINDOW + 5)
+    cache = session.stats().cache
+    assert cache.scale_pages == N_S
+    assert cache.live_pages == WINDOW
+    assert cache.frame_count == N_S + WINDOW + 5
+    assert cache.special_tokens == 6 * (N_S + WINDOW + 5)
 
 
 def test_same_seed_same_poses_and_reset_restarts_identically():
@@ -98,7 +98,7 @@ def test_same_seed_same_poses_and_reset_restarts_identically():
                                   np.stack([p.pose_enc for p in b]))
     cleared = first.reset()
     assert cleared == {'frames': N_S + 3, 'keyframes': N_S + 3, 'pending_frames': 0}
-    assert first.stats()['cache']['frame_count'] == 0
+    assert first.stats().cache.frame_count == 0
     again = _run(first, frames)
     np.testing.assert_allclose(np.stack([p.pose_enc for p in again]),
                                np.stack([p.pose_enc for p in a]), atol=1e-6)
@@ -107,7 +107,9 @@ def test_same_seed_same_poses_and_reset_restarts_identically():
 
 
 def test_time_index_limit_raises_before_touching_the_cache():
-    session = StreamingSession(_config(**{'model.max_frame_num': N_S + 2}),
+    session = StreamingSession(_config(**{'model.max_frame_num': N_S + 2,
+                                          'stream.session_keyframes': N_S + 2,
+                                          'stream.overlap_keyframes': N_S}),
                                allow_random_weights=True)
     preds = _run(session, _frames(N_S + 2))
     assert preds[-1].time_index == N_S + 1
@@ -115,14 +117,16 @@ def test_time_index_limit_raises_before_touching_the_cache():
     with pytest.raises(TimeIndexLimitError, match='max_frame_num'):
         session.step(_frames(1, seed=3)[0], stamp_ns=99)
     after = session.stats()
-    assert after['frames_in'] == before['frames_in']
-    assert after['cache']['frame_count'] == before['cache']['frame_count']
+    assert after.frames_in == before.frames_in
+    assert after.cache.frame_count == before.cache.frame_count
     session.reset()
     assert len(_run(session, _frames(N_S))) == N_S
 
 
 def test_pool_exhaustion_is_a_typed_error_naming_the_capacity():
-    session = StreamingSession(_config(**{'cache.max_total_frames': N_S + 2}),
+    session = StreamingSession(_config(**{'cache.max_total_frames': N_S + 2,
+                                          'stream.session_keyframes': N_S + 2,
+                                          'stream.overlap_keyframes': N_S}),
                                allow_random_weights=True)
     _run(session, _frames(N_S + 2))
     with pytest.raises(CachePoolExhaustedError, match='max_total_frames') as err:
@@ -139,7 +143,7 @@ def test_bad_frames_and_resolution_changes_leave_the_session_usable():
             session.step(bad, stamp_ns=1)
     with pytest.raises(ResolutionChangedError):
         session.step(_frames(1, height=128)[0], stamp_ns=2)
-    assert session.stats()['frames_in'] == N_S
+    assert session.stats().frames_in == N_S
     assert len(session.step(_frames(1)[0], stamp_ns=3)) == 1
 
 
@@ -181,12 +185,13 @@ def test_fast_path_is_built_before_the_stream_and_leaves_no_trace():
                                allow_random_weights=True, seed=7)
     assert session.step(frames[0], stamp_ns=1_000) == []
     # Built at the first frame, before any streaming frame; the warm-up's frames are gone.
-    assert session.model.aggregator._frame_graphs is not None
+    assert session.model.frame_runner.graphs is not None
     stats = session.stats()
-    assert stats['compiled'] is True
-    assert stats['whole_frame_graphs'] is True  # backend sdpa: staged whole frames
-    assert (stats['frames_in'], stats['frames_out'], stats['keyframes']) == (1, 0, 0)
-    assert stats['cache']['frame_count'] == 0 and stats['pending_frames'] == 1
+    assert stats.compiled is True
+    assert stats.whole_frame_graphs is True  # backend sdpa: staged whole frames
+    assert stats.fast_path == 'whole_frame' and stats.fast_path_fallbacks == 0
+    assert (stats.frames_in, stats.frames_out, stats.keyframes) == (1, 0, 0)
+    assert stats.cache.frame_count == 0 and stats.pending_frames == 1
     assert session.model.camera_head.cache_stats().num_frames == 0
     compiled = _run_from(session, frames, 1)
     assert [p.role for p in compiled] == [p.role for p in plain]
@@ -195,10 +200,10 @@ def test_fast_path_is_built_before_the_stream_and_leaves_no_trace():
     np.testing.assert_allclose(np.stack([p.pose_enc for p in compiled]),
                                np.stack([p.pose_enc for p in plain]), atol=1e-4)
     # Once per size: a reset does not build it again.
-    runner = session.model.aggregator._frame_graphs
+    runner = session.model.frame_runner.graphs
     session.reset()
     _run(session, frames[:N_S + 1])
-    assert session.model.aggregator._frame_graphs is runner
+    assert session.model.frame_runner.graphs is runner
 
 
 def _run_from(session: StreamingSession, frames: list[np.ndarray], first: int) -> list:
@@ -206,3 +211,17 @@ def _run_from(session: StreamingSession, frames: list[np.ndarray], first: int) -
     for i in range(first, len(frames)):
         preds.extend(session.step(frames[i], stamp_ns=1_000 + i))
     return preds
+
+
+def test_apply_config_takes_live_fields_and_refuses_the_others():
+    session = StreamingSession(_config(), allow_random_weights=True)
+    assert session.stats().cache is None  # no frame yet: no cache to report
+    session.apply_config(_config(**{'stream.keyframe_interval': 3, 'stream.enable_depth': False}))
+    assert session.config.stream.keyframe_interval == 3
+    assert session.config.stream.enable_depth is False
+    with pytest.raises(ValueError, match='only stream.keyframe_interval'):
+        session.apply_config(_config(**{'cache.sliding_window': WINDOW + 1}))
+    assert session.config.cache.sliding_window == WINDOW  # unchanged after a refusal
+    preds = _run(session, _frames(N_S + 4))
+    assert [p.role for p in preds[N_S:]] == ['keyframe', 'non-keyframe', 'non-keyframe',
+                                             'keyframe']

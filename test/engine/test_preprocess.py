@@ -13,14 +13,14 @@
 # limitations under the License.
 """Crop-mode preprocessing against the official loader's golden tensors (golden README §3).
 
-Run: cd /work/main && . .venv/bin/activate && python -m pytest test/engine/test_preprocess.py
+Run: ``python -m pytest test/engine/test_preprocess.py``; the golden set comes from
+``../shared/golden/preprocess`` (``test/conftest.py``), skipped when absent.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import json
 from pathlib import Path
 
 from lingbot_map_ros.engine.errors import InvalidFrameError
@@ -32,29 +32,22 @@ import pytest
 from safetensors.torch import load_file
 import torch
 
-GOLDEN = Path('/work/shared/golden/preprocess')
-MANIFEST = json.loads((GOLDEN / 'preprocess.json').read_text()) if GOLDEN.exists() else None
-IMAGES = MANIFEST['images'] if MANIFEST else []
-
-needs_golden = pytest.mark.skipif(MANIFEST is None, reason=f'{GOLDEN} not present')
-
 
 @pytest.fixture(scope='module')
-def reference() -> dict[str, torch.Tensor]:
-    return load_file(GOLDEN / 'preprocess.safetensors')
+def reference(shared_file) -> dict[str, torch.Tensor]:
+    return load_file(shared_file('golden', 'preprocess', 'preprocess.safetensors'))
 
 
-@needs_golden
-@pytest.mark.parametrize('entry', IMAGES, ids=[e['tensor'] for e in IMAGES])
-def test_png_sha256(entry: dict) -> None:
-    digest = hashlib.sha256((GOLDEN.parent / entry['file']).read_bytes()).hexdigest()
+def test_png_sha256(preprocess_entry: dict, shared_file) -> None:
+    entry = preprocess_entry
+    digest = hashlib.sha256(shared_file('golden', entry['file']).read_bytes()).hexdigest()
     assert digest == entry['png_sha256']
 
 
-@needs_golden
-@pytest.mark.parametrize('entry', IMAGES, ids=[e['tensor'] for e in IMAGES])
-def test_path_matches_golden_bit_exactly(entry: dict, reference: dict) -> None:
-    image, info = preprocess_path(GOLDEN.parent / entry['file'])
+def test_path_matches_golden_bit_exactly(preprocess_entry: dict, reference: dict,
+                                         shared_file) -> None:
+    entry = preprocess_entry
+    image, info = preprocess_path(shared_file('golden', entry['file']))
     expected = reference[entry['tensor']]
     assert list(image.shape) == entry['output_chw']
     assert image.dtype == torch.float32
@@ -64,15 +57,13 @@ def test_path_matches_golden_bit_exactly(entry: dict, reference: dict) -> None:
     assert info.image_size_hw == tuple(entry['output_chw'][1:])
 
 
-@needs_golden
-@pytest.mark.parametrize('entry', IMAGES, ids=[e['tensor'] for e in IMAGES])
-def test_array_and_mono_paths(entry: dict, reference: dict) -> None:
-    with Image.open(GOLDEN.parent / entry['file']) as pil:
+def test_array_and_mono_paths(preprocess_entry: dict, reference: dict, shared_file) -> None:
+    with Image.open(shared_file('golden', preprocess_entry['file'])) as pil:
         rgb = np.asarray(pil.convert('RGB'))
     # A non-contiguous view must give the same tensor as the file.
     flipped_twice = rgb[:, ::-1][:, ::-1]
     image, _ = preprocess_array(flipped_twice)
-    assert torch.equal(image, reference[entry['tensor']])
+    assert torch.equal(image, reference[preprocess_entry['tensor']])
     mono = rgb[:, :, 1].copy()
     expected_mono, _ = preprocess_pil(Image.fromarray(np.stack([mono] * 3, axis=-1)))
     for array in (mono, mono[:, :, None]):

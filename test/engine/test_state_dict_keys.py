@@ -18,21 +18,16 @@ the repository). The model is built on the 'meta' device, so no weights are allo
 """
 
 import json
-from pathlib import Path
 
 from lingbot_map_ros.config import ModelConfig
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 import pytest
 import torch
 
-KEYS_JSON = Path(__file__).resolve().parents[2] / '..' / 'shared' / 'docs' / 'state_dict_keys.json'
-
 
 @pytest.fixture(scope='module')
-def official_keys() -> dict:
-    if not KEYS_JSON.is_file():
-        pytest.skip(f'{KEYS_JSON} not found (shared/ must sit beside the repository)')
-    return json.loads(KEYS_JSON.read_text(encoding='utf-8'))
+def official_keys(shared_file) -> dict:
+    return json.loads(shared_file('docs', 'state_dict_keys.json').read_text(encoding='utf-8'))
 
 
 def _meta_shapes(config: ModelConfig) -> dict[str, list[int]]:

@@ -57,14 +57,14 @@ def test_in_order_frames_pass_through():
     stamps = [10 * SEC + i * SEC // 10 for i in range(N_S + 2)]
     assert _feed_all(feeder, stamps) == stamps
     assert feeder.last_stamp_ns == stamps[-1]
-    assert session.stats()['frames_out'] == N_S + 2
+    assert session.stats().frames_out == N_S + 2
 
 
 def test_stamps_not_newer_are_dropped_and_the_session_is_unchanged():
     session = _session()
     feeder = StreamFeeder(session, backwards_reset_s=1.0)
     _feed_all(feeder, [10 * SEC, 11 * SEC, 12 * SEC])
-    before = session.stats()['frames_in']
+    before = session.stats().frames_in
     # Equal to the last stamp, then 0.5 s back: both below the 1 s reset threshold.
     for stamp in (12 * SEC, 12 * SEC - SEC // 2):
         fed = feeder.feed(_frame(9), stamp)
@@ -72,7 +72,7 @@ def test_stamps_not_newer_are_dropped_and_the_session_is_unchanged():
         assert fed.drop == FrameDrop(
             'stamp_out_of_order',
             f'stamp {stamp * 1e-9:.6f} s is not after the previous 12.000000 s')
-    assert session.stats()['frames_in'] == before
+    assert session.stats().frames_in == before
     assert feeder.last_stamp_ns == 12 * SEC
 
 
@@ -80,7 +80,7 @@ def test_a_big_step_back_resets_and_the_frame_starts_the_new_session():
     session = _session()
     calls = []
     feeder = StreamFeeder(session, backwards_reset_s=1.0,
-                          on_reset=lambda: calls.append(session.stats()['frames_in']))
+                          on_reset=lambda: calls.append(session.stats().frames_in))
     _feed_all(feeder, [10 * SEC, 11 * SEC, 12 * SEC])
     fed = feeder.feed(_frame(5), 11 * SEC)  # exactly the threshold back
     [reset] = fed.resets
@@ -89,14 +89,16 @@ def test_a_big_step_back_resets_and_the_frame_starts_the_new_session():
     assert reset.error is None and fed.drop is None and fed.accepted
     assert calls == [0]  # the hook ran on the emptied session, before the frame went in
     assert feeder.last_stamp_ns == 11 * SEC
-    assert session.stats()['frames_in'] == 1 and fed.predictions == []
+    assert session.stats().frames_in == 1 and fed.predictions == []
     # The next frame completes the new scale phase, which starts at the jumped-to stamp.
     more = feeder.feed(_frame(6), 11 * SEC + 1)
     assert [p.stamp_ns for p in more.predictions] == [11 * SEC, 11 * SEC + 1]
 
 
 def test_time_index_limit_resets_and_the_frame_is_fed_again():
-    session = _session(**{'model.max_frame_num': N_S + 1})
+    # The session's own limit (the safety net behind rollovers): one session fills the table.
+    session = _session(**{'model.max_frame_num': N_S + 1, 'stream.session_keyframes': N_S + 1,
+                          'stream.overlap_keyframes': N_S})
     feeder = StreamFeeder(session)
     stamps = [SEC * (i + 1) for i in range(N_S + 1)]
     assert _feed_all(feeder, stamps) == stamps
@@ -107,7 +109,7 @@ def test_time_index_limit_resets_and_the_frame_is_fed_again():
     assert fed.accepted and fed.drop is None and fed.predictions == []
     assert feeder.last_stamp_ns == 10 * SEC
     stats = session.stats()
-    assert (stats['frames_in'], stats['frames_out'], stats['pending_frames']) == (1, 0, 1)
+    assert (stats.frames_in, stats.frames_out, stats.pending_frames) == (1, 0, 1)
     more = feeder.feed(_frame(8), 11 * SEC)
     assert [p.stamp_ns for p in more.predictions] == [10 * SEC, 11 * SEC]
     assert [p.frame_index for p in more.predictions] == [0, 1]
@@ -141,7 +143,7 @@ def test_a_bad_frame_is_dropped_as_invalid_frame():
     assert fed.drop == FrameDrop('invalid_frame',
                                  'expected dtype uint8, got float32 (shape (64, 128, 3))')
     assert not fed.accepted and fed.resets == () and fed.predictions == []
-    assert session.stats()['frames_in'] == 1
+    assert session.stats().frames_in == 1
     # The stamp passed its check before the engine refused the frame, so it counts as seen.
     assert feeder.last_stamp_ns == 2 * SEC
     assert [p.stamp_ns for p in feeder.feed(_frame(1), 3 * SEC).predictions] == [SEC, 3 * SEC]

@@ -42,9 +42,9 @@ pytestmark = pytest.mark.rostest
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / 'launch' / 'lingbot_map.launch.py'
 DOCUMENTED = ['namespace', 'params_file', 'use_sim_time', 'log_level', 'image_topic', 'weights',
-              'allow_random_weights', 'map_frame', 'camera_frame', 'publish_tf', 'transport',
-              'lifecycle', 'autostart', 'rviz']
-EXECUTABLES = {'lingbot_map_node': 'lingbot_map_ros.ros.node',
+              'allow_random_weights', 'odom_frame', 'base_frame', 'map_frame', 'camera_frame',
+              'publish_tf', 'transport', 'lifecycle', 'autostart', 'rviz']
+EXECUTABLES = {'lingbot_map_node': 'lingbot_map_ros.ros.entry',
                'lingbot_map_lifecycle_node': 'lingbot_map_ros.ros.lifecycle_node'}
 _TIMEOUT_S = 120.0  # a node process importing torch on a loaded 2-core machine
 _ns = itertools.count()
@@ -163,8 +163,8 @@ def probe_launch(namespace, num_images):
             pub.publish(image_msg(make_image(i), stamp))
         wait_for(lambda: len(poses) >= num_images, _TIMEOUT_S, f'{num_images} poses')
         client = probe.create_client(GetParameters, 'lingbot_map/get_parameters')
-        names = ['frames.map_frame', 'publish.tf', 'allow_random_weights', 'model.preset',
-                 'use_sim_time', 'input.transport']
+        names = ['frames.odom_frame', 'frames.map_frame', 'publish.tf', 'allow_random_weights',
+                 'model.preset', 'use_sim_time', 'input.transport']
         wait_for(lambda: client.wait_for_service(timeout_sec=0.1), _TIMEOUT_S, 'parameters')
         future = client.call_async(GetParameters.Request(names=names))
         wait_for(future.done, _TIMEOUT_S, 'get_parameters')
@@ -200,10 +200,12 @@ def test_launch_starts_the_node_with_arguments_remaps_and_parameters(prefix, par
     namespace = f'/launch{next(_ns)}'
     got = launch({'namespace': namespace, 'params_file': str(params_file),
                   'image_topic': 'cam/image_raw', 'allow_random_weights': 'true',
-                  'map_frame': 'odom_lt', 'publish_tf': 'false', 'log_level': 'warn'},
+                  'odom_frame': 'odom_lt', 'map_frame': 'map_lt', 'publish_tf': 'false',
+                  'log_level': 'warn'},
                  lambda: probe_launch(namespace, 4))
     check_outputs(got, namespace, 'odom_lt')
-    assert got['params'] == {'frames.map_frame': 'odom_lt', 'publish.tf': False,
+    assert got['params'] == {'frames.odom_frame': 'odom_lt', 'frames.map_frame': 'map_lt',
+                             'publish.tf': False,
                              'allow_random_weights': True, 'model.preset': 'tiny',
                              'use_sim_time': False, 'input.transport': 'raw'}
 
@@ -214,7 +216,7 @@ def test_launch_lifecycle_autostart_configures_and_activates(prefix, params_file
                   'image_topic': 'cam/image_raw', 'allow_random_weights': 'true',
                   'lifecycle': 'true', 'log_level': 'warn'},
                  lambda: probe_launch(namespace, 3))
-    check_outputs(got, namespace, 'map')
+    check_outputs(got, namespace, 'odom')
     assert got['params']['allow_random_weights'] is True
 
 

@@ -85,7 +85,7 @@ def test_transitions_load_subscribe_unsubscribe_and_free(graph):
 
     assert transition(probe, Transition.TRANSITION_CONFIGURE) == \
         (True, State.PRIMARY_STATE_INACTIVE)
-    assert node._session is not None and node._session.stats()['time_index'] == 0  # warm-up reset
+    assert node._session is not None and node._session.stats().time_index == 0  # warm-up reset
     wait_for(lambda: publishers(probe, 'lingbot_map/pose') == 1, _TIMEOUT_S, 'pose publisher')
     assert subscribers(probe, 'image') == 0  # inactive: no input yet
 
@@ -106,7 +106,7 @@ def test_transitions_load_subscribe_unsubscribe_and_free(graph):
     assert probe.count(probe.poses) == before == 6  # nothing was processed while inactive
     send(probe, 9, 3)
     wait_for(lambda: probe.count(probe.poses) >= 9, _TIMEOUT_S, '3 more poses')
-    assert node._session.stats()['time_index'] >= 9
+    assert node._session.stats().time_index >= 9
 
     assert transition(probe, Transition.TRANSITION_DEACTIVATE)[0] is True
     assert transition(probe, Transition.TRANSITION_CLEANUP) == \
@@ -116,7 +116,7 @@ def test_transitions_load_subscribe_unsubscribe_and_free(graph):
 
     # Configure again after cleanup: a fresh session.
     assert transition(probe, Transition.TRANSITION_CONFIGURE)[0] is True
-    assert node._session.stats()['time_index'] == 0
+    assert node._session.stats().time_index == 0
     graph.remove(node)
 
 

@@ -31,6 +31,7 @@ import sys
 from builtin_interfaces.msg import Time
 from lingbot_map_ros.engine import errors
 from lingbot_map_ros.ros.node import LingbotMapNode, main
+from lingbot_map_ros.ros.odometry_status import ODOMETRY_KEYS
 from lingbot_map_ros.ros.outputs import UNKNOWN_VARIANCE
 # node_harness sits next to this file (pytest puts test/ros on sys.path).
 from node_harness import (Graph, image_msg, jpeg_msg, make_image, Probe, stamp_ns, TINY_CPU,
@@ -41,6 +42,10 @@ from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo
 from std_srvs.srv import Trigger
+
+# The oracle network of the engine tests (test/engine/oracle_model.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'engine'))
+from oracle_model import frame_image, ground_truth, OracleModel  # noqa: E402,I100,I202
 
 pytestmark = pytest.mark.rostest
 
@@ -115,12 +120,16 @@ def test_raw_images_give_poses_with_matching_stamps_and_frames(graph):
     wait_for(lambda: probe.paths and stamp_ns(probe.paths[-1].poses[-1]) == sent[-1],
              _TIMEOUT_S, 'the last path')
     assert [stamp_ns(p) for p in probe.poses] == sent
-    assert {p.header.frame_id for p in probe.poses} == {'map'}
+    assert {p.header.frame_id for p in probe.poses} == {'odom'}
     assert [stamp_ns(o) for o in probe.odometry] == sent
-    assert {o.child_frame_id for o in probe.odometry} == {'cam_optical'}
+    assert {o.child_frame_id for o in probe.odometry} == {'base_link'}
     # No uncertainty from the model: marked unknown, never an all-zero (exact) covariance.
     for cov in [o.pose.covariance for o in probe.odometry] + [probe.odometry[-1].twist.covariance]:
         assert list(cov[::7]) == [UNKNOWN_VARIANCE] * 6 and sum(cov) == 6 * UNKNOWN_VARIANCE
+    # REP 105: odom starts at the first pose of base_link.
+    first = probe.poses[0].pose
+    assert (first.position.x, first.position.y, first.position.z) == (0.0, 0.0, 0.0)
+    assert abs(first.orientation.w) == pytest.approx(1.0, abs=1e-9)
     quat = probe.poses[-1].pose.orientation
     assert abs(quat.x ** 2 + quat.y ** 2 + quat.z ** 2 + quat.w ** 2 - 1.0) < 1e-6
     # Bounded path: the newest 5 poses, in order.
@@ -136,8 +145,10 @@ def test_cache_diagnostics_follow_the_stream_and_reset(graph):
         publish(probe, [image_msg(make_image(i), t)
                         for i, t in enumerate(stamps(10.0 + chunk, 4), start=4 * chunk)])
         wait_poses(probe, 4 * (chunk + 1))
+        # A status from before the first frame has no frame_count yet.
         _, _, cache = wait_status(
-            probe, node, 'cache', lambda lvl, msg, v: int(v['frame_count']) == 4 * (chunk + 1),
+            # Compared as text: the key exists in every state, 'n/a' before the cache does.
+            probe, node, 'cache', lambda lvl, msg, v: v['frame_count'] == str(4 * (chunk + 1)),
             f'cache frame_count {4 * (chunk + 1)}')
         frame_counts.append(int(cache['frame_count']))
         assert int(cache['scale_pages']) == TINY_CPU['cache.scale_frames']
@@ -152,7 +163,7 @@ def test_cache_diagnostics_follow_the_stream_and_reset(graph):
     assert reply.success
     assert 'frames=12' in reply.message and 'path_poses=12' in reply.message
     _, _, cache = wait_status(probe, node, 'cache',
-                              lambda lvl, msg, v: int(v['frame_count']) == 0, 'empty cache')
+                              lambda lvl, msg, v: v['frame_count'] == '0', 'empty cache')
     assert int(cache['live_pages']) == 0 and int(cache['special_tokens']) == 0
     _, _, engine = wait_status(probe, node, 'engine', lambda *a: True, 'engine status')
     assert engine['resets.manual'] == '1'
@@ -183,7 +194,7 @@ def test_compressed_images_give_poses(graph):
     wait_poses(probe, 5)
     assert [stamp_ns(p) for p in probe.poses] == sent
     wait_for(lambda: probe.count(probe.odometry) >= 5, _TIMEOUT_S, 'odometry')
-    assert probe.odometry[-1].child_frame_id == 'jpeg_cam'
+    assert probe.odometry[-1].child_frame_id == 'base_link'
     # Corrupt and cut JPEGs are dropped; the stream goes on.
     good = jpeg_msg(make_image(9), int(8.0 * _SEC))
     cut = jpeg_msg(make_image(9), int(8.1 * _SEC))
@@ -316,7 +327,7 @@ def test_depth_and_cloud_outputs(graph):
     values = np.frombuffer(bytes(depth.data), '<f4')
     assert values.size == 84 * 112 and np.all(np.isfinite(values))
     cloud = probe.clouds[-1]
-    assert cloud.header.frame_id == 'map' and stamp_ns(cloud) == sent[-1]
+    assert cloud.header.frame_id == 'odom' and stamp_ns(cloud) == sent[-1]
     assert [f.name for f in cloud.fields] == ['x', 'y', 'z', 'rgb']
     assert 0 < cloud.width <= 21 * 28 and len(cloud.data) == 16 * cloud.width
     xyz = np.frombuffer(bytes(cloud.data), '<f4').reshape(-1, 4)[:, :3]
@@ -324,25 +335,33 @@ def test_depth_and_cloud_outputs(graph):
     graph.remove(node)
 
 
-@pytest.mark.parametrize('limit,reason', [({'model__max_frame_num': 6}, 'time_index_limit'),
-                                          ({'cache__max_total_frames': 6}, 'cache_full')])
-def test_session_limits_reset_automatically(graph, limit, reason):
-    node, probe = start(graph, **bag(**limit))
-    sent = stamps(60.0, 10)
-    publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(sent)])
-    # 6 frames fill the session; the 7th resets it and starts the next map with 4 frames.
-    wait_poses(probe, 10)
+def test_rollovers_publish_one_continuous_trajectory(graph):
+    # Sessions of 8 keyframes in a RoPE table of 8: every 5 frames a rollover, never a reset.
+    node, probe = start(graph, **bag(model__max_frame_num=8, stream__session_keyframes=8,
+                                     stream__overlap_keyframes=3))
+    num = 40
+    session = node._session.session
+    gt = ground_truth(num)
+    session._model = OracleModel(gt, session.config, noise=0.001, seed=1)
+    sent = stamps(60.0, num)
+    publish(probe, [image_msg(frame_image(i), t) for i, t in enumerate(sent)])
+    wait_poses(probe, num)
     assert [stamp_ns(p) for p in probe.poses] == sent
-    _, msg, values = wait_status(probe, node, 'engine',
-                                 lambda lvl, m, v: v.get(f'resets.{reason}') == '1', reason)
-    assert any(s.level == b'\x01' and reason in s.message
-               for a in probe.diagnostics for s in a.status)
-    wait_for(lambda: len(probe.paths[-1].poses) == 4, _TIMEOUT_S, 'path restarted')
+    _, _, values = wait_status(probe, node, 'odometry',
+                               lambda lvl, m, v: v.get('rollovers') == '7', '7 rollovers')
+    assert list(values) == list(ODOMETRY_KEYS) and values['sessions'] == '8'
+    _, _, engine = wait_status(probe, node, 'engine', lambda *_: True, 'engine status')
+    assert not [k for k, v in engine.items() if k.startswith('resets.') and v != '0']
+    wait_for(lambda: len(probe.paths[-1].poses) == num, _TIMEOUT_S, 'one path, never cleared')
+    xyz = np.array([[p.pose.position.x, p.pose.position.y, p.pose.position.z]
+                    for p in probe.poses])
+    steps = np.linalg.norm(np.diff(xyz, axis=0), axis=1)
+    assert steps.max() < 3 * np.median(steps), steps  # no jump at any rollover
     graph.remove(node)
 
 
 def test_resolution_change_nan_pose_and_engine_errors_reset(graph, monkeypatch):
-    node, probe = start(graph, **bag())
+    node, probe = start(graph, **bag(input__resolution_change_frames=1))
     publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(stamps(70.0, 4))])
     wait_poses(probe, 4)
     # The camera switches resolution: a new map at the new size.

@@ -139,7 +139,7 @@ def test_check_changes_reasons():
                                 current) is None
     on = {**current, 'stream.enable_depth': True, 'publish.cloud': True}
     assert 'enable_depth' in params.check_changes({'stream.enable_depth': False}, on)
-    assert 'one of' in params.check_changes({'frames.map_axes': 'enu'}, current)
+    assert 'one of' in params.check_changes({'input.queue_mode': 'fast'}, current)
 
 
 def test_markdown_table_lists_every_parameter():

@@ -18,7 +18,6 @@ temporary folder; the image-folder case reads 4 frames of ``../shared/data/loop`
 that folder is absent).
 """
 
-from pathlib import Path
 
 import cv2
 from lingbot_map_ros.ros.conversions import camera_info_k, compressed_msg_to_rgb
@@ -29,7 +28,6 @@ from lingbot_map_ros.tools.make_bag import write_frames
 import numpy as np
 import pytest
 
-LOOP = Path(__file__).resolve().parents[2].parent / 'shared' / 'data' / 'loop'
 K = np.array([[50.0, 0.0, 16.0], [0.0, 52.0, 12.0], [0.0, 0.0, 1.0]])
 
 
@@ -120,9 +118,8 @@ def test_video_source(tmp_path):
     assert len(got) == 3 and got[0].shape == (12, 16, 3)
 
 
-@pytest.mark.skipif(not LOOP.is_dir(), reason='../shared/data/loop is not beside the repo')
-def test_image_folder_source(tmp_path):
-    files = image_files(LOOP)
+def test_image_folder_source(tmp_path, shared_file):
+    files = image_files(shared_file('data', 'loop'))
     assert len(files) == 237 and files[0].name == '000000.png'
     frames = list(folder_frames(files[:4], width=259))
     assert [f.shape for f in frames] == [(147, 259, 3)] * 4

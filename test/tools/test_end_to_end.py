@@ -30,6 +30,7 @@ import random
 
 from lingbot_map_ros.config import load_yaml
 from lingbot_map_ros.ros.conversions import c2w_to_pose
+from lingbot_map_ros.ros.odom_frames import OPTICAL_IN_BODY
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.demo import node_overrides, NodeProcess, play_and_record
 from lingbot_map_ros.tools.make_bag import BagSpec, write_synthetic
@@ -73,7 +74,7 @@ def test_played_bag_matches_offline_replay(tmp_path):
 
     torch.set_num_threads(1)  # the node's OMP_NUM_THREADS: same reduction order
     values = load_yaml(params)
-    runner = OfflineRunner.from_values(values, RunOptions(map_axes=values['frames.map_axes']),
+    runner = OfflineRunner.from_values(values, RunOptions(map_axes='flu'),
                                        tmp_path / 'offline')
     with bag_io.open_bag(bag) as reader:
         summary = runner.run(bag_io.read_raw(reader, ['/camera/image_raw']))
@@ -83,7 +84,12 @@ def test_played_bag_matches_offline_replay(tmp_path):
     assert len(summary['segments']) == 1
     assert live.stamps_ns.size == offline.stamps_ns.size == NUM_FRAMES, node.log_tail()
     np.testing.assert_array_equal(live.stamps_ns, offline.stamps_ns)
-    np.testing.assert_allclose(_pose_vectors(live.c2w), _pose_vectors(offline.c2w),
+    # The node publishes base_link in odom (REP 105, default mounting: base_link = camera
+    # body); the replay writes the optical frame in the first camera's flu world. Same poses:
+    # odom -> optical = B @ inv(offline[0]) @ offline, with B the optical-in-body rotation.
+    live_optical = live.c2w @ OPTICAL_IN_BODY
+    expected = OPTICAL_IN_BODY @ np.linalg.inv(offline.c2w[0]) @ offline.c2w
+    np.testing.assert_allclose(_pose_vectors(live_optical), _pose_vectors(expected),
                                rtol=0, atol=TOLERANCE)
     # The poses are not trivially equal: a random-weight model still moves the camera.
     assert np.ptp(offline.positions, axis=0).max() > 1e-3

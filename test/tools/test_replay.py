@@ -21,7 +21,6 @@ folder is absent). The engine is the tiny random-weight model on CPU
 
 import json
 import logging
-from pathlib import Path
 
 from lingbot_map_ros.config import load_yaml
 from lingbot_map_ros.engine.geometry import quaternion_to_rotation
@@ -32,8 +31,6 @@ import numpy as np
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-LOOP = ROOT.parent / 'shared' / 'data' / 'loop'
 FAST = {'stream.image_width': 112, 'cache.scale_frames': 2, 'cache.sliding_window': 4}
 SET_FLAGS = [a for k, v in FAST.items() for a in ('--set', f'{k}={v}')]
 SEC = 1_000_000_000
@@ -85,11 +82,10 @@ def test_run_writes_trajectory_plot_depth_cloud_and_summary(synthetic, tmp_path)
         assert np.isfinite(summary['evaluation']['ape_m']['rmse'])
 
 
-def test_run_compressed_real_frames_from_an_image_folder(tmp_path):
-    if not LOOP.is_dir():
-        pytest.skip('../shared/data/loop is not beside the repo')
+def test_run_compressed_real_frames_from_an_image_folder(tmp_path, shared_file):
+    loop = shared_file('data', 'loop')
     bag = tmp_path / 'loop'
-    assert main(['make-bag', '--images', str(LOOP), '--stride', '20', '--max-frames', '5',
+    assert main(['make-bag', '--images', str(loop), '--stride', '20', '--max-frames', '5',
                  '--width', '259', '--compressed', '--out', str(bag)]) == 0
     assert _run(bag, tmp_path / 'out') == 0
     summary = json.loads((tmp_path / 'out' / 'summary.json').read_text())
@@ -145,7 +141,8 @@ def test_runner_counts_drops_and_starts_a_segment_per_reset(tmp_path):
             # Recorded in this order; the header stamps are what goes back.
             writer.write('/img', 1000 * SEC + i, _image(i, stamp, size, encoding))
     values = {**load_yaml(find_config('demo_tiny_cpu.yaml')), **FAST}
-    runner = OfflineRunner.from_values(values, RunOptions(map_axes='optical'), tmp_path)
+    options = RunOptions(map_axes='optical', resolution_change_frames=1)
+    runner = OfflineRunner.from_values(values, options, tmp_path)
     with bag_io.open_bag(bag) as reader:
         summary = runner.run(bag_io.read_raw(reader, ['/img']))
     assert summary['drops'] == {'encoding': 1, 'stamp_out_of_order': 1}
@@ -214,3 +211,19 @@ def test_sim3_alignment_and_evaluation_recover_a_similarity(tmp_path):
     result = trajectory.evaluate(tmp_path / 'est.tum', tmp_path / 'ref.tum')
     assert result['num_pairs'] == 30 and result['scale'] == pytest.approx(4.0, rel=1e-6)
     assert result['ape_m']['rmse'] < 1e-5 and result['rpe_m']['max'] < 1e-5
+
+
+def test_run_rolls_over_into_one_continuous_trajectory(tmp_path):
+    bag_dir = tmp_path / 'long'
+    assert main(['make-bag', '--synthetic', '--frames', '60', '--size', '128x72',
+                 '--out', str(bag_dir / 'bag'), '--storage', 'mcap']) == 0
+    # The command: sessions of 24 keyframes, 4 run again: rollovers at frames 24, 44.
+    assert _run(bag_dir / 'bag', tmp_path / 'out', '--set', 'stream.session_keyframes=24',
+                '--set', 'stream.overlap_keyframes=4') == 0
+    summary = json.loads((tmp_path / 'out' / 'summary.json').read_text())
+    assert (summary['frames_read'], summary['poses'], summary['drops']) == (60, 60, {})
+    assert (summary['sessions'], summary['rollovers'], len(summary['segments'])) == (3, 2, 1)
+    est = trajectory.read_tum(tmp_path / 'out' / 'trajectory.tum')
+    truth = trajectory.read_tum(bag_dir / 'bag_gt.tum')
+    np.testing.assert_array_equal(est.stamps_ns, truth.stamps_ns)  # each frame once, in order
+    assert np.all(np.isfinite(est.c2w))

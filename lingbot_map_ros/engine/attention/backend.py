@@ -30,7 +30,7 @@ and ``run`` once per layer. Backends:
 
 from __future__ import annotations
 
-from typing import Protocol, TYPE_CHECKING
+from typing import Literal, Protocol, TYPE_CHECKING
 
 import torch
 
@@ -39,12 +39,20 @@ if TYPE_CHECKING:
 
 BACKEND_NAMES = ('flashinfer', 'sdpa', 'reference')
 
+GraphSupport = Literal['segments', 'whole_frame']
+"""What a backend's attention allows inside CUDA graphs: 'whole_frame' (its attention can be
+captured with the rest of the frame: ``cache/staged_frames.py``), 'segments' (it runs eagerly
+between captured segments: host work per layout)."""
+
 
 class AttentionBackend(Protocol):
     """Attention of one frame's queries over one layer's visible pages."""
 
     name: str
     """'flashinfer', 'sdpa' or 'reference'."""
+
+    graph_support: GraphSupport
+    """How far a streaming frame that uses this backend can be captured as CUDA graphs."""
 
     def plan(self, layout: PageLayout, num_queries: int) -> None:
         """Prepare for ``run`` on ``layout``; cheap when called again with the same layout."""

@@ -78,6 +78,7 @@ class FlashInferBackend:
     """
 
     name = 'flashinfer'
+    graph_support = 'segments'  # plan() is host work per layout: eager between segments
 
     def __init__(self, *, num_heads: int, head_dim: int, page_size: int, num_pages: int,
                  dtype: torch.dtype, device: torch.device, kernel: str = 'fa2') -> None:

@@ -65,6 +65,7 @@ class SdpaBackend:
     """
 
     name = 'sdpa'
+    graph_support = 'whole_frame'  # its split attention has a staged, capturable form
 
     def __init__(self, full_patch_pages: int = 0) -> None:
         """Set up the gather fallback and the CUDA split.
@@ -131,6 +132,7 @@ class ReferenceBackend:
     """
 
     name = 'reference'
+    graph_support = 'segments'  # per-layout gather index: host work between segments
 
     def __init__(self) -> None:
         self._gather = _PageGather()

@@ -17,13 +17,13 @@ Shapes: ``Q`` queries, ``H`` heads, ``D`` head dim, ``T`` tokens per page; a lay
 ``[N, T, H, D]``, read here as its flat token view ``[N*T, H, D]``.
 
 Why: with the fixed-shape parts of a frame replayed as CUDA graphs, the 24 cache attentions
-between them were still issued one by one from Python, each with its page bookkeeping. What
+between them would still be issued one by one from Python, each with its page bookkeeping. What
 changes from frame to frame in that attention is only *where* the visible keys are: the run
 ``[start, stop)`` of the flat pool (the page table keeps it one contiguous range,
 ``page_table.py``) and the slots the frame's keys are written to. Kept in small device tensors,
-they let one captured graph serve every frame of a kind (model/graphed.py). Measured on the
-H200 (bench/results/h200_whole_frame/): the aggregator went from 25.9 to 25.2 ms per frame, and
-the window-fill frames from up to 40.6 to 37.1 ms:
+they let one captured graph serve every frame of a kind (model/graphed.py). On the H200 that
+saves ~0.7 ms of the aggregator's ~26 ms per frame and up to ~3.5 ms on window-fill frames
+(bench/results/h200_whole_frame/):
 
 * ``range``: one flash varlen call whose key range is ``cu_seqlens_k = [start, stop]`` read on
   the device (flash takes the keys of "sequence 0" from offset ``cu_seqlens_k[0]``). Any

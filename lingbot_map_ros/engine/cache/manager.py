@@ -42,8 +42,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lingbot_map_ros.engine.attention.backend import BACKEND_NAMES, make_backend
-from lingbot_map_ros.engine.attention.staged import StagedAttention, StagedKey
+from lingbot_map_ros.engine.attention.backend import AttentionBackend, BACKEND_NAMES, make_backend
 from lingbot_map_ros.engine.cache.kv_storage import KVStorage
 from lingbot_map_ros.engine.cache.page_table import PageLayout, StepKind, TwoStreamPageTable
 from lingbot_map_ros.engine.cache.step_log import LoggedStep, StepLog
@@ -108,7 +107,6 @@ class FlashInferKVCacheManager:
         if num_blocks < 1:
             raise ValueError(f'num_blocks={num_blocks} must be >= 1')
         self.num_blocks = num_blocks
-        self.max_num_frames = max_num_frames
         self.tokens_per_frame = tokens_per_frame
         self.num_heads = num_heads
         self.head_dim = head_dim
@@ -131,35 +129,25 @@ class FlashInferKVCacheManager:
                                   head_dim, num_special_tokens, self.dtype, self.device)
         self._log = StepLog(num_blocks, self._table.layout)
         self._frame_shape = (tokens_per_frame, num_heads, head_dim)
-        self._staged: StagedAttention | None = None
-        self._staged_index: torch.Tensor | None = None
-        self._staged_keyframe: bool | None = None
         # Upstream's flags: a non-keyframe is running (read by upstream's blocks), and its
         # eviction is deferred (append_frame then refuses keyframe=True).
         self.skip_append = False
         self.defer_eviction = False
 
-    # Upstream block code reads and writes these private names on the manager.
-    @property
-    def _skip_append(self) -> bool:
-        return self.skip_append
-
-    @_skip_append.setter
-    def _skip_append(self, value: bool) -> None:
-        self.skip_append = value
-
-    @property
-    def _defer_eviction(self) -> bool:
-        return self.defer_eviction
-
-    @_defer_eviction.setter
-    def _defer_eviction(self, value: bool) -> None:
-        self.defer_eviction = value
-
     @property
     def page_table(self) -> TwoStreamPageTable:
         """Return the shared page table at the leading block's step (diagnostics, tests)."""
         return self._table
+
+    @property
+    def backend(self) -> AttentionBackend:
+        """Return the attention backend; its ``graph_support`` says what graphs may hold."""
+        return self._backend
+
+    @property
+    def storage(self) -> KVStorage:
+        """Return the K/V pools of every block (``staged_frames.py`` writes and attends them)."""
+        return self._storage
 
     @property
     def kv_bytes(self) -> int:
@@ -195,7 +183,7 @@ class FlashInferKVCacheManager:
         if keyframe and self.defer_eviction:
             raise ValueError(f'append_frame(block {block_idx}, keyframe=True) while '
                              'defer_eviction is set (a non-keyframe is in flight)')
-        logged = self._advance(block_idx, 'append', bool(keyframe))
+        logged = self.advance(block_idx, 'append', bool(keyframe))
         self._storage.write(block_idx, logged.index, k, v)
         if logged.step.moves:
             self._move_pages(block_idx, logged)
@@ -231,7 +219,7 @@ class FlashInferKVCacheManager:
             raise ValueError('evict_frames: only cross_frame_special=True, include_scale_frames'
                              f'=True, camera_only=False are supported, got {cross_frame_special}'
                              f', {include_scale_frames}, {camera_only}')
-        logged = self._advance(block_idx, 'evict')
+        logged = self.advance(block_idx, 'evict')
         if logged.step.moves:
             self._move_pages(block_idx, logged)
 
@@ -242,7 +230,7 @@ class FlashInferKVCacheManager:
             ValueError: bad ``block_idx``.
             CacheStateError: no frame is cached, or a call out of order with the other blocks.
         """
-        logged = self._advance(block_idx, 'rollback')
+        logged = self.advance(block_idx, 'rollback')
         if logged.step.moves:
             self._move_pages(block_idx, logged)
 
@@ -285,122 +273,6 @@ class FlashInferKVCacheManager:
         """Empty the cache (all blocks); the tensors stay allocated."""
         self._table.reset()
         self._log.reset(self._table.layout)
-        self._staged_keyframe = None
-
-    # ---- staged frames: one frame's cache work with its numbers on the device ---------------
-    # For a whole streaming frame in one CUDA graph (model/graphed.py). ``stage_frame`` makes
-    # the frame's table steps for every block at once and puts where the frame goes and what
-    # it sees into device tensors; the graph then calls ``write_staged`` and ``attend_staged``
-    # per block (no host decisions inside); ``finish_staged`` ends the frame.
-
-    @property
-    def can_stage(self) -> bool:
-        """Whether frames can be staged: backend 'sdpa', and bf16/fp16 storage on CUDA."""
-        if self.backend_name != 'sdpa':
-            return False
-        return self.device.type != 'cuda' or self.dtype in (torch.bfloat16, torch.float16)
-
-    def enable_staging(self, compile_merge: bool = False) -> None:
-        """Build the device-side numbers (again: the merge's compile setting may change).
-
-        Args:
-            compile_merge: ``torch.compile`` the split's log-sum-exp merge.
-
-        Raises:
-            CacheStateError: the cache cannot stage (``can_stage`` is False).
-        """
-        if not self.can_stage:
-            raise CacheStateError(f'staged frames need backend sdpa with bf16/fp16 on CUDA, '
-                                  f'not {self.backend_name} with {self.dtype} on {self.device}')
-        self._staged = StagedAttention(
-            self._backend.split, self.page_size, self._table.num_patch_pages,  # type: ignore
-            self.scale_frames + self.sliding_window, self.num_special_tokens, self.device,
-            compile_merge)
-        self._staged_index = torch.zeros(self.tokens_per_frame, dtype=torch.long,
-                                         device=self.device)
-
-    def warm_up_staged(self, q: torch.Tensor) -> None:
-        """Compile the staged merge for queries shaped like ``q: [Q, H, D]`` now (CUDA)."""
-        if self._staged is None:
-            raise CacheStateError('warm_up_staged before enable_staging')
-        self._staged.warm_up(q)
-
-    def stage_frame(self, keyframe: bool) -> StagedKey:
-        """Make one streaming frame's table steps for every block; stage its numbers.
-
-        A keyframe: append + evict; a non-keyframe: append (``finish_staged`` rolls it back).
-
-        Returns:
-            The key of the graph that runs this frame's attention.
-
-        Raises:
-            CachePoolExhaustedError: the special stream is full (nothing changed).
-            CacheStateError: staging not enabled, a frame already staged, blocks out of step,
-                or a step that would move pages (never for keyframe True/False appends).
-        """
-        if self._staged is None or self._staged_index is None:
-            raise CacheStateError('stage_frame before enable_staging')
-        if self._staged_keyframe is not None:
-            raise CacheStateError('stage_frame while a staged frame is in flight; '
-                                  'finish_staged first')
-        first = self._advance(0, 'append', keyframe)
-        self._check_no_moves(first)
-        for block_idx in range(1, self.num_blocks):
-            self._advance(block_idx, 'append', keyframe)
-        if keyframe:
-            for block_idx in range(self.num_blocks):
-                self._check_no_moves(self._advance(block_idx, 'evict'))
-        self._staged_index.copy_(first.index)
-        self._staged_keyframe = keyframe
-        return self._staged.set(self._log.layout(0))
-
-    def stage_placeholder(self, keyframe: bool) -> StagedKey:
-        """Stage a full-window layout without touching the table, to capture its graph early.
-
-        The frame's writes go to the spare page and the first special slots: reset the cache
-        before real frames use it.
-
-        Returns:
-            The key of that layout's graph.
-        """
-        if self._staged is None or self._staged_index is None:
-            raise CacheStateError('stage_placeholder before enable_staging')
-        self._staged_index.copy_(self._storage.frame_index(
-            0, self._table.num_patch_pages * self.page_size))
-        return self._staged.set_placeholder(keyframe)
-
-    def write_staged(self, block_idx: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Write the staged frame's K and V ``[P, H, D]`` of ``block_idx`` (capturable)."""
-        self._storage.write(block_idx, self._staged_index, k, v)
-
-    def attend_staged(self, block_idx: int, key: StagedKey, q: torch.Tensor) -> torch.Tensor:
-        """Attend ``q: [Q, H, D]`` to the staged run of ``block_idx`` (capturable).
-
-        Returns:
-            ``[Q, H, D]`` in the storage dtype.
-        """
-        return self._staged.attend(key, q, self._storage.k[block_idx],  # type: ignore
-                                   self._storage.v[block_idx])
-
-    def finish_staged(self) -> None:
-        """End the staged frame: a non-keyframe is rolled back in every block.
-
-        Raises:
-            CacheStateError: no frame is staged.
-        """
-        if self._staged_keyframe is None:
-            raise CacheStateError('finish_staged without a staged frame')
-        if not self._staged_keyframe:
-            for block_idx in range(self.num_blocks):
-                self._check_no_moves(self._advance(block_idx, 'rollback'))
-        self._staged_keyframe = None
-
-    @staticmethod
-    def _check_no_moves(logged: LoggedStep) -> None:
-        if logged.step.moves:
-            raise CacheStateError(f'staged {logged.step.kind} would move pages '
-                                  f'{logged.step.moves}; stage only keyframe/non-keyframe '
-                                  'appends')
 
     def remaining_frames(self) -> int:
         """Keyframes that still fit before ``append_frame`` raises CachePoolExhaustedError."""
@@ -410,14 +282,6 @@ class FlashInferKVCacheManager:
         """Return the block's visible pages (scale -> window -> special) as a frozen snapshot."""
         self._check_block(block_idx)
         return self._log.layout(block_idx)
-
-    def build_visible_page_table(self, block_idx: int = 0) -> list[int]:
-        """Return the block's visible page ids: scale pages, window pages, then special pages."""
-        return list(self.layout(block_idx).page_ids)
-
-    def compute_last_page_len(self, block_idx: int = 0) -> int:
-        """Return the valid tokens in the block's last visible page (a partly filled one)."""
-        return self.layout(block_idx).last_page_len
 
     def get_cache_stats(self, block_idx: int = 0) -> dict[str, Any]:
         """Occupancy and capacity of the cache as ``block_idx`` sees it.
@@ -458,8 +322,17 @@ class FlashInferKVCacheManager:
         if not 0 <= block_idx < self.num_blocks:
             raise ValueError(f'block_idx={block_idx} is outside [0, {self.num_blocks})')
 
-    def _advance(self, block_idx: int, kind: StepKind, keyframe: bool = True) -> LoggedStep:
-        """Lead a new table step or replay the recorded one; returns it."""
+    def advance(self, block_idx: int, kind: StepKind, keyframe: bool = True) -> LoggedStep:
+        """Make block ``block_idx``'s next table step: lead a new one or replay the recorded one.
+
+        Returns:
+            The step and, for an append, where the frame's tokens go.
+
+        Raises:
+            ValueError: bad ``block_idx``.
+            CachePoolExhaustedError: an append with the special stream full.
+            CacheStateError: a call out of order with the other blocks.
+        """
         self._check_block(block_idx)
         if not self._log.leads(block_idx):
             return self._log.follow(block_idx, kind, keyframe)

@@ -39,24 +39,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import logging
-from typing import Literal
 
 import torch
 from torch import nn
 
 from .dino import DinoTrunk
-from .graphed import FrameGraphs
 from .layers import Attend, Block, dense_attention, wide_dtype
 from .layers.rope import FrameRope, rotate_half_2d, rotate_interleaved, VideoRope
 from ..cache import FlashInferKVCacheManager
 from ..errors import (CachePoolExhaustedError, CacheStateError, InvalidFrameError,
                       ResolutionChangedError, TimeIndexLimitError)
+from ..frames import NUM_SPECIAL_TOKENS, Role
 from ...config import CacheConfig, ModelConfig
 
 logger = logging.getLogger(__name__)
 
-Mode = Literal['scale', 'keyframe', 'non-keyframe']
-NUM_SPECIAL_TOKENS = 6
 _IMAGENET_MEAN = (0.485, 0.456, 0.406)
 _IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -104,14 +101,6 @@ class Aggregator(nn.Module):
         self._kv_dtype = torch.float32
         self._cache: FlashInferKVCacheManager | None = None
         self._cache_used = False
-        self.cuda_graphs = False
-        """Replay streaming frames' fixed-shape work as CUDA graphs (``graphed.py``)."""
-        self.compile_segments = False
-        """``torch.compile`` the streaming frames' fixed-shape work (``graphed.py``)."""
-        self.stage_frames = True
-        """With the fast path, run whole frames with the cache's staged attention, so a
-        streaming frame is one CUDA graph (``attention/staged.py``); needs backend 'sdpa'."""
-        self._frame_graphs: tuple[tuple, FrameGraphs] | None = None
 
     # ---- KV cache -------------------------------------------------------------------------
 
@@ -143,9 +132,9 @@ class Aggregator(nn.Module):
         """Return the paged cache manager, or None before the first frame of a configuration."""
         return self._cache
 
-    def cache_stats(self) -> dict:
-        """Return the cache occupancy counters; empty before the first frame."""
-        return {} if self._cache is None else dict(self._cache.get_cache_stats())
+    def cache_stats(self) -> dict | None:
+        """Return the cache occupancy counters; None before the first frame."""
+        return None if self._cache is None else self._cache.get_cache_stats()
 
     @property
     def cache_config(self) -> CacheConfig:
@@ -181,7 +170,7 @@ class Aggregator(nn.Module):
         logger.info('KV cache: %d tokens/frame, N_s=%d, W=%d, %s, backend %s', tokens_per_frame,
                     cfg.scale_frames, cfg.sliding_window, self._kv_dtype, cfg.backend)
 
-    def _check_state(self, num_frames: int, time_index: int, mode: Mode) -> None:
+    def _check_state(self, num_frames: int, time_index: int, mode: Role) -> None:
         if mode not in ('scale', 'keyframe', 'non-keyframe'):
             raise ValueError(f"mode='{mode}' is not 'scale', 'keyframe' or 'non-keyframe'")
         if mode != 'scale' and num_frames != 1:
@@ -197,14 +186,14 @@ class Aggregator(nn.Module):
             raise CacheStateError('scale pass on a cache that already holds frames; reset first')
         if mode != 'scale' and not self._cache_used:
             raise CacheStateError(f'{mode} frame before the scale pass')
-        if mode != 'non-keyframe':
-            remaining = self.remaining_frames()
-            if remaining < num_frames:
-                raise CachePoolExhaustedError(
-                    f'KV cache has room for {remaining} more keyframes, {num_frames} needed '
-                    f'(cache.max_total_frames={self._cache_config.max_total_frames}); reset')
+        # A non-keyframe needs a free slot too: its specials stay until it is rolled back.
+        remaining = self.remaining_frames()
+        if remaining < num_frames:
+            raise CachePoolExhaustedError(
+                f'KV cache has room for {remaining} more frames, {num_frames} needed '
+                f'(cache.max_total_frames={self._cache_config.max_total_frames}); reset')
 
-    def global_attention(self, block_idx: int, mode: Mode, num_frames: int,
+    def global_attention(self, block_idx: int, mode: Role, num_frames: int,
                          tokens_per_frame: int) -> Attend:
         """Attention of global block ``block_idx`` through the paged cache, for one call."""
         cache, kv_dtype = self._cache, self._kv_dtype
@@ -213,7 +202,7 @@ class Aggregator(nn.Module):
         def per_token(t: torch.Tensor) -> torch.Tensor:
             # [1, H, N, D] -> [N, H, D] in the KV dtype. The segment runner hands over views of
             # token-major tensors already (no copy here); otherwise cast and relayout in one copy
-            # (a cast keeps the strides, and .contiguous() after it was a second kernel).
+            # (a cast keeps the strides; a .contiguous() after it would be a second kernel).
             tokens = t[0].transpose(0, 1)
             if tokens.dtype == kv_dtype and tokens.is_contiguous():
                 return tokens
@@ -240,51 +229,6 @@ class Aggregator(nn.Module):
 
     # ---- forward --------------------------------------------------------------------------
 
-    def _graphs_for(self, images: torch.Tensor) -> FrameGraphs | None:
-        """Return the segment runner of this resolution, dtype and device (built once).
-
-        Returns None, and turns :attr:`cuda_graphs` off, when the runner cannot be built (e.g.
-        a CUDA graph capture this PyTorch/driver refuses): frames then run eagerly, slower but
-        right, instead of failing one after another. A failed ``torch.compile`` (no compiler,
-        no Triton) turns :attr:`compile_segments` off and builds the uncompiled runner.
-        """
-        capture = self.cuda_graphs and images.device.type == 'cuda'
-        staged = self.stage_frames and self._cache.can_stage
-        key = (tuple(images.shape), images.device, self._kv_dtype, self.camera_token.dtype,
-               self.camera_token.data_ptr(), capture, self.compile_segments, staged,
-               self._cache if staged else None)  # staged graphs write into this cache
-        if self._frame_graphs is None or self._frame_graphs[0] != key:
-            self._frame_graphs = None  # release the old graphs' memory first
-            try:
-                if staged:
-                    self._cache.enable_staging(compile_merge=self.compile_segments)
-                runner = FrameGraphs(self, images, capture, self.compile_segments, staged)
-            except Exception as exc:  # noqa: BLE001 - Inductor/Triton raise many kinds
-                if not self.compile_segments:
-                    logger.warning('CUDA graphs unavailable (%s); running frames eagerly', exc)
-                    self.cuda_graphs = False
-                    return None
-                logger.warning('torch.compile of the frame segments failed (%s: %s); '
-                               'running them uncompiled', type(exc).__name__, exc)
-                self.compile_segments = False
-                return self._graphs_for(images)
-            self._frame_graphs = (key, runner)
-        return self._frame_graphs[1]
-
-    @property
-    def whole_frames(self) -> bool:
-        """Whether streaming frames now run as whole frames (``stage_frames`` in effect)."""
-        return self._frame_graphs is not None and self._frame_graphs[1].staged
-
-    @torch.no_grad()
-    def prepare_full_window(self) -> None:
-        """Capture the full-window frame graphs now (see ``FrameGraphs.prepare_full_window``).
-
-        Writes placeholders into the cache: call ``reset_cache`` before the next stream.
-        """
-        if self._frame_graphs is not None:
-            self._frame_graphs[1].prepare_full_window()
-
     def _check_images(self, images: torch.Tensor) -> tuple[int, int]:
         patch = self.config.patch_size
         if images.ndim != 4 or images.shape[1] != 3 or not images.is_floating_point():
@@ -296,8 +240,9 @@ class Aggregator(nn.Module):
                                     f'multiple of the patch size {patch}')
         return height // patch, width // patch
 
-    def _normalize(self, images: torch.Tensor) -> torch.Tensor:
-        # NOTE: the ImageNet constants are float32 values (as upstream) kept outside the module's
+    def normalize(self, images: torch.Tensor) -> torch.Tensor:
+        """ImageNet-normalise [S, 3, H, W] images in [0, 1], in their wide dtype."""
+        # The ImageNet constants are float32 values (as upstream) kept outside the module's
         # buffers, so casting the aggregator to bf16 and back cannot round them.
         wide = wide_dtype(images.dtype)
         key = (images.device, wide)
@@ -308,7 +253,7 @@ class Aggregator(nn.Module):
         mean, std = self._imagenet_stats[key]
         return (images.to(wide) - mean) / std
 
-    def special_tokens(self, num_frames: int, mode: Mode, dtype: torch.dtype) -> torch.Tensor:
+    def special_tokens(self, num_frames: int, mode: Role, dtype: torch.dtype) -> torch.Tensor:
         """Return the [S, 6, C] special tokens of a call (variants as in the module docstring).
 
         Args:
@@ -326,8 +271,26 @@ class Aggregator(nn.Module):
                             self.scale_token[0, scale]], dim=1)
         return tokens.to(dtype)
 
-    def forward(self, images: torch.Tensor, time_index: int, mode: Mode) -> AggregatorOutput:
-        """Run one call of the streaming schedule.
+    def prepare(self, images: torch.Tensor, time_index: int, mode: Role) -> tuple[int, int]:
+        """Check a call of the streaming schedule and build the cache it needs.
+
+        Returns:
+            The (h, w) patch grid.
+
+        Raises:
+            See :meth:`forward`; nothing is cached when it raises.
+        """
+        h, w = self._check_images(images)
+        self._check_state(images.shape[0], time_index, mode)
+        self._ensure_cache(NUM_SPECIAL_TOKENS + h * w, images.device)
+        return h, w
+
+    def mark_cache_used(self) -> None:
+        """Record that frames are going into the cache (a runner other than :meth:`run`)."""
+        self._cache_used = True
+
+    def forward(self, images: torch.Tensor, time_index: int, mode: Role) -> AggregatorOutput:
+        """Run one call of the streaming schedule eagerly (:meth:`prepare`, then :meth:`run`).
 
         Args:
             images: [S, 3, H, W] in [0, 1]; S = N_s frames for 'scale', 1 otherwise.
@@ -347,16 +310,14 @@ class Aggregator(nn.Module):
                 frame on another device than the cached ones.
             ResolutionChangedError: the frame size differs from the cached frames'.
         """
-        h, w = self._check_images(images)
+        return self.run(images, time_index, mode, self.prepare(images, time_index, mode))
+
+    def run(self, images: torch.Tensor, time_index: int, mode: Role,
+            patch_hw: tuple[int, int]) -> AggregatorOutput:
+        """Run the layer loop of a call that :meth:`prepare` accepted (arguments as there)."""
+        h, w = patch_hw
         s, p = images.shape[0], NUM_SPECIAL_TOKENS + h * w
-        self._check_state(s, time_index, mode)
-        self._ensure_cache(p, images.device)
-        segmented = self.cuda_graphs or self.compile_segments
-        runner = self._graphs_for(images) if mode != 'scale' and segmented else None
-        if runner is not None:
-            self._cache_used = True
-            return runner.run(images, time_index, mode)
-        dino = self.patch_embed(self._normalize(images))
+        dino = self.patch_embed(self.normalize(images))
         x = torch.cat([self.special_tokens(s, mode, dino.dtype), dino], dim=1)
         rope_dtype = wide_dtype(self.camera_token.dtype)
         frame_cos, frame_sin = self.frame_rope.tables(h, w, images.device, rope_dtype)

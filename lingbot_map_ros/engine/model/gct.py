@@ -34,9 +34,12 @@ import torch
 from torch import nn
 from torch.nn.attention import sdpa_kernel, SDPBackend
 
-from .aggregator import Aggregator, Mode
+from .aggregator import Aggregator
+from .frame_runner import FrameRunner
 from .heads.camera_head import CameraHead
 from .heads.dpt_head import DPTHead
+from ..frames import Role
+from ..stats import CacheStats
 from ...config import CacheConfig, ModelConfig
 
 # NOTE: cuDNN's SDPA builds an execution plan per new sequence length, and the global blocks'
@@ -61,6 +64,8 @@ class LingbotMapModel(nn.Module):
         self.aggregator = Aggregator(self.config)
         self.camera_head = CameraHead.from_config(self.config)
         self.depth_head = DPTHead.from_config(self.config) if self.config.enable_depth else None
+        self.frame_runner = FrameRunner(self.aggregator)
+        """Runs the aggregator's calls: eager, segments or whole frames (``frame_runner.py``)."""
 
     @classmethod
     def empty(cls, config: ModelConfig | None = None, device: str | torch.device = 'cpu',
@@ -112,8 +117,7 @@ class LingbotMapModel(nn.Module):
                 head) as CUDA graphs; CUDA only (on the CPU the segments run eagerly).
             compile_frames: ``torch.compile`` that work first (Inductor fusion).
         """
-        self.aggregator.cuda_graphs = cuda_graphs
-        self.aggregator.compile_segments = compile_frames
+        self.frame_runner.set_fast_path(cuda_graphs, compile_frames)
         self.camera_head.cuda_graphs = cuda_graphs
         if self.depth_head is not None:
             self.depth_head.cuda_graphs = cuda_graphs
@@ -136,20 +140,17 @@ class LingbotMapModel(nn.Module):
         self.aggregator.reset_cache()
         self.camera_head.reset_cache(keep_memory=True)
 
-    def cache_stats(self) -> dict:
+    def cache_stats(self) -> CacheStats | None:
         """Occupancy of the global KV cache and of the camera-head cache.
 
         Returns:
-            The aggregator manager's counters plus ``camera_frames`` and ``camera_bytes``.
+            None before the first frame of a stream configuration builds the global cache.
         """
         stats = self.aggregator.cache_stats()
+        if stats is None:
+            return None
         camera = self.camera_head.cache_stats()
-        stats.update(camera_frames=camera.num_frames, camera_bytes=camera.allocated_bytes)
-        return stats
-
-    def remaining_frames(self) -> int:
-        """Keyframes the global KV cache can still take before it must be reset."""
-        return self.aggregator.remaining_frames()
+        return CacheStats.from_manager(stats, camera.num_frames, camera.allocated_bytes)
 
     # ---- forward --------------------------------------------------------------------------
 
@@ -185,10 +186,10 @@ class LingbotMapModel(nn.Module):
         Returns:
             See :meth:`forward`.
         """
-        mode: Mode = 'keyframe' if keyframe else 'non-keyframe'
+        mode: Role = 'keyframe' if keyframe else 'non-keyframe'
         return self(image, time_index, mode, with_depth, return_taps)
 
-    def forward(self, images: torch.Tensor, time_index: int, mode: Mode, with_depth: bool = False,
+    def forward(self, images: torch.Tensor, time_index: int, mode: Role, with_depth: bool = False,
                 return_taps: bool = False) -> dict[str, torch.Tensor | list[torch.Tensor]]:
         """Run aggregator and heads for one call of the schedule.
 
@@ -211,7 +212,7 @@ class LingbotMapModel(nn.Module):
         if with_depth and self.depth_head is None:
             raise ValueError('with_depth=True but the model was built with enable_depth=False')
         with sdpa_kernel(_SDPA_BACKENDS):
-            features = self.aggregator(images, time_index, mode)
+            features = self.frame_runner(images, time_index, mode)
             pose_enc, pose_enc_iters = self.camera_head(features.taps[-1][:, 0], mode)
         out: dict[str, torch.Tensor | list[torch.Tensor]] = {
             'pose_enc': pose_enc, 'pose_enc_iters': pose_enc_iters}

@@ -30,16 +30,17 @@ Segments, each one CUDA graph (``g`` = global block, ``f`` = frame block)::
     seg L      o_{L-1} -> rest of g_{L-1}
     between    o_i = paged-cache attention of g_i over (q_i, k_i, v_i)   (eager)
 
-Whole frames (``staged``, cache backend 'sdpa'): the cache keeps the frame's key range and
-write slots in device tensors (``attention/staged.py``), so the attention between the segments
-needs no host decision either, and the whole frame, segments and 24 cache writes + attentions,
-is captured as one graph per kind of frame: window filling (flash varlen over the run), full
-window keyframe and full window non-keyframe (cuDNN over the fixed patch run + flash over the
-special stream). The full-window graphs can be captured ahead of time on placeholder numbers
-(``prepare_full_window``, from the session warm-up). Without staging (FlashInfer, whose plan
-is host work) the segments are replayed one by one with the cache attention eager between them.
+Whole frames (``staging``, a backend with ``graph_support == 'whole_frame'``): the cache keeps the
+frame's key range and write slots in device tensors (``cache/staged_frames.py``), so the attention
+between the segments needs no host decision either, and the whole frame, segments and 24 cache
+writes + attentions, is captured as one graph per kind of frame: window filling (flash varlen over
+the run), full window keyframe and full window non-keyframe (cuDNN over the fixed patch run + flash
+over the special stream). The full-window graphs can be captured ahead of time on placeholder
+numbers (``prepare_full_window``, from the session warm-up). Without staging (FlashInfer, whose
+plan is host work) the segments are replayed one by one with the cache attention eager between
+them.
 
-The segments call the same modules in the same order as :meth:`Aggregator.forward`, so results
+The segments call the same modules in the same order as :meth:`Aggregator.run`, so results
 are identical; ``capture=False`` runs them eagerly (CPU tests of the segmentation). Inputs that
 change per frame (the image, the 3-D RoPE table of the frame's time index, the attention output)
 are copied into static buffers before replay. Outputs (taps, DINO tokens) are cloned, since the
@@ -62,18 +63,27 @@ from typing import Any, TYPE_CHECKING
 
 import torch
 
+from .aggregator import Aggregator, AggregatorOutput
 from .captured import capture_graph, maybe_compile
 from .layers import Block, wide_dtype
 from .layers.rope import rotate_half_2d, rotate_interleaved
+from ..errors import CacheStateError
+from ..frames import NUM_SPECIAL_TOKENS, Role
 
 if TYPE_CHECKING:
-    from .aggregator import Aggregator, AggregatorOutput, Mode
     from .dino import DinoTrunk
     from ..attention.staged import StagedKey
+    from ..cache.staged_frames import StagedFrames
 
 logger = logging.getLogger(__name__)
 
 Segment = Callable[[], tuple[torch.Tensor, ...]]
+FallBack = Callable[[str, BaseException], None]
+"""Reports a step down of the fast path: (what happens now, why)."""
+
+
+def _log_fallback(what: str, exc: BaseException) -> None:
+    logger.warning('%s (%s: %s)', what, type(exc).__name__, exc)
 
 
 def _token_major(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -137,7 +147,8 @@ class FrameGraphs:
     """Runs a streaming frame (S = 1) of an aggregator at one resolution, graph by graph."""
 
     def __init__(self, aggregator: Aggregator, image: torch.Tensor, capture: bool,
-                 compile_bodies: bool = False, staged: bool = False) -> None:
+                 compile_bodies: bool = False, staging: StagedFrames | None = None,
+                 fall_back: FallBack = _log_fallback) -> None:
         """Build the static buffers and (with ``capture``) capture the segments.
 
         Args:
@@ -146,15 +157,16 @@ class FrameGraphs:
             capture: capture CUDA graphs (CUDA only); False runs the segments eagerly.
             compile_bodies: ``torch.compile`` the segment bodies (compiled during the first,
                 warm-up run of each segment, before capture).
-            staged: run whole frames with the cache's staged attention (``enable_staging``
-                done by the caller); with ``capture`` each kind of frame is one CUDA graph,
-                captured on first use. Here the segments only run once (compilation).
+            staging: run whole frames with this staged view of the aggregator's cache; with
+                ``capture`` each kind of frame is one CUDA graph, captured on first use. Here
+                the segments then only run once (compilation).
+            fall_back: told when whole frames give way to segments.
         """
         self._agg = agg = aggregator
         device = image.device
         self._h, self._w = image.shape[-2] // agg.config.patch_size, \
             image.shape[-1] // agg.config.patch_size
-        self.num_tokens = 6 + self._h * self._w
+        self.num_tokens = NUM_SPECIAL_TOKENS + self._h * self._w
         rope_dtype = wide_dtype(agg.camera_token.dtype)
         self._frame_rope = agg.frame_rope.tables(self._h, self._w, device, rope_dtype)
         cos, sin = agg.video_rope.tables(0, 1, self._h, self._w, device, rope_dtype)
@@ -172,13 +184,15 @@ class FrameGraphs:
         self._graphs: list[torch.cuda.CUDAGraph] = []
         self._outputs: list[tuple[torch.Tensor, ...]] = []
         self._pool = torch.cuda.graph_pool_handle() if capture else None
-        self._staged = staged
+        self._staging = staging
+        self._staged = staging is not None
+        self._fall_back = fall_back
         self._whole: dict[StagedKey, tuple[Any, list[tuple[torch.Tensor, ...]]]] = {}
-        if staged:
+        if staging is not None:
             # One eager pass compiles the bodies here, where the caller can still fall back.
             for i in range(agg.config.depth + 1):
                 self._outputs.append(self._segment(i)())
-            agg.kv_cache.warm_up_staged(self._o[0].transpose(0, 1))
+            staging.warm_up(self._o[0].transpose(0, 1))
         else:
             self._build()
 
@@ -198,7 +212,7 @@ class FrameGraphs:
         agg, bodies = self._agg, self._bodies
         if i == 0:
             trunk = agg.patch_embed
-            x = trunk.embed(agg._normalize(self._image))
+            x = trunk.embed(agg.normalize(self._image))
             for block in trunk.blocks:
                 x = bodies.dino_block(block, x)
             return bodies.first_tail(trunk, x, self._specials, agg.frame_blocks[0],
@@ -237,16 +251,21 @@ class FrameGraphs:
         Returns:
             The outputs of each segment.
         """
-        cache = self._agg.kv_cache
+        staging = self._staged_cache()
         outputs: list[tuple[torch.Tensor, ...]] = []
         o = self._o
         for i in range(self._agg.config.depth + 1):
             if i > 0:
                 _, q, k, v = (t[0].transpose(0, 1) for t in outputs[i - 1][-4:])
-                cache.write_staged(i - 1, k, v)
-                o = cache.attend_staged(i - 1, key, q).transpose(0, 1).unsqueeze(0)
+                staging.write(i - 1, k, v)
+                o = staging.attend(i - 1, key, q).transpose(0, 1).unsqueeze(0)
             outputs.append(self._run_segment(i, outputs[i - 1] if i else (), o))
         return outputs
+
+    def _staged_cache(self) -> StagedFrames:
+        if self._staging is None:
+            raise CacheStateError('whole frames need a runner built with staging')
+        return self._staging
 
     def _whole_graph(self, key: StagedKey) -> tuple[Any, list[tuple[torch.Tensor, ...]]]:
         """Return the captured whole frame of ``key`` and its outputs (captured on first use).
@@ -265,19 +284,18 @@ class FrameGraphs:
         Writes placeholder keys into the cache: the caller resets it before real frames. A
         capture that fails turns whole frames off (see ``_fall_back_to_segments``).
         """
-        cache = self._agg.kv_cache
-        if not (self._staged and self._capture):
+        if not (self._staged and self._capture and self._staging is not None):
             return
         try:
             for keyframe in (True, False):
-                self._whole_graph(cache.stage_placeholder(keyframe))
+                self._whole_graph(self._staging.stage_placeholder(keyframe))
         except RuntimeError as exc:
             self._fall_back_to_segments(exc)
 
     def _fall_back_to_segments(self, exc: Exception) -> None:
         """Stop running whole frames: capture the segments, attend eagerly between them."""
-        logger.warning('whole-frame CUDA graph unavailable (%s); running frames segment by '
-                       'segment', exc)
+        self._fall_back('whole-frame CUDA graph unavailable; running frames segment by segment',
+                        exc)
         self._staged = False
         self._whole.clear()
         self._outputs = []
@@ -285,7 +303,7 @@ class FrameGraphs:
 
     # ---- one frame --------------------------------------------------------------------------
 
-    def run(self, images: torch.Tensor, time_index: int, mode: Mode) -> AggregatorOutput:
+    def run(self, images: torch.Tensor, time_index: int, mode: Role) -> AggregatorOutput:
         """Run one streaming frame: one whole-frame graph (staged), or segment by segment.
 
         Args:
@@ -296,8 +314,6 @@ class FrameGraphs:
         Returns:
             The frame's taps and DINO tokens (fresh tensors).
         """
-        from .aggregator import AggregatorOutput
-
         agg = self._agg
         self._image.copy_(images)
         cos, sin = agg.video_rope.tables(time_index, 1, self._h, self._w, images.device,
@@ -314,8 +330,8 @@ class FrameGraphs:
         return AggregatorOutput(taps=taps, dino_tokens=dino, patch_hw=(self._h, self._w))
 
     def _run_staged(self, keyframe: bool) -> list[tuple[torch.Tensor, ...]]:
-        cache = self._agg.kv_cache
-        key = cache.stage_frame(keyframe)
+        staging = self._staged_cache()
+        key = staging.stage_frame(keyframe)
         try:
             if not self._capture:
                 return self._whole_frame(key)
@@ -330,9 +346,9 @@ class FrameGraphs:
             graph.replay()
             return outputs
         finally:
-            cache.finish_staged()
+            staging.finish()
 
-    def _run_segments(self, mode: Mode) -> list[tuple[torch.Tensor, ...]]:
+    def _run_segments(self, mode: Role) -> list[tuple[torch.Tensor, ...]]:
         agg = self._agg
         for i, step in enumerate(self._graphs):
             if i > 0:

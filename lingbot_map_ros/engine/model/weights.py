@@ -57,11 +57,11 @@ def load_checkpoint(path: str | Path, allow_pickle: bool = False) -> dict[str, t
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        WeightsError: unknown suffix, unreadable file, or content that is not a state dict.
+        WeightsError: not a regular file, unknown suffix, unreadable file, or content that is
+            not a state dict.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f'checkpoint {path} does not exist')
+    _check_regular_file(path)
     suffix = path.suffix.lower()
     if suffix == '.safetensors':
         try:
@@ -71,13 +71,31 @@ def load_checkpoint(path: str | Path, allow_pickle: bool = False) -> dict[str, t
     if suffix not in _PICKLE_SUFFIXES:
         raise WeightsError(f'{path}: unknown checkpoint suffix {suffix!r}; expected '
                            f'.safetensors or one of {_PICKLE_SUFFIXES}')
+    with open(path, 'rb') as f:
+        head = f.read(4)
+    # torch.save writes a zip archive (PK) or, before torch 1.6, a pickle stream (0x80).
+    if not (head.startswith(b'PK') or head.startswith(b'\x80')):
+        raise WeightsError(f'{path}: not a torch checkpoint (neither a zip archive nor a '
+                           f'pickle; starts with {head.hex() or "nothing"})')
     try:
         obj = torch.load(str(path), map_location='cpu', weights_only=not allow_pickle)
     except Exception as exc:  # torch.load raises UnpicklingError, RuntimeError, ...
         hint = ('' if allow_pickle else ' (loaded with weights_only=True; convert a trusted '
                 'file with lingbot_map_convert --allow-pickle)')
-        raise WeightsError(f'{path}: cannot load torch checkpoint: {exc}{hint}') from exc
+        # torch's weights-only text runs to a dozen lines; its first line says what failed.
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise WeightsError(f'{path}: cannot load torch checkpoint: {first}{hint}') from exc
     return _unwrap(obj, path)
+
+
+def _check_regular_file(path: Path) -> None:
+    """Raise a precise error unless ``path`` is a regular file."""
+    if not path.exists():
+        raise FileNotFoundError(f'checkpoint {path} does not exist')
+    if path.is_dir():
+        raise WeightsError(f'checkpoint {path} is a directory; give the checkpoint file in it')
+    if not path.is_file():
+        raise WeightsError(f'checkpoint {path} is not a regular file (a device or pipe)')
 
 
 def _unwrap(obj: object, path: Path) -> dict[str, torch.Tensor]:

@@ -50,7 +50,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 import logging
-from typing import Literal
 
 from lingbot_map_ros.config import ModelConfig
 import torch
@@ -60,10 +59,10 @@ import torch.nn.functional as F
 from ..captured import CapturedCall
 from ..layers import Attend, Block, Mlp
 from ...errors import CacheStateError
+from ...frames import Role
 
 _LOG = logging.getLogger(__name__)
 
-Mode = Literal['scale', 'keyframe', 'non-keyframe']
 POSE_DIM = 9
 """Pose encoding width: translation(3), quaternion xyzw(4), fov_h, fov_w."""
 
@@ -272,7 +271,7 @@ class CameraHead(nn.Module):
         return self.cache.stats()
 
     def forward(self, tokens: torch.Tensor,
-                mode: Mode = 'scale') -> tuple[torch.Tensor, torch.Tensor]:
+                mode: Role = 'scale') -> tuple[torch.Tensor, torch.Tensor]:
         """Predict pose encodings and update the cache according to ``mode``.
 
         Args:

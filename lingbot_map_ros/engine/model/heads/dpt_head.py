@@ -56,11 +56,10 @@ from torch import nn
 import torch.nn.functional as F
 
 from ..captured import CapturedCall
+from ...frames import NUM_SPECIAL_TOKENS
 
 _LOG = logging.getLogger(__name__)
 
-NUM_SPECIAL_TOKENS = 6
-"""Tokens ahead of the patches in every frame: camera, 4 registers, scale."""
 _POS_EMBED_RATIO = 0.1
 _POS_EMBED_OMEGA0 = 100.0
 _HIDDEN_CHANNELS = 32

@@ -14,18 +14,19 @@
 """Staged frames: the cache work of a frame with its numbers on the device equals the eager calls.
 
 A staged frame makes all blocks' table steps at once (``stage_frame``), then writes and attends
-per block from device tensors (``write_staged``, ``attend_staged``), so a whole frame can be one
+per block from device tensors (``write``, ``attend``), so a whole frame can be one
 CUDA graph. On the CPU the staged attention reads its range on the host; it must give the same
 outputs, layouts and counters as the eager ``append_frame`` / ``evict_frames`` /
 ``compute_attention`` / ``rollback_last_frame`` sequence through the window fill and past it.
 On CUDA (marker gpu) the same sequence runs from one captured graph replayed every frame.
 
-Run: ``python -m pytest test/engine/test_staged_attention.py`` (about a second on the CPU).
+Run: ``python -m pytest test/engine/test_staged_frames.py`` (about a second on the CPU).
 """
 
 from __future__ import annotations
 
 from lingbot_map_ros.engine.cache import FlashInferKVCacheManager
+from lingbot_map_ros.engine.cache.staged_frames import can_stage, StagedFrames
 from lingbot_map_ros.engine.errors import CacheStateError
 import pytest
 import torch
@@ -67,14 +68,14 @@ def _eager_frame(cache: FlashInferKVCacheManager, frame: torch.Tensor,
     return outs
 
 
-def _staged_frame(cache: FlashInferKVCacheManager, frame: torch.Tensor,
+def _staged_frame(staging: StagedFrames, frame: torch.Tensor,
                   keyframe: bool) -> list[torch.Tensor]:
-    key = cache.stage_frame(keyframe)
+    key = staging.stage_frame(keyframe)
     outs = []
     for b in range(BLOCKS):
-        cache.write_staged(b, frame[b, 1], frame[b, 2])
-        outs.append(cache.attend_staged(b, key, frame[b, 0]).clone())
-    cache.finish_staged()
+        staging.write(b, frame[b, 1], frame[b, 2])
+        outs.append(staging.attend(b, key, frame[b, 0]).clone())
+    staging.finish()
     return outs
 
 
@@ -85,13 +86,13 @@ SCHEDULE = [True, False, True, True, False, True, True, False, False, True, True
 def test_staged_frames_equal_the_eager_calls_through_and_past_the_window_fill():
     frames = _frames(SCALE + len(SCHEDULE), 'cpu', torch.float64)
     eager, staged = _manager(), _manager()
-    staged.enable_staging()
+    staging = StagedFrames(staged)
     _scale_pass(eager, frames)
     _scale_pass(staged, frames)
     for i, keyframe in enumerate(SCHEDULE):
         frame = frames[SCALE + i]
         want = _eager_frame(eager, frame, keyframe)
-        got = _staged_frame(staged, frame, keyframe)
+        got = _staged_frame(staging, frame, keyframe)
         for a, b in zip(want, got):
             torch.testing.assert_close(b, a, atol=0, rtol=0)
         assert staged.layout(0).page_ids == eager.layout(0).page_ids
@@ -104,30 +105,29 @@ def test_staged_frames_equal_the_eager_calls_through_and_past_the_window_fill():
 
 def test_staged_keys_on_the_cpu_are_the_range_kind():
     cache = _manager()
-    cache.enable_staging()
+    staging = StagedFrames(cache)
     _scale_pass(cache, _frames(SCALE, 'cpu', torch.float64))
-    assert cache.stage_frame(True) == ('range',)
-    cache.finish_staged()
-    assert cache.stage_placeholder(False) == ('range',)
+    assert staging.stage_frame(True) == ('range',)
+    staging.finish()
+    assert staging.stage_placeholder(False) == ('range',)
 
 
 def test_staging_refuses_out_of_order_calls_and_unsupported_backends():
     cache = _manager()
-    with pytest.raises(CacheStateError, match='enable_staging'):
-        cache.stage_frame(True)
-    cache.enable_staging()
+    staging = StagedFrames(cache)
     _scale_pass(cache, _frames(SCALE, 'cpu', torch.float64))
     with pytest.raises(CacheStateError, match='without a staged frame'):
-        cache.finish_staged()
-    cache.stage_frame(False)
+        staging.finish()
+    staging.stage_frame(False)
     with pytest.raises(CacheStateError, match='in flight'):
-        cache.stage_frame(True)
-    cache.finish_staged()
+        staging.stage_frame(True)
+    staging.finish()
     assert cache.get_cache_stats()['frame_count'] == SCALE  # the non-keyframe rolled back
+    assert can_stage(cache) and cache.backend.graph_support == 'whole_frame'
     reference = _manager(backend='reference')
-    assert not reference.can_stage
+    assert not can_stage(reference) and reference.backend.graph_support == 'segments'
     with pytest.raises(CacheStateError, match='backend sdpa'):
-        reference.enable_staging()
+        StagedFrames(reference)
 
 
 @pytest.mark.gpu
@@ -140,7 +140,7 @@ def test_one_captured_graph_replays_every_staged_frame_on_cuda():
 
     frames = _frames(SCALE + len(SCHEDULE), 'cuda', torch.bfloat16, dim=64)
     eager, staged = (_manager('cuda', torch.bfloat16, dim=64) for _ in range(2))
-    staged.enable_staging()
+    staging = StagedFrames(staged)
     _scale_pass(eager, frames)
     _scale_pass(staged, frames)
     current = frames[0].clone()  # the graph's static input
@@ -149,8 +149,8 @@ def test_one_captured_graph_replays_every_staged_frame_on_cuda():
     def body(key):
         outs = []
         for b in range(BLOCKS):
-            staged.write_staged(b, current[b, 1], current[b, 2])
-            outs.append(staged.attend_staged(b, key, current[b, 0]))
+            staging.write(b, current[b, 1], current[b, 2])
+            outs.append(staging.attend(b, key, current[b, 0]))
         return outs
 
     keys = set()
@@ -158,13 +158,13 @@ def test_one_captured_graph_replays_every_staged_frame_on_cuda():
         frame = frames[SCALE + i]
         want = _eager_frame(eager, frame, keyframe)
         current.copy_(frame)
-        key = staged.stage_frame(keyframe)
+        key = staging.stage_frame(keyframe)
         keys.add(key)
         if key not in graphs:
             graphs[key] = capture_graph(lambda: body(key))
         graph, out = graphs[key]
         graph.replay()
-        staged.finish_staged()
+        staging.finish()
         for a, b in zip(want, out):
             assert (b.float() - a.float()).abs().max() < 2e-2
     assert ('range',) in keys and any(k[0] == 'split' for k in keys)

@@ -13,18 +13,32 @@
 # limitations under the License.
 """Diagnostic levels and values of ros/diagnostics.py, from counters to DiagnosticStatus.
 
-Run: ``pytest test/ros/test_node_diagnostics.py`` (under a second; no ROS graph).
+Run: ``pytest test/ros/test_diagnostics.py`` (under a second; no ROS graph).
 """
 
+from dataclasses import replace
 import time
 
+from lingbot_map_ros.engine.stats import CacheStats, SessionStats
 from lingbot_map_ros.ros import diagnostics
 from lingbot_map_ros.ros.diagnostics import ERROR, NodeStats, OK, STALE, WARN
 
 INFO = {'topic': '/cam/image', 'transport': 'raw', 'queue_mode': 'live', 'queue_length': 0}
-SESSION = {'frames_out': 12, 'keyframes': 12, 'pending_frames': 0, 'time_index': 12,
-           'backend': 'sdpa', 'device': 'cpu', 'weights': 'w.pt',
-           'cache': {'frame_count': 12, 'live_pages': 4, 'max_total_frames': 100}}
+CACHE = CacheStats(frame_count=12, scale_pages=8, live_pages=4, free_pages=1,
+                   special_tokens=72, special_pages=1, free_special_pages=9, visible_tokens=900,
+                   contiguous=True, page_size=70, num_patch_pages=13, num_special_pages=10,
+                   max_total_frames=100, remaining_frames=88, kv_bytes=4096,
+                   kv_bytes_used=2048, backend='sdpa', dtype='float32', camera_frames=12,
+                   camera_bytes=1024)
+SESSION = SessionStats(frames_in=12, frames_out=12, keyframes=12, time_index=12,
+                       pending_frames=0, max_time_index=1024, cache=CACHE, backend='sdpa',
+                       device='cpu', dtype='float32', weights='w.pt', model_preset='tiny',
+                       image_size_hw=(56, 84), fast_path='eager', cuda_graphs=False,
+                       compiled=False, whole_frame_graphs=False, fast_path_fallbacks=0,
+                       gpu_memory_allocated_bytes=0, gpu_memory_reserved_bytes=0)
+# Before the first frame: no cache, no processed size, nothing counted.
+FRESH = replace(SESSION, frames_in=0, frames_out=0, keyframes=0, time_index=0, cache=None,
+                image_size_hw=None)
 
 
 def values(status):
@@ -69,7 +83,8 @@ def test_drops_warn_once_per_period_except_live_overflow():
 
 def test_engine_levels_and_latency():
     stats = NodeStats()
-    assert diagnostics.engine_status('n', stats.roll(), {'frames_out': 0, 'pending_frames': 2},
+    buffering = replace(FRESH, frames_in=2, pending_frames=2)
+    assert diagnostics.engine_status('n', stats.roll(), buffering,
                                      8).message == 'buffering scale frames (2/8)'
     stats.count_output(40.0, 20.0)
     stats.count_output(60.0, 30.0)
@@ -90,8 +105,41 @@ def test_engine_levels_and_latency():
 
 
 def test_cache_warns_near_its_ceilings():
-    status = diagnostics.cache_status('n', SESSION['cache'], 12, 1024)
+    status = diagnostics.cache_status('n', CACHE, 12, 1024)
     assert status.level == OK and values(status)['frame_count'] == '12'
-    full = dict(SESSION['cache'], frame_count=95)
+    full = replace(CACHE, frame_count=95)
     assert diagnostics.cache_status('n', full, 95, 1024).level == WARN
-    assert diagnostics.cache_status('n', SESSION['cache'], 1000, 1024).level == WARN
+    assert diagnostics.cache_status('n', CACHE, 1000, 1024).level == WARN
+
+
+def _all_statuses(stats: NodeStats, session: SessionStats) -> list:
+    report = stats.roll()
+    return [diagnostics.input_status('n', report, INFO, 5.0),
+            diagnostics.engine_status('n', report, session, 8),
+            diagnostics.cache_status('n', session.cache, session.time_index, 1024)]
+
+
+def test_every_status_has_one_key_set_in_every_state():
+    # A monitor keys on names: before the cache exists, while tracking, after drops, errors
+    # and resets, each status must publish the same keys (unknown values explicit).
+    stats = NodeStats()
+    states = {'before the first frame': _all_statuses(stats, FRESH)}
+    stats.count_received()
+    states['buffering'] = _all_statuses(stats, replace(FRESH, frames_in=1, pending_frames=1))
+    stats.count_output(40.0, 20.0)
+    states['tracking'] = _all_statuses(stats, SESSION)
+    stats.count_drop('encoding', "unsupported encoding '32FC1'")
+    stats.count_error('RuntimeError: boom')
+    stats.count_reset('engine_error', 'boom')
+    states['after an error and a reset'] = _all_statuses(stats, FRESH)
+    first = states['before the first frame']
+    for name, statuses in states.items():
+        for want, got in zip(first, statuses):
+            assert [kv.key for kv in got.values] == [kv.key for kv in want.values], name
+    fresh = [values(s) for s in first]
+    assert fresh[2]['frame_count'] == 'n/a' and fresh[2]['time_index'] == '0'
+    assert fresh[1]['image_size_hw'] == 'n/a' and fresh[1]['last_problem'] == 'none'
+    assert fresh[0]['drops.encoding'] == '0' and fresh[1]['resets.manual'] == '0'
+    after = [values(s) for s in states['after an error and a reset']]
+    assert after[0]['drops.encoding'] == '1' and after[1]['resets.engine_error'] == '1'
+    assert 'boom' in after[1]['last_problem']

@@ -1,0 +1,127 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""REP-105 frames of the outputs: ``odom`` -> ``base_link``, from the engine's camera poses.
+
+The engine gives ``C(t)``, camera-optical-to-world poses in its continuous world (stitched
+across rollovers, see ``engine/rollover.py``). ``B`` is the camera's mounting: the optical
+frame in ``base_frame``. Then
+
+- ``odom`` is ``base_frame`` at the first pose after start or a reset (REP 105: odometry starts
+  where the robot starts), so ``T_odom_world = B @ inv(C(0))``;
+- ``T_odom_base(t) = T_odom_world @ C(t) @ inv(B)`` is what ``~/pose``, ``~/odometry`` and the
+  TF ``odom -> base_frame`` carry.
+
+``B`` comes from ``frames.base_to_camera`` (x y z qx qy qz qw: the camera *body* frame, x
+forward, y left, z up, in ``base_frame``; the fixed optical rotation, z forward, x right, y
+down, is applied on top of it), or, when tf2_ros is importable, from ``base_frame -> camera
+frame`` on ``/tf_static`` if that exists when the first pose is anchored (read once). The node
+never broadcasts the camera frame itself, so an existing camera frame never gets a second
+parent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from lingbot_map_ros.engine import geometry
+import numpy as np
+
+OPTICAL_IN_BODY = np.array([[0.0, 0.0, 1.0, 0.0], [-1.0, 0.0, 0.0, 0.0],
+                            [0.0, -1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]])
+"""Camera optical frame (x right, y down, z forward) in the camera body frame (x forward,
+y left, z up): forward = optical z, left = -optical x, up = -optical y."""
+
+
+def pose7_to_matrix(values: Sequence[float]) -> np.ndarray:
+    """``[x, y, z, qx, qy, qz, qw]`` -> ``[4, 4]``.
+
+    Raises:
+        ValueError: not 7 finite numbers, or a zero quaternion.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if v.shape != (7,) or not np.isfinite(v).all():
+        raise ValueError(f'frames.base_to_camera needs 7 finite numbers (x y z qx qy qz qw), '
+                         f'got {list(values)}')
+    norm = float(np.linalg.norm(v[3:]))
+    if norm < 1e-9:
+        raise ValueError('frames.base_to_camera: the quaternion (qx qy qz qw) is zero')
+    out = np.eye(4)
+    out[:3, :3] = np.asarray(geometry.quaternion_to_rotation(v[3:] / norm))
+    out[:3, 3] = v[:3]
+    return out
+
+
+class OdomFrames:
+    """Anchors ``odom`` at the first pose and maps engine poses to ``base_frame`` poses."""
+
+    def __init__(self, base_to_camera: Sequence[float]) -> None:
+        """Mounting from the parameter (``frames.base_to_camera``); see the module docstring."""
+        self._mount = pose7_to_matrix(base_to_camera) @ OPTICAL_IN_BODY
+        self._mount_from_tf = False
+        self._odom_from_world: np.ndarray | None = None
+
+    @property
+    def mount(self) -> np.ndarray:
+        """``B``: the camera optical frame in ``base_frame``."""
+        return self._mount
+
+    @property
+    def anchored(self) -> bool:
+        """Return True once the first pose after start or a reset fixed ``odom``."""
+        return self._odom_from_world is not None
+
+    def set_mount_from_tf(self, base_from_optical: np.ndarray) -> None:
+        """Use a mounting read from ``/tf_static`` (only before the first anchor, once)."""
+        self._mount = np.asarray(base_from_optical, dtype=np.float64)
+        self._mount_from_tf = True
+
+    @property
+    def mount_from_tf(self) -> bool:
+        """Return True when the mounting came from ``/tf_static``."""
+        return self._mount_from_tf
+
+    def clear(self) -> None:
+        """Forget the anchor: the next pose starts a new ``odom`` origin."""
+        self._odom_from_world = None
+
+    def base_in_odom(self, c2w: np.ndarray) -> np.ndarray:
+        """``T_odom_base`` for an engine pose; the first call after ``clear`` anchors odom."""
+        if self._odom_from_world is None:
+            self._odom_from_world = self._mount @ _inverse(c2w)
+        return self._odom_from_world @ c2w @ _inverse(self._mount)
+
+    def odom_from_world(self) -> np.ndarray:
+        """``T_odom_world`` (for point clouds); the frame must be anchored."""
+        if self._odom_from_world is None:
+            raise ValueError('odom is not anchored yet: publish a pose first')
+        return self._odom_from_world
+
+
+def _inverse(t: np.ndarray) -> np.ndarray:
+    """Inverse of a rigid transform (the engine normalises rotations)."""
+    out = np.eye(4)
+    out[:3, :3] = t[:3, :3].T
+    out[:3, 3] = -t[:3, :3].T @ t[:3, 3]
+    return out
+
+
+def lookup_mount(buffer: Any, base_frame: str, camera_frame: str) -> np.ndarray | None:
+    """``base_frame -> camera_frame`` from a tf2 buffer, or None when it is not there."""
+    try:
+        import rclpy.time
+        tf = buffer.lookup_transform(base_frame, camera_frame, rclpy.time.Time())
+    except Exception:  # noqa: BLE001 - tf2 raises several types; any means "not known"
+        return None
+    t, q = tf.transform.translation, tf.transform.rotation
+    return pose7_to_matrix([t.x, t.y, t.z, q.x, q.y, q.z, q.w])

@@ -1,0 +1,163 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""A stand-in network that returns ground-truth poses, distorted per session by a random Sim(3).
+
+Each input image encodes its frame number in its colour (red = n % 256, green = n // 256, a
+flat image survives any resize). The oracle answers with the ground-truth camera of that frame,
+seen from a frame of its own that changes at every ``reset_stream`` (a random rotation,
+translation and scale, as a real session picks its own origin and scale), plus pose noise.
+With depth on it also returns depth maps: the frame's ground-truth depth (a slowly changing
+plane) in the session's scale, with per-pixel noise (``depth_noise``, relative).
+It enforces the RoPE table and the cache capacity like the real model, so a test that never
+sees a limit reset shows that the rollover came first.
+"""
+
+from __future__ import annotations
+
+from lingbot_map_ros.config import EngineConfig
+from lingbot_map_ros.engine import geometry
+from lingbot_map_ros.engine.errors import CachePoolExhaustedError, TimeIndexLimitError
+from lingbot_map_ros.engine.model.frame_runner import FastPathStats
+from lingbot_map_ros.engine.pipeline import StreamingSession
+import numpy as np
+import torch
+
+
+def frame_image(index: int, size_hw: tuple[int, int] = (48, 64)) -> np.ndarray:
+    """Flat RGB image encoding ``index`` (< 65536)."""
+    image = np.zeros((*size_hw, 3), np.uint8)
+    image[..., 0], image[..., 1] = index % 256, index // 256
+    return image
+
+
+def ground_truth(num: int, seed: int = 0) -> np.ndarray:
+    """``[num, 4, 4]`` c2w of a camera wandering over a smooth loop (about 0.05 per frame)."""
+    t = np.arange(num) * 0.01
+    rng = np.random.default_rng(seed)
+    phase = rng.uniform(0, 2 * np.pi, 3)
+    centres = np.stack([3 * np.sin(t + phase[0]), 0.3 * np.sin(3 * t + phase[1]),
+                        3 * np.cos(0.7 * t + phase[2])], axis=1)
+    poses = np.tile(np.eye(4), (num, 1, 1))
+    for i, (yaw, pitch) in enumerate(zip(0.5 * t, 0.2 * np.sin(2 * t))):
+        cy, sy, cp, sp = np.cos(yaw), np.sin(yaw), np.cos(pitch), np.sin(pitch)
+        yaw_m = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
+        pitch_m = np.array([[1, 0, 0], [0, cp, -sp], [0, sp, cp]])
+        poses[i, :3, :3] = yaw_m @ pitch_m
+    poses[:, :3, 3] = centres
+    return poses
+
+
+def _random_rotation(rng: np.random.Generator) -> np.ndarray:
+    q, r = np.linalg.qr(rng.normal(size=(3, 3)))
+    q *= np.sign(np.diag(r))
+    return q if np.linalg.det(q) > 0 else -q
+
+
+class _EagerRunner:
+    """The frame runner's face as the session sees it: always eager, nothing captured."""
+
+    mode = 'eager'
+    graphs = None
+
+    @staticmethod
+    def stats() -> FastPathStats:
+        return FastPathStats(mode='eager', cuda_graphs=False, compiled=False, fallbacks=0)
+
+
+class OracleModel(torch.nn.Module):
+    """Implements what ``StreamingSession`` calls on ``LingbotMapModel``."""
+
+    def __init__(self, gt_c2w: np.ndarray, config: EngineConfig, noise: float = 0.0,
+                 seed: int = 0, depth_noise: float = 0.0) -> None:
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(1), requires_grad=False)
+        self.frame_runner = _EagerRunner()
+        self.gt = gt_c2w
+        self.noise = noise
+        self.depth_noise = depth_noise
+        self.rng = np.random.default_rng(seed)
+        self.max_frame_num = config.model.max_frame_num
+        self.capacity = config.cache.max_total_frames
+        self.cached = 0
+        self.sessions: list[tuple[float, np.ndarray, np.ndarray]] = []
+        self.reset_stream()
+
+    def reset_stream(self) -> None:
+        """Start a new session frame: x_session = s * R @ x_gt + t."""
+        self.cached = 0
+        self.sessions.append((float(np.exp(self.rng.uniform(-1, 1))),
+                              _random_rotation(self.rng), self.rng.normal(size=3)))
+
+    def cache_stats(self) -> None:
+        return None  # the oracle keeps no KV cache
+
+    @staticmethod
+    def _index(image: torch.Tensor) -> int:
+        red, green = (int(round(float(image[c, 0, 0]) * 255)) for c in (0, 1))
+        return red + 256 * green
+
+    def _outputs(self, images: torch.Tensor, with_depth: bool) -> dict:
+        out = {'pose_enc': self._encode(images)}
+        if with_depth:
+            scale = self.sessions[-1][0]
+            maps = []
+            for image in images:
+                plane = 2.0 + 0.5 * np.sin(0.05 * self._index(image))
+                noise = self.rng.normal(scale=self.depth_noise, size=image.shape[1:])
+                maps.append(scale * plane * (1.0 + noise))
+            out['depth'] = torch.tensor(np.stack(maps), dtype=torch.float32)
+            out['depth_conf'] = torch.ones_like(out['depth'])
+        return out
+
+    def _encode(self, images: torch.Tensor) -> torch.Tensor:
+        scale, rot, trans = self.sessions[-1]
+        rows = []
+        for image in images:
+            gt = self.gt[self._index(image)]
+            c2w = np.eye(4)
+            c2w[:3, :3] = rot @ gt[:3, :3]
+            c2w[:3, 3] = scale * rot @ gt[:3, 3] + trans
+            c2w[:3, 3] += self.rng.normal(scale=self.noise * scale, size=3)
+            quat = np.asarray(geometry.rotation_to_quaternion(c2w[:3, :3]))
+            rows.append(np.concatenate([c2w[:3, 3], quat, [1.0, 1.2]]))
+        return torch.tensor(np.stack(rows))
+
+    def _take(self, num: int) -> None:
+        if self.cached + num > self.capacity:
+            raise CachePoolExhaustedError(f'oracle: {self.cached} cached, no room for {num}')
+        self.cached += num
+
+    def forward_scale(self, images: torch.Tensor, with_depth: bool = False) -> dict:
+        self._take(len(images))
+        return self._outputs(images, with_depth)
+
+    def forward_frame(self, image: torch.Tensor, time_index: int, keyframe: bool,
+                      with_depth: bool = False) -> dict:
+        if time_index >= self.max_frame_num:
+            raise TimeIndexLimitError(f'oracle: time index {time_index} past the RoPE table')
+        self._take(int(keyframe))
+        return self._outputs(image, with_depth)
+
+
+def oracle_session(gt_c2w: np.ndarray, noise: float = 0.0, seed: int = 0,
+                   depth_noise: float = 0.0, **values) -> tuple[StreamingSession, OracleModel]:
+    """Build a real ``StreamingSession`` (tiny preset, CPU) whose network is the oracle."""
+    flat = {'model.preset': 'tiny', 'stream.device': 'cpu', 'stream.image_width': 56,
+            'cache.backend': 'sdpa', 'cache.scale_frames': 2}
+    flat.update(values)
+    config = EngineConfig.from_flat(flat)
+    session = StreamingSession(config, allow_random_weights=True)
+    oracle = OracleModel(gt_c2w, config, noise, seed, depth_noise)
+    session._model = oracle  # the stand-in replaces the network, nothing else
+    return session, oracle
