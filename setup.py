@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Install lingbot_map_ros as an ament_python package (colcon) or with pip.
 
 colcon puts the console scripts in ``lib/lingbot_map_ros`` (see setup.cfg) so that
@@ -20,20 +33,34 @@ setup(
         ('share/' + package_name, ['package.xml']),
         ('share/' + package_name + '/launch', glob('launch/*.launch.py')),
         ('share/' + package_name + '/config', glob('config/*.yaml')),
+        ('share/' + package_name + '/rviz', glob('rviz/*.rviz')),
+        ('share/doc/' + package_name, ['LICENSE']),
     ],
     python_requires='>=3.10',
-    # torch is not pinned: GPU users install the build that matches their CUDA.
-    install_requires=['setuptools', 'numpy', 'pyyaml', 'pillow', 'opencv-python-headless',
-                      'safetensors', 'rosbags', 'tqdm', 'matplotlib'],
-    extras_require={'torch': ['torch>=2.1']},
+    # Only what `import lingbot_map_ros` and the node need beyond ROS. On a robot apt provides
+    # numpy, yaml, pillow and cv2 (python3-opencv) through rosdep; OpenCV from pip is an extra
+    # so it never shadows apt's cv2.
+    install_requires=['setuptools', 'numpy', 'pyyaml', 'pillow', 'safetensors'],
+    extras_require={
+        # torch is not pinned: GPU users install the build that matches their CUDA. 2.5 is the
+        # first release whose cuDNN attention op takes (attn_bias, compute_log_sumexp), as
+        # engine/attention/split.py calls it; torch.nn.attention.sdpa_kernel needs >= 2.3.
+        'torch': ['torch>=2.5'],
+        # Replay, demo, bench, bag tools (rosbags has no rosdep key).
+        'tools': ['rosbags', 'tqdm', 'matplotlib'],
+        # A machine without apt's python3-opencv (the PyPI-wheel CI).
+        'opencv': ['opencv-python-headless'],
+    },
     zip_safe=True,
-    maintainer='lingbot_map_ros maintainers',
-    maintainer_email='maintainers@lingbot-map-ros.invalid',
+    maintainer='lingbot_map_ros developers',
+    maintainer_email='dev@lingbot-map-ros.local',
+    url='https://github.com/Robbyant/lingbot-map',
     description='Online camera mapping with the LingBot-Map streaming transformer (ROS 2).',
     license='Apache-2.0',
     entry_points={
         'console_scripts': [
             'lingbot_map_node = lingbot_map_ros.ros.entry:main',
+            'lingbot_map_lifecycle_node = lingbot_map_ros.ros.lifecycle_node:main',
             'lingbot_map_replay = lingbot_map_ros.tools.replay:main',
             'lingbot_map_bench = lingbot_map_ros.tools.bench:main',
             'lingbot_map_golden = lingbot_map_ros.tools.golden:main',

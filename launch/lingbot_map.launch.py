@@ -1,50 +1,118 @@
-"""Start lingbot_map_node with the package's parameter file.
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Start lingbot_map_node (or its lifecycle version) with the package's parameter file.
 
 Example:
     ros2 launch lingbot_map_ros lingbot_map.launch.py image_topic:=/camera/color/image_raw \
-        weights:=/data/lingbot-map.pt
+        weights:=/data/lingbot-map.pt base_frame:=base_link rviz:=true
 
 Topic names stay relative, so ``namespace`` moves the inputs and outputs together; the camera_info
-topic is taken next to the image topic (``.../image_raw`` -> ``.../camera_info``).
+topic is taken next to the image topic (``.../image_raw`` -> ``.../camera_info``). Arguments whose
+default is empty keep the value of ``params_file``. ``lifecycle:=true`` starts the managed node
+and, with ``autostart:=true``, configures and activates it (as nav2's lifecycle manager would).
 """
 
 import os
+import shutil
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.actions import DeclareLaunchArgument, EmitEvent, LogInfo, OpaqueFunction
+from launch.actions import RegisterEventHandler
+from launch.events import matches_action
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node, SetParameter
+from launch_ros.actions import LifecycleNode, Node, SetParameter
+from launch_ros.event_handlers import OnStateTransition
+from launch_ros.events.lifecycle import ChangeState
+from lifecycle_msgs.msg import Transition
+
+# Launch argument -> node parameter, applied only when the argument is not empty.
+OVERRIDES = {'weights': 'weights', 'allow_random_weights': 'allow_random_weights',
+             'odom_frame': 'frames.odom_frame', 'base_frame': 'frames.base_frame',
+             'map_frame': 'frames.map_frame', 'camera_frame': 'frames.camera_frame',
+             'publish_tf': 'publish.tf', 'transport': 'input.transport'}
 
 
 def arguments():
     """Return (name, default, description) of every launch argument."""
-    config = os.path.join(get_package_share_directory('lingbot_map_ros'), 'config')
+    share = get_package_share_directory('lingbot_map_ros')
     return (
         ('namespace', '', 'Namespace of the node and its topics'),
-        ('params_file', os.path.join(config, 'lingbot_map.yaml'), 'Parameter file of the node'),
+        ('params_file', os.path.join(share, 'config', 'lingbot_map.yaml'),
+         'Parameter file of the node'),
         ('use_sim_time', 'false', 'Use /clock (bag playback, simulation)'),
         ('log_level', 'info', 'Log level: debug, info, warn, error, fatal'),
-        ('image_topic', 'camera/image_raw', 'Input image topic (raw; the node appends '
-         '/compressed itself with input.transport: compressed)'),
-        ('weights', '', 'Checkpoint path; empty keeps the value of params_file'),
+        ('image_topic', 'camera/image_raw', 'Input image topic (raw; with transport:=compressed '
+         'the node subscribes to <image_topic>/compressed)'),
+        ('weights', '', 'Checkpoint path (frees params_file of its weights value)'),
+        ('allow_random_weights', '', 'true: run without weights (demo, meaningless poses)'),
+        ('odom_frame', '', 'Continuous frame of the poses, path and TF (frames.odom_frame)'),
+        ('base_frame', '', 'Frame whose pose is published (frames.base_frame)'),
+        ('map_frame', '', 'Set: static identity map_frame -> odom_frame (frames.map_frame)'),
+        ('camera_frame', '', "Camera optical frame; empty keeps the images' frame_id"),
+        ('publish_tf', '', 'true/false: broadcast odom_frame -> base_frame (publish.tf)'),
+        ('transport', '', 'Input transport: raw or compressed (input.transport)'),
+        ('lifecycle', 'false', 'true: start the managed (lifecycle) node instead'),
+        ('autostart', 'true', 'With lifecycle:=true, configure and activate at start'),
+        ('rviz', 'false', 'true: also start rviz2 with rviz/lingbot_map.rviz (if installed)'),
     )
 
 
-def _node(context, *_args, **_kwargs):
-    """Build the node once the arguments are known (an empty weights must not override)."""
+def _overrides(arg):
+    """Node parameters from the non-empty launch arguments (strings typed like YAML)."""
+    typed = {'true': True, 'false': False}
+    return {param: typed.get(arg(name).lower(), arg(name))
+            for name, param in OVERRIDES.items() if arg(name)}
+
+
+def _actions(context, *_args, **_kwargs):
+    """Build the node (and rviz) once the arguments are known."""
     def arg(name):
         return LaunchConfiguration(name).perform(context)
 
     image_topic = arg('image_topic')
     info_topic = os.path.join(os.path.dirname(image_topic), 'camera_info')
-    overrides = {'weights': arg('weights')} if arg('weights') else {}
-    return [Node(
-        package='lingbot_map_ros', executable='lingbot_map_node', name='lingbot_map',
-        namespace=arg('namespace'), output='screen',
-        parameters=[arg('params_file'), overrides],
+    managed = arg('lifecycle').lower() == 'true'
+    kind = LifecycleNode if managed else Node
+    node = kind(
+        package='lingbot_map_ros', name='lingbot_map', namespace=arg('namespace'),
+        executable='lingbot_map_lifecycle_node' if managed else 'lingbot_map_node',
+        output='screen', parameters=[arg('params_file'), _overrides(arg)],
         remappings=[('image', image_topic), ('camera_info', info_topic)],
-        arguments=['--ros-args', '--log-level', arg('log_level')])]
+        arguments=['--ros-args', '--log-level', arg('log_level')])
+    actions = [node]
+    if managed and arg('autostart').lower() == 'true':
+        actions += [
+            RegisterEventHandler(OnStateTransition(
+                target_lifecycle_node=node, goal_state='inactive',
+                entities=[EmitEvent(event=ChangeState(
+                    lifecycle_node_matcher=matches_action(node),
+                    transition_id=Transition.TRANSITION_ACTIVATE))])),
+            EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node),
+                                        transition_id=Transition.TRANSITION_CONFIGURE))]
+    if arg('rviz').lower() == 'true':
+        actions.append(_rviz())
+    return actions
+
+
+def _rviz():
+    if shutil.which('rviz2') is None:
+        return LogInfo(msg='rviz:=true but rviz2 is not installed: not started')
+    config = os.path.join(get_package_share_directory('lingbot_map_ros'), 'rviz',
+                          'lingbot_map.rviz')
+    return Node(package='rviz2', executable='rviz2', name='rviz2', output='screen',
+                arguments=['-d', config])
 
 
 def generate_launch_description():
@@ -53,5 +121,5 @@ def generate_launch_description():
                 for name, default, description in arguments()]
     return LaunchDescription(declared + [
         SetParameter(name='use_sim_time', value=LaunchConfiguration('use_sim_time')),
-        OpaqueFunction(function=_node),
+        OpaqueFunction(function=_actions),
     ])

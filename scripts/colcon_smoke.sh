@@ -15,7 +15,8 @@ cd "$ws"
 tail -n 3 "$ws/build.log"
 node_exe="$ws/install/lingbot_map_ros/lib/lingbot_map_ros/lingbot_map_node"
 share="$ws/install/lingbot_map_ros/share/lingbot_map_ros"
-for f in "$node_exe" "$share/package.xml" "$share/launch/lingbot_map.launch.py" \
+for f in "$node_exe" "${node_exe%/*}/lingbot_map_lifecycle_node" "$share/package.xml" \
+         "$share/launch/lingbot_map.launch.py" \
          "$share/config/lingbot_map.yaml"; do
   [ -e "$f" ] || { echo "colcon install is missing $f"; exit 1; }
 done

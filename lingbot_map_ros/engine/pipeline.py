@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """StreamingSession: feed frames one at a time, get per-frame camera predictions.
 
 The session is the one owner of the streaming counters (frame index, keyframe count = RoPE time
@@ -31,27 +44,27 @@ a worker thread is inside ``step()``; the reset waits for that frame to finish.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
+import logging
+from pathlib import Path
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..config import EngineConfig
 from . import geometry
 from .cache import FlashInferKVCacheManager, new_stream_cache, tokens_per_frame
 from .errors import (CachePoolExhaustedError, NonFiniteOutputError, ResolutionChangedError,
                      TimeIndexLimitError)
-from .stats import SessionStats
+from .frames import Role
 from .model.gct import LingbotMapModel
 from .model.golden_weights import fill_golden_weights
 from .model.weights import load_checkpoint, load_weights
-from .frames import Role
 from .prediction import FramePrediction
-from .preprocess import PreprocessInfo, preprocess_array, preprocess_path
+from .preprocess import preprocess_array, preprocess_path, PreprocessInfo
+from .stats import SessionStats
+from ..config import EngineConfig
 
 _LOG = logging.getLogger(__name__)
 _DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16, 'float32': torch.float32}

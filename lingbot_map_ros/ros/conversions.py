@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Pure conversions between ROS message fields and numpy arrays or poses.
 
 Nothing here imports ``rclpy`` or a ``*_msgs`` package: every function reads message fields by name
@@ -15,12 +28,11 @@ from __future__ import annotations
 from typing import Any
 
 import cv2
-import numpy as np
-
 from lingbot_map_ros.engine.geometry import rotation_to_quaternion
 from lingbot_map_ros.ros.image_decode import (  # noqa: F401 - re-exported for callers
-    DROP_REASONS, MAX_PIXELS, MAX_SIDE_PX, SUPPORTED_ENCODINGS, ImageConversionError,
-    check_image_msg, compressed_msg_to_rgb, image_msg_to_rgb)
+    check_image_msg, compressed_msg_to_rgb, DROP_REASONS, image_msg_to_rgb, ImageConversionError,
+    MAX_PIXELS, MAX_SIDE_PX, SUPPORTED_ENCODINGS)
+import numpy as np
 
 
 class InvalidStampError(ValueError):

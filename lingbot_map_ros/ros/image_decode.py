@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Image messages to RGB arrays: raw ``sensor_msgs/Image`` and JPEG/PNG ``CompressedImage``.
 
 Nothing here imports ``rclpy`` or a ``*_msgs`` package: message fields are read by name, so the
@@ -21,10 +34,9 @@ from __future__ import annotations
 from typing import Any
 
 import cv2
-import numpy as np
-
 from lingbot_map_ros.ros.compressed_header import CorruptPayload, inspect_compressed, sniff_kind
 from lingbot_map_ros.ros.jpeg_warnings import imdecode_jpeg
+import numpy as np
 
 # Largest accepted side, in pixels; larger headers are corrupt or not a camera.
 MAX_SIDE_PX = 16384

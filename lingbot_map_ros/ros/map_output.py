@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """``~/map`` and ``~/save``: the accumulated point-cloud map of the node (docs/map.md).
 
 :class:`MapOutput` has the interface of the other outputs (``publish(pred, camera_frame, opts)``
@@ -25,19 +38,18 @@ import threading
 import time
 from typing import Any, Callable
 
-import numpy as np
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.clock import Clock, ClockType
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import PointCloud2, PointField
-from std_srvs.srv import Trigger
-
 from lingbot_map_ros.config import MapConfig
 from lingbot_map_ros.engine.map_accumulator import MapAccumulator
 from lingbot_map_ros.engine.prediction import FramePrediction
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.ros.map_save import CameraEstimate, MapSnapshot, save
 from lingbot_map_ros.ros.odom_frames import OdomFrames
+import numpy as np
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.clock import Clock, ClockType
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import PointCloud2, PointField
+from std_srvs.srv import Trigger
 
 MAP_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1,
                      reliability=ReliabilityPolicy.RELIABLE,
@@ -104,13 +116,22 @@ class MapOutput:
         self._add_ms: list[float] = []
         self._pub = node.create_publisher(PointCloud2, '~/map', MAP_QOS)
         group = MutuallyExclusiveCallbackGroup()
-        node.create_service(Trigger, '~/save', self._on_save, callback_group=group)
-        node.create_timer(values['map.period_s'], self._publish_if_changed, callback_group=group,
-                          clock=Clock(clock_type=ClockType.STEADY_TIME))
+        self._node = node
+        self._srv = node.create_service(Trigger, '~/save', self._on_save, callback_group=group)
+        self._timer = node.create_timer(values['map.period_s'], self._publish_if_changed,
+                                        callback_group=group,
+                                        clock=Clock(clock_type=ClockType.STEADY_TIME))
         if values['map.enable'] and not (values['stream.enable_depth']
                                          and values['model.enable_depth']):
             self._log.info('map.enable is true but depth is off: ~/map stays empty until '
                            'stream.enable_depth is true (from the next reset)')
+
+    def destroy(self) -> None:
+        """Remove ``~/map``, ``~/save`` and the timer, and free the map (lifecycle cleanup)."""
+        self._node.destroy_timer(self._timer)
+        self._node.destroy_service(self._srv)
+        self._node.destroy_publisher(self._pub)
+        self._map.clear()
 
     @property
     def accumulator(self) -> MapAccumulator:

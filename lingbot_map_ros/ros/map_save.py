@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """What ``~/save`` writes: a new timestamped folder with the trajectory, the map and the camera.
 
 ``<output.directory>/<YYYYmmdd-HHMMSS>/`` (``-2``, ``-3`` ... appended when two saves share a
@@ -23,10 +36,9 @@ import os
 from pathlib import Path
 import shutil
 
-import numpy as np
-
 from lingbot_map_ros.engine.ply import write_ply
 from lingbot_map_ros.ros.conversions import c2w_to_pose
+import numpy as np
 
 
 @dataclass(frozen=True)

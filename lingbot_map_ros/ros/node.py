@@ -1,12 +1,25 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """``lingbot_map_node``: online camera mapping with the LingBot-Map streaming transformer.
 
 Subscribes (relative names, so namespaces and remaps work):
     ``image`` (sensor_msgs/Image) or ``<image>/compressed`` (sensor_msgs/CompressedImage) with
     ``input.transport: compressed``; ``camera_info`` (optional, only compared with the estimate).
 Publishes (private names), stamped with the input image's stamp:
-    ``~/pose``, ``~/odometry``, ``~/path``, ``~/depth`` + ``~/depth/camera_info``, ``~/cloud``,
-    TF ``odom_frame -> base_frame`` (REP 105, docs/odometry.md), ``~/map``
-    (:mod:`~lingbot_map_ros.ros.map_output`), ``/diagnostics``.
+    ``~/pose``, ``~/odometry``, ``~/path``, ``~/depth/image`` + ``~/depth/camera_info``,
+    ``~/cloud``, ``~/map`` (:mod:`~lingbot_map_ros.ros.map_output`),
+    TF ``odom_frame -> base_frame`` (REP 105, docs/odometry.md), ``/diagnostics``.
 Services: ``~/reset``, ``~/save`` (std_srvs/Trigger).
 
 Threads: the executor only queues messages; a worker thread runs inference
@@ -22,6 +35,17 @@ import time
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
+from lingbot_map_ros.engine.errors import WeightsError
+from lingbot_map_ros.engine.pipeline import StreamingSession
+from lingbot_map_ros.engine.rollover import RolloverSession
+from lingbot_map_ros.ros import cli_help, conversions, diagnostics, logging_bridge, params
+from lingbot_map_ros.ros import stall_watch
+from lingbot_map_ros.ros.map_output import MapOutput
+from lingbot_map_ros.ros.node_options import NodeOptions
+from lingbot_map_ros.ros.odometry_status import odometry_status
+from lingbot_map_ros.ros.outputs import Outputs
+from lingbot_map_ros.ros.session_runner import InputFrame, SessionRunner
+from lingbot_map_ros.ros.worker import FrameQueue, Worker
 from rcl_interfaces.msg import SetParametersResult
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -34,17 +58,6 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.qos import qos_profile_services_default
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_srvs.srv import Trigger
-
-from lingbot_map_ros.engine.errors import WeightsError
-from lingbot_map_ros.engine.pipeline import StreamingSession
-from lingbot_map_ros.engine.rollover import RolloverSession
-from lingbot_map_ros.ros import conversions, diagnostics, logging_bridge, params, stall_watch
-from lingbot_map_ros.ros.map_output import MapOutput
-from lingbot_map_ros.ros.node_options import NodeOptions
-from lingbot_map_ros.ros.odometry_status import odometry_status
-from lingbot_map_ros.ros.outputs import Outputs
-from lingbot_map_ros.ros.session_runner import InputFrame, SessionRunner
-from lingbot_map_ros.ros.worker import FrameQueue, Worker
 
 try:  # cv_bridge comes with a ROS install, not with the PyPI wheels.
     from cv_bridge import CvBridge
@@ -92,6 +105,24 @@ class LingbotMapNode(Node):
 
     def _build(self) -> None:
         self._values = params.declare_all(self)
+        config, has_bridge = self._build_engine()
+        self._queue, self._worker = self._make_worker()
+        self._create_interfaces()
+        self.add_on_set_parameters_callback(self._validate_parameters)
+        self.add_post_set_parameters_callback(self._apply_parameters)
+        # Sim time going backwards (bag loop) invalidates the map like an image stamp jump.
+        self._jump_handle = self.get_clock().create_jump_callback(
+            JumpThreshold(min_forward=None, min_backward=Duration(nanoseconds=-1)),
+            post_callback=lambda _jump: self._runner.request_reset('clock_jump'))
+        self._worker.start()
+        self._log_startup(config, has_bridge)
+
+    def _build_engine(self) -> tuple[Any, bool]:
+        """Build the session (loads the weights), outputs and runner from the parameters.
+
+        Returns:
+            The engine config and whether cv_bridge converts raw images.
+        """
         config = params.engine_config(self._values)
         self._session = self._make_session(config)
         self._stats = diagnostics.NodeStats()
@@ -102,18 +133,13 @@ class LingbotMapNode(Node):
         self._runner = SessionRunner(self._session, self._outputs, self._stats,
                                      self.get_logger(), NodeOptions.from_values(self._values),
                                      self._raw_converter(bridge), extra_outputs=(self._map,))
+        return config, bridge is not None
+
+    def _make_worker(self) -> tuple[FrameQueue, Worker]:
+        """Return a new frame queue and a (not started) worker thread feeding the runner."""
         bag = self._values['input.queue_mode'] == 'bag'
-        self._queue = FrameQueue(self._values['input.queue_size'] if bag else 1, bag)
-        self._worker = Worker(self._queue, self._runner.handle, self._on_worker_error)
-        self._create_interfaces()
-        self.add_on_set_parameters_callback(self._validate_parameters)
-        self.add_post_set_parameters_callback(self._apply_parameters)
-        # Sim time going backwards (bag loop) invalidates the map like an image stamp jump.
-        self._jump_handle = self.get_clock().create_jump_callback(
-            JumpThreshold(min_forward=None, min_backward=Duration(nanoseconds=-1)),
-            post_callback=lambda _jump: self._runner.request_reset('clock_jump'))
-        self._worker.start()
-        self._log_startup(config, bridge is not None)
+        queue = FrameQueue(self._values['input.queue_size'] if bag else 1, bag)
+        return queue, Worker(queue, self._runner.handle, self._on_worker_error)
 
     def _make_session(self, config: Any) -> RolloverSession:
         weights = self._values['weights'] or None
@@ -142,6 +168,20 @@ class LingbotMapNode(Node):
         return convert
 
     def _create_interfaces(self) -> None:
+        self._create_inputs()
+        self._create_services()
+
+    def _create_services(self) -> None:
+        """Create ``~/reset``, the ``/diagnostics`` publisher and its timer."""
+        self._reset_srv = self.create_service(Trigger, '~/reset', self._on_reset,
+                                              qos_profile=_reset_qos(),
+                                              callback_group=MutuallyExclusiveCallbackGroup())
+        self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self._diag_group = MutuallyExclusiveCallbackGroup()
+        self._diag_timer = self._create_diagnostics_timer()
+
+    def _create_inputs(self) -> list[Any]:
+        """Subscribe to the image and camera_info topics; returns the subscriptions."""
         v = self._values
         reliability = ReliabilityPolicy.RELIABLE if v['input.qos.reliability'] == 'reliable' \
             else ReliabilityPolicy.BEST_EFFORT
@@ -153,16 +193,11 @@ class LingbotMapNode(Node):
         self._topic = self.resolve_topic_name('image')
         if self._compressed:
             self._topic += '/compressed'
-        self.create_subscription(CompressedImage if self._compressed else Image, self._topic,
-                                 self._on_image, qos, callback_group=input_group)
-        self.create_subscription(CameraInfo, 'camera_info', self._on_camera_info, qos,
-                                 callback_group=input_group)
-        self.create_service(Trigger, '~/reset', self._on_reset,
-                            qos_profile=_reset_qos(),
-                            callback_group=MutuallyExclusiveCallbackGroup())
-        self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
-        self._diag_group = MutuallyExclusiveCallbackGroup()
-        self._diag_timer = self._create_diagnostics_timer()
+        return [self.create_subscription(CompressedImage if self._compressed else Image,
+                                         self._topic, self._on_image, qos,
+                                         callback_group=input_group),
+                self.create_subscription(CameraInfo, 'camera_info', self._on_camera_info, qos,
+                                         callback_group=input_group)]
 
     def _create_diagnostics_timer(self) -> Any:
         # Steady clock: with use_sim_time a paused bag freezes ROS time, and diagnostics must
@@ -182,7 +217,7 @@ class LingbotMapNode(Node):
             log.warning('publish.tf is true but tf2_ros is not importable: no TF is broadcast')
         if (v['publish.depth'] or v['publish.cloud']) and not config.stream.enable_depth:
             log.warning('publish.depth/publish.cloud are on but stream.enable_depth is false: '
-                        'nothing will be published on ~/depth or ~/cloud')
+                        'nothing will be published on ~/depth/image or ~/cloud')
         if v['input.queue_mode'] == 'bag' and (v['input.qos.reliability'] != 'reliable' or
                                                v['input.qos.depth'] < v['input.queue_size']):
             log.warning('bag mode: the middleware still drops frames that arrive faster than '
@@ -286,12 +321,23 @@ class LingbotMapNode(Node):
                 f'worker did not finish its frame within {_SHUTDOWN_WAIT_S:.0f} s; abandoned')
 
 
-def main(args: list[str] | None = None) -> int:
+def main(args: list[str] | None = None, node_class: type | None = None,
+         exe: str = 'lingbot_map_node') -> int:
     """Run the node until shutdown.
+
+    Args:
+        args: command line (``sys.argv`` when None).
+        node_class: the node to run (the lifecycle executable passes its own); default
+            :class:`LingbotMapNode`.
+        exe: executable name for ``--help``.
 
     Returns:
         Process exit code: 0 on a clean shutdown, 1 when the node could not start.
     """
+    node_class = node_class or LingbotMapNode
+    if cli_help.wants_help(sys.argv[1:] if args is None else args[1:]):
+        print(cli_help.help_text(exe, sys.modules[node_class.__module__].__doc__))
+        return 0
     # Explicit init/shutdown rather than `with rclpy.init()`, which only newer rclpy has
     # (Jazzy robots run this node too).
     try:
@@ -302,7 +348,7 @@ def main(args: list[str] | None = None) -> int:
                 f'cannot start: {str(exc).strip().splitlines()[-1]}')
             return 1
         try:
-            node = LingbotMapNode()
+            node = node_class()
         except (ValueError, ImportError, WeightsError, OSError, ParameterException) as exc:
             rclpy.logging.get_logger(NODE_NAME).fatal(f'cannot start: {exc}')
             return 1

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """REP-105 frames of the outputs: ``odom`` -> ``base_link``, from the engine's camera poses.
 
 The engine gives ``C(t)``, camera-optical-to-world poses in its continuous world (stitched
@@ -21,9 +34,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import numpy as np
-
 from lingbot_map_ros.engine import geometry
+import numpy as np
 
 OPTICAL_IN_BODY = np.array([[0.0, 0.0, 1.0, 0.0], [-1.0, 0.0, 0.0, 0.0],
                             [0.0, -1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]])
@@ -66,7 +78,7 @@ class OdomFrames:
 
     @property
     def anchored(self) -> bool:
-        """True once the first pose after start or a reset fixed ``odom``."""
+        """Return True once the first pose after start or a reset fixed ``odom``."""
         return self._odom_from_world is not None
 
     def set_mount_from_tf(self, base_from_optical: np.ndarray) -> None:
@@ -76,7 +88,7 @@ class OdomFrames:
 
     @property
     def mount_from_tf(self) -> bool:
-        """True when the mounting came from ``/tf_static``."""
+        """Return True when the mounting came from ``/tf_static``."""
         return self._mount_from_tf
 
     def clear(self) -> None:

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Publishers of the node's outputs, all stamped with the input image's stamp.
 
 Frames (REP 105, docs/odometry.md, ``odom_frames.py``): poses, path, odometry and TF are those
@@ -5,8 +18,10 @@ of ``frames.base_frame`` in ``frames.odom_frame``, which is anchored at the firs
 start or a reset and stays continuous across session rollovers. TF ``odom -> base_frame`` only;
 with ``frames.map_frame`` set, also a static identity ``map -> odom``. Translation, depth and the
 cloud share one non-metric scale, fixed by the first session's scale frames and carried across
-rollovers. Odometry covariances are not estimated and are left at zero; the twist is a finite
-difference of consecutive poses, in ``base_frame``, in odom units per second.
+rollovers. The model gives no uncertainty: odometry covariances are marked unknown with a large
+variance (:data:`UNKNOWN_VARIANCE`, as rtabmap does when lost) on the diagonal, never all zero
+(which filters read as exact). The twist is a finite difference of consecutive poses, in
+``base_frame``, in odom units per second.
 """
 
 from __future__ import annotations
@@ -15,22 +30,26 @@ import collections
 from typing import Any
 
 from geometry_msgs.msg import PoseStamped, TransformStamped
-from nav_msgs.msg import Odometry, Path
-import numpy as np
-from rclpy.qos import QoSProfile
-from sensor_msgs.msg import CameraInfo, Image, PointCloud2, PointField
-
 from lingbot_map_ros.engine.geometry import unproject_depth
 from lingbot_map_ros.engine.prediction import FramePrediction
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.ros.node_options import NodeOptions
 from lingbot_map_ros.ros.odom_frames import lookup_mount, OdomFrames
+from nav_msgs.msg import Odometry, Path
+import numpy as np
+from rclpy.publisher import Publisher
+from rclpy.qos import QoSProfile
+from sensor_msgs.msg import CameraInfo, Image, PointCloud2, PointField
 
 try:  # tf2_ros comes with a ROS install, not with the PyPI wheels.
     from tf2_ros import Buffer, StaticTransformBroadcaster, TransformBroadcaster
     from tf2_ros import TransformListener
 except ImportError:  # pragma: no cover - depends on the machine
     TransformBroadcaster = None
+
+UNKNOWN_VARIANCE = 9999.0
+"""Diagonal of the odometry pose and twist covariances: the model estimates none."""
+_UNKNOWN_COVARIANCE = np.diag([UNKNOWN_VARIANCE] * 6).reshape(-1).tolist()
 
 # 'rgb' is FLOAT32 holding 0x00RRGGBB bits, as pcl::PointXYZRGB and RViz expect.
 _CLOUD_FIELDS = [PointField(name=n, offset=4 * i, datatype=PointField.FLOAT32, count=1)
@@ -59,7 +78,8 @@ class Outputs:
         self._pose_pub = node.create_publisher(PoseStamped, '~/pose', reliable)
         self._odom_pub = node.create_publisher(Odometry, '~/odometry', reliable)
         self._path_pub = node.create_publisher(Path, '~/path', QoSProfile(depth=1))
-        self._depth_pub = node.create_publisher(Image, '~/depth', QoSProfile(depth=2))
+        # '~/depth/image' beside '~/depth/camera_info': the pair image_transport tools expect.
+        self._depth_pub = node.create_publisher(Image, '~/depth/image', QoSProfile(depth=2))
         self._info_pub = node.create_publisher(CameraInfo, '~/depth/camera_info',
                                                QoSProfile(depth=2))
         self._cloud_pub = node.create_publisher(PointCloud2, '~/cloud', QoSProfile(depth=2))
@@ -83,7 +103,7 @@ class Outputs:
 
     @property
     def has_tf(self) -> bool:
-        """True when tf2_ros is importable and TF can be broadcast."""
+        """Return True when tf2_ros is importable and TF can be broadcast."""
         return self._tf is not None
 
     @property
@@ -95,6 +115,15 @@ class Outputs:
         """``odom_frame``, ``base_frame`` and where the mounting came from, for diagnostics."""
         return {'odom_frame': self._odom_frame, 'base_frame': self._base_frame,
                 'mounting': 'tf_static' if self._frames.mount_from_tf else 'parameter'}
+
+    def destroy(self) -> None:
+        """Destroy every publisher (lifecycle cleanup); the object is unusable afterwards."""
+        for value in list(vars(self).values()):
+            if isinstance(value, Publisher):
+                self._node.destroy_publisher(value)
+        for broadcaster in (self._tf, getattr(self, '_static_tf', None)):
+            if broadcaster is not None:
+                self._node.destroy_publisher(broadcaster.pub_tf)
 
     def clear(self) -> int:
         """Forget the path, the previous pose and the odom origin (on reset).
@@ -155,6 +184,7 @@ class Outputs:
     def _publish_odometry(self, pose: PoseStamped, c2w: np.ndarray, stamp_ns: int) -> None:
         odom = Odometry(header=pose.header, child_frame_id=self._base_frame)
         odom.pose.pose = pose.pose
+        odom.pose.covariance = odom.twist.covariance = _UNKNOWN_COVARIANCE
         if self._prev is not None and stamp_ns > self._prev[0]:
             linear, angular = conversions.twist_between(self._prev[1], c2w,
                                                         (stamp_ns - self._prev[0]) * 1e-9)

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """ROS parameters of ``lingbot_map_node``: one table, from the dataclasses to descriptors.
 
 Engine parameters are exactly the fields of :class:`~lingbot_map_ros.config.EngineConfig`, named
@@ -20,10 +33,9 @@ from dataclasses import asdict, dataclass, fields
 import typing
 from typing import Any
 
+from lingbot_map_ros import config
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rcl_interfaces.msg import ParameterType
-
-from lingbot_map_ros import config
 
 ENGINE_SECTIONS: tuple[str, ...] = ('model', 'cache', 'stream')
 
@@ -132,7 +144,7 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
               'frame_id of each input image.', _RO),
     ParamSpec('publish.tf', True, 'Broadcast odom_frame -> base_frame on /tf (needs tf2_ros).',
               _LIVE),
-    ParamSpec('publish.depth', False, 'Publish ~/depth (32FC1, non-metric) and '
+    ParamSpec('publish.depth', False, 'Publish ~/depth/image (32FC1, non-metric) and '
               '~/depth/camera_info; needs stream.enable_depth.', _LIVE),
     ParamSpec('publish.cloud', False, 'Publish ~/cloud (PointCloud2 xyz+rgb in odom_frame); '
               'needs stream.enable_depth.', _LIVE),

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """The worker-thread side of the node: one input frame in, outputs published, errors absorbed.
 
 For each queued message :class:`SessionRunner` converts the image, feeds it to the engine
@@ -33,8 +46,6 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.prediction import FramePrediction
 from lingbot_map_ros.engine.stats import RolloverStats, SessionStats
@@ -43,6 +54,7 @@ from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.ros.diagnostics import NodeStats
 from lingbot_map_ros.ros.node_options import NodeOptions
 from lingbot_map_ros.ros.outputs import Outputs
+import numpy as np
 
 DEFAULT_CAMERA_FRAME = 'camera_optical_frame'
 _THROTTLE_S = 5.0
@@ -117,7 +129,7 @@ class SessionRunner:
 
     @property
     def reset_pending(self) -> bool:
-        """A reset is requested for the next frame (the last one waited for a busy frame)."""
+        """Return True when a reset waits for the next frame (after a wait for a busy frame)."""
         return self._pending_reset is not None
 
     def busy_s(self) -> float | None:

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Read and write rosbag2 bags (sqlite3 and MCAP) with ``rosbags``, without a ROS install.
 
 Reading keeps the raw CDR bytes next to the connection, so the player can publish them untouched
@@ -15,12 +28,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import cv2
+from lingbot_map_ros.ros.conversions import ns_to_sec_nanosec
 import numpy as np
 from rosbags.interfaces import Connection
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
-from rosbags.typesys import Stores, get_typestore
-
-from lingbot_map_ros.ros.conversions import ns_to_sec_nanosec
+from rosbags.typesys import get_typestore, Stores
 
 IMAGE_TYPE = 'sensor_msgs/msg/Image'
 COMPRESSED_TYPE = 'sensor_msgs/msg/CompressedImage'

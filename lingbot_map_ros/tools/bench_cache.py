@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """``lingbot_map_bench cache``: one cache-attention layer and the cache's host work per frame.
 
 What it measures and why: attention of a frame over the KV cache is about 76% of a streaming
@@ -28,13 +41,12 @@ import json
 import time
 from typing import Any, Callable
 
-import torch
-import torch.nn.functional as F
-
 from lingbot_map_ros.engine.attention.backend import make_backend
 from lingbot_map_ros.engine.attention.flashinfer import import_flashinfer
 from lingbot_map_ros.engine.cache import FlashInferKVCacheManager, TwoStreamPageTable
 from lingbot_map_ros.engine.cache.kv_storage import KVStorage
+import torch
+import torch.nn.functional as F
 
 SPECIALS = 6
 

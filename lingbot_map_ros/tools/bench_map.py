@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """``lingbot_map_bench map``: the cost of adding one keyframe to the accumulated map.
 
 What it measures and why: with ``map.enable`` the node adds every keyframe's depth to the map
@@ -27,13 +40,12 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
-import torch
-import yaml
-
 from lingbot_map_ros.config import load_yaml, MapConfig
 from lingbot_map_ros.engine.map_accumulator import MapAccumulator
 from lingbot_map_ros.tools.synthetic_scene import render_sequence, SceneConfig
+import numpy as np
+import torch
+import yaml
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """``lingbot_map_bench model``: streaming frame rate of the whole model, frame by frame.
 
 What it measures and why: a robot needs to know how many camera frames per second the node can
@@ -33,12 +46,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from .bench_rollover import block_report
+from .fast_path_flags import add_fast_path_flags
 from ..config import CacheConfig, EngineConfig, ModelConfig, StreamConfig
 from ..engine.pipeline import StreamingSession
 from ..engine.preprocess import PreprocessInfo
 from ..engine.rollover import RolloverSession
-from .bench_rollover import block_report
-from .fast_path_flags import add_fast_path_flags
 
 _LOG = logging.getLogger(__name__)
 

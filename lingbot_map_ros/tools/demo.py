@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """``lingbot_map_demo``: the whole loop in one command -- scene, node, bag playback, trajectory.
 
 1. Renders the embedded synthetic scene (a textured room, a known camera loop) into a rosbag2 bag
@@ -33,13 +46,7 @@ import threading
 import time
 from typing import Any
 
-import numpy as np
-import rclpy
 from geometry_msgs.msg import PoseStamped
-from rclpy.executors import SingleThreadedExecutor
-from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
-
 from lingbot_map_ros.config import load_yaml, MapConfig
 from lingbot_map_ros.engine.geometry import quaternion_to_rotation
 from lingbot_map_ros.engine.ply import write_ply
@@ -50,6 +57,11 @@ from lingbot_map_ros.tools.map_plot import ground_truth_map, plot_map
 from lingbot_map_ros.tools.player import BagPlayer, PlayOptions
 from lingbot_map_ros.tools.replay import find_config
 from lingbot_map_ros.tools.synthetic_scene import render_sequence, SceneConfig
+import numpy as np
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 _LOG = logging.getLogger('lingbot_map_demo')
 NODE_NAME = 'lingbot_map'

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Run a golden streaming set (``shared/golden/stream_*.safetensors`` + ``.json``) and compare.
 
 Usage::
@@ -18,8 +31,8 @@ JSON document with ``"pass"``. The exit status is 0 only when everything passes.
 float32 and float64 runs use the set's own tolerances (10x the observed float32 error).
 ``--dtype bfloat16`` runs the GPU path of spec §4.6 (bf16 aggregator GEMMs and KV cache, float32
 residual stream and heads), which the set's float32 tolerances cannot hold; it is judged against
-:data:`BF16_TOLERANCES`, our own bound for that path, set from measured H200 errors (see the
-README's performance section) with a margin.
+:data:`BF16_TOLERANCES`, our own bound for that path, set from measured H200 errors (see
+docs/performance.md) with a margin.
 """
 
 from __future__ import annotations
@@ -34,12 +47,12 @@ import time
 from safetensors.torch import load_file
 import torch
 
+from .fast_path_flags import add_fast_path_flags
 from ..config import CacheConfig, FastPath, ModelConfig
 from ..engine.cache import new_stream_cache
 from ..engine.frames import NUM_SPECIAL_TOKENS
 from ..engine.model.gct import LingbotMapModel
 from ..engine.model.golden_weights import fill_golden_weights
-from .fast_path_flags import add_fast_path_flags
 
 logger = logging.getLogger(__name__)
 

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """``lingbot_map_replay make-bag``: a rosbag2 bag from images, a video or the synthetic scene.
 
 Every frame is written as ``sensor_msgs/Image`` (``rgb8`` or ``bgr8``) on ``--topic``, or as a JPEG
@@ -21,13 +34,12 @@ import logging
 from pathlib import Path
 
 import cv2
-import numpy as np
-from tqdm import tqdm
-
 from lingbot_map_ros.ros.conversions import map_axes_transform
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.synthetic_scene import pinhole_intrinsics, render_sequence, SceneConfig
 from lingbot_map_ros.tools.trajectory import Trajectory, write_tum
+import numpy as np
+from tqdm import tqdm
 
 _LOG = logging.getLogger(__name__)
 IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
@@ -225,7 +237,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument('--encoding', choices=('rgb8', 'bgr8'), default='rgb8',
                    help='raw image encoding (default: %(default)s)')
     p.add_argument('--fps', type=float, default=None,
-                   help='frame rate of the stamps (default: 10, or the video\'s own rate)')
+                   help="frame rate of the stamps (default: 10, or the video's own rate)")
     p.add_argument('--start-sec', type=float, default=DEFAULT_START_NS / 1e9,
                    help='stamp of the first frame in seconds (default: %(default)s)')
     p.add_argument('--max-frames', type=int, default=None, help='stop after this many frames')
@@ -246,7 +258,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument('--gt', default=None,
                    help='synthetic: ground-truth TUM output (default: <out>_gt.tum)')
     p.add_argument('--map-axes', choices=('flu', 'optical'), default='flu',
-                   help='synthetic: map axes of the ground truth, as the node\'s '
+                   help="synthetic: map axes of the ground truth, as the node's "
                         'frames.map_axes (default: %(default)s)')
     p.set_defaults(handler=run)
     return p

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Pictures of an accumulated map (PNG, matplotlib, no display): a top view and a perspective.
 
 :func:`ground_truth_map` builds the map of the synthetic scene from its ground-truth depth and
@@ -12,12 +25,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
 from lingbot_map_ros.config import MapConfig
 from lingbot_map_ros.engine.map_accumulator import MapAccumulator
 from lingbot_map_ros.ros.conversions import map_axes_transform
 from lingbot_map_ros.tools.synthetic_scene import SyntheticSequence
+import numpy as np
 
 # Ground-plane axes (horizontal, vertical) and the up axis, per map axes.
 _PLANE = {'flu': (1, 0, 2), 'optical': (0, 2, 1)}

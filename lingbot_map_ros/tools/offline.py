@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """The offline core of ``lingbot_map_replay run``: bag messages in, poses (depth, cloud) out.
 
 :class:`OfflineRunner` treats each frame as the node's worker does (``ros/session_runner.py``):
@@ -39,9 +52,6 @@ from pathlib import Path
 import time
 from typing import Any
 
-import numpy as np
-from tqdm import tqdm
-
 from lingbot_map_ros.config import EngineConfig, MapConfig
 from lingbot_map_ros.engine.map_accumulator import MapAccumulator
 from lingbot_map_ros.engine.pipeline import StreamingSession
@@ -53,6 +63,8 @@ from lingbot_map_ros.engine.stream_feeder import SessionReset, StreamFeeder
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.trajectory import Trajectory
+import numpy as np
+from tqdm import tqdm
 
 _LOG = logging.getLogger(__name__)
 _ENGINE_SECTIONS = ('model', 'cache', 'stream')

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """``lingbot_map_replay play``: publish a bag into a live ROS graph, like ``ros2 bag play``.
 
 For machines without rosbag2 (the PyPI ROS wheels): the recorded CDR bytes are published as they
@@ -23,13 +36,12 @@ import logging
 import time
 from typing import Any
 
+from lingbot_map_ros.ros.conversions import fill_stamp
+from lingbot_map_ros.tools import bag_io
 import rclpy
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
-
-from lingbot_map_ros.ros.conversions import fill_stamp
-from lingbot_map_ros.tools import bag_io
 
 _LOG = logging.getLogger(__name__)
 DEFAULT_TYPES = bag_io.IMAGE_TYPES + (bag_io.CAMERA_INFO_TYPE,)
@@ -234,17 +246,22 @@ def run(args: argparse.Namespace) -> int:
         topics=tuple(args.topics), rate=args.rate, clock=args.clock, clock_hz=args.clock_hz,
         reliable=args.reliable, qos_depth=args.qos_depth, loop=args.loop, delay_s=args.delay,
         wait_for_subscribers=args.wait_for_subscribers, wait_timeout_s=args.wait_timeout)
-    with bag_io.open_bag(args.bag) as reader, rclpy.init():
-        node = Node('lingbot_map_player')
+    # Explicit init/shutdown: Jazzy's rclpy.init() returns None, so it is no context manager.
+    with bag_io.open_bag(args.bag) as reader:
+        rclpy.init()
         try:
-            player = BagPlayer(node, reader, options)
-            _LOG.info('playing %s at rate %g%s:\n%s', args.bag, options.rate,
-                      ' with /clock' if options.clock else '',
-                      '\n'.join(f'  {t.name} [{t.msgtype}] {t.num_messages} msgs'
-                                for t in player.topics))
-            start = time.monotonic()
-            count = player.play()
-            _LOG.info('published %d messages in %.1f s', count, time.monotonic() - start)
+            node = Node('lingbot_map_player')
+            try:
+                player = BagPlayer(node, reader, options)
+                _LOG.info('playing %s at rate %g%s:\n%s', args.bag, options.rate,
+                          ' with /clock' if options.clock else '',
+                          '\n'.join(f'  {t.name} [{t.msgtype}] {t.num_messages} msgs'
+                                    for t in player.topics))
+                start = time.monotonic()
+                count = player.play()
+                _LOG.info('published %d messages in %.1f s', count, time.monotonic() - start)
+            finally:
+                node.destroy_node()
         finally:
-            node.destroy_node()
+            rclpy.try_shutdown()
     return 0

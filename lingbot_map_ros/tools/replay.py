@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """``lingbot_map_replay``: run a rosbag2 bag through the engine offline, play it, or make one.
 
 Subcommands:
@@ -29,13 +42,12 @@ from pathlib import Path
 import sys
 from typing import Any
 
-import torch
-import yaml
-
 from lingbot_map_ros.config import EngineConfig, load_yaml, MapConfig
 from lingbot_map_ros.engine.errors import LingbotMapError
 from lingbot_map_ros.tools import bag_io, make_bag, trajectory
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
+import torch
+import yaml
 
 _LOG = logging.getLogger('lingbot_map_replay')
 PACKAGE = 'lingbot_map_ros'

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Camera trajectories as TUM files, a PNG plot, and APE / RPE against ground truth.
 
 TUM format: one pose per line, ``timestamp tx ty tz qx qy qz qw``, timestamp in seconds, the pose
@@ -13,16 +26,15 @@ come from ``evo`` (an optional dependency: ``pip install evo``); the plot needs 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+import logging
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from lingbot_map_ros.engine.geometry import quaternion_to_rotation
 from lingbot_map_ros.ros.conversions import c2w_to_pose
+import numpy as np
 
 _LOG = logging.getLogger(__name__)
 

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """A stand-in network that returns ground-truth poses, distorted per session by a random Sim(3).
 
 Each input image encodes its frame number in its colour (red = n % 256, green = n // 256, a
@@ -12,14 +25,13 @@ sees a limit reset shows that the rollover came first.
 
 from __future__ import annotations
 
-import numpy as np
-import torch
-
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine import geometry
 from lingbot_map_ros.engine.errors import CachePoolExhaustedError, TimeIndexLimitError
 from lingbot_map_ros.engine.model.frame_runner import FastPathStats
 from lingbot_map_ros.engine.pipeline import StreamingSession
+import numpy as np
+import torch
 
 
 def frame_image(index: int, size_hw: tuple[int, int] = (48, 64)) -> np.ndarray:

@@ -1,12 +1,24 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Start-up refusals that must name the problem in one line: odd weights paths, bad config."""
 
 import os
 
-import pytest
-
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.errors import WeightsError
 from lingbot_map_ros.engine.model.weights import load_checkpoint
+import pytest
 
 
 def test_a_directory_as_weights_is_named_as_such(tmp_path):

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Cache attention ('sdpa', 'reference') vs naive dense attention over the visible token set.
 
 Run: ``python -m pytest test/engine/test_cache_attention.py`` (repo root; CPU only, a few
@@ -12,13 +25,12 @@ import math
 import random
 import sys
 
-import pytest
-import torch
-
 from lingbot_map_ros.engine.attention.backend import make_backend
 from lingbot_map_ros.engine.attention.flashinfer import import_flashinfer
 from lingbot_map_ros.engine.attention.sdpa import ReferenceBackend, SdpaBackend
 from lingbot_map_ros.engine.cache import FlashInferKVCacheManager, PageLayout
+import pytest
+import torch
 
 HEADS, HEAD_DIM, SPECIALS = 2, 8, 6
 
@@ -168,7 +180,7 @@ def test_flashinfer_missing_is_an_import_error_with_a_hint(monkeypatch):
 
 
 def test_make_backend_refuses_what_flashinfer_cannot_do():
-    kwargs = dict(num_heads=HEADS, head_dim=HEAD_DIM, page_size=4, num_pages=8)
+    kwargs = {'num_heads': HEADS, 'head_dim': HEAD_DIM, 'page_size': 4, 'num_pages': 8}
     with pytest.raises(ValueError, match='needs a CUDA device'):
         make_backend('flashinfer', dtype=torch.bfloat16, device=torch.device('cpu'), **kwargs)
     with pytest.raises(ValueError, match='stores bfloat16 or float16'):

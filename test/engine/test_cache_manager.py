@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """FlashInferKVCacheManager bookkeeping: golden set B schedule, long random runs, call order.
 
 Run: ``python -m pytest test/engine/test_cache_manager.py`` (repo root; CPU only, a few seconds;
@@ -12,11 +25,10 @@ logical order, plus the physical invariants (no page used twice or leaked, one c
 import json
 import random
 
-import pytest
-import torch
-
 from lingbot_map_ros.engine.cache import FlashInferKVCacheManager
 from lingbot_map_ros.engine.errors import CachePoolExhaustedError, CacheStateError
+import pytest
+import torch
 
 SPECIALS = 6
 

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """FlashInfer (and 'sdpa') vs the float32 'reference' backend on CUDA in bfloat16.
 
 Run: ``python -m pytest -m gpu test/engine/test_flashinfer_cache.py`` (repo root). Needs a CUDA
@@ -10,10 +23,9 @@ non-keyframes (N_s = 2, W = 3), at page sizes 256, 972 (518x378 input) and 999 (
 
 import importlib.util
 
+from lingbot_map_ros.engine.cache import FlashInferKVCacheManager
 import pytest
 import torch
-
-from lingbot_map_ros.engine.cache import FlashInferKVCacheManager
 
 pytestmark = [
     pytest.mark.gpu,

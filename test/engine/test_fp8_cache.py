@@ -1,11 +1,23 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """FP8 (e4m3) KV storage: written as FP8, widened on read, same attention up to e4m3 rounding."""
-
-import pytest
-import torch
 
 from lingbot_map_ros.config import CacheConfig
 from lingbot_map_ros.engine.cache.manager import FlashInferKVCacheManager
 from lingbot_map_ros.engine.cache.staged_frames import StagedFrames
+import pytest
+import torch
 
 P, H, D, S = 30, 4, 16, 6
 FP8 = torch.float8_e4m3fn

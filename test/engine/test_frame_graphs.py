@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """The segmented (CUDA-graph) streaming path gives the same outputs as the plain forward.
 
 On the CPU the segments run eagerly (same modules, same order), which checks the segmentation:
@@ -9,14 +22,13 @@ Run: ``python -m pytest test/engine/test_frame_graphs.py`` (a few seconds on 2 c
 
 from __future__ import annotations
 
-import pytest
-import torch
-
 from lingbot_map_ros.config import CacheConfig, ModelConfig
 from lingbot_map_ros.engine.cache import new_stream_cache
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
 from lingbot_map_ros.engine.model.weights import load_weights
+import pytest
+import torch
 
 _CACHE = CacheConfig(backend='sdpa', scale_frames=2, sliding_window=3)
 

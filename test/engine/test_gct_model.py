@@ -1,11 +1,21 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Streaming model behaviour on the 'tiny' preset: schedule, errors, precision paths.
 
 Run: ``python -m pytest test/engine/test_gct_model.py`` from the repository root (CPU, seconds).
 Numerical parity with the upstream model is in ``test_golden_parity.py`` (slow).
 """
-
-import pytest
-import torch
 
 from lingbot_map_ros.config import CacheConfig, ModelConfig
 from lingbot_map_ros.engine.cache import new_stream_cache
@@ -13,6 +23,8 @@ from lingbot_map_ros.engine.errors import (CacheStateError, InvalidFrameError,
                                            ResolutionChangedError, TimeIndexLimitError)
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.model.weights import load_weights
+import pytest
+import torch
 
 CACHE = CacheConfig(backend='sdpa', scale_frames=2, sliding_window=2)
 

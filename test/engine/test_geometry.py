@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Pose decoding, quaternions, intrinsics mapping and depth unprojection.
 
 Golden: ../shared/golden/pose_decode.* (official decode of 20 encodings at 294x518), found
@@ -10,15 +23,14 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
-import pytest
-from safetensors.torch import load_file
-import torch
-
 from lingbot_map_ros.engine.geometry import (intrinsics_for_original, pose_encoding_to_extrinsics,
                                              pose_encoding_to_intrinsics, quaternion_to_rotation,
                                              rotation_to_quaternion, to_c2w_4x4, unproject_depth)
 from lingbot_map_ros.engine.preprocess import preprocess_array
+import numpy as np
+import pytest
+from safetensors.torch import load_file
+import torch
 
 
 def _random_quaternions(n: int, seed: int) -> np.ndarray:

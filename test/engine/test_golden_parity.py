@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Golden parity: the whole streaming model vs the upstream float64 reference (sets A and B).
 
 Run: ``python -m pytest test/engine/test_golden_parity.py`` from the repository root (add
@@ -11,11 +24,10 @@ cores. It calls the same code as
 import json
 from pathlib import Path
 
-import pytest
-from safetensors.torch import load_file
-
 from lingbot_map_ros.tools.golden import (build_golden_model, compare, DTYPES,
                                           model_config_from_json, run_golden)
+import pytest
+from safetensors.torch import load_file
 
 SETS = ('A', 'B')
 

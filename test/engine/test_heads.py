@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Camera head and DPT depth head: golden parity (official sizes) and the camera K/V cache.
 
 Golden: ../shared/golden/stream_A.* (found through ``test/conftest.py``) with golden weights v1,
@@ -13,17 +26,16 @@ from collections.abc import Callable
 import json
 import math
 
+from lingbot_map_ros.config import ModelConfig
+from lingbot_map_ros.engine.errors import CacheStateError
+from lingbot_map_ros.engine.model.frame_runner import FrameRunner
+from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
+from lingbot_map_ros.engine.model.heads.camera_head import CameraHead
+from lingbot_map_ros.engine.model.heads.dpt_head import DPTHead, uv_embedding
 import pytest
 from safetensors.torch import load_file
 import torch
 import torch.nn.functional as F
-
-from lingbot_map_ros.config import ModelConfig
-from lingbot_map_ros.engine.errors import CacheStateError
-from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
-from lingbot_map_ros.engine.model.heads.camera_head import CameraHead
-from lingbot_map_ros.engine.model.frame_runner import FrameRunner
-from lingbot_map_ros.engine.model.heads.dpt_head import DPTHead, uv_embedding
 
 
 def _load_golden(module: torch.nn.Module, prefix: str, salt: int = 0,

@@ -1,15 +1,27 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """MapAccumulator: voxel de-duplication, the bound, the confidence filter, the frame transform.
 
 Run: ``pytest test/engine/test_map_accumulator.py`` (CPU, about a second).
 """
 
-import numpy as np
-import pytest
-import torch
-
 from lingbot_map_ros.config import MapConfig
 from lingbot_map_ros.engine.geometry import unproject_depth
 from lingbot_map_ros.engine.map_accumulator import MapAccumulator
+import numpy as np
+import pytest
+import torch
 
 K = np.array([[2.0, 0.0, 1.5], [0.0, 2.0, 1.0], [0.0, 0.0, 1.0]])
 

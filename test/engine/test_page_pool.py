@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """PagePool: allocation, ownership, errors, and a long random run against a set model.
 
 Run: ``python -m pytest test/engine/test_page_pool.py`` (repo root; CPU only, < 1 s).
@@ -5,10 +18,9 @@ Run: ``python -m pytest test/engine/test_page_pool.py`` (repo root; CPU only, < 
 
 import random
 
-import pytest
-
 from lingbot_map_ros.engine.cache.page_pool import NO_FRAME, PagePool
 from lingbot_map_ros.engine.errors import CachePoolExhaustedError, CacheStateError
+import pytest
 
 
 def test_allocate_any_takes_highest_free_first_and_counts():

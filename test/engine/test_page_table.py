@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """TwoStreamPageTable: hand-drawn page layouts for every kind of call, and its errors.
 
 Run: ``python -m pytest test/engine/test_page_table.py`` (repo root; CPU only, < 1 s).
@@ -8,10 +21,9 @@ Patch pages are 0..5 (R = N_s + W + 1 = 6), special pages 6..20 (ceil(10 * 6 / 4
 In the drawings ``fN`` is frame N's patch page, ``sK`` the special stream's page K, ``.`` free.
 """
 
-import pytest
-
 from lingbot_map_ros.engine.cache.page_table import PageLayout, PageMove, TwoStreamPageTable
 from lingbot_map_ros.engine.errors import CachePoolExhaustedError, CacheStateError
+import pytest
 
 SPECIALS = tuple(range(6, 21))
 

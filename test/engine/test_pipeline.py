@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """StreamingSession with the tiny random-weight model on CPU: phases, schedule, limits, reset.
 
 Run: ``python -m pytest test/engine/test_pipeline.py`` (about 10 s on 2 cores).
@@ -5,14 +18,13 @@ Run: ``python -m pytest test/engine/test_pipeline.py`` (about 10 s on 2 cores).
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.errors import (CachePoolExhaustedError, InvalidFrameError,
                                            ResolutionChangedError, SessionLimitError,
                                            TimeIndexLimitError)
 from lingbot_map_ros.engine.pipeline import StreamingSession
+import numpy as np
+import pytest
 
 N_S = 3
 WINDOW = 4

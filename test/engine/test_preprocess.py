@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Crop-mode preprocessing against the official loader's golden tensors (golden README §3).
 
 Run: ``python -m pytest test/engine/test_preprocess.py``; the golden set comes from
@@ -10,15 +23,14 @@ import hashlib
 import io
 from pathlib import Path
 
+from lingbot_map_ros.engine.errors import InvalidFrameError
+from lingbot_map_ros.engine.preprocess import (preprocess_array, preprocess_path, preprocess_pil,
+                                               resized_height)
 import numpy as np
 from PIL import Image
 import pytest
 from safetensors.torch import load_file
 import torch
-
-from lingbot_map_ros.engine.errors import InvalidFrameError
-from lingbot_map_ros.engine.preprocess import (preprocess_array, preprocess_path, preprocess_pil,
-                                               resized_height)
 
 
 @pytest.fixture(scope='module')

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """RolloverSession through the real StreamFeeder, with the oracle network (oracle_model.py).
 
 The oracle returns ground-truth poses, each session in its own random Sim(3) frame plus noise;
@@ -8,16 +21,14 @@ Run: ``OMP_NUM_THREADS=1 python -m pytest test/engine/test_rollover.py`` (a few 
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.rollover import RolloverSession
 from lingbot_map_ros.engine.stitching import align_sim3
 from lingbot_map_ros.engine.stream_feeder import StreamFeeder
-
+import numpy as np
 # oracle_model sits next to this file (pytest puts test/engine on sys.path).
 from oracle_model import frame_image, ground_truth, oracle_session
+import pytest
 
 SEC = 10**9
 STAMP0 = 100 * SEC

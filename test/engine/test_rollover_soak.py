@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Soak: the tiny model through StreamFeeder + RolloverSession for thousands of frames.
 
 Every frame must give exactly one pose (nothing dropped, nothing twice), no session limit may be
@@ -13,14 +26,13 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-import pytest
-import torch
-
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.pipeline import StreamingSession
 from lingbot_map_ros.engine.rollover import RolloverSession
 from lingbot_map_ros.engine.stream_feeder import StreamFeeder
+import numpy as np
+import pytest
+import torch
 
 SEC = 10**9
 

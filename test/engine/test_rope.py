@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """2-D (frame) and 3-D video (global) RoPE against the spec's per-element formulas.
 
 Run: ``python -m pytest test/engine/test_rope.py`` from the repository root (CPU, < 1 s).
@@ -6,12 +19,11 @@ The expected values are computed element by element with Python floats (spec §4
 
 import math
 
-import pytest
-import torch
-
 from lingbot_map_ros.engine.model.layers import rope as rope_module
 from lingbot_map_ros.engine.model.layers.rope import (FrameRope, rotate_half_2d,
                                                       rotate_interleaved, VideoRope)
+import pytest
+import torch
 
 D = 64
 

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Split attention: two partial softmax attentions merged by log-sum-exp equal the full one.
 
 The merge runs on any device; the cuDNN + flash kernels of the split need CUDA (marker gpu).
@@ -8,10 +21,9 @@ from __future__ import annotations
 
 import math
 
+from lingbot_map_ros.engine.attention.split import merge_partial, SplitAttention
 import pytest
 import torch
-
-from lingbot_map_ros.engine.attention.split import merge_partial, SplitAttention
 
 
 def _partial(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Staged frames: the cache work of a frame with its numbers on the device equals the eager calls.
 
 A staged frame makes all blocks' table steps at once (``stage_frame``), then writes and attends
@@ -12,12 +25,11 @@ Run: ``python -m pytest test/engine/test_staged_frames.py`` (about a second on t
 
 from __future__ import annotations
 
-import pytest
-import torch
-
 from lingbot_map_ros.engine.cache import FlashInferKVCacheManager
 from lingbot_map_ros.engine.cache.staged_frames import can_stage, StagedFrames
 from lingbot_map_ros.engine.errors import CacheStateError
+import pytest
+import torch
 
 BLOCKS, HEADS, DIM, SPECIALS, PATCHES = 3, 2, 8, 6, 10
 SCALE, WINDOW = 2, 3

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Official state-dict names and shapes vs ``shared/docs/state_dict_keys.json``.
 
 Run: ``python -m pytest test/engine/test_state_dict_keys.py`` (repo root; needs ../shared beside
@@ -6,11 +19,10 @@ the repository). The model is built on the 'meta' device, so no weights are allo
 
 import json
 
-import pytest
-import torch
-
 from lingbot_map_ros.config import ModelConfig
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
+import pytest
+import torch
 
 
 @pytest.fixture(scope='module')

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """align_sim3: the contract (exact, noisy, static, straight line, single frame, bad input, timing).
 
 Run: ``python -m pytest test/engine/test_stitching.py`` (about a second).
@@ -7,10 +20,9 @@ from __future__ import annotations
 
 import time
 
+from lingbot_map_ros.engine.stitching import align_sim3
 import numpy as np
 import pytest
-
-from lingbot_map_ros.engine.stitching import align_sim3
 
 
 def _rotation(rng: np.random.Generator) -> np.ndarray:

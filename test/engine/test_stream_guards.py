@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Glitch filters of StreamFeeder (engine/stream_guards.py) over the tiny CPU session.
 
 One frame stamped ahead of the stream, or one frame of another size, must cost that frame only:
@@ -8,12 +21,11 @@ Run: ``OMP_NUM_THREADS=1 python -m pytest test/engine/test_stream_guards.py`` (a
 
 from __future__ import annotations
 
-import numpy as np
-
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.pipeline import StreamingSession
 from lingbot_map_ros.engine.stream_feeder import StreamFeeder
 from lingbot_map_ros.engine.stream_guards import ForwardJumpGuard, ResolutionGuard
+import numpy as np
 
 N_S = 2
 SEC = 10**9

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Checkpoint loading and conversion with small 'tiny'-preset checkpoints written to tmp_path.
 
 Run: ``python -m pytest test/engine/test_weights.py`` from the repository root (CPU, seconds).
@@ -6,15 +19,14 @@ Run: ``python -m pytest test/engine/test_weights.py`` from the repository root (
 import argparse
 import logging
 
-import pytest
-from safetensors.torch import save_file
-import torch
-
 from lingbot_map_ros.config import ModelConfig
 from lingbot_map_ros.engine.errors import WeightsError
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.model.weights import load_checkpoint, load_weights
 from lingbot_map_ros.tools.convert import convert, main as convert_main
+import pytest
+from safetensors.torch import save_file
+import torch
 
 
 def _tiny() -> LingbotMapModel:

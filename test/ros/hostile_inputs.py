@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Hostile images for the robustness tests, and a child-process probe of their cost.
 
 The bombs are real: their compressed streams inflate to the full size their headers announce
@@ -46,7 +59,7 @@ def zero_png(width: int, height: int, depth: int = 8, colour: int = 0) -> bytes:
 
 
 # What the probe child runs: build the input, reset the peak RSS, convert, report.
-_CHILD = r'''
+_CHILD = r"""
 import json, sys, time
 from pathlib import Path
 import numpy as np
@@ -86,7 +99,7 @@ except conversions.ImageConversionError as exc:
 elapsed = time.perf_counter() - start
 print(json.dumps({'peak_over_base_bytes': rss('VmHWM') - base, 'seconds': elapsed,
                   'result': str(out)}))
-'''
+"""
 
 
 def probe_cost(kind: str, arg: str, env: dict[str, str] | None = None) -> dict:

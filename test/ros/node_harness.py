@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Helpers for node tests: one rclpy context, a spinning executor and a probe node.
 
 The probe publishes images and records everything the node under test publishes, with the
@@ -108,7 +121,7 @@ class Probe(Node):
         prefix = 'lingbot_map/'
         outputs = ((PoseStamped, 'pose', self.poses), (Odometry, 'odometry', self.odometry),
                    (Path, 'path', self.paths), (PointCloud2, 'cloud', self.clouds),
-                   (Image, 'depth', self.depths))
+                   (Image, 'depth/image', self.depths))
         self.subs = [self.create_subscription(msg_type, prefix + topic, self._recorder(store),
                                               reliable)
                      for msg_type, topic, store in outputs]

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Pure conversions of ros/conversions.py: every accepted encoding, every drop reason, poses.
 
 Run: ``pytest test/ros/test_conversions.py`` (a second; no ROS graph).
@@ -7,14 +20,13 @@ Messages are built both as rclpy messages (``array.array`` data) and as ``rosbag
 """
 
 import cv2
+from lingbot_map_ros.engine import geometry
+from lingbot_map_ros.ros import conversions
+from lingbot_map_ros.ros.conversions import ImageConversionError
 import numpy as np
 import pytest
 from rosbags.typesys import get_typestore, Stores
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
-
-from lingbot_map_ros.engine import geometry
-from lingbot_map_ros.ros import conversions
-from lingbot_map_ros.ros.conversions import ImageConversionError
 
 RNG = np.random.default_rng(0)
 RGB = RNG.integers(0, 256, (5, 6, 3), dtype=np.uint8)
@@ -22,7 +34,7 @@ _TS = get_typestore(Stores.ROS2_HUMBLE)
 
 
 def raw(pixels, encoding, step=None, bigendian=False, **fields):
-    """An rclpy Image holding ``pixels`` (rows padded to ``step`` bytes)."""
+    """Return an rclpy Image holding ``pixels`` (rows padded to ``step`` bytes)."""
     height, width = pixels.shape[:2]
     row = pixels.reshape(height, -1).view(np.uint8)
     step = row.shape[1] if step is None else step
@@ -37,7 +49,7 @@ def raw(pixels, encoding, step=None, bigendian=False, **fields):
 
 
 def rosbags_copy(msg):
-    """The same Image as rosbags deserialises it from a bag (numpy data)."""
+    """Return the same Image as rosbags deserialises it from a bag (numpy data)."""
     cls = _TS.types['sensor_msgs/msg/Image']
     header = _TS.types['std_msgs/msg/Header'](
         stamp=_TS.types['builtin_interfaces/msg/Time'](sec=1, nanosec=2), frame_id='cam')

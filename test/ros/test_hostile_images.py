@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Hostile images: bombs, mislabelled and damaged payloads, extreme aspect ratios.
 
 Memory is measured in a child process (its peak RSS over its baseline, from /proc), so the
@@ -12,13 +25,12 @@ from pathlib import Path
 import cv2
 # hostile_inputs sits next to this file (pytest puts test/ros on sys.path).
 from hostile_inputs import png_chunk, PNG_SIGNATURE, probe_cost, zero_png
-import numpy as np
-import pytest
-
 from lingbot_map_ros.engine.preprocess import preprocess_array
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.ros.compressed_header import CorruptPayload, inspect_compressed
 from lingbot_map_ros.ros.image_decode import ImageConversionError
+import numpy as np
+import pytest
 
 MIB = 2**20
 # Goal of the issue: < 100 MB each. The child's time also covers a loaded 2-core machine.

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """``~/map`` and ``~/save`` of lingbot_map_node on a real rclpy graph (tiny engine, CPU, depth on).
 
 Run: ``pytest test/ros/test_map_node.py`` (10-20 s on 2 cores; marker ``rostest``).
@@ -9,6 +22,9 @@ answers ``success=False`` when the output directory cannot be written; a reset e
 
 import itertools
 
+from lingbot_map_ros.engine.ply import read_ply
+from lingbot_map_ros.ros.map_output import MAP_QOS
+from lingbot_map_ros.ros.node import LingbotMapNode
 from node_harness import Graph, image_msg, make_image, Probe, stamp_ns, TINY_CPU, wait_for
 import numpy as np
 import pytest
@@ -17,10 +33,6 @@ from rclpy.parameter import Parameter
 from sensor_msgs.msg import PointCloud2
 from std_srvs.srv import Trigger
 import yaml
-
-from lingbot_map_ros.engine.ply import read_ply
-from lingbot_map_ros.ros.map_output import MAP_QOS
-from lingbot_map_ros.ros.node import LingbotMapNode
 
 pytestmark = pytest.mark.rostest
 

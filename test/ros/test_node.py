@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """lingbot_map_node on a real rclpy graph with the tiny random-weight engine on CPU.
 
 Run: ``pytest test/ros/test_node.py`` (10-20 s on 2 cores; markers ``rostest``, one ``slow``).
@@ -16,6 +29,10 @@ import subprocess
 import sys
 
 from builtin_interfaces.msg import Time
+from lingbot_map_ros.engine import errors
+from lingbot_map_ros.ros.node import LingbotMapNode, main
+from lingbot_map_ros.ros.odometry_status import ODOMETRY_KEYS
+from lingbot_map_ros.ros.outputs import UNKNOWN_VARIANCE
 # node_harness sits next to this file (pytest puts test/ros on sys.path).
 from node_harness import (Graph, image_msg, jpeg_msg, make_image, Probe, stamp_ns, TINY_CPU,
                           wait_for)
@@ -25,10 +42,6 @@ from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo
 from std_srvs.srv import Trigger
-
-from lingbot_map_ros.engine import errors
-from lingbot_map_ros.ros.node import LingbotMapNode, main
-from lingbot_map_ros.ros.odometry_status import ODOMETRY_KEYS
 
 # The oracle network of the engine tests (test/engine/oracle_model.py).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'engine'))
@@ -71,7 +84,7 @@ def start(graph, **overrides):
 
 
 def bag(**overrides):
-    """Overrides for bag mode: every frame processed, in order (deterministic tests)."""
+    """Return overrides for bag mode: every frame processed, in order (deterministic tests)."""
     return {'input__queue_mode': 'bag', 'input__qos__reliability': 'reliable',
             'input__qos__depth': 100, **overrides}
 
@@ -110,6 +123,9 @@ def test_raw_images_give_poses_with_matching_stamps_and_frames(graph):
     assert {p.header.frame_id for p in probe.poses} == {'odom'}
     assert [stamp_ns(o) for o in probe.odometry] == sent
     assert {o.child_frame_id for o in probe.odometry} == {'base_link'}
+    # No uncertainty from the model: marked unknown, never an all-zero (exact) covariance.
+    for cov in [o.pose.covariance for o in probe.odometry] + [probe.odometry[-1].twist.covariance]:
+        assert list(cov[::7]) == [UNKNOWN_VARIANCE] * 6 and sum(cov) == 6 * UNKNOWN_VARIANCE
     # REP 105: odom starts at the first pose of base_link.
     first = probe.poses[0].pose
     assert (first.position.x, first.position.y, first.position.z) == (0.0, 0.0, 0.0)

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """lingbot_map_node under faults, on a real rclpy graph with the tiny CPU engine.
 
 Reset bursts, a stalled engine, shutdown during a long frame, bad stamps and glitch frames, a bad
@@ -14,6 +27,8 @@ import sys
 import threading
 import time
 
+from lingbot_map_ros.ros import node as node_module
+from lingbot_map_ros.ros.node import LingbotMapNode
 # node_harness sits next to this file (pytest puts test/ros on sys.path).
 from node_harness import image_msg, make_image, Probe, stamp_ns, TINY_CPU, wait_for
 import pytest
@@ -21,9 +36,6 @@ from rcl_interfaces.srv import SetParameters
 from rclpy.parameter import Parameter
 from std_srvs.srv import Trigger
 import test_node
-
-from lingbot_map_ros.ros import node as node_module
-from lingbot_map_ros.ros.node import LingbotMapNode
 
 pytestmark = pytest.mark.rostest
 
@@ -200,7 +212,7 @@ def test_a_parameter_named_empty_is_refused(graph):
     graph.remove(node)
 
 
-_SLOW_NODE = r'''
+_SLOW_NODE = r"""
 import sys, time
 from lingbot_map_ros.engine.rollover import RolloverSession
 real_step = RolloverSession.step
@@ -213,7 +225,7 @@ def step(self, image, stamp):
 RolloverSession.step = step
 from lingbot_map_ros.ros import node
 sys.exit(node.main(['lingbot_map_node'] + sys.argv[1:]))
-'''
+"""
 
 
 def test_sigint_during_a_long_frame_exits_within_seconds_and_quietly(graph):

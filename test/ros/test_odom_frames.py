@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """REP-105 frame math (odom anchor, mounting) and the odometry diagnostic status.
 
 Run: ``python -m pytest test/ros/test_odom_frames.py`` (instant).
@@ -5,12 +18,11 @@ Run: ``python -m pytest test/ros/test_odom_frames.py`` (instant).
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
 from lingbot_map_ros.engine.stats import RolloverStats
 from lingbot_map_ros.ros.odom_frames import OdomFrames, OPTICAL_IN_BODY, pose7_to_matrix
 from lingbot_map_ros.ros.odometry_status import ODOMETRY_KEYS, odometry_status
+import numpy as np
+import pytest
 
 IDENTITY7 = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
 

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Parameters: YAML files == declared parameters == EngineConfig fields; descriptors; checks.
 
 Run: ``pytest test/ros/test_params.py`` (a second; plain rclpy nodes, no engine; marker rostest).
@@ -6,12 +19,11 @@ Run: ``pytest test/ros/test_params.py`` (a second; plain rclpy nodes, no engine;
 from dataclasses import asdict, fields
 from pathlib import Path
 
+from lingbot_map_ros import config
+from lingbot_map_ros.ros import params
 import pytest
 import rclpy
 from rclpy.node import Node
-
-from lingbot_map_ros import config
-from lingbot_map_ros.ros import params
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / 'config'
 YAMLS = sorted(CONFIG_DIR.glob('*.yaml'))
@@ -50,7 +62,7 @@ def test_yaml_keys_equal_declared_parameters_and_dataclass_fields(path):
 
 @pytest.mark.parametrize('path', YAMLS, ids=lambda p: p.name)
 def test_yaml_loads_into_a_node_with_the_declared_types(path, context):
-    """rclpy refuses a YAML value of the wrong type (4 for a double): load it for real."""
+    """Check that rclpy refuses a YAML value of the wrong type (4 for a double)."""
     node = Node('lingbot_map', context=context, namespace='/yaml_check',
                 cli_args=['--ros-args', '--params-file', str(path)])
     try:

@@ -1,4 +1,17 @@
-"""The README's parameter table lists exactly the parameters the node declares.
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The parameter table (docs/parameters.md) lists exactly the parameters the node declares.
 
 Run: ``python -m pytest test/ros/test_readme_params.py`` (instant).
 """
@@ -10,18 +23,18 @@ import re
 
 from lingbot_map_ros.ros import params
 
-README = Path(__file__).resolve().parents[2] / 'README.md'
+TABLE = Path(__file__).resolve().parents[2] / 'docs' / 'parameters.md'
 
 
 def _documented_parameters() -> set[str]:
-    text = README.read_text(encoding='utf-8')
-    section = text.split('### Parameters', 1)[1].split('\n## ', 1)[0]
-    return set(re.findall(r'^\| `([a-z_.]+)` \|', section, flags=re.MULTILINE))
+    text = TABLE.read_text(encoding='utf-8')
+    return set(re.findall(r'^\| `([a-z_.]+)` \|', text, flags=re.MULTILINE))
 
 
 def test_readme_parameter_table_matches_the_declared_parameters():
     declared = {spec.name for spec in params.all_specs()}
     documented = _documented_parameters()
     assert len(declared) > 40
-    assert documented == declared, (f'missing from README: {sorted(declared - documented)}; '
-                                    f'not declared: {sorted(documented - declared)}')
+    assert documented == declared, (
+        f'missing from docs/parameters.md: {sorted(declared - documented)}; '
+        f'not declared: {sorted(documented - declared)}')

@@ -1,5 +1,19 @@
-"""``lingbot_map_replay run`` on damaged bags: bad messages are counted drops, broken storage
-ends the run cleanly with what was read written.
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""``lingbot_map_replay run`` on damaged bags: drops counted, broken storage ends cleanly.
+
+Bad messages are counted drops; broken storage ends the run cleanly with what was read written.
 
 Each bag is written here, then damaged in its sqlite file: message blobs truncated, replaced by
 garbage or given an invalid UTF-8 frame_id, or one database page overwritten.
@@ -9,11 +23,10 @@ import json
 from pathlib import Path
 import sqlite3
 
-import numpy as np
-import torch
-
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.replay import find_config, main
+import numpy as np
+import torch
 
 SEC = 1_000_000_000
 FAST = {'stream.image_width': 112, 'cache.scale_frames': 2, 'cache.sliding_window': 4}

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """rosbag2 read/write helpers (sqlite3 and MCAP) and the ``make-bag`` sources.
 
 Run: ``pytest test/tools/test_bag_io.py`` (a few seconds on 2 cores). Bags are written to a
@@ -7,14 +20,13 @@ that folder is absent).
 
 
 import cv2
-import numpy as np
-import pytest
-
 from lingbot_map_ros.ros.conversions import camera_info_k, compressed_msg_to_rgb
 from lingbot_map_ros.ros.conversions import image_msg_to_rgb, stamp_to_ns
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.make_bag import BagSpec, folder_frames, image_files, video_frames
 from lingbot_map_ros.tools.make_bag import write_frames
+import numpy as np
+import pytest
 
 K = np.array([[50.0, 0.0, 16.0], [0.0, 52.0, 12.0], [0.0, 0.0, 1.0]])
 

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """``lingbot_map_bench cache`` on CPU at a small shape, and the bench tool's subcommand loading.
 
 Run: ``python -m pytest test/tools/test_bench_cache.py`` (repo root; CPU only, a few seconds).
@@ -5,9 +18,8 @@ Run: ``python -m pytest test/tools/test_bench_cache.py`` (repo root; CPU only, a
 
 import json
 
-import pytest
-
 from lingbot_map_ros.tools import bench
+import pytest
 
 SMALL = ['cache', '--device', 'cpu', '--dtype', 'float32', '--patches', '64', '--frames', '20',
          '--scale-frames', '2', '--window', '4', '--heads', '2', '--head-dim', '16',

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """The long-run report of ``lingbot_map_bench model`` (block means, flatness, rollover cost).
 
 Run: ``python -m pytest test/tools/test_bench_rollover.py`` (instant).
@@ -5,9 +18,8 @@ Run: ``python -m pytest test/tools/test_bench_rollover.py`` (instant).
 
 from __future__ import annotations
 
-import pytest
-
 from lingbot_map_ros.tools.bench_rollover import block_report
+import pytest
 
 
 def test_refill_blocks_count_in_flatness_all_but_not_in_flatness_steady():

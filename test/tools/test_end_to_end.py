@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """End to end: a bag played into the running node gives the poses of the offline replay.
 
 Run: ``pytest test/tools/test_end_to_end.py`` (about 10 s on 2 cores; markers ``rostest``,
@@ -15,19 +28,18 @@ quaternions equal within 1e-5 (observed: 0, bit-identical).
 import os
 import random
 
-import numpy as np
-import pytest
-import torch
-
 from lingbot_map_ros.config import load_yaml
 from lingbot_map_ros.ros.conversions import c2w_to_pose
 from lingbot_map_ros.ros.odom_frames import OPTICAL_IN_BODY
 from lingbot_map_ros.tools import bag_io
-from lingbot_map_ros.tools.demo import NodeProcess, node_overrides, play_and_record
+from lingbot_map_ros.tools.demo import node_overrides, NodeProcess, play_and_record
 from lingbot_map_ros.tools.make_bag import BagSpec, write_synthetic
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
 from lingbot_map_ros.tools.replay import find_config
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig
+import numpy as np
+import pytest
+import torch
 
 pytestmark = [pytest.mark.rostest, pytest.mark.slow]
 

@@ -1,15 +1,27 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """The ground-truth map of the synthetic scene lies on the room's surfaces; its PNG is drawn.
 
 Run: ``pytest test/tools/test_map_plot.py`` (a few seconds, CPU).
 """
-
-import numpy as np
 
 from lingbot_map_ros.config import MapConfig
 from lingbot_map_ros.ros.conversions import map_axes_transform
 from lingbot_map_ros.tools import synthetic_scene
 from lingbot_map_ros.tools.map_plot import ground_truth_map, plot_map
 from lingbot_map_ros.tools.synthetic_scene import camera_path, render_sequence, SceneConfig
+import numpy as np
 
 VOXEL = 0.05
 

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """``lingbot_map_replay play``: a bag published into a real rclpy graph, with timing and /clock.
 
 Run: ``pytest test/tools/test_player.py`` (about 10 s on 2 cores; marker ``rostest``). Uses a
@@ -15,6 +28,10 @@ import sys
 import threading
 import time
 
+from lingbot_map_ros.ros.conversions import image_msg_to_rgb, stamp_to_ns
+from lingbot_map_ros.tools import bag_io
+from lingbot_map_ros.tools.make_bag import BagSpec, write_frames
+from lingbot_map_ros.tools.player import BagPlayer, PlayOptions
 import numpy as np
 import pytest
 import rclpy
@@ -23,11 +40,6 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image
-
-from lingbot_map_ros.ros.conversions import image_msg_to_rgb, stamp_to_ns
-from lingbot_map_ros.tools import bag_io
-from lingbot_map_ros.tools.make_bag import BagSpec, write_frames
-from lingbot_map_ros.tools.player import BagPlayer, PlayOptions
 
 pytestmark = pytest.mark.rostest
 

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """``lingbot_map_replay run`` / ``make-bag``, the offline runner, and the trajectory helpers.
 
 Run: ``pytest test/tools/test_replay.py`` (about 30 s on 2 cores). Every bag is generated here:
@@ -9,16 +22,15 @@ folder is absent). The engine is the tiny random-weight model on CPU
 import json
 import logging
 
-import numpy as np
-import pytest
-import torch
-
 from lingbot_map_ros.config import load_yaml
 from lingbot_map_ros.engine.geometry import quaternion_to_rotation
 from lingbot_map_ros.engine.ply import read_ply
 from lingbot_map_ros.tools import bag_io, trajectory
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
 from lingbot_map_ros.tools.replay import find_config, main
+import numpy as np
+import pytest
+import torch
 
 FAST = {'stream.image_width': 112, 'cache.scale_frames': 2, 'cache.sliding_window': 4}
 SET_FLAGS = [a for k, v in FAST.items() for a in ('--set', f'{k}={v}')]

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """``lingbot_map_replay`` without ROS: make-bag works, play says what it needs.
 
 A child Python whose import of rclpy / rosgraph_msgs fails stands in for a pip-only install.
@@ -10,7 +23,7 @@ from pathlib import Path
 import subprocess
 import sys
 
-_BLOCK_ROS = '''
+_BLOCK_ROS = """
 import builtins, sys
 real_import = builtins.__import__
 def no_ros(name, *args, **kwargs):
@@ -20,7 +33,7 @@ def no_ros(name, *args, **kwargs):
 builtins.__import__ = no_ros
 from lingbot_map_ros.tools import replay
 sys.exit(replay.main(sys.argv[1:]))
-'''
+"""
 
 
 def _replay(*args: str) -> subprocess.CompletedProcess:

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """The procedural scene: deterministic, geometrically exact poses and depth, a closed loop.
 
 Run: ``pytest test/tools/test_synthetic_scene.py`` (a few seconds on 2 cores).
@@ -7,11 +20,10 @@ ground-truth poses and projected into another frame, land on the same colours; w
 they do not.
 """
 
-import numpy as np
-import pytest
-
 from lingbot_map_ros.tools.synthetic_scene import camera_path, pinhole_intrinsics
 from lingbot_map_ros.tools.synthetic_scene import render_sequence, SceneConfig
+import numpy as np
+import pytest
 
 SMALL = SceneConfig(width=160, height=90, num_frames=30)
 
@@ -99,8 +111,8 @@ def test_camera_path_and_intrinsics_helpers():
     np.testing.assert_allclose(k[0, 0], 100.0)
 
 
-@pytest.mark.parametrize('bad', [dict(width=8), dict(num_frames=0), dict(fps=0.0),
-                                 dict(hfov_deg=170.0), dict(supersample=0)])
+@pytest.mark.parametrize('bad', [{'width': 8}, {'num_frames': 0}, {'fps': 0.0},
+                                 {'hfov_deg': 170.0}, {'supersample': 0}])
 def test_config_rejects_bad_values(bad):
     with pytest.raises(ValueError):
         SceneConfig(**bad)

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Backend ``triton``: the cache attention through our Triton kernel (``triton_attention.py``).
 
 CUDA only; needs the ``triton`` package (shipped with PyTorch's CUDA wheels). The kernel reads
@@ -19,10 +32,9 @@ import logging
 import os
 from typing import Any, TYPE_CHECKING
 
-import torch
-
 from lingbot_map_ros.engine.attention.fp8 import attention_dtype
 from lingbot_map_ros.engine.attention.split import SplitAttention
+import torch
 
 if TYPE_CHECKING:
     from lingbot_map_ros.engine.cache.page_table import PageLayout

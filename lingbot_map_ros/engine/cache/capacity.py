@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """How many bytes a cache configuration allocates, before any GPU memory is touched.
 
 The KV cache is allocated whole when the first frame arrives: ``L`` layers x (patch pages
@@ -10,10 +23,9 @@ before a reset, plus the scale frames), not left at the 2,048 default.
 
 from __future__ import annotations
 
-import torch
-
 from lingbot_map_ros.config import CacheConfig
 from lingbot_map_ros.engine.cache.page_table import TwoStreamPageTable
+import torch
 
 
 def kv_cache_bytes(cache: CacheConfig, patches_per_frame: int, num_layers: int = 24,

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """FlashInferKVCacheManager: the two-stream paged KV cache of the global attention blocks.
 
 A drop-in for upstream LingBot-Map's manager of the same name (same constructor and methods),
@@ -29,14 +42,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from lingbot_map_ros.engine.attention.backend import AttentionBackend, BACKEND_NAMES, \
     check_storage_dtype, make_backend
 from lingbot_map_ros.engine.cache.kv_storage import KVStorage
 from lingbot_map_ros.engine.cache.page_table import PageLayout, StepKind, TwoStreamPageTable
 from lingbot_map_ros.engine.cache.step_log import LoggedStep, StepLog
 from lingbot_map_ros.engine.errors import CacheStateError
+import torch
 
 
 def _resolve_backend(backend: str | None, force_fp32: bool,

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """PagePool: which page ids of a KV pool are in use, and by which frame (pure Python).
 
 A pool hands out integer page ids in ``[0, num_pages)``. It holds no tensors: the page table
@@ -50,17 +63,17 @@ class PagePool:
 
     @property
     def num_pages(self) -> int:
-        """Number of pages the pool manages."""
+        """Return the number of pages the pool manages."""
         return len(self._pages)
 
     @property
     def num_free(self) -> int:
-        """Number of pages not in use."""
+        """Return the number of pages not in use."""
         return len(self._free)
 
     @property
     def num_used(self) -> int:
-        """Number of pages in use."""
+        """Return the number of pages in use."""
         return len(self._pages) - len(self._free)
 
     def reset(self) -> None:

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """TwoStreamPageTable: where every cached token of the two-stream KV cache lives (pure Python).
 
 A frame of ``P = S + page_size`` tokens (``S`` specials first, then ``page_size`` patches) is
@@ -89,7 +102,7 @@ class PageLayout:
 
     @property
     def num_pages(self) -> int:
-        """Number of visible pages."""
+        """Return the number of visible pages."""
         return len(self.page_ids)
 
     @property
@@ -99,7 +112,7 @@ class PageLayout:
 
     @property
     def num_tokens(self) -> int:
-        """Number of visible key/value tokens."""
+        """Return the number of visible key/value tokens."""
         if not self.page_ids:
             return 0
         return (len(self.page_ids) - 1) * self.page_size + self.last_page_len
@@ -197,7 +210,7 @@ class TwoStreamPageTable:
 
     @property
     def num_used_special_pages(self) -> int:
-        """Special pages holding at least one token."""
+        """Return the special pages holding at least one token."""
         return self._specials.num_used
 
     @property

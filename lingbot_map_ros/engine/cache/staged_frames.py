@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Staged frames: one streaming frame's cache work with its numbers on the device.
 
 A whole streaming frame can be one CUDA graph (``model/graphed.py``) only if the cache work
@@ -12,11 +25,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
-
 from lingbot_map_ros.engine.attention.staged import StagedAttention, StagedKey
 from lingbot_map_ros.engine.cache.step_log import LoggedStep
 from lingbot_map_ros.engine.errors import CacheStateError
+import torch
 
 if TYPE_CHECKING:
     from lingbot_map_ros.engine.cache.manager import FlashInferKVCacheManager

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """StepLog: one page table for all layers; the first layer decides a step, the others replay it.
 
 Every layer (block) of the model runs the same sequence of cache calls for a frame: append ->
@@ -25,10 +38,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from lingbot_map_ros.engine.cache.page_table import PageLayout, StepKind, TableStep
 from lingbot_map_ros.engine.errors import CacheStateError
+import torch
 
 MAX_LAG_STEPS = 4096
 """Most steps a block may trail the leading block before the log refuses to grow."""

@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """new_stream_cache: the KV cache a streaming session owns, sized for one image size.
 
 The session (``engine/pipeline.py``) builds it at the first frame of a size and hands it to the
@@ -10,9 +23,9 @@ import logging
 
 import torch
 
-from ...config import CacheConfig, ModelConfig
-from ..frames import NUM_SPECIAL_TOKENS
 from .manager import FlashInferKVCacheManager
+from ..frames import NUM_SPECIAL_TOKENS
+from ...config import CacheConfig, ModelConfig
 
 logger = logging.getLogger(__name__)
 

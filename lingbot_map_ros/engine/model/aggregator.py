@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Streaming aggregator: DINO trunk, special tokens and 24 frame/global block pairs.
 
 Dims: S frames in one call, P = 6 + h*w tokens per frame, h x w patch grid, C embed dim,
@@ -29,14 +42,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ...config import ModelConfig
+from .dino import DinoTrunk
+from .layers import Attend, Block, dense_attention, wide_dtype
+from .layers.rope import FrameRope, rotate_half_2d, rotate_interleaved, VideoRope
 from ..cache import FlashInferKVCacheManager
 from ..errors import (CachePoolExhaustedError, CacheStateError, InvalidFrameError,
                       ResolutionChangedError, TimeIndexLimitError)
 from ..frames import NUM_SPECIAL_TOKENS, Role
-from .dino import DinoTrunk
-from .layers import Attend, Block, dense_attention, wide_dtype
-from .layers.rope import FrameRope, rotate_half_2d, rotate_interleaved, VideoRope
+from ...config import ModelConfig
 
 _IMAGENET_MEAN = (0.485, 0.456, 0.406)
 _IMAGENET_STD = (0.229, 0.224, 0.225)

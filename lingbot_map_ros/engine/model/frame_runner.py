@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """FrameRunner: how a streaming frame runs (eager, segments or whole frames), heads included.
 
 The aggregator (``aggregator.py``) and the heads are plain modules that know nothing about
@@ -34,14 +47,14 @@ import logging
 
 import torch
 
-from ...config import FastPath
-from ..cache.staged_frames import can_stage, StagedFrames
-from ..frames import Role
 from .aggregator import Aggregator, AggregatorOutput
 from .captured import CapturedCall
 from .graphed import FrameGraphs
 from .heads.camera_head import CameraHead
 from .heads.dpt_head import DPTHead
+from ..cache.staged_frames import can_stage, StagedFrames
+from ..frames import Role
+from ...config import FastPath
 
 logger = logging.getLogger(__name__)
 

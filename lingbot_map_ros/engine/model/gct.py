@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """LingbotMapModel: the streaming GCT network = aggregator + camera head (+ DPT depth head).
 
 Dims: S frames in one call, H x W image (multiples of 14), P tokens per frame, C embed dim,
@@ -23,14 +36,14 @@ import torch
 from torch import nn
 from torch.nn.attention import sdpa_kernel, SDPBackend
 
-from ...config import FastPath, ModelConfig
-from ..cache import FlashInferKVCacheManager
-from ..frames import Role
-from ..stats import CacheStats
 from .aggregator import Aggregator
 from .frame_runner import FrameRunner
 from .heads.camera_head import CameraHead
 from .heads.dpt_head import DPTHead
+from ..cache import FlashInferKVCacheManager
+from ..frames import Role
+from ..stats import CacheStats
+from ...config import FastPath, ModelConfig
 
 # NOTE: cuDNN's SDPA builds an execution plan per new sequence length, and the global blocks'
 # key count changes every frame: on the H200 that cost ~0.8 ms of host time per call

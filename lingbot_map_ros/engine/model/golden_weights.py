@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Deterministic "golden weights v1" for parity checks without the real checkpoints.
 
 Every tensor value comes from integer arithmetic on the tensor's name, so the weights can be
@@ -8,10 +21,10 @@ of ``k + seed * golden_ratio`` gives a uniform ``u`` in [0, 1); the value is
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 import math
 import re
 import zlib
-from collections.abc import Iterable, Mapping
 
 import numpy as np
 import torch

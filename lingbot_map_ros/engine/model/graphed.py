@@ -1,3 +1,16 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Segmented streaming-frame runner: the fixed-shape work of a frame replayed as CUDA graphs.
 
 Dims: P = 6 + h*w tokens of the one streaming frame, C embed dim, H heads of D dims, L = depth.
@@ -52,12 +65,12 @@ from typing import Any, TYPE_CHECKING
 
 import torch
 
-from ..errors import CacheStateError
-from ..frames import NUM_SPECIAL_TOKENS, Role
 from .aggregator import (Aggregator, AggregatorOutput, frame_step, global_finish, global_qkv,
                          tap_features, with_specials)
 from .captured import capture_graph, maybe_compile
 from .layers import Block, wide_dtype
+from ..errors import CacheStateError
+from ..frames import NUM_SPECIAL_TOKENS, Role
 
 if TYPE_CHECKING:
     from ..attention.staged import StagedKey

@@ -1,0 +1,39 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""``lingbot_map_node --help`` / ``lingbot_map_lifecycle_node --help`` print usage, not a FATAL.
+
+Run: ``pytest test/ros/test_cli_help.py`` (instant).
+"""
+
+from lingbot_map_ros.ros import cli_help, lifecycle_node, node, params
+import pytest
+
+
+@pytest.mark.parametrize('main, exe', [(node.main, 'lingbot_map_node'),
+                                       (lifecycle_node.main, 'lingbot_map_lifecycle_node')])
+def test_help_prints_usage_and_every_parameter_without_starting_ros(main, exe, capsys):
+    assert main([exe, '--help']) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f'usage: {exe} ')
+    listed = [line.split(' = ', 1)[0].strip() for line in out.splitlines()
+              if line.startswith('  ') and ' = ' in line]
+    assert listed == [spec.name for spec in params.all_specs()]
+    assert 'weights' in listed and 'FATAL' not in out
+
+
+def test_help_is_only_recognised_before_ros_args():
+    assert cli_help.wants_help(['-h'])
+    assert cli_help.wants_help(['--help', '--ros-args', '-p', 'seed:=1'])
+    assert not cli_help.wants_help(['--ros-args', '-r', '__node:=--help'])
+    assert not cli_help.wants_help([])
