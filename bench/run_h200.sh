@@ -21,6 +21,9 @@
 #     progress every 100 frames), started with setsid so it outlives one 10-minute call; the
 #     call returns after LONG_WAIT_S (default 585) with the log so far. STAGE=collect, called
 #     while the machine is still warm, waits for the run to end and returns the whole log.
+#   STAGE=final: one call that checks a release on the H200: every GPU test, golden set A in
+#     bf16 through the robot path, `bench model` pose and depth with per-part timings, the map
+#     accumulator at 504x378 (`bench map`), and the Triton kernel against the others (--quick).
 #   STAGE=kernels: bench/attention_kernels.py alone (e.g. with flash-attn-4 carried in .fa4/).
 #   STAGE=issue13b: the `triton` cache backend: golden set A (bf16 KV and FP8 KV) and `bench
 #     model` (pose; depth with FP8 KV and 330 keyframes). About 4 minutes.
@@ -75,6 +78,22 @@ elif [ "$stage" = long20k ] || [ "$stage" = collect ]; then
   end=$((SECONDS + ${LONG_WAIT_S:-585}))
   while [ $SECONDS -lt $end ] && kill -0 "$(cat /tmp/long20k.pid)" 2>/dev/null; do sleep 5; done
   cp "$log" "$out/"
+elif [ "$stage" = final ] && [ -n "${BENCH_ONLY:-}" ]; then
+  timeout 85 $bench --backend sdpa --compile --components 30 > "$out/model_sdpa_compile_pose.txt" 2>&1
+  timeout 85 $bench --backend sdpa --compile --depth --components 30 \
+    > "$out/model_sdpa_compile_depth.txt" 2>&1
+  timeout 40 python3 -m lingbot_map_ros.tools.bench map --device cuda --width 504 --height 378 \
+    > "$out/map_h200.txt" 2>&1
+elif [ "$stage" = final ]; then
+  timeout 170 python3 -m pytest -q -m gpu -p no:cacheprovider test/engine > "$out/gpu_tests.txt" 2>&1
+  timeout 90 $golden --dtype bfloat16 --backend sdpa --fast-path whole_frame --compile \
+    > "$out/golden_A_cuda.txt" 2>&1
+  timeout 85 $bench --backend sdpa --compile --components 30 > "$out/model_sdpa_compile_pose.txt" 2>&1
+  timeout 85 $bench --backend sdpa --compile --depth --components 30 \
+    > "$out/model_sdpa_compile_depth.txt" 2>&1
+  timeout 40 python3 -m lingbot_map_ros.tools.bench map --device cuda --width 504 --height 378 \
+    > "$out/map_h200.txt" 2>&1
+  timeout 100 python3 bench/attention_kernels.py --quick > "$out/attention_kernels.txt" 2>&1
 elif [ "$stage" = issue13 ]; then
   timeout 120 python3 bench/attention_kernels.py > "$out/attention_kernels.txt" 2>&1
   timeout 45 python3 -m pytest -q -p no:cacheprovider test/engine/test_triton_attention.py \

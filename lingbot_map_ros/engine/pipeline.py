@@ -389,6 +389,9 @@ def _resolve_device(config: EngineConfig) -> torch.device:
     if device.type == 'cuda' and not torch.cuda.is_available():
         raise ValueError(f"stream.device='{config.stream.device}' but CUDA is not available "
                          'on this machine; set stream.device: cpu')
+    if device.type == 'cuda' and device.index is None:
+        # Tensors report 'cuda:N'; one spelling keeps device checks exact.
+        device = torch.device('cuda', torch.cuda.current_device())
     if config.cache.backend == 'flashinfer' and device.type != 'cuda':
         raise ValueError("cache.backend='flashinfer' needs a CUDA device, got "
                          f"stream.device='{config.stream.device}'; use cache.backend: sdpa")

@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _map_config(args: argparse.Namespace) -> MapConfig:
-    from lingbot_map_ros.tools.replay import find_config
+    from lingbot_map_ros.tools.config_files import find_config
 
     values = load_yaml(args.params_file or find_config('lingbot_map.yaml'))
     for item in args.set:

@@ -55,7 +55,7 @@ from lingbot_map_ros.tools import bag_io, trajectory
 from lingbot_map_ros.tools.make_bag import BagSpec, write_synthetic
 from lingbot_map_ros.tools.map_plot import ground_truth_map, plot_map
 from lingbot_map_ros.tools.player import BagPlayer, PlayOptions
-from lingbot_map_ros.tools.replay import find_config
+from lingbot_map_ros.tools.config_files import find_config
 from lingbot_map_ros.tools.synthetic_scene import render_sequence, SceneConfig
 import numpy as np
 import rclpy

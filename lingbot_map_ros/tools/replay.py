@@ -45,35 +45,13 @@ from typing import Any
 from lingbot_map_ros.config import EngineConfig, load_yaml, MapConfig
 from lingbot_map_ros.engine.errors import LingbotMapError
 from lingbot_map_ros.tools import bag_io, make_bag, trajectory
+from lingbot_map_ros.tools.config_files import find_config
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
 import torch
 import yaml
 
 _LOG = logging.getLogger('lingbot_map_replay')
-PACKAGE = 'lingbot_map_ros'
 DEFAULT_PARAMS = 'lingbot_map.yaml'
-
-
-def find_config(name: str) -> Path:
-    """Find a parameter file shipped in the package's ``config/`` folder.
-
-    Looks in the source tree first (running from a checkout), then in the installed share folder
-    (``<python prefix>/share/lingbot_map_ros/config``, or the ament index of a colcon install).
-
-    Raises:
-        FileNotFoundError: the file is in neither place.
-    """
-    candidates = [Path(__file__).resolve().parents[2] / 'config' / name,
-                  Path(sys.prefix) / 'share' / PACKAGE / 'config' / name]
-    try:  # a colcon install: the share folder is known to the ament index
-        from ament_index_python.packages import get_package_share_directory
-        candidates.append(Path(get_package_share_directory(PACKAGE)) / 'config' / name)
-    except (ImportError, LookupError, OSError):  # OSError: no AMENT_PREFIX_PATH
-        pass
-    for path in candidates:
-        if path.is_file():
-            return path
-    raise FileNotFoundError(f'{name} not found in ' + ' or '.join(map(str, candidates)))
 
 
 def _parse_set(items: list[str]) -> dict[str, Any]:

@@ -166,7 +166,7 @@ class Aggregator(nn.Module):
 
     def _check_cache(self, tokens_per_frame: int, device: torch.device) -> None:
         cache = self._attached()
-        if cache.device != device:
+        if not _same_device(cache.device, device):
             raise CacheStateError(f'frame on {device} but the KV cache is on {cache.device}; '
                                   'reset the stream first')
         if cache.tokens_per_frame != tokens_per_frame:
@@ -335,3 +335,10 @@ class Aggregator(nn.Module):
             if i in self.config.tap_layers:
                 taps.append(tap_features(frame_out, x))
         return AggregatorOutput(taps=taps, dino_tokens=dino, patch_hw=(h, w))
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """Compare devices, 'cuda' meaning the current CUDA device."""
+    def index(d: torch.device) -> int | None:
+        return torch.cuda.current_device() if d.type == 'cuda' and d.index is None else d.index
+    return a.type == b.type and index(a) == index(b)
