@@ -116,11 +116,11 @@ class ModelConfig:
         if name == 'official':
             return cls(**overrides)
         if name == 'tiny':
-            tiny = dict(preset='tiny', embed_dim=128, num_heads=2, dino_depth=2, depth=4,
-                        tap_layers=(0, 1, 2, 3), camera_trunk_depth=2, camera_num_heads=2,
-                        depth_features=32, depth_out_channels=(32, 64, 128, 128))
-            tiny.update(overrides)
-            return cls(**tiny)
+            tiny = {'preset': 'tiny', 'embed_dim': 128, 'num_heads': 2, 'dino_depth': 2,
+                    'depth': 4, 'tap_layers': (0, 1, 2, 3), 'camera_trunk_depth': 2,
+                    'camera_num_heads': 2, 'depth_features': 32,
+                    'depth_out_channels': (32, 64, 128, 128)}
+            return cls(**{**tiny, **overrides})
         raise ValueError(f"model.preset='{name}' is not one of 'official', 'tiny'")
 
 
@@ -176,7 +176,7 @@ class StreamConfig:
     graph). The cache backend caps it ('sdpa': whole_frame; 'flashinfer': segments); the mode
     in effect is reported in diagnostics. Heads are graphed unless 'eager'. On the CPU there
     are no graphs: frames run eagerly unless ``compile`` is on."""
-    compile: bool = False
+    compile: bool = False  # noqa: A003 - the parameter's name; a field, never called
     """``torch.compile`` (Inductor) the fixed-shape work of the fast path before it is
     captured: fuses the LayerNorm/cast/RoPE/residual kernels. Orthogonal to ``fast_path``
     (nothing to compile with 'eager'). Costs a one-off compilation at the first image of each

@@ -90,7 +90,7 @@ class MapAccumulator:
 
     @property
     def config(self) -> MapConfig:
-        """The settings in effect."""
+        """Return the settings in effect."""
         return self._config
 
     @config.setter

@@ -135,7 +135,7 @@ class MapOutput:
 
     @property
     def accumulator(self) -> MapAccumulator:
-        """The map itself (for tests and tools)."""
+        """Return the map itself (for tests and tools)."""
         return self._map
 
     def publish(self, pred: FramePrediction, camera_frame: str, _opts: Any) -> None:

@@ -108,7 +108,7 @@ class Outputs:
 
     @property
     def frames(self) -> OdomFrames:
-        """The odom frame of the poses (other outputs in that frame share it)."""
+        """Return the odom frame of the poses (other outputs in that frame share it)."""
         return self._frames
 
     def frames_info(self) -> dict[str, str]:

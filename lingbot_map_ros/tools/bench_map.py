@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--prefill', type=int, default=-1,
                         help='map points added before timing (-1: map.max_points)')
     parser.add_argument('--params-file', default=None,
-                        help='parameter YAML with the map.* settings (default: the package\'s '
+                        help="parameter YAML with the map.* settings (default: the package's "
                              'lingbot_map.yaml)')
     parser.add_argument('--set', action='append', default=[], metavar='map.KEY=VALUE',
                         help='override a map.* setting, e.g. map.voxel_size=0.02')

@@ -52,10 +52,10 @@ from lingbot_map_ros.engine.geometry import quaternion_to_rotation
 from lingbot_map_ros.engine.ply import write_ply
 from lingbot_map_ros.ros.conversions import map_axes_transform, stamp_to_ns
 from lingbot_map_ros.tools import bag_io, trajectory
+from lingbot_map_ros.tools.config_files import find_config
 from lingbot_map_ros.tools.make_bag import BagSpec, write_synthetic
 from lingbot_map_ros.tools.map_plot import ground_truth_map, plot_map
 from lingbot_map_ros.tools.player import BagPlayer, PlayOptions
-from lingbot_map_ros.tools.config_files import find_config
 from lingbot_map_ros.tools.synthetic_scene import render_sequence, SceneConfig
 import numpy as np
 import rclpy
@@ -315,7 +315,7 @@ def write_map_picture(out: Path, num_frames: int, values: dict[str, Any],
     write_ply(out / 'map_gt.ply', xyz, rgb)
     png = out / 'map_gt.png'
     plot_map(png, xyz, rgb, (map_axes_transform(map_axes) @ seq.c2w)[:, :3, 3],
-             title=f'the node\'s map accumulator on the synthetic scene\'s GROUND-TRUTH depth '
+             title=f"the node's map accumulator on the synthetic scene's GROUND-TRUTH depth "
                    f'and poses ({num_frames} frames, voxel {GT_VOXEL_M} m, {len(xyz)} points)',
              map_axes=map_axes)
     return png
@@ -341,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help='seconds to wait for the node to start, and for each next pose '
                              'after playback (default: %(default)s)')
     parser.add_argument('--torch-threads', type=int, default=1,
-                        help='CPU threads of the node\'s torch (default: %(default)s)')
+                        help="CPU threads of the node's torch (default: %(default)s)")
     parser.add_argument('--log-level', default='INFO',
                         choices=('DEBUG', 'INFO', 'WARNING', 'ERROR'), help='logging level')
     return parser

@@ -286,7 +286,7 @@ def compare(result: dict[str, object], ref: dict[str, torch.Tensor], meta: dict,
 def run_golden(set_path: str | Path, config_path: str | Path | None = None,
                dtype: str = 'float32', backend: str = 'reference',
                model: LingbotMapModel | None = None, device: str = 'cpu',
-               fast_path: FastPath = 'eager', compile: bool = False,
+               fast_path: FastPath = 'eager', compile: bool = False,  # noqa: A002
                kv_dtype: str = 'bfloat16') -> dict:
     """Run one golden set end to end and compare every stored output.
 

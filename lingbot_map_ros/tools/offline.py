@@ -86,7 +86,7 @@ class RunOptions:
     """Write ``depth/<stamp_ns>.npz`` per frame (depth, depth_conf, intrinsics, c2w)."""
     save_ply: bool = False
     """Write the map of the keyframes as ``map.ply`` (``map_seg<N>.ply`` for later segments)."""
-    map: MapConfig = MapConfig()
+    map: MapConfig = MapConfig()  # noqa: A003 - the map section
     """Settings of that map: the node's ``map.*`` parameters."""
     max_frames: int | None = None
     """Stop after this many image messages."""

@@ -177,7 +177,7 @@ def _add_run_parser(subparsers: argparse._SubParsersAction) -> None:
                    help='image topic (Image or CompressedImage); default: the only one')
     p.add_argument('--out', required=True, help='output folder')
     p.add_argument('--params-file', default=None,
-                   help=f'node parameter YAML (default: the package\'s {DEFAULT_PARAMS})')
+                   help=f"node parameter YAML (default: the package's {DEFAULT_PARAMS})")
     weights = p.add_mutually_exclusive_group()
     weights.add_argument('--weights', default=None, help='checkpoint file (overrides the YAML)')
     weights.add_argument('--allow-random-weights', action='store_true',
@@ -193,7 +193,7 @@ def _add_run_parser(subparsers: argparse._SubParsersAction) -> None:
                    help='save depth/<stamp_ns>.npz per frame: depth, depth_conf, intrinsics, c2w '
                         '(turns stream.enable_depth on)')
     p.add_argument('--ply', action='store_true',
-                   help='save the map of the keyframes as map.ply: the node\'s ~/map, built '
+                   help="save the map of the keyframes as map.ply: the node's ~/map, built "
                         'with the map.* parameters of the YAML (e.g. --set map.voxel_size=0.02'
                         '); turns stream.enable_depth on')
     p.add_argument('--max-frames', type=int, default=None, help='stop after this many images')

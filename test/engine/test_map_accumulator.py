@@ -27,9 +27,8 @@ K = np.array([[2.0, 0.0, 1.5], [0.0, 2.0, 1.0], [0.0, 0.0, 1.0]])
 
 
 def config(**overrides):
-    values = dict(voxel_size=0.5, confidence_percentile=0.0, pixel_stride=1)
-    values.update(overrides)
-    return MapConfig(**values)
+    return MapConfig(**{'voxel_size': 0.5, 'confidence_percentile': 0.0, 'pixel_stride': 1,
+                        **overrides})
 
 
 def pose(yaw_rad=0.0, t=(0.0, 0.0, 0.0)):

@@ -28,7 +28,7 @@ ON_GPU = torch.cuda.is_available()
 if not ON_GPU and os.environ.get('TRITON_INTERPRET') != '1':
     pytest.skip('no CUDA and TRITON_INTERPRET is not 1', allow_module_level=True)
 
-from lingbot_map_ros.engine.attention.triton_attention import attend_run  # noqa: E402
+from lingbot_map_ros.engine.attention.triton_attention import attend_run  # noqa: E402,I100
 
 DEV = 'cuda' if ON_GPU else 'cpu'
 DTYPE = torch.bfloat16 if ON_GPU else torch.float16

@@ -121,7 +121,7 @@ class StagedAttention:
                              bounds)
         self._queries(q)
 
-    def set(self, layout: PageLayout) -> StagedKey:
+    def set(self, layout: PageLayout) -> StagedKey:  # noqa: A003 - a method, not the builtin
         """Point the device numbers at ``layout``'s visible run; returns the graph key.
 
         Raises:

@@ -176,8 +176,8 @@ def attend_run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: torch.
         out = torch.empty_like(q)
     qk_scale = LOG2E / math.sqrt(dim)
     grid = (triton.cdiv(num_q, block_m), heads, splits)
-    common = dict(HEAD_DIM=dim, BLOCK_M=block_m, BLOCK_N=block_n, SPLITS=splits,
-                  QK_FP8=qk_fp8, num_warps=num_warps, num_stages=num_stages)
+    common = {'HEAD_DIM': dim, 'BLOCK_M': block_m, 'BLOCK_N': block_n, 'SPLITS': splits,
+              'QK_FP8': qk_fp8, 'num_warps': num_warps, 'num_stages': num_stages}
     if splits == 1:
         _attend_part[grid](q, k, v, out, out, bounds, num_q, qk_scale,
                            q.stride(0), q.stride(1), k.stride(0), k.stride(1),

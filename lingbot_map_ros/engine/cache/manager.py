@@ -141,7 +141,7 @@ class FlashInferKVCacheManager:
 
     @property
     def page_table(self) -> TwoStreamPageTable:
-        """The shared page table, at the leading block's step (for diagnostics and tests)."""
+        """Return the shared page table, at the leading block's step (for diagnostics)."""
         return self._table
 
     @property
@@ -151,7 +151,7 @@ class FlashInferKVCacheManager:
 
     @property
     def storage(self) -> KVStorage:
-        """The K/V pools of every block (``staged_frames.py`` writes and attends them)."""
+        """Return the K/V pools of every block (``staged_frames.py`` writes and attends them)."""
         return self._storage
 
     @property

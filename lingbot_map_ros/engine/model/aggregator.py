@@ -143,7 +143,7 @@ class Aggregator(nn.Module):
 
     @property
     def kv_cache(self) -> FlashInferKVCacheManager | None:
-        """The attached paged cache manager, or None."""
+        """Return the attached paged cache manager, or None."""
         return self._cache
 
     def cache_stats(self) -> dict | None:

@@ -133,7 +133,7 @@ class FrameRunner:
         self._fallbacks = 0
         self._logged: set[str] = set()
 
-    def set_fast_path(self, mode: FastPath, compile: bool) -> None:
+    def set_fast_path(self, mode: FastPath, compile: bool) -> None:  # noqa: A002
         """Choose the fast path's upper bound and ``torch.compile`` for the streaming frames.
 
         Raises:
@@ -150,12 +150,12 @@ class FrameRunner:
 
     @property
     def graphs(self) -> FrameGraphs | None:
-        """The segment runner built for the latest resolution, if any."""
+        """Return the segment runner built for the latest resolution, if any."""
         return None if self._graphs is None else self._graphs[1]
 
     @property
     def mode(self) -> FastPath:
-        """The mode in effect now; before the first streaming frame, the one expected.
+        """Return the mode in effect now; before the first streaming frame, the one expected.
 
         Whole frames need the cache (its backend's ``graph_support``): until it exists, a
         fast path reads 'segments'.

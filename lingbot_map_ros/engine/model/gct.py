@@ -113,7 +113,7 @@ class LingbotMapModel(nn.Module):
         self.aggregator.to(dtype)
         return self
 
-    def set_fast_path(self, mode: FastPath, compile: bool = False) -> None:
+    def set_fast_path(self, mode: FastPath, compile: bool = False) -> None:  # noqa: A002
         """Choose how streaming frames run (outputs equal the plain path's to rounding).
 
         Args:

@@ -73,9 +73,9 @@ from ..errors import CacheStateError
 from ..frames import NUM_SPECIAL_TOKENS, Role
 
 if TYPE_CHECKING:
+    from .dino import DinoTrunk
     from ..attention.staged import StagedKey
     from ..cache.staged_frames import StagedFrames
-    from .dino import DinoTrunk
 
 logger = logging.getLogger(__name__)
 
