@@ -55,6 +55,7 @@ import torch
 
 from . import geometry
 from .cache import FlashInferKVCacheManager, new_stream_cache, tokens_per_frame
+from .device import gpu_memory, resolve_device, resolve_dtypes
 from .errors import (CachePoolExhaustedError, NonFiniteOutputError, ResolutionChangedError,
                      TimeIndexLimitError)
 from .frames import Role
@@ -67,7 +68,6 @@ from .stats import SessionStats
 from ..config import EngineConfig
 
 _LOG = logging.getLogger(__name__)
-_DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16, 'float32': torch.float32}
 
 
 class StreamingSession:
@@ -90,8 +90,8 @@ class StreamingSession:
             ImportError: the FlashInfer backend was asked for and is not installed.
         """
         self.config = config
-        self._device = _resolve_device(config)
-        self._compute_dtype, self._kv_dtype = _resolve_dtypes(config, self._device)
+        self._device = resolve_device(config)
+        self._compute_dtype, self._kv_dtype = resolve_dtypes(config, self._device)
         if weights is None and not allow_random_weights:
             raise ValueError('no weights given: set the checkpoint path (lingbot-map.pt or '
                              '.safetensors), or allow random weights explicitly for a demo')
@@ -228,7 +228,7 @@ class StreamingSession:
                 cuda_graphs=fast.mode != 'eager' and self._device.type == 'cuda',
                 compiled=fast.compiled,
                 whole_frame_graphs=graphs is not None and graphs.staged,
-                fast_path_fallbacks=fast.fallbacks, **_gpu_memory(self._device))
+                fast_path_fallbacks=fast.fallbacks, **gpu_memory(self._device))
 
     def apply_config(self, config: EngineConfig) -> None:
         """Use ``config`` from the next frame on; only its live fields may differ.
@@ -382,36 +382,3 @@ class StreamingSession:
                 raise NonFiniteOutputError(
                     f'frame {pred.frame_index} ({pred.role}) has a non-finite pose encoding '
                     f'{pred.pose_enc.tolist()}; reset the session')
-
-
-def _resolve_device(config: EngineConfig) -> torch.device:
-    device = torch.device(config.stream.device)
-    if device.type == 'cuda' and not torch.cuda.is_available():
-        raise ValueError(f"stream.device='{config.stream.device}' but CUDA is not available "
-                         'on this machine; set stream.device: cpu')
-    if device.type == 'cuda' and device.index is None:
-        # Tensors report 'cuda:N'; one spelling keeps device checks exact.
-        device = torch.device('cuda', torch.cuda.current_device())
-    if config.cache.backend == 'flashinfer' and device.type != 'cuda':
-        raise ValueError("cache.backend='flashinfer' needs a CUDA device, got "
-                         f"stream.device='{config.stream.device}'; use cache.backend: sdpa")
-    return device
-
-
-def _resolve_dtypes(config: EngineConfig,
-                    device: torch.device) -> tuple[torch.dtype, torch.dtype]:
-    """(compute dtype, KV attention dtype): float32 on CPU, the configured dtypes on CUDA.
-
-    An FP8 cache attends in the compute dtype; the aggregator stores K/V in FP8 itself.
-    """
-    if device.type != 'cuda':
-        return torch.float32, torch.float32
-    compute = _DTYPES[config.stream.dtype]
-    return compute, _DTYPES.get(config.cache.dtype, compute)
-
-
-def _gpu_memory(device: torch.device) -> dict[str, int]:
-    if device.type != 'cuda':
-        return {'gpu_memory_allocated_bytes': 0, 'gpu_memory_reserved_bytes': 0}
-    return {'gpu_memory_allocated_bytes': int(torch.cuda.memory_allocated(device)),
-            'gpu_memory_reserved_bytes': int(torch.cuda.memory_reserved(device))}
