@@ -21,6 +21,7 @@ a bare ``pytest test/ros`` gets a random one here.
 import os
 import random
 
+import pytest
 import torch
 
 os.environ.setdefault('ROS_DOMAIN_ID', str(random.randint(100, 199)))
@@ -30,3 +31,13 @@ os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
 # Two cores shared with other jobs: torch's default intra-op threads spin against each other
 # (a tiny-model frame goes from ~25 ms to ~1 s). One thread keeps the node tests fast.
 torch.set_num_threads(1)
+
+
+@pytest.fixture(scope='module')
+def graph():
+    """Yield a real rclpy context with its executor, one per test module."""
+    from node_harness import Graph
+
+    g = Graph()
+    yield g
+    g.close()

@@ -209,6 +209,18 @@ class Graph:
                 if self.context.ok():
                     self.errors.append(exc)
 
+    def start_node(self, namespace: str, values: dict[str, Any],
+                   compressed: bool = False) -> tuple[Node, Probe]:
+        """Start ``lingbot_map_node`` with ``values`` and a probe in ``namespace``, matched."""
+        from lingbot_map_ros.ros.node import LingbotMapNode
+
+        node = self.add(LingbotMapNode(
+            context=self.context, namespace=namespace,
+            parameter_overrides=[Parameter(k, value=v) for k, v in values.items()]))
+        probe = self.add(Probe(self.context, namespace, compressed=compressed))
+        probe.wait_matched(node)
+        return node, probe
+
     def add(self, node: Node) -> Node:
         """Spin ``node`` until :meth:`close`."""
         self._nodes.append(node)

@@ -24,12 +24,10 @@ import itertools
 
 from lingbot_map_ros.engine.ply import read_ply
 from lingbot_map_ros.ros.map_output import MAP_QOS
-from lingbot_map_ros.ros.node import LingbotMapNode
-from node_harness import Graph, image_msg, make_image, Probe, stamp_ns, TINY_CPU, wait_for
+from node_harness import image_msg, make_image, stamp_ns, TINY_CPU, wait_for
 import numpy as np
 import pytest
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 from sensor_msgs.msg import PointCloud2
 from std_srvs.srv import Trigger
 import yaml
@@ -42,24 +40,11 @@ _ns = itertools.count()
 _NUM_FRAMES = 6
 
 
-@pytest.fixture(scope='module')
-def graph():
-    g = Graph()
-    yield g
-    g.close()
-
-
 def start(graph, out_dir):
     values = {**TINY_CPU, 'input.queue_mode': 'bag', 'input.qos.reliability': 'reliable',
               'input.qos.depth': 100, 'stream.enable_depth': True, 'map.period_s': 0.1,
               'map.voxel_size': 0.001, 'output.directory': str(out_dir)}
-    namespace = f'/map{next(_ns)}'
-    node = graph.add(LingbotMapNode(
-        context=graph.context, namespace=namespace,
-        parameter_overrides=[Parameter(k, value=v) for k, v in values.items()]))
-    probe = graph.add(Probe(graph.context, namespace))
-    probe.wait_matched(node)
-    return node, probe
+    return graph.start_node(f'/map{next(_ns)}', values)
 
 
 def late_map(graph, namespace):

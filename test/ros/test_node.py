@@ -34,7 +34,7 @@ from lingbot_map_ros.ros.node import LingbotMapNode, main
 from lingbot_map_ros.ros.odometry_status import ODOMETRY_KEYS
 from lingbot_map_ros.ros.outputs import UNKNOWN_VARIANCE
 # node_harness sits next to this file (pytest puts test/ros on sys.path).
-from node_harness import (Graph, image_msg, jpeg_msg, make_image, Probe, stamp_ns, TINY_CPU,
+from node_harness import (image_msg, jpeg_msg, make_image, Probe, stamp_ns, TINY_CPU,
                           wait_for)
 import numpy as np
 import pytest
@@ -55,13 +55,6 @@ _TIMEOUT_S = 60.0
 _SEC = 1_000_000_000
 
 
-@pytest.fixture(scope='module')
-def graph():
-    g = Graph()
-    yield g
-    g.close()
-
-
 @pytest.fixture(autouse=True)
 def no_callback_errors(graph):
     """Fail a test whose callbacks raised into the executor (the node must never do that)."""
@@ -74,13 +67,8 @@ def start(graph, **overrides):
     """Start a node under test and a probe in a fresh namespace."""
     namespace = f'/t{next(_ns)}'
     values = {**TINY_CPU, **{k.replace('__', '.'): v for k, v in overrides.items()}}
-    node = graph.add(LingbotMapNode(
-        context=graph.context, namespace=namespace,
-        parameter_overrides=[Parameter(k, value=v) for k, v in values.items()]))
-    probe = graph.add(Probe(graph.context, namespace,
-                            compressed=values.get('input.transport') == 'compressed'))
-    probe.wait_matched(node)
-    return node, probe
+    return graph.start_node(namespace, values,
+                            compressed=values.get('input.transport') == 'compressed')
 
 
 def bag(**overrides):

@@ -28,7 +28,6 @@ import threading
 import time
 
 from lingbot_map_ros.ros import node as node_module
-from lingbot_map_ros.ros.node import LingbotMapNode
 # node_harness sits next to this file (pytest puts test/ros on sys.path).
 from node_harness import image_msg, make_image, Probe, stamp_ns, TINY_CPU, wait_for
 import pytest
@@ -45,8 +44,7 @@ _SEC = 1_000_000_000
 _MS = 1_000_000
 
 
-# The graph fixture and the check that no callback raised, as in test_node.py.
-graph = test_node.graph
+# The check that no callback raised, as in test_node.py (the graph fixture is in conftest.py).
 no_callback_errors = test_node.no_callback_errors
 
 
@@ -54,12 +52,7 @@ def start(graph, **overrides):
     namespace = f'/f{next(_ns)}'
     values = {**TINY_CPU, 'input.queue_mode': 'bag', 'input.qos.reliability': 'reliable',
               'input.qos.depth': 100, **{k.replace('__', '.'): v for k, v in overrides.items()}}
-    node = graph.add(LingbotMapNode(
-        context=graph.context, namespace=namespace,
-        parameter_overrides=[Parameter(k, value=v) for k, v in values.items()]))
-    probe = graph.add(Probe(graph.context, namespace))
-    probe.wait_matched(node)
-    return node, probe
+    return graph.start_node(namespace, values)
 
 
 def slow_step(node, monkeypatch, seconds):
