@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 from lingbot_map_ros.config import MapConfig
 from lingbot_map_ros.engine.map_accumulator import MapAccumulator
 from lingbot_map_ros.engine.prediction import FramePrediction
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.ros.map_save import CameraEstimate, MapSnapshot, save
+from lingbot_map_ros.ros.node_options import NodeOptions
 from lingbot_map_ros.ros.odom_frames import OdomFrames
 import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -87,27 +88,26 @@ class _PoseLog:
 class MapOutput:
     """The map publisher, the save service and what they need (see the module docstring)."""
 
-    def __init__(self, node: Any, options: Callable[[], dict[str, Any]], device: str,
-                 frames: OdomFrames) -> None:
+    def __init__(self, node: Any, options: NodeOptions, device: str, frames: OdomFrames,
+                 frame_ids: dict[str, str]) -> None:
         """Create the accumulator, ``~/map``, ``~/save`` and the publish timer.
 
         Args:
             node: the ``rclpy`` node.
-            options: returns the node's current parameter values (``map.*``, ``frames.*``,
-                ``output.directory``).
+            options: the node options at start (``set_options`` replaces them).
             device: torch device of the engine.
             frames: the odom frame of ``~/pose`` (shared with ``Outputs``).
+            frame_ids: ``odom_frame`` and ``base_frame`` (``Outputs.frames_info()``).
 
         Raises:
             ValueError: a bad ``map.*`` value.
         """
-        values = options()
         self._options = options
         self._log = node.get_logger()
-        self._frame_id = values['frames.odom_frame']
-        self._base_frame = values['frames.base_frame']
+        self._frame_id = frame_ids['odom_frame']
+        self._base_frame = frame_ids['base_frame']
         self._frames = frames
-        self._map = MapAccumulator(MapConfig.from_flat(values), device)
+        self._map = MapAccumulator(options.map_config, device)
         self._lock = threading.Lock()
         self._poses = _PoseLog()
         self._camera: CameraEstimate | None = None
@@ -118,13 +118,9 @@ class MapOutput:
         group = MutuallyExclusiveCallbackGroup()
         self._node = node
         self._srv = node.create_service(Trigger, '~/save', self._on_save, callback_group=group)
-        self._timer = node.create_timer(values['map.period_s'], self._publish_if_changed,
+        self._timer = node.create_timer(options.map_config.period_s, self._publish_if_changed,
                                         callback_group=group,
                                         clock=Clock(clock_type=ClockType.STEADY_TIME))
-        if values['map.enable'] and not (values['stream.enable_depth']
-                                         and values['model.enable_depth']):
-            self._log.info('map.enable is true but depth is off: ~/map stays empty until '
-                           'stream.enable_depth is true (from the next reset)')
 
     def destroy(self) -> None:
         """Remove ``~/map``, ``~/save`` and the timer, and free the map (lifecycle cleanup)."""
@@ -138,28 +134,30 @@ class MapOutput:
         """Return the map itself (for tests and tools)."""
         return self._map
 
-    def publish(self, pred: FramePrediction, camera_frame: str, _opts: Any) -> None:
+    def set_options(self, options: NodeOptions) -> None:
+        """Use ``options`` from now on (``map.*`` live settings, ``output.directory``)."""
+        self._options = options
+
+    def publish(self, pred: FramePrediction, camera_frame: str, opts: NodeOptions) -> None:
         """Log the published pose and add a keyframe's depth to the map (worker thread).
 
         Runs after ``Outputs.publish``, which anchored the odom frame on the first pose.
         """
-        opts = self._options()
         c2w = self._frames.odom_from_world() @ pred.c2w
         with self._lock:
             self._poses.append(pred.stamp_ns, self._frames.base_in_odom(pred.c2w))
             self._camera = CameraEstimate(camera_frame, pred.stamp_ns, pred.intrinsics_original,
                                           pred.original_size_hw, pred.intrinsics,
                                           pred.image_size_hw)
-        if not (opts['map.enable'] and pred.is_keyframe and pred.depth is not None):
+        if not (opts.map_config.enable and pred.is_keyframe and pred.depth is not None):
             return
         try:
-            self._add(pred, c2w, opts)
+            self._add(pred, c2w, opts.map_config)
         except (ValueError, RuntimeError) as exc:  # a bad frame must not stop the node
             self._log.error(f'map: keyframe at stamp {pred.stamp_ns} not added: {exc}',
                             throttle_duration_sec=5.0)
 
-    def _add(self, pred: FramePrediction, c2w: np.ndarray, opts: dict[str, Any]) -> None:
-        config = MapConfig.from_flat(opts)
+    def _add(self, pred: FramePrediction, c2w: np.ndarray, config: MapConfig) -> None:
         if config != self._map.config:
             self._map.config = config
         if self._map.num_keyframes == 0:
@@ -223,7 +221,7 @@ class MapOutput:
 
     def _on_save(self, request: Trigger.Request, response: Trigger.Response
                  ) -> Trigger.Response:
-        directory = str(self._options()['output.directory'])
+        directory = self._options.output_directory
         try:
             snapshot = self.snapshot()
             folder = save(directory, snapshot)

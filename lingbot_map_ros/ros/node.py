@@ -127,8 +127,8 @@ class LingbotMapNode(Node):
         self._session = self._make_session(config)
         self._stats = diagnostics.NodeStats()
         self._outputs = Outputs(self, self._values)
-        self._map = MapOutput(self, lambda: self._values, config.stream.device,
-                              self._outputs.frames)
+        self._map = MapOutput(self, NodeOptions.from_values(self._values), config.stream.device,
+                              self._outputs.frames, self._outputs.frames_info())
         bridge = CvBridge() if CvBridge is not None else None
         self._runner = SessionRunner(self._session, self._outputs, self._stats,
                                      self.get_logger(), NodeOptions.from_values(self._values),
@@ -215,6 +215,9 @@ class LingbotMapNode(Node):
                  f'{config.cache.backend}, weights {self._session.weights}')
         if v['publish.tf'] and not self._outputs.has_tf:
             log.warning('publish.tf is true but tf2_ros is not importable: no TF is broadcast')
+        if v['map.enable'] and not (config.stream.enable_depth and config.model.enable_depth):
+            log.info('map.enable is true but depth is off: ~/map stays empty until '
+                     'stream.enable_depth is true (from the next reset)')
         if (v['publish.depth'] or v['publish.cloud']) and not config.stream.enable_depth:
             log.warning('publish.depth/publish.cloud are on but stream.enable_depth is false: '
                         'nothing will be published on ~/depth/image or ~/cloud')
@@ -295,7 +298,9 @@ class LingbotMapNode(Node):
 
     def _apply_parameters(self, changes: list[Any]) -> None:
         self._values = {**self._values, **{p.name: p.value for p in changes}}
-        self._runner.set_options(NodeOptions.from_values(self._values))
+        options = NodeOptions.from_values(self._values)
+        self._runner.set_options(options)
+        self._map.set_options(options)
         names = {p.name for p in changes}
         if names & params.LIVE_ENGINE_PARAMS:
             self._runner.set_pending_config(params.engine_config(self._values))

@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lingbot_map_ros.config import MapConfig
+
 
 @dataclass(frozen=True, slots=True)
 class NodeOptions:
@@ -46,6 +48,10 @@ class NodeOptions:
     """``publish.cloud``: publish the point cloud."""
     cloud_stride: int
     """``publish.cloud_stride``: pixel stride of the cloud."""
+    map_config: MapConfig
+    """``map.*``: the accumulated map (``~/map``)."""
+    output_directory: str
+    """``output.directory``: where ``~/save`` writes."""
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> NodeOptions:
@@ -58,4 +64,6 @@ class NodeOptions:
                    publish_tf=bool(values['publish.tf']),
                    publish_depth=bool(values['publish.depth']),
                    publish_cloud=bool(values['publish.cloud']),
-                   cloud_stride=int(values['publish.cloud_stride']))
+                   cloud_stride=int(values['publish.cloud_stride']),
+                   map_config=MapConfig.from_flat(values),
+                   output_directory=str(values['output.directory']))
