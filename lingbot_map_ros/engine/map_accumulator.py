@@ -85,7 +85,6 @@ class MapAccumulator:
         self._config = config
         self._device = torch.device(device)
         self._lock = threading.Lock()
-        self._grids: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self.clear()
 
     @property
@@ -160,8 +159,11 @@ class MapAccumulator:
         keep = torch.isfinite(d) & (d > 0)
         if conf is not None:
             keep &= _confidence_mask(conf, keep, cfg)
-        points = self._unproject(d, keep, k, pose, s)
-        colours = colour[keep] if colour is not None else torch.full_like(points, 255.0)
+        # One index of the kept pixels: every later gather uses it (one host sync, not four).
+        sel = torch.nonzero(keep.reshape(-1)).squeeze(1)
+        points = self._unproject(d, sel, k, pose, s)
+        colours = colour.reshape(-1, 3).index_select(0, sel) if colour is not None \
+            else torch.full_like(points, 255.0)
         with self._lock:
             return self._merge(points, colours, d.numel())
 
@@ -178,24 +180,18 @@ class MapAccumulator:
         return torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x,
                                device=self._device).to(dtype)
 
-    def _unproject(self, depth: torch.Tensor, keep: torch.Tensor, k: np.ndarray,
+    def _unproject(self, depth: torch.Tensor, sel: torch.Tensor, k: np.ndarray,
                    c2w: np.ndarray, stride: int) -> torch.Tensor:
-        """[M, 3] float32 map points of the kept pixels of a strided depth map."""
-        v, u = self._grid(depth.shape, stride)
-        z = depth[keep]
+        """[M, 3] float32 map points of the pixels ``sel`` (flat indices) of a strided depth."""
+        width = depth.shape[1]
+        z = depth.reshape(-1).index_select(0, sel)
+        # Full-resolution pixel coordinates of the strided grid (exact in float32).
+        v = torch.div(sel, width, rounding_mode='floor').to(torch.float32) * stride
+        u = (sel % width).to(torch.float32) * stride
         fx, fy, cx, cy = float(k[0, 0]), float(k[1, 1]), float(k[0, 2]), float(k[1, 2])
-        cam = torch.stack([(u[keep] - cx) / fx * z, (v[keep] - cy) / fy * z, z], dim=1)
+        cam = torch.stack([(u - cx) / fx * z, (v - cy) / fy * z, z], dim=1)
         pose = torch.as_tensor(c2w[:3].T.astype(np.float32), device=self._device)  # [4, 3]
         return cam @ pose[:3] + pose[3]
-
-    def _grid(self, shape: torch.Size, stride: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Full-resolution pixel rows and columns of a strided grid (cached per shape)."""
-        key = (int(shape[0]), int(shape[1]), stride)
-        if key not in self._grids:
-            rows = torch.arange(shape[0], device=self._device, dtype=torch.float32) * stride
-            cols = torch.arange(shape[1], device=self._device, dtype=torch.float32) * stride
-            self._grids[key] = tuple(torch.meshgrid(rows, cols, indexing='ij'))
-        return self._grids[key]
 
     def _merge(self, points: torch.Tensor, colours: torch.Tensor, num_pixels: int) -> MapUpdate:
         """Fold a keyframe's points into the map; the map's keys stay sorted, unique.
@@ -213,14 +209,16 @@ class MapAccumulator:
         found = (pos < num_old) & (self._keys[pos.clamp(max=max(num_old - 1, 0))] == ukeys) \
             if num_old else torch.zeros_like(ukeys, dtype=torch.bool)
         # Voxels already in the map: weighted mean of the old point and the new ones.
-        idx, add = pos[found], sums[found]
+        found_at = torch.nonzero(found).squeeze(1)
+        new_at = torch.nonzero(~found).squeeze(1)
+        idx, add = pos[found_at], sums[found_at]
         weight = self._data[idx, 6:7]
         total = weight + add[:, 6:7]
         self._data[idx, :6] = (self._data[idx, :6] * weight + add[:, :6]) / total
         self._data[idx, 6:7] = total.clamp(max=MAX_WEIGHT)
         self._last_seen[idx] = self._keyframes
-        new = sums[~found]
-        self._insert(ukeys[~found], pos[~found],
+        new = sums[new_at]
+        self._insert(ukeys[new_at], pos[new_at],
                      torch.cat([new[:, :6] / new[:, 6:7], new[:, 6:7].clamp(max=MAX_WEIGHT)], 1))
         dropped = self._bound()
         self._keyframes += 1
@@ -231,8 +229,8 @@ class MapAccumulator:
     def _voxel_keys(self, points: torch.Tensor, colours: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
         cell = torch.floor(points / self._config.voxel_size).to(torch.int64)
-        inside = ((cell >= -_OFFSET) & (cell < _OFFSET)).all(dim=1)
-        out_of_range = int(points.shape[0] - inside.sum())
+        inside = torch.nonzero(((cell >= -_OFFSET) & (cell < _OFFSET)).all(dim=1)).squeeze(1)
+        out_of_range = points.shape[0] - inside.numel()
         if out_of_range:
             cell, points, colours = cell[inside], points[inside], colours[inside]
         cell = cell + _OFFSET
@@ -265,18 +263,20 @@ class MapAccumulator:
             + self._data[:, 6].to(torch.float64)
         keep = torch.ones_like(self._keys, dtype=torch.bool)
         keep[torch.topk(score, excess, largest=False, sorted=False).indices] = False
+        kept = torch.nonzero(keep).squeeze(1)  # ascending: the keys stay sorted
         self._keys, self._data, self._last_seen = \
-            self._keys[keep], self._data[keep], self._last_seen[keep]
+            self._keys[kept], self._data[kept], self._last_seen[kept]
         return excess
 
 
 def _confidence_mask(conf: torch.Tensor, valid: torch.Tensor, cfg: MapConfig) -> torch.Tensor:
     """Pixels whose confidence passes the absolute floor and the keyframe's percentile."""
     keep = torch.isfinite(conf) & (conf >= cfg.min_confidence)
-    candidates = conf[valid & keep]
-    if cfg.confidence_percentile > 0 and candidates.numel():
-        threshold = torch.quantile(candidates, cfg.confidence_percentile / 100.0)
-        keep &= conf >= threshold
+    if cfg.confidence_percentile > 0:
+        # NaN outside the candidates instead of a masked copy: no host sync. With no candidate
+        # the threshold is NaN and nothing passes, as nothing valid was left anyway.
+        candidates = torch.where(valid & keep, conf, torch.nan).reshape(-1)
+        keep &= conf >= torch.nanquantile(candidates, cfg.confidence_percentile / 100.0)
     return keep
 
 
