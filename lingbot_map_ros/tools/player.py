@@ -39,6 +39,7 @@ from typing import Any
 from lingbot_map_ros.ros.conversions import fill_stamp
 from lingbot_map_ros.tools import bag_io
 import rclpy
+from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
@@ -175,7 +176,21 @@ class BagPlayer:
         while True:
             self._play_once(names)
             if not opts.loop or not rclpy.ok(context=self._node.context):
+                self._wait_for_acks()
                 return self.num_published
+
+    def _wait_for_acks(self, timeout_s: float = 10.0) -> None:
+        """With reliable QoS, wait until subscribers acknowledged every message.
+
+        Without this, a player that exits right after its last publish can take the newest
+        messages with it before a slow (loaded) subscriber has received them.
+        """
+        if not self._options.reliable:
+            return
+        for name, pub in self._pubs.items():
+            if not pub.wait_for_all_acked(Duration(nanoseconds=int(timeout_s * 1e9))):
+                _LOG.warning('%s: not every subscriber acknowledged the last messages within '
+                             '%.0f s', name, timeout_s)
 
     def _play_once(self, names: list[str]) -> None:
         start_wall = time.monotonic()
