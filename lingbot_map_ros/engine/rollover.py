@@ -78,7 +78,9 @@ class RolloverSession:
         self._session = session
         self._lock = threading.RLock()
         self._device = next(session.model.parameters()).device
-        self._ring: collections.deque[_Keyframe] = collections.deque()
+        # The overlap is read-only at run time, so the ring's length is fixed at start.
+        self._ring: collections.deque[_Keyframe] = collections.deque(
+            maxlen=session.config.stream.overlap_keyframes)
         self._inputs: dict[int, tuple[torch.Tensor, PreprocessInfo]] = {}
         self._alignment: Sim3Alignment | None = None
         self._frames_out = 0
@@ -166,7 +168,7 @@ class RolloverSession:
     def _rollover(self) -> None:
         """Start the next session on the overlap keyframes and align it (module docstring)."""
         start = time.perf_counter()
-        overlap = list(self._ring)[-self.config.stream.overlap_keyframes:]
+        overlap = list(self._ring)
         self._session.reset()
         self._inputs.clear()
         preds: list[FramePrediction] = []
@@ -219,8 +221,6 @@ class RolloverSession:
             self._stats.session_keyframes += 1
             self._ring.append(_Keyframe(tensor.to(self._device), info, pred.stamp_ns, c2w,
                                         depth))
-            while len(self._ring) > self.config.stream.overlap_keyframes:
-                self._ring.popleft()
         out = dataclasses.replace(pred, c2w=c2w, depth=depth, frame_index=self._frames_out,
                                   timings_ms=timings, session=self._stats.sessions - 1,
                                   session_c2w=pred.c2w)
