@@ -19,8 +19,9 @@ messages deserialised from a bag by ``rosbags`` (``numpy`` data). Image decoding
 :mod:`~lingbot_map_ros.ros.image_decode` (its names are re-exported here); the node prefers
 ``cv_bridge`` for raw images when it is installed, the replay tool always uses ours.
 
-Poses: ``c2w`` is the 4x4 transform of the camera optical frame (x right, y down, z forward) in
-the map frame; quaternions are ``(x, y, z, w)`` as in ``geometry_msgs/Quaternion``.
+Poses: a 4x4 transform of a child frame in its parent frame (the node publishes ``base_frame``
+in ``odom_frame``; the replay the camera optical frame in its world); quaternions are
+``(x, y, z, w)`` as in ``geometry_msgs/Quaternion``.
 """
 
 from __future__ import annotations
@@ -87,10 +88,10 @@ def fill_stamp(stamp: Any, stamp_ns: int) -> Any:
 
 def c2w_to_pose(
         c2w: np.ndarray) -> tuple[tuple[float, float, float], tuple[float, float, float, float]]:
-    """Split a camera-to-map transform into a position and an ``(x, y, z, w)`` quaternion.
+    """Split a child-to-parent transform into a position and an ``(x, y, z, w)`` quaternion.
 
     Args:
-        c2w: [4, 4] transform of the camera optical frame in the map frame.
+        c2w: [4, 4] transform of the child frame in its parent frame.
 
     Returns:
         ``((x, y, z), (qx, qy, qz, qw))`` as plain floats.

@@ -57,7 +57,8 @@ BENIGN_DROPS = frozenset({'queue_overflow'})
 # Fraction of a ceiling past which the cache status warns.
 _NEAR_FULL = 0.9
 # Reasons always listed (with 0) so the key set does not depend on what happened yet.
-KNOWN_DROPS = tuple(DROP_REASONS) + ('queue_overflow', 'stamp_out_of_order', 'invalid_frame')
+KNOWN_DROPS = tuple(DROP_REASONS) + ('queue_overflow', 'stamp_invalid', 'stamp_out_of_order',
+                                     'stamp_jump_ahead', 'resolution_mismatch', 'invalid_frame')
 KNOWN_RESETS = ('manual', 'clock_jump', 'time_index_limit', 'cache_full', 'resolution_changed',
                 'session_limit', 'nan_pose', 'engine_error')
 NOT_AVAILABLE = 'n/a'

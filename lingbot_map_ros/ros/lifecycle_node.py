@@ -100,6 +100,7 @@ class LingbotMapLifecycleNode(LifecycleNode):
             self._warm_up(config)
         except _CONFIG_ERRORS as exc:
             self.get_logger().error(f'configure failed: {type(exc).__name__}: {exc}')
+            self._destroy_interfaces()  # what _build_engine created before the failure
             self._release_engine()
             return TransitionCallbackReturn.FAILURE
         self._create_services()

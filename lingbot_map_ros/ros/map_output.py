@@ -143,7 +143,6 @@ class MapOutput:
 
         Runs after ``Outputs.publish``, which anchored the odom frame on the first pose.
         """
-        c2w = self._frames.odom_from_world() @ pred.c2w
         with self._lock:
             self._poses.append(pred.stamp_ns, self._frames.base_in_odom(pred.c2w))
             self._camera = CameraEstimate(camera_frame, pred.stamp_ns, pred.intrinsics_original,
@@ -152,7 +151,7 @@ class MapOutput:
         if not (opts.map_config.enable and pred.is_keyframe and pred.depth is not None):
             return
         try:
-            self._add(pred, c2w, opts.map_config)
+            self._add(pred, self._frames.odom_from_world() @ pred.c2w, opts.map_config)
         except (ValueError, RuntimeError) as exc:  # a bad frame must not stop the node
             self._log.error(f'map: keyframe at stamp {pred.stamp_ns} not added: {exc}',
                             throttle_duration_sec=5.0)
@@ -199,7 +198,7 @@ class MapOutput:
             self._log.error(f'map: publish failed: {exc}', throttle_duration_sec=10.0)
 
     def cloud(self, stamp_ns: int) -> PointCloud2:
-        """Return the current map as a PointCloud2 (x y z + packed rgb) in the map frame."""
+        """Return the current map as a PointCloud2 (x y z + packed rgb) in ``odom_frame``."""
         xyz, rgb = self._map.points()
         num, data = conversions.xyz_rgb_cloud(xyz[:, None], rgb[:, None], 1)
         msg = PointCloud2(height=1, width=num, fields=_FIELDS, is_bigendian=False,

@@ -17,8 +17,8 @@
 second) holds:
 
 - ``trajectory.tum``: every pose published on ``~/pose`` since the map was last cleared,
-  ``timestamp tx ty tz qx qy qz qw`` (the camera optical frame in the map frame, the same
-  position and quaternion as the messages);
+  ``timestamp tx ty tz qx qy qz qw`` (``base_frame`` in ``odom_frame``, the same position and
+  quaternion as the messages);
 - ``map.ply``: the current map (binary PLY, x y z + rgb; empty when no keyframe was added);
 - ``camera_info.yaml``: the intrinsics estimated for the latest frame, for the *input* image
   size, in the ``camera_calibration`` / ``camera_info_manager`` format (pinhole, no distortion),
@@ -62,7 +62,7 @@ class MapSnapshot:
     stamps_ns: np.ndarray
     """[N] int64."""
     c2w: np.ndarray
-    """[N, 4, 4] poses in the map frame."""
+    """[N, 4, 4] ``base_frame`` poses in ``odom_frame``."""
     xyz: np.ndarray
     """[M, 3] map points."""
     rgb: np.ndarray

@@ -127,12 +127,13 @@ class LingbotMapNode(Node):
         self._session = self._make_session(config)
         self._stats = diagnostics.NodeStats()
         self._outputs = Outputs(self, self._values)
-        self._map = MapOutput(self, NodeOptions.from_values(self._values), config.stream.device,
-                              self._outputs.frames, self._outputs.frames_info())
+        options = NodeOptions.from_values(self._values)
+        self._map = MapOutput(self, options, config.stream.device, self._outputs.frames,
+                              self._outputs.frames_info())
         bridge = CvBridge() if CvBridge is not None else None
         self._runner = SessionRunner(self._session, self._outputs, self._stats,
-                                     self.get_logger(), NodeOptions.from_values(self._values),
-                                     self._raw_converter(bridge), extra_outputs=(self._map,))
+                                     self.get_logger(), options, self._raw_converter(bridge),
+                                     extra_outputs=(self._map,))
         return config, bridge is not None
 
     def _make_worker(self) -> tuple[FrameQueue, Worker]:

@@ -31,7 +31,8 @@ class NodeOptions:
     """Per-frame options of the worker (names as the ROS parameters they come from)."""
 
     camera_frame: str
-    """``frames.camera_frame``: child frame of the pose; '' uses the image's frame_id."""
+    """``frames.camera_frame``: the camera optical frame (depth image, mounting lookup); ''
+    uses the image's frame_id."""
     backwards_reset_s: float
     """``input.backwards_reset_s``: a stamp this far back resets the session."""
     forward_jump_s: float

@@ -67,7 +67,7 @@ class OdomFrames:
 
     def __init__(self, base_to_camera: Sequence[float]) -> None:
         """Mounting from the parameter (``frames.base_to_camera``); see the module docstring."""
-        self._mount = pose7_to_matrix(base_to_camera) @ OPTICAL_IN_BODY
+        self._set_mount(pose7_to_matrix(base_to_camera) @ OPTICAL_IN_BODY)
         self._mount_from_tf = False
         self._odom_from_world: np.ndarray | None = None
 
@@ -83,13 +83,17 @@ class OdomFrames:
 
     def set_mount_from_tf(self, base_from_optical: np.ndarray) -> None:
         """Use a mounting read from ``/tf_static`` (only before the first anchor, once)."""
-        self._mount = np.asarray(base_from_optical, dtype=np.float64)
+        self._set_mount(np.asarray(base_from_optical, dtype=np.float64))
         self._mount_from_tf = True
 
     @property
     def mount_from_tf(self) -> bool:
         """Return True when the mounting came from ``/tf_static``."""
         return self._mount_from_tf
+
+    def _set_mount(self, base_from_optical: np.ndarray) -> None:
+        self._mount = base_from_optical
+        self._optical_from_base = _inverse(base_from_optical)  # used for every pose
 
     def clear(self) -> None:
         """Forget the anchor: the next pose starts a new ``odom`` origin."""
@@ -99,7 +103,7 @@ class OdomFrames:
         """``T_odom_base`` for an engine pose; the first call after ``clear`` anchors odom."""
         if self._odom_from_world is None:
             self._odom_from_world = self._mount @ _inverse(c2w)
-        return self._odom_from_world @ c2w @ _inverse(self._mount)
+        return self._odom_from_world @ c2w @ self._optical_from_base
 
     def odom_from_world(self) -> np.ndarray:
         """``T_odom_world`` (for point clouds); the frame must be anchored."""

@@ -124,6 +124,8 @@ class Outputs:
         for broadcaster in (self._tf, getattr(self, '_static_tf', None)):
             if broadcaster is not None:
                 self._node.destroy_publisher(broadcaster.pub_tf)
+        if getattr(self, '_tf_listener', None) is not None:
+            self._tf_listener.unregister()
 
     def clear(self) -> int:
         """Forget the path, the previous pose and the odom origin (on reset).
@@ -227,9 +229,8 @@ class Outputs:
         self._info_pub.publish(info)
 
     def _publish_cloud(self, pred: FramePrediction, header: Any, stride: int) -> None:
-        world = unproject_depth(pred.depth, pred.intrinsics, pred.c2w)
-        odom = self._frames.odom_from_world()
-        points = world @ odom[:3, :3].T + odom[:3, 3]
+        points = unproject_depth(pred.depth, pred.intrinsics,
+                                 self._frames.odom_from_world() @ pred.c2w)
         num, data = conversions.xyz_rgb_cloud(points, pred.image, stride,
                                               valid=np.asarray(pred.depth) > 0)
         cloud = PointCloud2(header=header, height=1, width=num, fields=_CLOUD_FIELDS,
