@@ -31,7 +31,7 @@ def model_entry(doc):
     if not doc:
         return None
     ms = doc.get('ms_last_window')
-    cache = doc.get('cache', {})
+    cache = doc.get('cache') or {}
     return {'fps_steady': round(1000 / ms, 2) if ms else None,
             'ms_last_window': ms, 'peak_gpu_memory_gib': doc.get('peak_gpu_memory_gib'),
             'kv_gib': round(cache['kv_bytes'] / 2**30, 3) if 'kv_bytes' in cache else None,

@@ -3,7 +3,8 @@
 # CPU torch 2.13.0, the ROS 2 PyPI wheels of one distribution, rosbags, the linters, the launch
 # wheels from ../shared/wheels/launch, and this package (editable).
 #   LINGBOT_DISTRO=kilted (default): .venv,       requirements-dev.txt   (LINGBOT_VENV overrides)
-#   LINGBOT_DISTRO=jazzy:            .venv-jazzy, requirements-jazzy.txt (LINGBOT_JAZZY_VENV) Idempotent: a second run only checks the install.
+#   LINGBOT_DISTRO=jazzy:            .venv-jazzy, requirements-jazzy.txt (LINGBOT_JAZZY_VENV)
+# Idempotent: a second run only checks the install.
 # Prints the venv path on its last line.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

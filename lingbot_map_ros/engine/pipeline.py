@@ -63,7 +63,7 @@ from .model.gct import LingbotMapModel
 from .model.golden_weights import fill_golden_weights
 from .model.weights import load_checkpoint, load_weights
 from .prediction import FramePrediction
-from .preprocess import preprocess_array, preprocess_path, PreprocessInfo
+from .preprocess import preprocess_image, PreprocessInfo
 from .stats import SessionStats
 from ..config import EngineConfig
 
@@ -143,11 +143,8 @@ class StreamingSession:
             SessionLimitError: see the module docstring.
         """
         start = time.perf_counter()
-        width, patch = self.config.stream.image_width, self.config.model.patch_size
-        if isinstance(image, (str, Path)):
-            tensor, info = preprocess_path(image, width, patch)
-        else:
-            tensor, info = preprocess_array(image, width, patch)
+        tensor, info = preprocess_image(image, self.config.stream.image_width,
+                                        self.config.model.patch_size)
         return self.step_tensor(tensor, info, stamp_ns, (time.perf_counter() - start) * 1e3)
 
     def step_tensor(self, tensor: torch.Tensor, info: PreprocessInfo, stamp_ns: int,

@@ -42,10 +42,10 @@ from typing import Any
 
 from lingbot_map_ros.config import load_yaml, MapConfig
 from lingbot_map_ros.engine.map_accumulator import MapAccumulator
+from lingbot_map_ros.tools.config_files import find_config, parse_set
 from lingbot_map_ros.tools.synthetic_scene import render_sequence, SceneConfig
 import numpy as np
 import torch
-import yaml
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,12 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _map_config(args: argparse.Namespace) -> MapConfig:
-    from lingbot_map_ros.tools.config_files import find_config
-
     values = load_yaml(args.params_file or find_config('lingbot_map.yaml'))
-    for item in args.set:
-        key, _, value = item.partition('=')
-        values[key.strip()] = yaml.safe_load(value)
+    values.update(parse_set(args.set))
     return MapConfig.from_flat(values)
 
 

@@ -84,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='aggregator compute and KV dtype (heads stay float32)')
     parser.add_argument('--kv-dtype', default=None, choices=['bfloat16', 'float8_e4m3fn'],
                         help='cache.dtype (default: --dtype); float8_e4m3fn halves the KV cache')
-    parser.add_argument('--max-total-frames', type=int, default=320,
+    parser.add_argument('--max-total-frames', type=int, default=CacheConfig.max_total_frames,
                         help='cache.max_total_frames (special-stream capacity in keyframes, '
                              '>= --session-keyframes)')
     parser.add_argument('--depth', action=argparse.BooleanOptionalAction, default=False,

@@ -11,13 +11,16 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""find_config: the parameter files shipped in the package's ``config/`` folder.
+"""find_config and parse_set: the package's parameter files and ``--set KEY=VALUE`` flags.
 
 Apart from the replay tool so that tools without rosbags (``bench map``) can find them too.
 """
 
 from pathlib import Path
 import sys
+from typing import Any
+
+import yaml
 
 PACKAGE = 'lingbot_map_ros'
 
@@ -42,3 +45,14 @@ def find_config(name: str) -> Path:
         if path.is_file():
             return path
     raise FileNotFoundError(f'{name} not found in ' + ' or '.join(map(str, candidates)))
+
+
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """``['cache.scale_frames=4', ...]`` -> ``{'cache.scale_frames': 4}`` (values read as YAML)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition('=')
+        if not sep or not key:
+            raise ValueError(f"--set expects KEY=VALUE, got '{item}'")
+        out[key.strip()] = yaml.safe_load(value)
+    return out

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The offline core of ``lingbot_map_replay run``: bag messages in, poses (depth, cloud) out.
+"""The offline core of ``lingbot_map_replay run``: bag messages in, poses (depth, map) out.
 
 :class:`OfflineRunner` treats each frame as the node's worker does (``ros/session_runner.py``):
 both feed the session through the same ``engine/stream_feeder.py`` policy, so offline results
@@ -160,7 +160,7 @@ class OfflineRunner:
 
     def run(self, messages: Iterable[bag_io.RawMessage], total: int | None = None
             ) -> dict[str, Any]:
-        """Process image messages in order, flush the scale buffer, write depth and clouds.
+        """Process image messages in order, flush the scale buffer, write depth and the map.
 
         Args:
             messages: raw Image or CompressedImage messages.

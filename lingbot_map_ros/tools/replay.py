@@ -45,24 +45,12 @@ from typing import Any
 from lingbot_map_ros.config import EngineConfig, load_yaml, MapConfig
 from lingbot_map_ros.engine.errors import LingbotMapError
 from lingbot_map_ros.tools import bag_io, make_bag, trajectory
-from lingbot_map_ros.tools.config_files import find_config
+from lingbot_map_ros.tools.config_files import find_config, parse_set
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
 import torch
-import yaml
 
 _LOG = logging.getLogger('lingbot_map_replay')
 DEFAULT_PARAMS = 'lingbot_map.yaml'
-
-
-def _parse_set(items: list[str]) -> dict[str, Any]:
-    """``['cache.scale_frames=4', ...]`` -> ``{'cache.scale_frames': 4}`` (values read as YAML)."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition('=')
-        if not sep or not key:
-            raise ValueError(f"--set expects KEY=VALUE, got '{item}'")
-        out[key.strip()] = yaml.safe_load(value)
-    return out
 
 
 def run_options(args: argparse.Namespace) -> tuple[dict[str, Any], RunOptions]:
@@ -75,7 +63,7 @@ def run_options(args: argparse.Namespace) -> tuple[dict[str, Any], RunOptions]:
         ValueError: unknown ``--set`` key or a bad value.
     """
     values = load_yaml(args.params_file or find_config(DEFAULT_PARAMS))
-    overrides = _parse_set(args.set)
+    overrides = parse_set(args.set)
     unknown = sorted(set(overrides) - set(values) - set(EngineConfig().to_flat()))
     if unknown:
         raise ValueError(f'--set: unknown parameter(s) {", ".join(unknown)}')
@@ -94,7 +82,8 @@ def run_options(args: argparse.Namespace) -> tuple[dict[str, Any], RunOptions]:
         values['stream.enable_depth'] = True
     options = RunOptions(
         map_axes=values.get('frames.map_axes', 'flu'),
-        backwards_reset_s=float(values.get('input.backwards_reset_s', 1.0)),
+        backwards_reset_s=float(values.get('input.backwards_reset_s',
+                                           RunOptions.backwards_reset_s)),
         forward_jump_s=float(values.get('input.forward_jump_s', RunOptions.forward_jump_s)),
         resolution_change_frames=int(values.get('input.resolution_change_frames',
                                                 RunOptions.resolution_change_frames)),

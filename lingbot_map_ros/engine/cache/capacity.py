@@ -16,9 +16,9 @@
 The KV cache is allocated whole when the first frame arrives: ``L`` layers x (patch pages
 ``N_s + W + 1`` + special pages ``ceil(S * max_total_frames / T)``) x ``T`` tokens x ``H`` heads
 x ``D`` dims x 2 (K and V) x the storage dtype's bytes. At the defaults of the official model
-(504x378 images: ``T`` = 972) that is 7.7 GiB in bf16; docs/gpu_memory.md lists what each
-setting saves. ``max_total_frames`` is best sized from what one session holds (the keyframes
-before a reset, plus the scale frames), not left at the 2,048 default.
+(504x378 images: ``T`` = 972) that is 6.674 GiB in bf16 (special stream sized for one session,
+``max_total_frames`` = ``stream.session_keyframes`` = 320); docs/gpu_memory.md lists what each
+setting saves.
 """
 
 from __future__ import annotations

@@ -13,9 +13,11 @@
 # limitations under the License.
 """FlashInferKVCacheManager: the two-stream paged KV cache of the global attention blocks.
 
-A drop-in for upstream LingBot-Map's manager of the same name (same constructor and methods),
-plus a ``backend`` argument: 'flashinfer' (CUDA paged kernel), 'sdpa' (torch SDPA, any device)
-or 'reference' (float32 gather + SDPA; what ``force_fp32=True`` means).
+Keeps the public API of upstream LingBot-Map's manager of the same name (constructor,
+``append_frame``, ``evict_frames``, ``compute_attention``, ``reset``, ``get_cache_stats``; its
+private helpers are not kept), plus a ``backend`` argument: 'flashinfer' (CUDA paged kernel),
+'sdpa' (torch SDPA, any device), 'reference' (float32 gather + SDPA; what ``force_fp32=True``
+means) or 'triton' (our kernel, CUDA), and an optional FP8 ``storage_dtype``.
 
 Shapes: ``P = S + T`` tokens per frame (``S`` specials first, then ``T`` patches), ``H`` heads,
 ``D`` head dim. ``k, v, q: [P, H, D]``; a page holds ``T`` tokens (one frame's patches).
