@@ -103,6 +103,9 @@ class OdomFrames:
         """``T_odom_base`` for an engine pose; the first call after ``clear`` anchors odom."""
         if self._odom_from_world is None:
             self._odom_from_world = self._mount @ _inverse(c2w)
+            # REP 105: the anchoring pose *is* the origin. Returned exactly, not as the
+            # product B @ inv(C) @ C @ inv(B), whose round-off depends on the CPU's BLAS.
+            return np.eye(4)
         return self._odom_from_world @ c2w @ self._optical_from_base
 
     def odom_from_world(self) -> np.ndarray:

@@ -87,3 +87,16 @@ def test_odometry_status_has_every_key_in_every_state():
     values = {kv.key: kv.value for kv in warn.values}
     assert warn.level == b'\x01' and values['last_alignment_scale'] == '0.5'
     assert values['rollovers'] == '3' and values['last_alignment_degenerate'] == 'True'
+
+
+def test_the_anchoring_pose_is_the_identity_exactly_whatever_the_blas():
+    # A rotated, translated camera and mounting: B @ inv(C) @ C @ inv(B) would carry round-off
+    # that differs between CPUs. The contract is REP 105's "odom starts at the robot", exactly.
+    half = np.radians(17) / 2
+    frames = OdomFrames([0.13, -0.07, 0.41, np.sin(half), 0.0, 0.0, np.cos(half)])
+    rot = np.array([[0.36, 0.48, -0.8], [-0.8, 0.6, 0.0], [0.48, 0.64, 0.6]])
+    pose = np.eye(4)
+    pose[:3, :3], pose[:3, 3] = rot, [1.1, -2.3, 0.7]
+    first = frames.base_in_odom(pose)
+    assert first.tolist() == np.eye(4).tolist()
+    assert np.allclose(frames.base_in_odom(pose), np.eye(4), atol=1e-12)
