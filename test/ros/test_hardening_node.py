@@ -11,10 +11,11 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Issue 22 on a real rclpy graph: every service answers every caller of a burst, no topic ever
-carries a non-finite number (a hostile model: NaN/inf depth, translations up to 1e37), a
-hostile /tf_static mounting is refused and the mounting in use kept, and ``~/save`` writes
-parseable files whatever the image frame_id.
+"""Issue 22 on a real rclpy graph: bursts of callers, non-finite outputs, mounting, saves.
+
+Every service answers every caller of a burst, no topic ever carries a non-finite number (a hostile
+model: NaN/inf depth, translations up to 1e37), a hostile /tf_static mounting is refused and the
+mounting in use kept, and ``~/save`` writes parseable files whatever the image frame_id.
 
 Run: ``pytest test/ros/test_hardening_node.py`` (tiny engine, CPU; marker ``rostest``).
 """

@@ -52,7 +52,7 @@ def _numeric_specs() -> list[params.ParamSpec]:
 
 
 def _value(spec: params.ParamSpec, kind: str) -> Parameter:
-    """The hostile ``kind`` for ``spec``, typed as a user would send it."""
+    """Build the hostile ``kind`` for ``spec``, typed as a user would send it."""
     is_list = isinstance(spec.default, list)
     is_int = all(isinstance(v, int) for v in spec.default) if is_list \
         else isinstance(spec.default, int)
@@ -145,4 +145,3 @@ def test_the_refusal_reasons_name_the_problem():
     assert 'frames.map_frame' in params.param_checks.check_frames(values)
     assert 'not set' in params.check_value(specs['output.directory'], '$LINGBOT_UNSET_X/maps')
     assert 'empty' in params.check_value(specs['output.directory'], '')
-
