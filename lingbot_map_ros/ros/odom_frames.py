@@ -72,11 +72,11 @@ def pose7_to_matrix(values: Sequence[float], source: str = 'frames.base_to_camer
     shown = ', '.join(repr(x) for x in (values if isinstance(values, (list, tuple)) else v))
     if v.shape != (7,) or not np.isfinite(v).all():
         raise ValueError(f'{source} needs 7 finite numbers (x y z qx qy qz qw), got [{shown}]')
-    distance = float(np.linalg.norm(v[:3]))
+    distance = _norm(v[:3])
     if distance > MAX_MOUNT_TRANSLATION_M:
         raise ValueError(f'{source}: the camera is {distance:.4g} m from '
                          f'the base frame (more than {MAX_MOUNT_TRANSLATION_M:g} m) in [{shown}]')
-    norm = float(np.linalg.norm(v[3:]))
+    norm = _norm(v[3:])
     if not _QUAT_NORM_RANGE[0] <= norm <= _QUAT_NORM_RANGE[1]:
         quat = ', '.join(repr(float(q)) for q in v[3:])
         low, high = _QUAT_NORM_RANGE
@@ -86,6 +86,12 @@ def pose7_to_matrix(values: Sequence[float], source: str = 'frames.base_to_camer
     out[:3, :3] = np.asarray(geometry.quaternion_to_rotation(v[3:] / norm))
     out[:3, 3] = v[:3]
     return out
+
+
+def _norm(values: np.ndarray) -> float:
+    """Euclidean norm without overflow (1e300 values give 1.4e300, not inf)."""
+    largest = float(np.abs(values).max())
+    return largest * float(np.linalg.norm(values / largest)) if largest > 0 else 0.0
 
 
 class OdomFrames:
