@@ -56,7 +56,7 @@ from .pipeline import StreamingSession
 from .prediction import FramePrediction
 from .preprocess import preprocess_image, PreprocessInfo
 from .stats import RolloverStats, SessionStats
-from .stitching import align_sim3, depth_ratio, Sim3Alignment, with_scale
+from .stitching import fit_rollover, Sim3Alignment
 
 
 @dataclasses.dataclass
@@ -182,13 +182,13 @@ class RolloverSession:
         reference = np.stack([kf.c2w for kf in overlap])
         ses = np.stack([p.c2w for p in preds])
         previous = self._alignment.scale if self._alignment is not None else 1.0
-        self._alignment = align_sim3(reference, ses, fallback_scale=previous)
-        if all(kf.depth is not None and p.depth is not None for kf, p in zip(overlap, preds)):
-            # Upstream's choice when depth runs: the scale from the depth ratio over the
-            # overlap, robust to pose noise and defined for a still camera (docs/odometry.md).
-            ratio = depth_ratio([kf.depth for kf in overlap], [p.depth for p in preds])
-            if ratio is not None:
-                self._alignment = with_scale(self._alignment, reference, ses, ratio)
+        # Upstream's choice when depth runs: the scale from the depth ratio over the overlap,
+        # robust to pose noise and defined for a still camera (docs/odometry.md); an
+        # implausible scale change is refused (stitching.fit_rollover).
+        depths = ([kf.depth for kf in overlap], [p.depth for p in preds]) if all(
+            kf.depth is not None and p.depth is not None for kf, p in zip(overlap, preds)) \
+            else None
+        self._alignment = fit_rollover(reference, ses, previous, depths)
         stats = self._stats
         stats.sessions += 1
         stats.rollovers += 1
@@ -197,6 +197,8 @@ class RolloverSession:
         stats.last_residual = self._alignment.residual
         stats.last_degenerate = self._alignment.degenerate
         stats.degenerate_alignments += int(self._alignment.degenerate)
+        stats.last_rejected_scale = self._alignment.rejected_scale
+        stats.rejected_scales += int(self._alignment.rejected_scale is not None)
         if self._device.type == 'cuda':
             torch.cuda.synchronize(self._device)
         self._rollover_ms = (time.perf_counter() - start) * 1e3

@@ -140,6 +140,11 @@ class RolloverStats:
     """The last alignment could not observe scale and kept the previous one."""
     degenerate_alignments: int = 0
     """Alignments that could not observe scale and kept the previous one."""
+    rejected_scales: int = 0
+    """Alignments whose scale change was implausible (``stitching.MAX_SCALE_CHANGE``) and kept
+    the previous scale."""
+    last_rejected_scale: float | None = None
+    """The scale the last alignment refused, None when it took its fit."""
     last_rollover_ms: float = 0.0
     """Extra time the last rollover added to its frame (scale phase + fit)."""
     max_rollover_ms: float = 0.0

@@ -26,11 +26,17 @@ continuous (reference) frame and a new session's frame, and returns the similari
   spread is at noise level) the result is ``degenerate``, the scale is ``fallback_scale`` and
   the translation still maps the mean centre onto the mean centre.
 
+A rollover (:func:`fit_rollover`) also bounds how far the scale may move from the previous
+session's: a fit that changes it by more than :data:`MAX_SCALE_CHANGE` either way is refused as
+implausible (an outlier session, a broken overlap) and the previous scale is kept; the refused
+value is reported (``rejected_scale``).
+
 Pure numpy, no torch: 500 frames take well under a millisecond.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +45,11 @@ _MIN_EXPLAINED = 0.5
 """Share of the reference centres' spread the scale fit must explain to be trusted."""
 _REL_SPREAD_EPS = 1e-9
 """Centres spread below this (relative to their magnitude, plus 1) count as one point."""
+MAX_SCALE_CHANGE = 10.0
+"""Most a rollover may multiply or divide the scale by. Consecutive sessions see the same
+overlap keyframes, so a real model's ratio stays near 1; the oracle test model draws session
+scales up to e^2 (7.4x) apart, and a scene whose depth grows tenfold within one session is
+rare. Beyond it a fit is an outlier and the previous scale is kept."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,9 @@ class Sim3Alignment:
     """RMS camera-centre error after alignment, in reference units."""
     degenerate: bool
     """The centres did not observe scale: ``scale`` is the fallback."""
+    rejected_scale: float | None = None
+    """A fitted scale refused as implausible (:func:`fit_rollover`); ``scale`` is the previous
+    one then. None when the fit was taken."""
 
     @property
     def matrix(self) -> np.ndarray:
@@ -113,10 +127,7 @@ def align_sim3(reference_c2w: np.ndarray, session_c2w: np.ndarray, *,
         sse = float(np.sum((fitted * d_ses - d_ref) ** 2))
         if fitted > 0 and sse <= (1.0 - _MIN_EXPLAINED) * var_ref:
             scale, degenerate = fitted, False
-    translation = mean_ref - scale * mean_ses
-    errors = scale * c_ses + translation - c_ref
-    residual = float(np.sqrt(np.mean(np.sum(errors * errors, axis=1))))
-    return Sim3Alignment(scale, rotation, translation, residual, degenerate)
+    return _with_centres(rotation, c_ref, c_ses, scale, degenerate)
 
 
 def with_scale(fit: Sim3Alignment, reference_c2w: np.ndarray, session_c2w: np.ndarray,
@@ -132,11 +143,41 @@ def with_scale(fit: Sim3Alignment, reference_c2w: np.ndarray, session_c2w: np.nd
     if not (np.isfinite(scale) and scale > 0):
         raise ValueError(f'scale={scale} must be a finite number > 0')
     ref, ses = _check_inputs(reference_c2w, session_c2w, 1.0)
-    c_ref, c_ses = ref[:, :3, 3], ses[:, :3, 3] @ fit.rotation.T
-    translation = c_ref.mean(axis=0) - scale * c_ses.mean(axis=0)
-    errors = scale * c_ses + translation - c_ref
-    residual = float(np.sqrt(np.mean(np.sum(errors * errors, axis=1))))
-    return Sim3Alignment(float(scale), fit.rotation, translation, residual, False)
+    return _with_centres(fit.rotation, ref[:, :3, 3], ses[:, :3, 3] @ fit.rotation.T,
+                         float(scale), False)
+
+
+def fit_rollover(reference_c2w: np.ndarray, session_c2w: np.ndarray, previous_scale: float,
+                 depths: tuple[list[np.ndarray], list[np.ndarray]] | None = None,
+                 max_change: float = MAX_SCALE_CHANGE) -> Sim3Alignment:
+    """Align a new session's overlap to the published poses, within a plausible scale change.
+
+    The scale is the depth ratio when ``depths`` gives one (upstream's choice), else the
+    centres' fit (:func:`align_sim3`, ``previous_scale`` when they cannot observe it). A scale
+    more than ``max_change`` times larger or smaller than ``previous_scale`` is refused: the
+    previous scale is kept and the refused one is ``rejected_scale``.
+
+    Args:
+        reference_c2w: ``[N, 4, 4]`` published poses of the overlap keyframes.
+        session_c2w: ``[N, 4, 4]`` their poses in the new session.
+        previous_scale: the scale of the previous session's alignment (1 for the first).
+        depths: ``(published, new session)`` depth maps of the overlap, or None.
+        max_change: largest accepted factor between the new and the previous scale (> 1).
+
+    Raises:
+        ValueError: as :func:`align_sim3`, or ``max_change`` not finite and > 1.
+    """
+    if not (np.isfinite(max_change) and max_change > 1):
+        raise ValueError(f'max_change={max_change} must be a finite number > 1')
+    fit = align_sim3(reference_c2w, session_c2w, fallback_scale=previous_scale)
+    ratio = depth_ratio(*depths) if depths is not None else None
+    if ratio is not None and np.isfinite(ratio) and ratio > 0:
+        fit = with_scale(fit, reference_c2w, session_c2w, ratio)
+    change = fit.scale / previous_scale
+    if 1.0 / max_change <= change <= max_change:
+        return fit
+    kept = with_scale(fit, reference_c2w, session_c2w, previous_scale)
+    return dataclasses.replace(kept, degenerate=fit.degenerate, rejected_scale=fit.scale)
 
 
 def depth_ratio(reference_depths: list[np.ndarray], session_depths: list[np.ndarray]
@@ -153,6 +194,18 @@ def depth_ratio(reference_depths: list[np.ndarray], session_depths: list[np.ndar
         if valid.any():
             ratios.append(float(np.median(ref[valid] / ses[valid])))
     return float(np.median(ratios)) if ratios else None
+
+
+def _with_centres(rotation: np.ndarray, c_ref: np.ndarray, c_ses: np.ndarray, scale: float,
+                  degenerate: bool) -> Sim3Alignment:
+    """Build the alignment with ``scale``: translation meeting the mean centres, residual.
+
+    ``c_ses`` are the session centres already rotated into the reference orientation.
+    """
+    translation = c_ref.mean(axis=0) - scale * c_ses.mean(axis=0)
+    errors = scale * c_ses + translation - c_ref
+    residual = float(np.sqrt(np.mean(np.sum(errors * errors, axis=1))))
+    return Sim3Alignment(scale, rotation, translation, residual, degenerate)
 
 
 def _check_inputs(reference_c2w: np.ndarray, session_c2w: np.ndarray,

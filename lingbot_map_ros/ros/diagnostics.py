@@ -22,10 +22,12 @@ them as usual:
 - ``input``: rates, queue, drops by reason. STALE when no image arrived for
   ``diagnostics.stale_after_s`` (or none yet), WARN when a frame was dropped in the period for any
   reason other than the live queue keeping only the newest frame (that is by design), else OK.
-- ``engine``: backend, device, weights, latency, resets. ERROR when the engine raised an
+- ``engine``: backend, device, weights, latency, resets, non-finite numbers kept off the topics
+  (``nonfinite.*``). ERROR when the engine raised an
   unexpected error in the period, WARN when the session was reset automatically in the period.
-- ``cache``: the KV cache's own counters. WARN when the keyframe count or the time index is past
-  90 % of its ceiling (an automatic reset is coming), else OK.
+- ``cache``: the KV cache's own counters. Past 90 % of the keyframe or time-index ceiling it
+  says what comes next (``next_at_capacity``): a rollover (OK; the node's sessions always roll
+  over before either ceiling) or, without rollovers, an automatic reset (WARN).
 
 Each status has the same keys in every state (before the first frame, while buffering, after a
 reset): a value that does not exist yet reads ``n/a``, every known drop and reset reason is
@@ -59,6 +61,9 @@ _NEAR_FULL = 0.9
 # Reasons always listed (with 0) so the key set does not depend on what happened yet.
 KNOWN_DROPS = tuple(DROP_REASONS) + ('queue_overflow', 'stamp_invalid', 'stamp_out_of_order',
                                      'stamp_jump_ahead', 'resolution_mismatch', 'invalid_frame')
+KNOWN_NONFINITE = ('depth_pixels', 'depth_camera_info', 'odometry_twist')
+"""Non-finite numbers kept off the topics (``outputs.py``): depth pixels written as 0, a depth
+image + camera_info pair not published, an odometry twist published as zero."""
 KNOWN_RESETS = ('manual', 'clock_jump', 'time_index_limit', 'cache_full', 'resolution_changed',
                 'session_limit', 'nan_pose', 'engine_error')
 NOT_AVAILABLE = 'n/a'
@@ -84,6 +89,7 @@ class PeriodReport:
     processed_total: int
     errors_total: int
     last_problem: str
+    nonfinite_total: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -100,6 +106,7 @@ class NodeStats:
     _inference_ms: list = field(default_factory=list)
     _last_input: float | None = None
     _last_problem: str = ''
+    _nonfinite: collections.Counter = field(default_factory=collections.Counter)
     _mark: dict = field(default_factory=dict)
     _mark_time: float = field(default_factory=time.monotonic)
 
@@ -128,6 +135,11 @@ class NodeStats:
         with self._lock:
             self._errors += 1
             self._last_problem = f'engine error: {detail}'
+
+    def count_nonfinite(self, kind: str, num: int = 1) -> None:
+        """Count ``num`` non-finite numbers kept off a topic (one of :data:`KNOWN_NONFINITE`)."""
+        with self._lock:
+            self._nonfinite[kind] += num
 
     def count_output(self, latency_ms: float, inference_ms: float | None) -> None:
         """Count one published prediction and its latencies."""
@@ -160,7 +172,8 @@ class NodeStats:
                 seconds_since_input=None if self._last_input is None else now - self._last_input,
                 drops_total=dict(self._drops), resets_total=dict(self._resets),
                 received_total=self._received, processed_total=self._processed,
-                errors_total=self._errors, last_problem=self._last_problem)
+                errors_total=self._errors, last_problem=self._last_problem,
+                nonfinite_total=dict(self._nonfinite))
             self._mark = {'received': self._received, 'processed': self._processed,
                           'errors': self._errors, 'drops': collections.Counter(self._drops),
                           'resets': collections.Counter(self._resets)}
@@ -247,6 +260,7 @@ def engine_status(node_name: str, report: PeriodReport, session: SessionStats,
         values[f'{name}_max_ms'] = max(samples) if samples else 0.0
     values.update(_counts('resets', KNOWN_RESETS, report.resets_total))
     values['errors_total'] = report.errors_total
+    values.update(_counts('nonfinite', KNOWN_NONFINITE, report.nonfinite_total))
     values['last_problem'] = 'none'
     auto = {k: v for k, v in report.resets.items() if k != 'manual'}
     if report.errors:
@@ -264,7 +278,8 @@ def engine_status(node_name: str, report: PeriodReport, session: SessionStats,
 
 
 def cache_status(node_name: str, cache: CacheStats | None, time_index: int,
-                 max_frame_num: int) -> DiagnosticStatus:
+                 max_frame_num: int, rollover_keyframes: int | None = None
+                 ) -> DiagnosticStatus:
     """Render the KV cache status.
 
     Args:
@@ -272,6 +287,9 @@ def cache_status(node_name: str, cache: CacheStats | None, time_index: int,
         cache: ``stats().cache`` of the session; None before the first frame builds it.
         time_index: the session's current time index.
         max_frame_num: the time-index ceiling (``model.max_frame_num``).
+        rollover_keyframes: ``stream.session_keyframes`` when sessions roll over (the node);
+            a rollover at or before both ceilings means the cache never fills: near them the
+            status says a rollover comes (OK), not a reset (WARN).
 
     Returns:
         The ``<node>: cache`` status.
@@ -283,7 +301,15 @@ def cache_status(node_name: str, cache: CacheStats | None, time_index: int,
     values['time_index'] = time_index
     values['max_frame_num'] = max_frame_num
     values['fill_percent'] = 100.0 * max(frames / capacity, time_index / max(max_frame_num, 1))
-    if frames >= _NEAR_FULL * capacity or time_index >= _NEAR_FULL * max_frame_num:
+    rollover_first = rollover_keyframes is not None and \
+        rollover_keyframes <= min(capacity, max_frame_num)
+    values['next_at_capacity'] = 'rollover' if rollover_first else 'reset'
+    near = frames >= _NEAR_FULL * capacity or time_index >= _NEAR_FULL * max_frame_num
+    if near and rollover_first:
+        level = OK
+        msg = (f'{frames}/{capacity} keyframes, time index {time_index}/{max_frame_num}; a '
+               f'rollover starts the next session at {rollover_keyframes} keyframes (no reset)')
+    elif near:
         level = WARN
         msg = (f'near capacity ({frames}/{capacity} keyframes, time index '
                f'{time_index}/{max_frame_num}); the session resets when full')

@@ -49,6 +49,7 @@ import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import qos_profile_services_default
 from sensor_msgs.msg import PointCloud2, PointField
 from std_srvs.srv import Trigger
 
@@ -61,35 +62,58 @@ _FIELDS = [PointField(name=n, offset=4 * i, datatype=PointField.FLOAT32, count=1
 
 
 class _PoseLog:
-    """Stamped poses in a growing buffer (64 bytes a pose)."""
+    """Stamped poses in a ring buffer of at most ``output.max_poses`` (104 bytes a pose).
+
+    The buffer grows by doubling up to the cap; past it the oldest pose falls out (counted in
+    ``dropped``). ``clear`` gives the memory back.
+    """
+
+    _INITIAL = 256
 
     def __init__(self) -> None:
-        self._stamps = np.zeros(256, np.int64)
-        self._poses = np.zeros((256, 3, 4), np.float64)
-        self._count = 0
+        self.clear()
 
-    def append(self, stamp_ns: int, c2w: np.ndarray) -> None:
-        if self._count == len(self._stamps):
-            self._stamps = np.concatenate([self._stamps, np.zeros_like(self._stamps)])
-            self._poses = np.concatenate([self._poses, np.zeros_like(self._poses)])
-        self._stamps[self._count], self._poses[self._count] = stamp_ns, c2w[:3]
+    def append(self, stamp_ns: int, c2w: np.ndarray, cap: int) -> int:
+        """Log a pose; returns how many old poses fell out to stay within ``cap``."""
+        size = len(self._stamps)
+        fell_out = max(self._count - cap + 1, 0)
+        if fell_out:
+            self._start = (self._start + fell_out) % size
+            self._count -= fell_out
+            self.dropped += fell_out
+        if self._count == size:
+            new = min(2 * size, cap)
+            order = self._order()
+            self._stamps = np.concatenate([self._stamps[order], np.zeros(new - size, np.int64)])
+            self._poses = np.concatenate([self._poses[order], np.zeros((new - size, 3, 4))])
+            self._start, size = 0, new
+        index = (self._start + self._count) % size
+        self._stamps[index], self._poses[index] = stamp_ns, c2w[:3]
         self._count += 1
+        return fell_out
+
+    def _order(self) -> np.ndarray:
+        return (self._start + np.arange(self._count)) % len(self._stamps)
 
     def clear(self) -> None:
-        self._count = 0
+        self._stamps = np.zeros(self._INITIAL, np.int64)
+        self._poses = np.zeros((self._INITIAL, 3, 4), np.float64)
+        self._start = self._count = 0
+        self.dropped = 0
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """``([N] stamps, [N, 4, 4] poses)`` copies."""
+        """``([N] stamps, [N, 4, 4] poses)`` copies, oldest first."""
+        order = self._order()
         c2w = np.zeros((self._count, 4, 4))
-        c2w[:, :3], c2w[:, 3, 3] = self._poses[:self._count], 1.0
-        return self._stamps[:self._count].copy(), c2w
+        c2w[:, :3], c2w[:, 3, 3] = self._poses[order], 1.0
+        return self._stamps[order], c2w
 
 
 class MapOutput:
     """The map publisher, the save service and what they need (see the module docstring)."""
 
     def __init__(self, node: Any, options: NodeOptions, device: str, frames: OdomFrames,
-                 frame_ids: dict[str, str]) -> None:
+                 frame_ids: dict[str, str], service_qos: QoSProfile | None = None) -> None:
         """Create the accumulator, ``~/map``, ``~/save`` and the publish timer.
 
         Args:
@@ -98,6 +122,8 @@ class MapOutput:
             device: torch device of the engine.
             frames: the odom frame of ``~/pose`` (shared with ``Outputs``).
             frame_ids: ``odom_frame`` and ``base_frame`` (``Outputs.frames_info()``).
+            service_qos: QoS of ``~/save``; the node passes the one of ``~/reset``, deep
+                enough that every caller of a burst is answered.
 
         Raises:
             ValueError: a bad ``map.*`` value.
@@ -115,11 +141,12 @@ class MapOutput:
         self._changed = False
         self._add_ms: list[float] = []
         self._pub = node.create_publisher(PointCloud2, '~/map', MAP_QOS)
-        group = MutuallyExclusiveCallbackGroup()
         self._node = node
-        self._srv = node.create_service(Trigger, '~/save', self._on_save, callback_group=group)
+        self._srv = node.create_service(Trigger, '~/save', self._on_save,
+                                        qos_profile=service_qos or qos_profile_services_default,
+                                        callback_group=MutuallyExclusiveCallbackGroup())
         self._timer = node.create_timer(options.map_config.period_s, self._publish_if_changed,
-                                        callback_group=group,
+                                        callback_group=MutuallyExclusiveCallbackGroup(),
                                         clock=Clock(clock_type=ClockType.STEADY_TIME))
 
     def destroy(self) -> None:
@@ -144,10 +171,15 @@ class MapOutput:
         Runs after ``Outputs.publish``, which anchored the odom frame on the first pose.
         """
         with self._lock:
-            self._poses.append(pred.stamp_ns, self._frames.base_in_odom(pred.c2w))
+            fell_out = self._poses.append(pred.stamp_ns, self._frames.base_in_odom(pred.c2w),
+                                          opts.max_poses)
             self._camera = CameraEstimate(camera_frame, pred.stamp_ns, pred.intrinsics_original,
                                           pred.original_size_hw, pred.intrinsics,
                                           pred.image_size_hw)
+        if fell_out:
+            self._log.warning(f'~/save keeps the last {opts.max_poses} poses '
+                              f'(output.max_poses): {self._poses.dropped} older poses dropped '
+                              'from the saved trajectory so far', throttle_duration_sec=60.0)
         if not (opts.map_config.enable and pred.is_keyframe and pred.depth is not None):
             return
         try:
@@ -212,9 +244,11 @@ class MapOutput:
         """Return the poses, the map and the camera as of now."""
         with self._lock:
             stamps, c2w = self._poses.arrays()
-            camera = self._camera
+            camera, dropped = self._camera, self._poses.dropped
         xyz, rgb = self._map.points()
-        comments = (f'lingbot_map ~/save: every pose published on ~/pose since the map was '
+        which = f'the last {len(stamps)} poses ({dropped} older dropped, output.max_poses)' \
+            if dropped else 'every pose'
+        comments = (f'lingbot_map ~/save: {which} published on ~/pose since the map was '
                     f'last cleared; {self._base_frame} in {self._frame_id}; non-metric scale',)
         return MapSnapshot(stamps, c2w, xyz, rgb, camera, comments)
 

@@ -34,11 +34,17 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 import os
 from pathlib import Path
+import re
 import shutil
+from typing import Any
 
 from lingbot_map_ros.engine.ply import write_ply
-from lingbot_map_ros.ros.conversions import c2w_to_pose
+from lingbot_map_ros.tools import trajectory
 import numpy as np
+import yaml
+
+DEFAULT_DIRECTORY = '~/.ros/lingbot_map'
+"""Default of ``output.directory``."""
 
 
 @dataclass(frozen=True)
@@ -72,21 +78,48 @@ class MapSnapshot:
     """Header lines of the TUM file."""
 
 
+def resolve_directory(text: str) -> Path:
+    """Expand ``~`` and ``$VARS`` of ``output.directory`` into an absolute path.
+
+    Args:
+        text: the parameter's value.
+
+    Returns:
+        The absolute directory (a relative value is taken from the node's working directory).
+
+    Raises:
+        ValueError: empty, an unset environment variable, or an unknown ``~user`` (each would
+            otherwise write into the working directory or a literal ``$VAR`` folder).
+    """
+    if not text.strip():
+        raise ValueError(f"output.directory is empty (the default is '{DEFAULT_DIRECTORY}')")
+    expanded = os.path.expanduser(text)
+    if expanded.startswith('~'):
+        raise ValueError(f'output.directory={text!r} names an unknown user')
+    expanded = os.path.expandvars(expanded)
+    unset = re.search(r'\$(\w+|\{[^}]*\})', expanded)
+    if unset:
+        raise ValueError(f'output.directory={text!r} holds {unset.group(0)}, which is not set '
+                         "in the node's environment")
+    return Path(expanded).absolute()
+
+
 def save(directory: str, snapshot: MapSnapshot, now: datetime | None = None) -> Path:
     """Write a snapshot into a new folder under ``directory``.
 
     Args:
-        directory: parent folder (``~`` and ``$VARS`` expanded, created when missing).
+        directory: parent folder (:func:`resolve_directory`; created when missing).
         snapshot: what to write.
         now: time that names the folder (default: now, UTC).
 
     Returns:
-        The new folder.
+        The new folder, an absolute path.
 
     Raises:
+        ValueError: ``directory`` does not resolve (:func:`resolve_directory`).
         OSError: the folder or a file cannot be written (the folder is removed again).
     """
-    parent = Path(os.path.expandvars(os.path.expanduser(directory)))
+    parent = resolve_directory(directory)
     name = (now or datetime.now(timezone.utc)).strftime('%Y%m%d-%H%M%S')
     parent.mkdir(parents=True, exist_ok=True)
     folder = parent / name
@@ -115,29 +148,30 @@ def save(directory: str, snapshot: MapSnapshot, now: datetime | None = None) -> 
 def write_tum(path: Path, stamps_ns: np.ndarray, c2w: np.ndarray,
               comments: tuple[str, ...] = ()) -> None:
     """Write poses as TUM lines, with the position and quaternion that ``~/pose`` carries."""
-    lines = [f'# {c}' for c in comments] + ['# timestamp tx ty tz qx qy qz qw']
-    for stamp, pose in zip(stamps_ns, c2w):
-        position, quat = c2w_to_pose(pose)
-        sec, nsec = divmod(int(stamp), 1_000_000_000)
-        lines.append(f'{sec}.{nsec:09d} ' + ' '.join(f'{v:.9g}' for v in (*position, *quat)))
-    path.write_text('\n'.join(lines) + '\n', encoding='utf-8')
+    trajectory.write_tum(path, trajectory.Trajectory(np.asarray(stamps_ns, np.int64),
+                                                     np.asarray(c2w, np.float64)), comments)
 
 
 def write_camera_info(path: Path, k: np.ndarray, size_hw: tuple[int, int],
                       camera: CameraEstimate) -> None:
-    """Write a pinhole camera in the ``camera_calibration`` YAML format."""
-    def matrix(rows: int, cols: int, values: np.ndarray) -> str:
-        data = ', '.join(f'{float(v):.9g}' for v in np.asarray(values).reshape(-1))
-        return f'\n  rows: {rows}\n  cols: {cols}\n  data: [{data}]'
+    """Write a pinhole camera in the ``camera_calibration`` YAML format.
+
+    Written by ``yaml.safe_dump``: any ``frame_id`` (a colon, a newline, quotes) is quoted as a
+    string, so the file always parses back with the name it was given.
+    """
+    def matrix(rows: int, cols: int, values: np.ndarray) -> dict[str, Any]:
+        data = [float(v) for v in np.asarray(values, np.float64).reshape(-1)]
+        return {'rows': rows, 'cols': cols, 'data': data}
 
     k = np.asarray(k, np.float64)
-    text = (f'# estimated by lingbot_map for the frame at stamp {camera.stamp_ns} ns '
-            '(pinhole, principal point at the centre, no distortion)\n'
-            f'image_width: {size_hw[1]}\nimage_height: {size_hw[0]}\n'
-            f'camera_name: {camera.frame_id or "camera"}\n'
-            f'camera_matrix:{matrix(3, 3, k)}\n'
-            'distortion_model: plumb_bob\n'
-            f'distortion_coefficients:{matrix(1, 5, np.zeros(5))}\n'
-            f'rectification_matrix:{matrix(3, 3, np.eye(3))}\n'
-            f'projection_matrix:{matrix(3, 4, np.hstack([k, np.zeros((3, 1))]))}\n')
-    path.write_text(text, encoding='utf-8')
+    info = {'image_width': int(size_hw[1]), 'image_height': int(size_hw[0]),
+            'camera_name': camera.frame_id or 'camera',
+            'camera_matrix': matrix(3, 3, k),
+            'distortion_model': 'plumb_bob',
+            'distortion_coefficients': matrix(1, 5, np.zeros(5)),
+            'rectification_matrix': matrix(3, 3, np.eye(3)),
+            'projection_matrix': matrix(3, 4, np.hstack([k, np.zeros((3, 1))]))}
+    header = (f'# estimated by lingbot_map for the frame at stamp {int(camera.stamp_ns)} ns '
+              '(pinhole, principal point at the centre, no distortion)\n')
+    text = yaml.safe_dump(info, sort_keys=False, default_flow_style=None, allow_unicode=True)
+    path.write_text(header + text, encoding='utf-8')

@@ -126,10 +126,10 @@ class LingbotMapNode(Node):
         config = params.engine_config(self._values)
         self._session = self._make_session(config)
         self._stats = diagnostics.NodeStats()
-        self._outputs = Outputs(self, self._values)
+        self._outputs = Outputs(self, self._values, self._stats)
         options = NodeOptions.from_values(self._values)
         self._map = MapOutput(self, options, config.stream.device, self._outputs.frames,
-                              self._outputs.frames_info())
+                              self._outputs.frames_info(), service_qos=_reset_qos())
         bridge = CvBridge() if CvBridge is not None else None
         self._runner = SessionRunner(self._session, self._outputs, self._stats,
                                      self.get_logger(), options, self._raw_converter(bridge),
@@ -288,7 +288,8 @@ class LingbotMapNode(Node):
                 diagnostics.engine_status(name, report, session, config.cache.scale_frames),
                 self._runner.busy_s(), self._values['diagnostics.stall_after_s']),
             diagnostics.cache_status(name, session.cache, session.time_index,
-                                     config.model.max_frame_num),
+                                     config.model.max_frame_num,
+                                     config.stream.session_keyframes),
             odometry_status(name, self._runner.rollover_stats(), self._outputs.frames_info(),
                             config.stream.session_keyframes)]
         return msg

@@ -53,6 +53,8 @@ class NodeOptions:
     """``map.*``: the accumulated map (``~/map``)."""
     output_directory: str
     """``output.directory``: where ``~/save`` writes."""
+    max_poses: int
+    """``output.max_poses``: poses kept for ``~/save`` (oldest dropped)."""
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> NodeOptions:
@@ -67,4 +69,5 @@ class NodeOptions:
                    publish_cloud=bool(values['publish.cloud']),
                    cloud_stride=int(values['publish.cloud_stride']),
                    map_config=MapConfig.from_flat(values),
-                   output_directory=str(values['output.directory']))
+                   output_directory=str(values['output.directory']),
+                   max_poses=int(values['output.max_poses']))

@@ -25,9 +25,11 @@ frame in ``base_frame``. Then
 ``B`` comes from ``frames.base_to_camera`` (x y z qx qy qz qw: the camera *body* frame, x
 forward, y left, z up, in ``base_frame``; the fixed optical rotation, z forward, x right, y
 down, is applied on top of it), or, when tf2_ros is importable, from ``base_frame -> camera
-frame`` on ``/tf_static`` if that exists when the first pose is anchored (read once). The node
-never broadcasts the camera frame itself, so an existing camera frame never gets a second
-parent.
+frame`` on ``/tf_static`` if that exists when the first pose is anchored (read once). Either
+source must be a plausible mounting (finite, at most :data:`MAX_MOUNT_TRANSLATION_M` from the
+base, a normalisable quaternion): a bad parameter stops the start, a bad ``/tf_static``
+transform is refused with a warning and the mounting in use is kept. The node never broadcasts
+the camera frame itself, so an existing camera frame never gets a second parent.
 """
 
 from __future__ import annotations
@@ -43,23 +45,53 @@ OPTICAL_IN_BODY = np.array([[0.0, 0.0, 1.0, 0.0], [-1.0, 0.0, 0.0, 0.0],
 y left, z up): forward = optical z, left = -optical x, up = -optical y."""
 
 
-def pose7_to_matrix(values: Sequence[float]) -> np.ndarray:
-    """``[x, y, z, qx, qy, qz, qw]`` -> ``[4, 4]``.
+MAX_MOUNT_TRANSLATION_M = 1000.0
+"""Largest accepted distance of the camera from ``base_frame`` (metres): farther is a typo or an
+attack, and would carry ~1e308 values into every pose."""
+_QUAT_NORM_RANGE = (1e-6, 1e6)
+"""A quaternion is normalised when its norm is in this range; outside it, it is refused."""
+
+
+def pose7_to_matrix(values: Sequence[float], source: str = 'frames.base_to_camera'
+                    ) -> np.ndarray:
+    """``[x, y, z, qx, qy, qz, qw]`` -> ``[4, 4]``, a plausible camera mounting.
+
+    Args:
+        values: translation (metres) and quaternion (normalised here).
+        source: where the values come from, for the error message.
 
     Raises:
-        ValueError: not 7 finite numbers, or a zero quaternion.
+        ValueError: not 7 finite numbers, a translation farther than
+            :data:`MAX_MOUNT_TRANSLATION_M`, or a quaternion that cannot be normalised; the
+            message names ``source`` and shows the values as given.
     """
-    v = np.asarray(values, dtype=np.float64)
+    try:
+        v = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        v = np.zeros(0)
+    shown = ', '.join(repr(x) for x in (values if isinstance(values, (list, tuple)) else v))
     if v.shape != (7,) or not np.isfinite(v).all():
-        raise ValueError(f'frames.base_to_camera needs 7 finite numbers (x y z qx qy qz qw), '
-                         f'got {list(values)}')
-    norm = float(np.linalg.norm(v[3:]))
-    if norm < 1e-9:
-        raise ValueError('frames.base_to_camera: the quaternion (qx qy qz qw) is zero')
+        raise ValueError(f'{source} needs 7 finite numbers (x y z qx qy qz qw), got [{shown}]')
+    distance = _norm(v[:3])
+    if distance > MAX_MOUNT_TRANSLATION_M:
+        raise ValueError(f'{source}: the camera is {distance:.4g} m from '
+                         f'the base frame (more than {MAX_MOUNT_TRANSLATION_M:g} m) in [{shown}]')
+    norm = _norm(v[3:])
+    if not _QUAT_NORM_RANGE[0] <= norm <= _QUAT_NORM_RANGE[1]:
+        quat = ', '.join(repr(float(q)) for q in v[3:])
+        low, high = _QUAT_NORM_RANGE
+        raise ValueError(f'{source}: the quaternion (qx qy qz qw) = ({quat}) has norm '
+                         f'{norm:.4g}, outside [{low:g}, {high:g}]: not a rotation')
     out = np.eye(4)
     out[:3, :3] = np.asarray(geometry.quaternion_to_rotation(v[3:] / norm))
     out[:3, 3] = v[:3]
     return out
+
+
+def _norm(values: np.ndarray) -> float:
+    """Euclidean norm without overflow (1e300 values give 1.4e300, not inf)."""
+    largest = float(np.abs(values).max())
+    return largest * float(np.linalg.norm(values / largest)) if largest > 0 else 0.0
 
 
 class OdomFrames:
@@ -124,11 +156,17 @@ def _inverse(t: np.ndarray) -> np.ndarray:
 
 
 def lookup_mount(buffer: Any, base_frame: str, camera_frame: str) -> np.ndarray | None:
-    """``base_frame -> camera_frame`` from a tf2 buffer, or None when it is not there."""
+    """``base_frame -> camera_frame`` from a tf2 buffer, or None when it is not there.
+
+    Raises:
+        ValueError: the transform is there but not a plausible mounting (:func:`pose7_to_matrix`;
+            tf2 refuses NaN but accepts an infinite translation); the message names /tf_static.
+    """
     try:
         import rclpy.time
         tf = buffer.lookup_transform(base_frame, camera_frame, rclpy.time.Time())
     except Exception:  # noqa: BLE001 - tf2 raises several types; any means "not known"
         return None
     t, q = tf.transform.translation, tf.transform.rotation
-    return pose7_to_matrix([t.x, t.y, t.z, q.x, q.y, q.z, q.w])
+    return pose7_to_matrix([t.x, t.y, t.z, q.x, q.y, q.z, q.w],
+                           source=f'/tf_static {base_frame} -> {camera_frame}')

@@ -28,8 +28,8 @@ from lingbot_map_ros.engine.stats import RolloverStats
 ODOMETRY_KEYS: tuple[str, ...] = (
     'odom_frame', 'base_frame', 'mounting', 'session_age_keyframes', 'session_keyframes',
     'sessions', 'rollovers', 'last_alignment_scale', 'last_alignment_residual',
-    'last_alignment_degenerate', 'degenerate_alignments', 'last_rollover_ms',
-    'max_rollover_ms')
+    'last_alignment_degenerate', 'degenerate_alignments', 'rejected_scales',
+    'last_rejected_scale', 'last_rollover_ms', 'max_rollover_ms')
 """Keys of the status, in order."""
 
 
@@ -45,7 +45,7 @@ def odometry_status(node_name: str, rollover: RolloverStats, frames: dict[str, A
 
     Returns:
         The ``<node>: odometry`` status; WARN while the last alignment could not observe
-        scale (it kept the previous one).
+        scale or refused an implausible scale change (either way it kept the previous one).
     """
     values = {
         'odom_frame': frames['odom_frame'], 'base_frame': frames['base_frame'],
@@ -57,10 +57,18 @@ def odometry_status(node_name: str, rollover: RolloverStats, frames: dict[str, A
         'last_alignment_residual': f'{rollover.last_residual:.6g}',
         'last_alignment_degenerate': rollover.last_degenerate,
         'degenerate_alignments': rollover.degenerate_alignments,
+        'rejected_scales': rollover.rejected_scales,
+        'last_rejected_scale': 'none' if rollover.last_rejected_scale is None
+        else f'{rollover.last_rejected_scale:.6g}',
         'last_rollover_ms': f'{rollover.last_rollover_ms:.1f}',
         'max_rollover_ms': f'{rollover.max_rollover_ms:.1f}',
     }
-    if rollover.last_degenerate:
+    if rollover.last_rejected_scale is not None:
+        level = DiagnosticStatus.WARN
+        message = (f'last rollover fitted an implausible scale change '
+                   f'({rollover.last_rejected_scale:.3g}, previous {rollover.last_scale:.3g}); '
+                   'the previous scale was kept')
+    elif rollover.last_degenerate:
         level = DiagnosticStatus.WARN
         message = ('last rollover could not observe scale (camera nearly still over the '
                    'overlap); the previous scale was kept')

@@ -59,17 +59,20 @@ _CLOUD_FIELDS = [PointField(name=n, offset=4 * i, datatype=PointField.FLOAT32, c
 class Outputs:
     """Owns the output publishers, the bounded path and the previous pose (for the twist)."""
 
-    def __init__(self, node: Any, values: dict[str, Any]) -> None:
+    def __init__(self, node: Any, values: dict[str, Any], stats: Any = None) -> None:
         """Create every output publisher (optional outputs are created too and stay silent).
 
         Args:
             node: the ``rclpy`` node.
             values: parameter values; ``frames.*`` are read once here.
+            stats: the node's ``NodeStats``, counting the non-finite numbers kept off the
+                topics (``count_nonfinite``); None counts nothing (tools, tests).
 
         Raises:
             ValueError: a bad ``frames.base_to_camera``.
         """
         self._node = node
+        self._stats = stats
         self._odom_frame = values['frames.odom_frame']
         self._base_frame = values['frames.base_frame']
         self._frames = OdomFrames(values['frames.base_to_camera'])
@@ -173,10 +176,19 @@ class Outputs:
             self._publish_cloud(pred, pose.header, opts.cloud_stride)
 
     def _read_mount(self, camera_frame: str) -> None:
-        """Take the mounting from /tf_static when it is there (once, before the first anchor)."""
+        """Take the mounting from /tf_static when it is there (once, before the first anchor).
+
+        A transform that is not a plausible mounting is refused and the mounting in use kept.
+        """
         if self._tf_buffer is None or self._frames.mount_from_tf:
             return
-        mount = lookup_mount(self._tf_buffer, self._base_frame, camera_frame)
+        try:
+            mount = lookup_mount(self._tf_buffer, self._base_frame, camera_frame)
+        except ValueError as exc:
+            self._node.get_logger().warning(
+                f'camera mounting refused: {exc}; keeping frames.base_to_camera',
+                throttle_duration_sec=60.0)
+            return
         if mount is not None:
             self._frames.set_mount_from_tf(mount)
             self._node.get_logger().info(
@@ -190,6 +202,8 @@ class Outputs:
         if self._prev is not None and stamp_ns > self._prev[0]:
             linear, angular = conversions.twist_between(self._prev[1], c2w,
                                                         (stamp_ns - self._prev[0]) * 1e-9)
+            if not self._finite('odometry_twist', 1, linear, angular):
+                linear = angular = np.zeros(3)  # unknown, as the covariance already says
             t = odom.twist.twist
             t.linear.x, t.linear.y, t.linear.z = (float(v) for v in linear)
             t.angular.x, t.angular.y, t.angular.z = (float(v) for v in angular)
@@ -212,14 +226,31 @@ class Outputs:
         tf.transform.rotation = pose.pose.orientation
         self._tf.sendTransform(tf)
 
+    def _finite(self, kind: str, num: int, *arrays: np.ndarray) -> bool:
+        """Return True when every value is finite, else count ``num`` under ``kind`` and log."""
+        if all(np.isfinite(a).all() for a in arrays):
+            return True
+        if self._stats is not None:
+            self._stats.count_nonfinite(kind, num)
+        self._node.get_logger().warning(f'non-finite numbers kept off the outputs ({kind})',
+                                        throttle_duration_sec=10.0)
+        return False
+
     def _publish_depth(self, pred: FramePrediction, header: Any, camera_frame: str) -> None:
-        depth = np.ascontiguousarray(pred.depth, dtype='<f4')
+        k = np.asarray(pred.intrinsics, np.float64)
+        if not self._finite('depth_camera_info', 1, k):
+            return
+        depth = np.array(pred.depth, dtype='<f4')  # a copy: bad pixels are zeroed in it
+        bad = ~np.isfinite(depth)
+        if bad.any():
+            # 0 is "no depth" to the cloud and the map; NaN/inf would reach subscribers.
+            self._finite('depth_pixels', int(bad.sum()), depth)
+            depth[bad] = 0.0
         height, width = depth.shape
         img = Image(height=height, width=width, encoding='32FC1', is_bigendian=0,
                     step=4 * width)
         img.header.stamp, img.header.frame_id = header.stamp, camera_frame
         img.data = depth.tobytes()
-        k = np.asarray(pred.intrinsics, np.float64)
         info = CameraInfo(header=img.header, height=height, width=width,
                           distortion_model='plumb_bob', d=[0.0] * 5)
         info.k = k.reshape(-1).tolist()

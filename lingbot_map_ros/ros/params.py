@@ -34,6 +34,8 @@ import typing
 from typing import Any
 
 from lingbot_map_ros import config
+from lingbot_map_ros.ros import param_checks
+from lingbot_map_ros.ros.map_save import DEFAULT_DIRECTORY
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rcl_interfaces.msg import ParameterType
 
@@ -42,6 +44,11 @@ ENGINE_SECTIONS: tuple[str, ...] = ('model', 'cache', 'stream')
 LIVE_ENGINE_PARAMS: frozenset[str] = frozenset({'stream.keyframe_interval',
                                                 'stream.enable_depth'})
 """Engine parameters that may change while running (applied at the next reset)."""
+
+MIN_MAP_PERIOD_S = 0.05
+"""Shortest ``map.period_s``: a faster timer only spins a core (the map changes per keyframe)."""
+MIN_VOXEL_SIZE, MAX_VOXEL_SIZE = 1e-6, 1e6
+"""Bounds of ``map.voxel_size`` (map units; the map's scale is about 1 per median depth)."""
 
 MAP_SECTION = 'map'
 LIVE_MAP_PARAMS: frozenset[str] = frozenset({'map.enable', 'map.confidence_percentile',
@@ -152,8 +159,13 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
               _LIVE, int_range=(1, 64, 0)),
     ParamSpec('publish.path_max_poses', 1000, 'Poses kept in ~/path (oldest dropped); 0 turns '
               '~/path off.', _LIVE, int_range=(0, 100000, 0)),
-    ParamSpec('output.directory', '~/.ros/lingbot_map', '~/save writes a new timestamped '
-              'folder under this directory (~ and $VARS are expanded).', _LIVE),
+    ParamSpec('output.directory', DEFAULT_DIRECTORY, '~/save writes a new timestamped '
+              'folder under this directory (~ and $VARS are expanded; empty, an unset $VAR or '
+              'an unknown ~user is refused; a relative path is taken from the working '
+              'directory; replies give absolute paths).', _LIVE),
+    ParamSpec('output.max_poses', 1_000_000, 'Poses kept for the trajectory ~/save writes '
+              '(104 bytes each: 1e6 = 104 MB, 9 h at 30 Hz); past it the oldest are dropped '
+              '(logged, noted in the file).', _LIVE, int_range=(1, 10_000_000, 0)),
     ParamSpec('diagnostics.period_s', 1.0, 'Period of the /diagnostics message.', _LIVE,
               float_range=(0.05, 60.0)),
     ParamSpec('diagnostics.stale_after_s', 5.0, 'Input status is STALE when no image arrived '
@@ -162,8 +174,19 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
               'been in progress for longer than this.', _LIVE, float_range=(0.1, 3600.0)),
 )
 
-# Bounds announced for integers (the dataclasses check them again).
+# Bounds announced for integers (the dataclasses check them again). Every numeric parameter has
+# one: rclpy refuses a value outside it (NaN and +-inf included) at start-up and at run time.
 _INT_RANGES: dict[str, tuple[int, int, int]] = {
+    'model.img_size': (14, 4088, 14),
+    'model.patch_size': (1, 64, 0),
+    'model.embed_dim': (64, 8192, 0),
+    'model.num_heads': (1, 128, 0),
+    'model.dino_depth': (1, 128, 0),
+    'model.depth': (1, 128, 0),
+    'model.num_dino_registers': (0, 64, 0),
+    'model.camera_trunk_depth': (1, 64, 0),
+    'model.camera_num_heads': (1, 256, 0),
+    'model.depth_features': (1, 8192, 0),
     'model.max_frame_num': (2, 1_000_000, 0),
     'model.camera_num_iterations': (1, 64, 0),
     'cache.scale_frames': (1, 1024, 0),
@@ -175,6 +198,13 @@ _INT_RANGES: dict[str, tuple[int, int, int]] = {
     'stream.overlap_keyframes': (1, 1_000_000, 0),
     'map.max_points': (1, 1_000_000_000, 0),
     'map.pixel_stride': (1, 64, 0),
+}
+_FLOAT_RANGES: dict[str, tuple[float, float]] = {
+    'model.mlp_ratio': (0.25, 16.0),
+    'map.voxel_size': (MIN_VOXEL_SIZE, MAX_VOXEL_SIZE),
+    'map.confidence_percentile': (0.0, 100.0),
+    'map.min_confidence': (0.0, 1e6),
+    'map.period_s': (MIN_MAP_PERIOD_S, 3600.0),
 }
 
 
@@ -217,7 +247,8 @@ def _section_specs(section: str, cls: type, defaults: dict[str, Any],
         specs.append(ParamSpec(
             name, list(default) if isinstance(default, tuple) else default,
             docs.get(f.name, ''), read_only=name not in live,
-            choices=choices, int_range=_INT_RANGES.get(name)))
+            choices=choices, int_range=_INT_RANGES.get(name),
+            float_range=_FLOAT_RANGES.get(name)))
     return specs
 
 
@@ -227,7 +258,10 @@ def all_specs(preset: str = 'official') -> list[ParamSpec]:
 
 
 def check_value(spec: ParamSpec, value: Any) -> str | None:
-    """Check a value against a spec's choices (rclpy checks types, ranges and read-only).
+    """Check a value against its spec: choices, ranges, array elements, frame ids, directory.
+
+    rclpy checks types, scalar ranges and read-only too; the ranges are checked here again so
+    that every refusal, start-up or run time, carries a reason naming the parameter.
 
     Args:
         spec: the parameter's spec.
@@ -238,7 +272,8 @@ def check_value(spec: ParamSpec, value: Any) -> str | None:
     """
     if spec.choices and value not in spec.choices:
         return f"{spec.name}='{value}' is not one of {', '.join(spec.choices)}"
-    return None
+    bounds = spec.float_range or (spec.int_range[:2] if spec.int_range else None)
+    return param_checks.check_value(spec.name, value, bounds)
 
 
 def engine_config(values: dict[str, Any]) -> config.EngineConfig:
@@ -283,6 +318,9 @@ def declare_all(node: Any) -> dict[str, Any]:
         reason = check_value(spec, values[spec.name])
         if reason:
             raise ValueError(reason)
+    reason = param_checks.check_frames(values)
+    if reason:
+        raise ValueError(reason)
     engine_config(values)
     config.MapConfig.from_flat(values)
     return values
@@ -308,6 +346,9 @@ def check_changes(changes: dict[str, Any], current: dict[str, Any]) -> str | Non
         if reason:
             return reason
     merged = {**current, **changes}
+    reason = param_checks.check_frames(merged)
+    if reason:
+        return reason
     try:
         engine_config(merged)
         config.MapConfig.from_flat(merged)

@@ -54,9 +54,13 @@ class Trajectory:
         return self.c2w[:, :3, 3]
 
 
-def _format_stamp(stamp_ns: int) -> str:
-    sec, nsec = divmod(int(stamp_ns), 1_000_000_000)
-    return f'{sec}.{nsec:09d}'
+def format_stamp(stamp_ns: int) -> str:
+    """Integer nanoseconds -> seconds with 9 decimals, exact (``-4900000000`` -> ``-4.900000000``).
+
+    The sign is written once, in front: a negative stamp is not floored to the second below.
+    """
+    sec, nsec = divmod(abs(int(stamp_ns)), 1_000_000_000)
+    return f'{"-" if stamp_ns < 0 else ""}{sec}.{nsec:09d}'
 
 
 def _parse_stamp(text: str) -> int:
@@ -74,16 +78,17 @@ def write_tum(path: str | Path, trajectory: Trajectory, comments: Iterable[str] 
     Args:
         path: output file (its folder is created).
         trajectory: poses to write, in order.
-        comments: lines written first, each prefixed with ``# ``.
+        comments: lines written first, each prefixed with ``# `` (line breaks inside one are
+            written as spaces, so a comment never becomes a pose line).
     """
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    lines = [f'# {c}' for c in comments]
+    lines = [f"# {' '.join(str(c).splitlines())}" for c in comments]
     lines.append('# timestamp tx ty tz qx qy qz qw')
     for stamp, c2w in zip(trajectory.stamps_ns, trajectory.c2w):
         position, quat = c2w_to_pose(c2w)
         values = ' '.join(f'{v:.9g}' for v in (*position, *quat))
-        lines.append(f'{_format_stamp(stamp)} {values}')
+        lines.append(f'{format_stamp(stamp)} {values}')
     out.write_text('\n'.join(lines) + '\n', encoding='utf-8')
 
 

@@ -60,6 +60,7 @@ def test_pose_decode_matches_golden(shared_file) -> None:
     # numpy in, numpy out, same numbers.
     ext_np = pose_encoding_to_extrinsics(ref['pose_enc'].numpy())
     assert isinstance(ext_np, np.ndarray)
+    # Exact: the numpy path wraps the same buffer and runs the same torch operations.
     np.testing.assert_array_equal(ext_np, ext.numpy())
 
 

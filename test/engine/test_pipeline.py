@@ -94,8 +94,10 @@ def test_same_seed_same_poses_and_reset_restarts_identically():
     first = StreamingSession(_config(), allow_random_weights=True, seed=7)
     second = StreamingSession(_config(), allow_random_weights=True, seed=7)
     a, b = _run(first, frames), _run(second, frames)
-    np.testing.assert_array_equal(np.stack([p.pose_enc for p in a]),
-                                  np.stack([p.pose_enc for p in b]))
+    # Same weights and inputs; a tolerance because BLAS kernels may pick another path for
+    # differently aligned buffers. Different seeds differ by far more (order 1e-2 and up).
+    np.testing.assert_allclose(np.stack([p.pose_enc for p in a]),
+                               np.stack([p.pose_enc for p in b]), rtol=1e-5, atol=1e-6)
     cleared = first.reset()
     assert cleared == {'frames': N_S + 3, 'keyframes': N_S + 3, 'pending_frames': 0}
     assert first.stats().cache.frame_count == 0
@@ -173,7 +175,7 @@ def test_a_saved_checkpoint_reproduces_the_session_it_came_from(tmp_path):
     assert loaded.weights == str(path)
     frames = _frames(N_S + 2)
     for a, b in zip(_run(source, frames), _run(loaded, frames)):
-        np.testing.assert_array_equal(a.pose_enc, b.pose_enc)
+        np.testing.assert_allclose(a.pose_enc, b.pose_enc, rtol=1e-5, atol=1e-6)
 
 
 def test_fast_path_is_built_before_the_stream_and_leaves_no_trace():

@@ -77,6 +77,7 @@ def test_apply_keeps_leading_dimensions_and_the_documented_formula():
     assert np.allclose(mapped[1, 1, :3, :3], fit.rotation @ one[:3, :3], atol=1e-12)
     assert np.allclose(mapped[1, 1, :3, 3],
                        fit.scale * fit.rotation @ one[:3, 3] + fit.translation, atol=1e-12)
+    # The last row is written as constants, never computed: exact.
     assert np.array_equal(mapped[..., 3, :], np.broadcast_to([0.0, 0.0, 0.0, 1.0], (2, 3, 4)))
     with pytest.raises(ValueError, match=r'\[\.\.\., 4, 4\]'):
         fit.apply(np.eye(3))
@@ -113,7 +114,7 @@ def test_static_camera_is_degenerate_and_uses_the_fallback_scale(jitter):
     session[:, :3, 3] += rng.normal(scale=jitter, size=(10, 3))
     reference[:, :3, 3] += rng.normal(scale=jitter, size=(10, 3))
     fit = align_sim3(reference, session, fallback_scale=0.8)
-    assert fit.degenerate and fit.scale == 0.8
+    assert fit.degenerate and fit.scale == 0.8  # the fallback passed through: exact
     assert np.abs(fit.rotation - rot).max() < 1e-9
     # The mean centre still lands on the mean centre.
     mapped = fit.apply(session)[:, :3, 3].mean(axis=0)
@@ -124,7 +125,7 @@ def test_static_camera_is_degenerate_and_uses_the_fallback_scale(jitter):
 def test_single_frame_is_degenerate_and_maps_that_frame_exactly():
     session, reference, (_, rot, _) = _case(6, np.array([[1.0, 2.0, 3.0]]))
     fit = align_sim3(reference, session)
-    assert fit.degenerate and fit.scale == 1.0
+    assert fit.degenerate and fit.scale == 1.0  # the default fallback passed through: exact
     assert np.abs(fit.rotation - rot).max() < 1e-12
     assert np.abs(fit.apply(session) - reference).max() < 1e-12
     assert fit.residual < 1e-12

@@ -223,7 +223,7 @@ def test_c2w_to_pose_and_refusals():
     c2w[:3, :3] = random_rotation(RNG)
     c2w[:3, 3] = [1.0, -2.0, 3.5]
     position, quat = conversions.c2w_to_pose(c2w)
-    assert position == (1.0, -2.0, 3.5)
+    assert position == (1.0, -2.0, 3.5)  # copied from the matrix, not computed: exact
     assert isinstance(quat[0], float)
     with pytest.raises(ValueError, match='non-finite'):
         conversions.c2w_to_pose(np.full((4, 4), np.nan))

@@ -67,6 +67,7 @@ def test_a_pitched_mounting_keeps_base_link_level():
 
 
 def test_optical_rotation_and_bad_mountings():
+    # Exact: the identity quaternion gives 1 - 2 * 0 and products of zeros, no round-off.
     assert np.array_equal(pose7_to_matrix(IDENTITY7), np.eye(4))
     assert np.allclose(OPTICAL_IN_BODY[:3, :3] @ [0, 0, 1], [1, 0, 0])  # optical z = forward
     for bad, match in (([0.0] * 6, '7 finite'), ([0.0] * 6 + [float('nan')], '7 finite'),
