@@ -81,11 +81,11 @@ def test_transitions_load_subscribe_unsubscribe_and_free(graph):
     # (No invalid transition is requested: Jazzy's rclpy never answers one.)
     state = probe.call(probe.get_state, GetState.Request()).current_state.id
     assert state == State.PRIMARY_STATE_UNCONFIGURED
-    assert publishers(probe, 'lingbot_map/pose') == 0 and node._session is None
+    assert publishers(probe, 'lingbot_map/pose') == 0 and node.core.pipeline is None
 
     assert transition(probe, Transition.TRANSITION_CONFIGURE) == \
         (True, State.PRIMARY_STATE_INACTIVE)
-    assert node._session is not None and node._session.stats().time_index == 0  # warm-up reset
+    assert node.core.pipeline.session.stats().time_index == 0  # warm-up reset
     wait_for(lambda: publishers(probe, 'lingbot_map/pose') == 1, _TIMEOUT_S, 'pose publisher')
     assert subscribers(probe, 'image') == 0  # inactive: no input yet
 
@@ -106,17 +106,17 @@ def test_transitions_load_subscribe_unsubscribe_and_free(graph):
     assert probe.count(probe.poses) == before == 6  # nothing was processed while inactive
     send(probe, 9, 3)
     wait_for(lambda: probe.count(probe.poses) >= 9, _TIMEOUT_S, '3 more poses')
-    assert node._session.stats().time_index >= 9
+    assert node.core.pipeline.session.stats().time_index >= 9
 
     assert transition(probe, Transition.TRANSITION_DEACTIVATE)[0] is True
     assert transition(probe, Transition.TRANSITION_CLEANUP) == \
         (True, State.PRIMARY_STATE_UNCONFIGURED)
-    assert node._session is None and node._runner is None
+    assert node.core.pipeline is None
     wait_for(lambda: publishers(probe, 'lingbot_map/pose') == 0, _TIMEOUT_S, 'publishers gone')
 
     # Configure again after cleanup: a fresh session.
     assert transition(probe, Transition.TRANSITION_CONFIGURE)[0] is True
-    assert node._session.stats().time_index == 0
+    assert node.core.pipeline.session.stats().time_index == 0
     graph.remove(node)
 
 
@@ -124,7 +124,7 @@ def test_configure_fails_cleanly_without_weights(graph):
     node, probe = start(graph, allow_random_weights=False)
     ok, state = transition(probe, Transition.TRANSITION_CONFIGURE)
     assert (ok, state) == (False, State.PRIMARY_STATE_UNCONFIGURED)
-    assert node._session is None and publishers(probe, 'lingbot_map/pose') == 0
+    assert node.core.pipeline is None and publishers(probe, 'lingbot_map/pose') == 0
     # Read-only parameters stay read-only before configure, as on the plain node: the fix is a
     # node started with the right value, which then configures.
     assert probe.set_params(allow_random_weights=True)[0].successful is False
