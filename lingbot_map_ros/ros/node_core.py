@@ -152,10 +152,8 @@ class LingbotMapCore:
             True when no frame is running any more; False when one finishes in the background.
         """
         with self._lock:
-            inputs, self.inputs = self.inputs, None
-            if inputs is None or inputs.stop(wait_s):
+            if self._stop_inputs(wait_s):
                 return True
-            self._draining.append(inputs.worker)
             self._log.info(f'the frame in progress did not finish within {wait_s:.0f} s; it '
                            'finishes in the background')
             return False
@@ -171,7 +169,7 @@ class LingbotMapCore:
         """
         deadline = time.monotonic() + wait_s
         with self._lock:
-            self.deactivate(wait_s)
+            self._stop_inputs(wait_s)
             running = [w for w in self._draining
                        if not w.stop(deadline - time.monotonic())]
             self._draining = []
@@ -219,6 +217,14 @@ class LingbotMapCore:
             self._lock.release()
 
     # ---- callbacks ------------------------------------------------------------------------------
+
+    def _stop_inputs(self, wait_s: float) -> bool:
+        """Stop the inputs; a worker still in a frame after ``wait_s`` joins the draining ones."""
+        inputs, self.inputs = self.inputs, None
+        if inputs is None or inputs.stop(wait_s):
+            return True
+        self._draining.append(inputs.worker)
+        return False
 
     def _queue_length(self) -> int:
         inputs = self.inputs

@@ -122,6 +122,8 @@ def _stop(node: Any, executor: MultiThreadedExecutor) -> bool:
     deadline = time.monotonic() + _SHUTDOWN_BUDGET_S
     finished = node.core.shutdown(_WORKER_WAIT_S)
     finished = _bounded(executor.shutdown, deadline - time.monotonic()) and finished
+    if not finished:
+        node.get_logger().warning('exiting without waiting for the work still running')
     node.destroy_node()
     rclpy.try_shutdown()
     return finished
