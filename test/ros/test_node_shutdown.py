@@ -41,6 +41,7 @@ from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
 from node_harness import image_msg, make_image, Probe, wait_for
 import pytest
+from rcl_interfaces.srv import GetParameters
 
 pytestmark = pytest.mark.rostest
 
@@ -147,13 +148,17 @@ def processes():
 
 
 def node_probe(graph, process):
-    """Return a probe in the process's namespace, once the node has started and matched it."""
+    """Return a probe in the process's namespace, once the node runs and has matched it."""
     probe = graph.add(Probe(graph.context, process.namespace))
-    # The start-up log line comes last: before it a signal still interrupts the start-up.
     wait_for(lambda: process.proc.poll() is not None or (
-        process.seen('listening on') and probe.image_pub.get_subscription_count() > 0 and
+        probe.image_pub.get_subscription_count() > 0 and
         all(s.get_publisher_count() > 0 for s in probe.subs[:3])), _TIMEOUT_S, 'the node')
     assert process.proc.poll() is None, process.output
+    # Services are answered once the executor spins, i.e. after the start-up (until then a
+    # signal interrupts the start-up, the case of the start-up test).
+    client = probe.create_client(GetParameters, 'lingbot_map/get_parameters')
+    reply = probe.call(client, GetParameters.Request(names=['model.preset']), _TIMEOUT_S)
+    assert [v.string_value for v in reply.values] == ['tiny']
     return probe
 
 
