@@ -230,13 +230,12 @@ class LingbotMapCore:
         inputs = self.inputs
         return len(inputs.queue) if inputs is not None else 0
 
-    def _on_abandoned_frame_end(self, error: str) -> None:
+    def _on_abandoned_frame_end(self) -> None:
         """Run on an abandoned worker's thread as it ends: free what its frame held."""
         release_memory()
         if not self._shut_down and self._node.context.ok():
-            self._log.info('the abandoned frame ended'
-                           f'{f" ({error})" if error else ""}; its outputs were discarded and '
-                           'its memory freed')
+            self._log.info('the abandoned frame ended; its outputs were discarded and its '
+                           'memory freed')
 
     def _on_clock_jump(self, _jump: Any) -> None:
         pipeline = self.pipeline

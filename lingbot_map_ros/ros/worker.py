@@ -137,9 +137,8 @@ class Worker:
         self._on_error: Callable[[BaseException], None] | None = on_error
         self._stop = threading.Event()
         self._exit_lock = threading.Lock()
-        self._on_exit: Callable[[str], None] | None = None
+        self._on_exit: Callable[[], None] | None = None
         self._ended = False
-        self._last_error = ''
         # A daemon thread: a frame stuck in the engine must never keep the process alive (the
         # process exits through os._exit then, see node_process.py).
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -169,12 +168,12 @@ class Worker:
             self._thread.join(max(timeout_s, 0.0))
         return not self._thread.is_alive()
 
-    def abandon(self, on_exit: Callable[[str], None]) -> None:
+    def abandon(self, on_exit: Callable[[], None]) -> None:
         """Give up a stopped worker whose item is still running.
 
-        From now on an exception of that item is not reported through ``on_error`` (its outputs
-        may be gone already): the thread drops its handler and error callback as it ends, then
-        calls ``on_exit`` with the item's error (``''`` without one), so the owner can free what
+        From now on an exception of that item is not reported through ``on_error``: the owner
+        has destroyed what the item writes to, so it is expected to fail. The thread drops its
+        handler and error callback as it ends, then calls ``on_exit``, so the owner can free what
         the item held. ``on_exit`` runs at once, on the caller's thread, if the thread has
         already ended.
         """
@@ -184,7 +183,7 @@ class Worker:
             if not self._ended:
                 self._on_exit = on_exit
                 return
-        on_exit(self._last_error)
+        on_exit()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -202,14 +201,10 @@ class Worker:
             self._ended = True
             on_exit, self._on_error = self._on_exit, None
         if on_exit is not None:
-            on_exit(self._last_error)
+            on_exit()
 
     def _report(self, exc: Exception) -> None:
         with self._exit_lock:
-            abandoned = self._on_exit is not None
-            on_error = self._on_error
-        if abandoned or on_error is None:
-            # Only a string: the exception's traceback would keep the session alive.
-            self._last_error = f'{type(exc).__name__}: {exc}'
-        else:
+            on_error = None if self._on_exit is not None else self._on_error
+        if on_error is not None:
             on_error(exc)

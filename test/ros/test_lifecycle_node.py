@@ -20,10 +20,14 @@ is checked from outside: which topics the node subscribes to and publishes, whet
 poses, what ``~/get_state`` answers, and (configure) the engine really loaded or refused.
 """
 
+import gc
 import itertools
+import threading
+import weakref
 
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
+from lingbot_map_ros.engine.rollover import RolloverSession
 from lingbot_map_ros.ros.lifecycle_node import LingbotMapLifecycleNode
 from node_harness import Graph, image_msg, make_image, Probe, TINY_CPU, wait_for
 import pytest
@@ -131,4 +135,58 @@ def test_configure_fails_cleanly_without_weights(graph):
     graph.remove(node)
     node, probe = start(graph)
     assert transition(probe, Transition.TRANSITION_CONFIGURE)[0] is True
+    graph.remove(node)
+
+
+def test_deactivate_and_cleanup_during_a_long_frame_abandon_it_cleanly(
+        graph, monkeypatch, capfd):
+    node, probe = start(graph)
+    assert transition(probe, Transition.TRANSITION_CONFIGURE)[0] is True
+    assert transition(probe, Transition.TRANSITION_ACTIVATE)[0] is True
+    probe.wait_matched(node)
+    send(probe, 0, 4)  # past the scale frames: the next frame publishes a pose when it ends
+    wait_for(lambda: probe.count(probe.poses) >= 4, _TIMEOUT_S, '4 poses')
+    # The next frame lasts until the test lets it end (longer than both transitions wait).
+    started, release = threading.Event(), threading.Event()
+    real_step = RolloverSession.step
+
+    def long_step(self, image, stamp):
+        started.set()
+        release.wait(_TIMEOUT_S)
+        return real_step(self, image, stamp)
+    monkeypatch.setattr(RolloverSession, 'step', long_step)
+    session = weakref.ref(node.core.pipeline.session.session)
+    send(probe, 4, 1)
+    assert started.wait(_TIMEOUT_S)
+
+    # Both transitions return after their bounded waits, the frame still running.
+    assert transition(probe, Transition.TRANSITION_DEACTIVATE) == \
+        (True, State.PRIMARY_STATE_INACTIVE)
+    assert transition(probe, Transition.TRANSITION_CLEANUP) == \
+        (True, State.PRIMARY_STATE_UNCONFIGURED)
+    assert node.core.pipeline is None
+    wait_for(lambda: publishers(probe, 'lingbot_map/pose') == 0, _TIMEOUT_S, 'publishers gone')
+
+    # The frame ends after cleanup: nothing is published, no error, the session is freed.
+    release.set()
+    logged = []
+
+    def ended():
+        logged.append(capfd.readouterr().err)
+        return 'the abandoned frame ended' in ''.join(logged)
+
+    def freed():
+        gc.collect()
+        return session() is None
+    wait_for(ended, _TIMEOUT_S, 'the abandoned frame to end')
+    wait_for(freed, _TIMEOUT_S, 'the session freed')
+    log = ''.join(logged)
+    assert probe.count(probe.poses) == 4
+    assert 'abandoned:' in log and 'ERROR' not in log and 'InvalidHandle' not in log, log
+    assert not graph.errors
+
+    # The node configures again from scratch.
+    monkeypatch.undo()
+    assert transition(probe, Transition.TRANSITION_CONFIGURE)[0] is True
+    assert node.core.pipeline.session.stats().time_index == 0
     graph.remove(node)
