@@ -116,15 +116,17 @@ class LingbotMapCore:
                 return
             if self._stopping.is_set():
                 raise RuntimeError('configure: the node is shutting down')
-            pipeline = FramePipeline(self._node, self.values)
+            pipeline = None
             try:
+                pipeline = FramePipeline(self._node, self.values)
                 pipeline.warm_up(self._stopping.is_set)
                 self.services = NodeServices(self._node, self.values, pipeline,
                                              input_topic(self._node, self.values),
                                              self._queue_length)
             except BaseException:
-                pipeline.destroy()
-                release_memory()
+                if pipeline is not None:
+                    pipeline.destroy()
+                release_memory()  # a session built before the failure holds the weights
                 raise
             self.pipeline = pipeline
 

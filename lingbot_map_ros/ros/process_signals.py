@@ -64,7 +64,13 @@ class ProcessSignals:
         """Name of the first signal received (``'SIGINT'``), None before."""
 
     def install(self) -> None:
-        """Install the handlers; the previous ones come back with :meth:`uninstall`."""
+        """Install the handlers; the previous ones come back with :meth:`uninstall`.
+
+        Off the main thread (an embedding program running ``main`` in a thread) Python allows
+        no handlers: nothing is installed and the embedding program stops the node.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return
         for sig in SIGNALS:
             self._saved[sig] = signal.signal(sig, self._on_signal)
 
