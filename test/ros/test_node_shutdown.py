@@ -179,6 +179,7 @@ def test_a_signal_when_idle_exits_quietly(graph, processes, sig):
     probe = node_probe(graph, process)
     process.assert_clean_exit(process.stop(sig))
     assert 'stopping the node' in process.output
+    assert process.output.count('warmed up') == 1  # one warm-up per start
     graph.remove(probe)
 
 
