@@ -11,28 +11,57 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Console entry point of ``lingbot_map_node``: imports the node, then runs it.
+"""Entry point of the node executables: signal handlers first, then the imports, then the node.
 
-Importing the node pulls in torch (about 1.5 s). A Ctrl-C in that time would print a traceback
-from deep inside torch; here it ends the process quietly instead, as a Ctrl-C while spinning does.
+Importing the node pulls in torch (1.5 s, more on a loaded machine). The SIGINT/SIGTERM handlers
+of :mod:`~lingbot_map_ros.ros.process_signals` go in before that import, so a Ctrl-C or a
+``kill`` at any moment of the start-up ends the process quietly with status 0, as one while
+spinning does. This module imports nothing heavy itself.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+
+from lingbot_map_ros.ros.process_signals import ProcessSignals, ShutdownRequested
+
+NODE_NAME = 'lingbot_map'
+"""Name of the node both executables start (here, so that importing it costs nothing)."""
 
 
 def main(args: list[str] | None = None) -> int:
-    """Import and run :func:`lingbot_map_ros.ros.node.main`.
+    """Run ``lingbot_map_node`` (:class:`~lingbot_map_ros.ros.node.LingbotMapNode`).
 
     Returns:
-        The node's exit code; 130 when interrupted during the import.
+        The process exit code: 0 after a clean shutdown (a signal included), 1 when the node
+        could not start.
     """
+    return run(args, 'lingbot_map_node', 'lingbot_map_ros.ros.node', 'LingbotMapNode')
+
+
+def run(args: list[str] | None, exe: str, module: str, class_name: str) -> int:
+    """Install the signal handlers, import the node class, run it until shutdown.
+
+    Args:
+        args: command line (``sys.argv`` when None).
+        exe: executable name, for ``--help``.
+        module: module of the node class.
+        class_name: the node class in it.
+
+    Returns:
+        The process exit code (see :func:`main`).
+    """
+    signals = ProcessSignals()
+    signals.install()
     try:
-        from lingbot_map_ros.ros import node
-    except KeyboardInterrupt:
-        return 130
-    return node.main(args)
+        node_class = getattr(importlib.import_module(module), class_name)
+        from lingbot_map_ros.ros import node_process
+        return node_process.run(args, node_class, exe, signals)
+    except ShutdownRequested:
+        return 0  # during start-up: nothing ran yet that needs more than the finally blocks
+    finally:
+        signals.uninstall()
 
 
 if __name__ == '__main__':

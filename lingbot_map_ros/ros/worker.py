@@ -119,7 +119,7 @@ class FrameQueue:
 
 
 class Worker:
-    """One thread that feeds queue items to a handler until stopped."""
+    """One thread that feeds queue items to a handler until stopped (or abandoned)."""
 
     def __init__(self, queue: FrameQueue, handler: Callable[[Any], None],
                  on_error: Callable[[BaseException], None], name: str = 'lingbot_map_worker'
@@ -133,14 +133,24 @@ class Worker:
             name: thread name (shows in py-spy and gdb).
         """
         self._queue = queue
-        self._handler = handler
-        self._on_error = on_error
+        self._handler: Callable[[Any], None] | None = handler
+        self._on_error: Callable[[BaseException], None] | None = on_error
         self._stop = threading.Event()
+        self._exit_lock = threading.Lock()
+        self._on_exit: Callable[[], None] | None = None
+        self._ended = False
+        # A daemon thread: a frame stuck in the engine must never keep the process alive (the
+        # process exits through os._exit then, see node_process.py).
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         """Start the thread."""
         self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        """Return True while the thread is alive (a stopped worker may still finish a frame)."""
+        return self._thread.is_alive()
 
     def stop(self, timeout_s: float = 10.0) -> bool:
         """Close the queue, let the current item finish and join the thread.
@@ -149,13 +159,31 @@ class Worker:
             timeout_s: longest wait for the current item to finish.
 
         Returns:
-            True if the thread ended within the timeout.
+            True if the thread ended within the timeout; otherwise it ends by itself after its
+            current item (call :meth:`abandon` to detach it from the handler's owner).
         """
         self._stop.set()
         self._queue.close()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(max(timeout_s, 0.0))
         return not self._thread.is_alive()
+
+    def abandon(self, on_exit: Callable[[], None]) -> None:
+        """Give up a stopped worker whose item is still running.
+
+        From now on an exception of that item is not reported through ``on_error``: the owner
+        has destroyed what the item writes to, so it is expected to fail. The thread drops its
+        handler and error callback as it ends, then calls ``on_exit``, so the owner can free what
+        the item held. ``on_exit`` runs at once, on the caller's thread, if the thread has
+        already ended.
+        """
+        self._stop.set()
+        self._queue.close()
+        with self._exit_lock:
+            if not self._ended:
+                self._on_exit = on_exit
+                return
+        on_exit()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -165,4 +193,18 @@ class Worker:
             try:
                 self._handler(item)
             except Exception as exc:  # noqa: BLE001 - the thread must outlive any bad frame
-                self._on_error(exc)
+                self._report(exc)
+            del item
+        # The handler holds the engine session: let it go with the thread.
+        self._handler = None
+        with self._exit_lock:
+            self._ended = True
+            on_exit, self._on_error = self._on_exit, None
+        if on_exit is not None:
+            on_exit()
+
+    def _report(self, exc: Exception) -> None:
+        with self._exit_lock:
+            on_error = None if self._on_exit is not None else self._on_error
+        if on_error is not None:
+            on_error(exc)

@@ -126,14 +126,14 @@ def test_a_hostile_tf_static_mounting_is_refused_and_the_parameter_kept(graph, t
     mount.transform.rotation.w = 1.0
     with pytest.raises(ValueError, match=r'/tf_static base_link -> cam_optical needs 7 finite'):
         lookup_mount(_StaticBuffer(mount), 'base_link', 'cam_optical')
-    outputs = node._outputs
+    outputs = node.core.pipeline.outputs
     before = outputs.frames.mount.copy()
     outputs._tf_buffer = _StaticBuffer(mount)  # what a tf2_ros install would hand over
     sent = _feed(probe, 6)
     wait_for(lambda: probe.count(probe.poses) >= len(sent), _TIMEOUT_S, 'every pose')
     assert outputs.frames_info()['mounting'] == 'parameter'
     np.testing.assert_allclose(outputs.frames.mount, before, rtol=0, atol=0)  # kept as is
-    assert node._stats.roll().resets_total.get('nan_pose', 0) == 0
+    assert node.core.pipeline.stats.roll().resets_total.get('nan_pose', 0) == 0
     # A plausible mounting on /tf_static is still taken (at the next anchor: after a reset).
     mount.transform.translation.x = 0.25
     assert probe.call(probe.reset_client, Trigger.Request()).success
@@ -166,12 +166,13 @@ def _hostile(forward):
 
 def test_no_topic_carries_a_non_finite_number(graph, tmp_path):
     node, probe = graph.start_node(f'/nonfinite{next(_ns)}', _values(tmp_path))
-    model = node._session.session.model
+    model = node.core.pipeline.session.session.model
     model.forward_frame = _hostile(model.forward_frame)
     model.forward_scale = _hostile(model.forward_scale)
     sent = _feed(probe, 16)
-    wait_for(lambda: node._stats.roll().received_total >= len(sent) and
-             node._runner.busy_s() is None and len(node._queue) == 0, _TIMEOUT_S,
+    pipeline = node.core.pipeline
+    wait_for(lambda: pipeline.stats.roll().received_total >= len(sent) and
+             pipeline.runner.busy_s() is None and len(node.core.inputs.queue) == 0, _TIMEOUT_S,
              'every frame handled')
     wait_for(lambda: probe.count(probe.depths) > 0 and probe.count(probe.clouds) > 0,
              _TIMEOUT_S, 'depth and cloud outputs')
@@ -182,7 +183,7 @@ def test_no_topic_carries_a_non_finite_number(graph, tmp_path):
         values = np.asarray(_numbers(msg), np.float64)
         assert np.isfinite(values).all(), type(msg).__name__
     # The depth pixels were zeroed and counted, not published.
-    assert node._stats.roll().nonfinite_total['depth_pixels'] > 0
+    assert pipeline.stats.roll().nonfinite_total['depth_pixels'] > 0
     depth = np.frombuffer(bytes(probe.depths[0].data), '<f4').reshape(
         probe.depths[0].height, -1)
     assert (depth[:6] == 0).all() and (depth[6:] > 0).any()  # 0 written as such: exact
@@ -196,7 +197,8 @@ def test_save_writes_parseable_files_whatever_the_frame_id(graph, tmp_path, fram
     node, probe = graph.start_node(f'/hostile_save{next(_ns)}', _values(tmp_path / 'saves'))
     _feed(probe, 4, frame_id)
     # The pose log is written right after the pose is published: wait for the log itself.
-    wait_for(lambda: len(node._map.snapshot().stamps_ns) >= 4, _TIMEOUT_S, 'poses logged')
+    map_output = node.core.pipeline.map_output
+    wait_for(lambda: len(map_output.snapshot().stamps_ns) >= 4, _TIMEOUT_S, 'poses logged')
     save = probe.create_client(Trigger, 'lingbot_map/save')
     reply = probe.call(save, Trigger.Request())
     assert reply.success, reply.message

@@ -31,6 +31,7 @@ import os
 from pathlib import Path
 import sys
 import threading
+import time
 
 from lingbot_map_ros.ros.node import NODE_NAME
 from node_harness import Graph, image_msg, make_image, TINY_CPU, wait_for
@@ -47,6 +48,8 @@ DOCUMENTED = ['namespace', 'params_file', 'use_sim_time', 'log_level', 'image_to
 EXECUTABLES = {'lingbot_map_node': 'lingbot_map_ros.ros.entry',
                'lingbot_map_lifecycle_node': 'lingbot_map_ros.ros.lifecycle_node'}
 _TIMEOUT_S = 120.0  # a node process importing torch on a loaded 2-core machine
+# ros2 launch escalates to SIGTERM this long after its SIGINT (its sigterm_timeout default).
+_LAUNCH_SIGTERM_AFTER_S = 5.0
 _ns = itertools.count()
 
 
@@ -115,15 +118,24 @@ def params_file(tmp_path_factory):
 def launch(arguments, check):
     """Run the launch file with ``arguments`` in this (main) thread, ``check()`` beside it.
 
+    After ``check`` the launch is shut down as Ctrl-C on ``ros2 launch`` does: SIGINT to each
+    process, SIGTERM 5 s later if it is still there.
+
     Returns:
-        What ``check`` returned; its exception is raised here after the launch has ended.
+        What ``check`` returned, and ``(seconds from the shutdown to the exit, exit status)`` of
+        every launched process; ``check``'s exception is raised here after the launch has ended.
     """
     from launch import LaunchDescription, LaunchService
-    from launch.actions import IncludeLaunchDescription
+    from launch.actions import IncludeLaunchDescription, RegisterEventHandler
+    from launch.event_handlers import OnProcessExit
     from launch.launch_description_sources import PythonLaunchDescriptionSource
     service = LaunchService()
-    service.include_launch_description(LaunchDescription([IncludeLaunchDescription(
-        PythonLaunchDescriptionSource(str(LAUNCH)), launch_arguments=arguments.items())]))
+    exits = []
+    service.include_launch_description(LaunchDescription([
+        RegisterEventHandler(OnProcessExit(on_exit=lambda event, _context: exits.append(
+            (time.monotonic(), event.returncode)))),
+        IncludeLaunchDescription(PythonLaunchDescriptionSource(str(LAUNCH)),
+                                 launch_arguments=arguments.items())]))
     outcome = {}
 
     def run_check():
@@ -132,6 +144,7 @@ def launch(arguments, check):
         except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
             outcome['error'] = exc
         finally:
+            outcome['shutdown_at'] = time.monotonic()
             service.shutdown()
     thread = threading.Thread(target=run_check, daemon=True)
     thread.start()
@@ -139,7 +152,13 @@ def launch(arguments, check):
     thread.join(30.0)
     if 'error' in outcome:
         raise outcome['error']
-    return outcome['value']
+    return outcome['value'], [(at - outcome['shutdown_at'], code) for at, code in exits]
+
+
+def check_clean_stop(stops):
+    """Check that the node exited with status 0 within 5 s of the SIGINT (before any SIGTERM)."""
+    assert len(stops) == 1 and stops[0][1] == 0, stops
+    assert stops[0][0] < _LAUNCH_SIGTERM_AFTER_S, stops
 
 
 def probe_launch(namespace, num_images):
@@ -198,12 +217,13 @@ def check_outputs(got, namespace, map_frame):
 
 def test_launch_starts_the_node_with_arguments_remaps_and_parameters(prefix, params_file):
     namespace = f'/launch{next(_ns)}'
-    got = launch({'namespace': namespace, 'params_file': str(params_file),
-                  'image_topic': 'cam/image_raw', 'allow_random_weights': 'true',
-                  'odom_frame': 'odom_lt', 'map_frame': 'map_lt', 'publish_tf': 'false',
-                  'log_level': 'warn'},
-                 lambda: probe_launch(namespace, 4))
+    got, stops = launch({'namespace': namespace, 'params_file': str(params_file),
+                         'image_topic': 'cam/image_raw', 'allow_random_weights': 'true',
+                         'odom_frame': 'odom_lt', 'map_frame': 'map_lt', 'publish_tf': 'false',
+                         'log_level': 'warn'},
+                        lambda: probe_launch(namespace, 4))
     check_outputs(got, namespace, 'odom_lt')
+    check_clean_stop(stops)
     assert got['params'] == {'frames.odom_frame': 'odom_lt', 'frames.map_frame': 'map_lt',
                              'publish.tf': False,
                              'allow_random_weights': True, 'model.preset': 'tiny',
@@ -212,11 +232,12 @@ def test_launch_starts_the_node_with_arguments_remaps_and_parameters(prefix, par
 
 def test_launch_lifecycle_autostart_configures_and_activates(prefix, params_file):
     namespace = f'/launch{next(_ns)}'
-    got = launch({'namespace': namespace, 'params_file': str(params_file),
-                  'image_topic': 'cam/image_raw', 'allow_random_weights': 'true',
-                  'lifecycle': 'true', 'log_level': 'warn'},
-                 lambda: probe_launch(namespace, 3))
+    got, stops = launch({'namespace': namespace, 'params_file': str(params_file),
+                         'image_topic': 'cam/image_raw', 'allow_random_weights': 'true',
+                         'lifecycle': 'true', 'log_level': 'warn'},
+                        lambda: probe_launch(namespace, 3))
     check_outputs(got, namespace, 'odom')
+    check_clean_stop(stops)
     assert got['params']['allow_random_weights'] is True
 
 

@@ -20,10 +20,14 @@ is checked from outside: which topics the node subscribes to and publishes, whet
 poses, what ``~/get_state`` answers, and (configure) the engine really loaded or refused.
 """
 
+import gc
 import itertools
+import threading
+import weakref
 
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
+from lingbot_map_ros.engine.rollover import RolloverSession
 from lingbot_map_ros.ros.lifecycle_node import LingbotMapLifecycleNode
 from node_harness import Graph, image_msg, make_image, Probe, TINY_CPU, wait_for
 import pytest
@@ -81,11 +85,11 @@ def test_transitions_load_subscribe_unsubscribe_and_free(graph):
     # (No invalid transition is requested: Jazzy's rclpy never answers one.)
     state = probe.call(probe.get_state, GetState.Request()).current_state.id
     assert state == State.PRIMARY_STATE_UNCONFIGURED
-    assert publishers(probe, 'lingbot_map/pose') == 0 and node._session is None
+    assert publishers(probe, 'lingbot_map/pose') == 0 and node.core.pipeline is None
 
     assert transition(probe, Transition.TRANSITION_CONFIGURE) == \
         (True, State.PRIMARY_STATE_INACTIVE)
-    assert node._session is not None and node._session.stats().time_index == 0  # warm-up reset
+    assert node.core.pipeline.session.stats().time_index == 0  # warm-up reset
     wait_for(lambda: publishers(probe, 'lingbot_map/pose') == 1, _TIMEOUT_S, 'pose publisher')
     assert subscribers(probe, 'image') == 0  # inactive: no input yet
 
@@ -106,17 +110,17 @@ def test_transitions_load_subscribe_unsubscribe_and_free(graph):
     assert probe.count(probe.poses) == before == 6  # nothing was processed while inactive
     send(probe, 9, 3)
     wait_for(lambda: probe.count(probe.poses) >= 9, _TIMEOUT_S, '3 more poses')
-    assert node._session.stats().time_index >= 9
+    assert node.core.pipeline.session.stats().time_index >= 9
 
     assert transition(probe, Transition.TRANSITION_DEACTIVATE)[0] is True
     assert transition(probe, Transition.TRANSITION_CLEANUP) == \
         (True, State.PRIMARY_STATE_UNCONFIGURED)
-    assert node._session is None and node._runner is None
+    assert node.core.pipeline is None
     wait_for(lambda: publishers(probe, 'lingbot_map/pose') == 0, _TIMEOUT_S, 'publishers gone')
 
     # Configure again after cleanup: a fresh session.
     assert transition(probe, Transition.TRANSITION_CONFIGURE)[0] is True
-    assert node._session.stats().time_index == 0
+    assert node.core.pipeline.session.stats().time_index == 0
     graph.remove(node)
 
 
@@ -124,11 +128,65 @@ def test_configure_fails_cleanly_without_weights(graph):
     node, probe = start(graph, allow_random_weights=False)
     ok, state = transition(probe, Transition.TRANSITION_CONFIGURE)
     assert (ok, state) == (False, State.PRIMARY_STATE_UNCONFIGURED)
-    assert node._session is None and publishers(probe, 'lingbot_map/pose') == 0
+    assert node.core.pipeline is None and publishers(probe, 'lingbot_map/pose') == 0
     # Read-only parameters stay read-only before configure, as on the plain node: the fix is a
     # node started with the right value, which then configures.
     assert probe.set_params(allow_random_weights=True)[0].successful is False
     graph.remove(node)
     node, probe = start(graph)
     assert transition(probe, Transition.TRANSITION_CONFIGURE)[0] is True
+    graph.remove(node)
+
+
+def test_deactivate_and_cleanup_during_a_long_frame_abandon_it_cleanly(
+        graph, monkeypatch, capfd):
+    node, probe = start(graph)
+    assert transition(probe, Transition.TRANSITION_CONFIGURE)[0] is True
+    assert transition(probe, Transition.TRANSITION_ACTIVATE)[0] is True
+    probe.wait_matched(node)
+    send(probe, 0, 4)  # past the scale frames: the next frame publishes a pose when it ends
+    wait_for(lambda: probe.count(probe.poses) >= 4, _TIMEOUT_S, '4 poses')
+    # The next frame lasts until the test lets it end (longer than both transitions wait).
+    started, release = threading.Event(), threading.Event()
+    real_step = RolloverSession.step
+
+    def long_step(self, image, stamp):
+        started.set()
+        release.wait(_TIMEOUT_S)
+        return real_step(self, image, stamp)
+    monkeypatch.setattr(RolloverSession, 'step', long_step)
+    session = weakref.ref(node.core.pipeline.session.session)
+    send(probe, 4, 1)
+    assert started.wait(_TIMEOUT_S)
+
+    # Both transitions return after their bounded waits, the frame still running.
+    assert transition(probe, Transition.TRANSITION_DEACTIVATE) == \
+        (True, State.PRIMARY_STATE_INACTIVE)
+    assert transition(probe, Transition.TRANSITION_CLEANUP) == \
+        (True, State.PRIMARY_STATE_UNCONFIGURED)
+    assert node.core.pipeline is None
+    wait_for(lambda: publishers(probe, 'lingbot_map/pose') == 0, _TIMEOUT_S, 'publishers gone')
+
+    # The frame ends after cleanup: nothing is published, no error, the session is freed.
+    release.set()
+    logged = []
+
+    def ended():
+        logged.append(capfd.readouterr().err)
+        return 'the abandoned frame ended' in ''.join(logged)
+
+    def freed():
+        gc.collect()
+        return session() is None
+    wait_for(ended, _TIMEOUT_S, 'the abandoned frame to end')
+    wait_for(freed, _TIMEOUT_S, 'the session freed')
+    log = ''.join(logged)
+    assert probe.count(probe.poses) == 4
+    assert 'abandoned:' in log and 'ERROR' not in log and 'InvalidHandle' not in log, log
+    assert not graph.errors
+
+    # The node configures again from scratch.
+    monkeypatch.undo()
+    assert transition(probe, Transition.TRANSITION_CONFIGURE)[0] is True
+    assert node.core.pipeline.session.stats().time_index == 0
     graph.remove(node)

@@ -74,11 +74,12 @@ def test_late_subscriber_gets_the_map_and_save_writes_it(graph, tmp_path):
     for i, t in enumerate(sent):
         probe.image_pub.publish(image_msg(make_image(i), t))
     wait_for(lambda: probe.count(probe.poses) >= _NUM_FRAMES, _TIMEOUT_S, 'poses')
-    accumulator = node._map.accumulator
+    map_output = node.core.pipeline.map_output
+    accumulator = map_output.accumulator
     wait_for(lambda: accumulator.num_keyframes == _NUM_FRAMES, _TIMEOUT_S, 'keyframes in map')
     xyz, _ = accumulator.points()
     assert len(xyz) > 100
-    wait_for(lambda: node._map._stamp_ns == sent[-1] and not node._map._changed, _TIMEOUT_S,
+    wait_for(lambda: map_output._stamp_ns == sent[-1] and not map_output._changed, _TIMEOUT_S,
              'the map with the last keyframe published')
 
     msg = late_map(graph, node.get_namespace())
@@ -122,7 +123,7 @@ def test_late_subscriber_gets_the_map_and_save_writes_it(graph, tmp_path):
 
     # A reset starts a new map: the latched map is empty.
     assert probe.call(probe.reset_client, Trigger.Request()).success
-    wait_for(lambda: accumulator.num_points == 0 and not node._map._changed, _TIMEOUT_S,
+    wait_for(lambda: accumulator.num_points == 0 and not map_output._changed, _TIMEOUT_S,
              'the empty map published')
     assert late_map(graph, node.get_namespace()).width == 0
     graph.remove(node)

@@ -330,7 +330,7 @@ def test_rollovers_publish_one_continuous_trajectory(graph):
     node, probe = start(graph, **bag(model__max_frame_num=8, stream__session_keyframes=8,
                                      stream__overlap_keyframes=3))
     num = 40
-    session = node._session.session
+    session = node.core.pipeline.session.session
     gt = ground_truth(num)
     session._model = OracleModel(gt, session.config, noise=0.001, seed=1)
     sent = stamps(60.0, num)
@@ -358,14 +358,14 @@ def test_resolution_change_nan_pose_and_engine_errors_reset(graph, monkeypatch):
     publish(probe, [image_msg(make_image(i, 120, 80), t)
                     for i, t in enumerate(stamps(71.0, 3))])
     wait_poses(probe, 7)
-    real_step = node._session.step
+    real_step = node.core.pipeline.session.step
     failures = [errors.NonFiniteOutputError('pose is NaN'), RuntimeError('CUDA went away')]
 
     def failing_step(image, stamp):
         if failures:
             raise failures.pop(0)
         return real_step(image, stamp)
-    monkeypatch.setattr(node._session, 'step', failing_step)
+    monkeypatch.setattr(node.core.pipeline.session, 'step', failing_step)
     sent = stamps(72.0, 5)
     publish(probe, [image_msg(make_image(i, 120, 80), t) for i, t in enumerate(sent)])
     wait_for(lambda: stamp_ns(probe.poses[-1]) == sent[-1], _TIMEOUT_S, 'recovery')

@@ -27,7 +27,6 @@ import sys
 import threading
 import time
 
-from lingbot_map_ros.ros import node as node_module
 # node_harness sits next to this file (pytest puts test/ros on sys.path).
 from node_harness import image_msg, make_image, Probe, stamp_ns, TINY_CPU, wait_for
 import pytest
@@ -57,13 +56,13 @@ def start(graph, **overrides):
 
 def slow_step(node, monkeypatch, seconds):
     """Make each frame take ``seconds`` longer; returns an event set when a frame starts."""
-    real_step, started = node._session.step, threading.Event()
+    real_step, started = node.core.pipeline.session.step, threading.Event()
 
     def step(image, stamp):
         started.set()
         time.sleep(seconds)
         return real_step(image, stamp)
-    monkeypatch.setattr(node._session, 'step', step)
+    monkeypatch.setattr(node.core.pipeline.session, 'step', step)
     return started
 
 
@@ -97,7 +96,7 @@ def test_twenty_concurrent_reset_callers_are_all_answered_repeatedly(graph):
 
 def test_callers_queued_behind_a_long_frame_join_the_pending_reset(graph, monkeypatch):
     node, probe = start(graph)
-    monkeypatch.setattr(node_module, '_RESET_WAIT_S', 1.0)
+    monkeypatch.setattr(node.core.services, 'reset_wait_s', 1.0)
     started = slow_step(node, monkeypatch, 4.0)
     clients = [probe.create_client(Trigger, 'lingbot_map/reset') for _ in range(20)]
     wait_for(lambda: all(c.wait_for_service(timeout_sec=0.05) for c in clients), _TIMEOUT_S,
@@ -106,7 +105,7 @@ def test_callers_queued_behind_a_long_frame_join_the_pending_reset(graph, monkey
     assert started.wait(_TIMEOUT_S)
     begin = time.monotonic()
     answers = call_all(clients)
-    # One caller waits out _RESET_WAIT_S; the others are answered at once, not 20 x 1 s later.
+    # One caller waits out reset_wait_s; the others are answered at once, not 20 x 1 s later.
     assert time.monotonic() - begin < 3.0
     assert all(a.success and 'runs before the next frame' in a.message for a in answers)
     graph.remove(node)
