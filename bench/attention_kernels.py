@@ -297,6 +297,9 @@ def main():
     parser.add_argument('--quick', action='store_true', help='two Triton configs only')
     parser.add_argument('--device', default='cuda', help="'cpu': a dry run of the script "
                         '(TRITON_INTERPRET=1, small --patches/--window, fp16 in the interpreter)')
+    parser.add_argument('--configs', default=None, metavar='JSON',
+                        help='a JSON list of Triton configs: time only these, each with bf16 '
+                             'and with FP8 K/V storage (no other candidates, no sweep)')
     parser.add_argument('--patches', type=int, default=PATCHES, help='patch tokens per frame')
     parser.add_argument('--window', type=int, default=72, help='patch frames visible (N_s + W)')
     args = parser.parse_args()
@@ -319,10 +322,18 @@ def main():
     gpu = torch.cuda.get_device_name(dev) if dev.type == 'cuda' else 'cpu (dry run)'
     print(f'{gpu}; torch {torch.version.__version__}; '
           f'Q={n_q} K={n_k} H={HEADS} D={DIM}: {flops / 1e9:.1f} GFLOP per call', flush=True)
-    torch_candidates(checks, timed, flops, patch_keys)
-    flashinfer_candidates(checks, timed, flops)
-    flash_attn4_candidate(checks, timed, flops)
-    best = triton_candidates(checks, timed, flops, args.quick)
+    if args.configs:
+        best = None
+        for cfg in json.loads(args.configs):
+            record(f'Triton {cfg_name(cfg)}', triton_fn(cfg), checks, timed, flops)
+            record(f'Triton FP8 KV storage: {cfg_name(cfg)}', triton_fn(cfg, kv_fp8=True),
+                   checks, timed, flops, 'K/V e4m3 in memory, widened to fp16 in registers',
+                   bound=8e-2)
+    else:
+        torch_candidates(checks, timed, flops, patch_keys)
+        flashinfer_candidates(checks, timed, flops)
+        flash_attn4_candidate(checks, timed, flops)
+        best = triton_candidates(checks, timed, flops, args.quick)
     if best is not None:
         graph_check(best, checks)
     summary = {'shape': {'q': n_q, 'k': n_k, 'heads': HEADS, 'dim': DIM}, 'gflop': flops / 1e9,

@@ -112,9 +112,12 @@ def _attend_part(Q, K, V, Out, M, bounds, n_q, qk_scale,
 @triton.jit
 def _widen(x, Q, MMA_FP16: tl.constexpr):
     """A loaded K or V tile in the products' operand dtype (fp16 for FP8 K/V, else Q's)."""
+    # One return: Triton checks every return statement's type, taken or not.
     if MMA_FP16:
-        return x.to(tl.float16)
-    return x.to(Q.dtype.element_ty)
+        y = x.to(tl.float16)
+    else:
+        y = x.to(Q.dtype.element_ty)
+    return y
 
 
 @triton.jit
