@@ -338,7 +338,8 @@ def main():
         graph_check(best, checks)
     summary = {'shape': {'q': n_q, 'k': n_k, 'heads': HEADS, 'dim': DIM}, 'gflop': flops / 1e9,
                'gpu': gpu, 'torch': torch.__version__,
-               'triton_best': best, 'triton_best_fp8': FP8_BEST[0], 'seconds': time.time() - began, 'rows': ROWS}
+               'triton_best': best, 'triton_best_fp8': FP8_BEST[0],
+               'seconds': time.time() - began, 'rows': ROWS}
     with open(os.path.join(out_dir, 'attention_kernels.json'), 'w') as f:
         json.dump(summary, f, indent=1)
     print('\n== candidates at our shape (median ms, TFLOP/s, error vs float64) ==')

@@ -72,8 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--steady', type=int, default=30,
                         help='streaming frames timed after the window has filled')
     parser.add_argument('--scale-head-chunk', type=int, default=None, metavar='N',
-                        help="frames the depth head takes at once in phase 1 (the head's "
-                             'frames_chunk_size; default: the model\'s, 1)')
+                        help='frames the depth head takes at once in phase 1 (its '
+                             'frames_chunk_size; default 1)')
     parser.add_argument('--weights', default=None,
                         help='checkpoint to load instead of random weights (same memory)')
     parser.add_argument('--seed', type=int, default=0, help='random-weights salt')

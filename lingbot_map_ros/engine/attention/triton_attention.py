@@ -111,7 +111,7 @@ def _attend_part(Q, K, V, Out, M, bounds, n_q, qk_scale,
 
 @triton.jit
 def _widen(x, Q, MMA_FP16: tl.constexpr):
-    """A loaded K or V tile in the products' operand dtype (fp16 for FP8 K/V, else Q's)."""
+    """Widen a loaded K or V tile to the products' operand dtype (fp16 for FP8 K/V, else Q's)."""
     # One return: Triton checks every return statement's type, taken or not.
     if MMA_FP16:
         y = x.to(tl.float16)
