@@ -41,7 +41,7 @@ Special (all needed for parity with the official numbers):
   fusion steps), so N_s = 8 at once raised the session's peak by ~2.3 GiB
   (docs/gpu_memory.md). Frame by frame, phase 1 needs what a streaming frame needs. Each frame's
   result is the same computation in any chunking; only CPU BLAS/oneDNN kernels, which are
-  picked by batch size, can round the last bit differently (tests/engine/test_heads.py).
+  picked by batch size, can round the last bit differently (test_scale_phase_memory.py).
 - :meth:`DPTHead.frame_step` is one frame's head as a pure function of its taps: its shapes
   are fixed per resolution, so the frame runner can compile it and replay its ~100 kernel
   launches as one CUDA graph.
