@@ -15,7 +15,7 @@
 #     (bench/attention_kernels.py), the Triton/FP8 tests, golden set A with an FP8 KV cache,
 #     `bench model` (SDPA, compiled) at the default config (pose, depth) and with
 #     config/small_gpu.yaml's cache (W 24, FP8, 330 keyframes), the memory of each phase with
-#     FP8 KV and 330 keyframes (bench/memory_breakdown.py), then h200_summary.json. At most
+#     FP8 KV and 330 keyframes (`bench memory`), then h200_summary.json. At most
 #     ~9.5 min (each step has a timeout), typically ~7.
 #   STAGE=long20k: issue #12's run: 20,000 frames at K=1 through rollovers (compiled, pose path,
 #     progress every 100 frames), started with setsid so it outlives one 10-minute call; the
@@ -25,6 +25,13 @@
 #     bf16 through the robot path, `bench model` pose and depth with per-part timings, the map
 #     accumulator at 504x378 (`bench map`), and the Triton kernel against the others (--quick).
 #   STAGE=kernels: bench/attention_kernels.py alone (e.g. with flash-attn-4 carried in .fa4/).
+#   STAGE=memory: issue #25 (docs/gpu_memory.md), ~4 min: the Triton/FP8 tests; three
+#     memory-only `bench memory` runs side by side (defaults + Triton FP8 KV at 518x392, the
+#     small-GPU file with W 24 and W 16; their times are not reported); then alone, for speed:
+#     bench/attention_kernels.py --quick and `bench memory` at 504x378 with the depth head and
+#     without, for Triton + FP8 KV and for SDPA + bf16 KV. Logs in one tarball,
+#     memory_logs.tar.gz, and every run's JSON line on stdout.
+#   STAGE=memory_fp8: the second call of issue #25, ~1.5 min (see the stage below).
 #   STAGE=issue13b: the `triton` cache backend: golden set A (bf16 KV and FP8 KV) and `bench
 #     model` (pose; depth with FP8 KV and 330 keyframes). About 4 minutes.
 set -uo pipefail
@@ -51,14 +58,20 @@ export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}"
 torch.version.cuda, 'triton', triton.__version__, 'flashinfer', flashinfer.__version__)"
 } > "$out/env.txt" 2>&1
 # Random (golden-formula) weights written once, so each benchmark only loads them.
+# The formula runs in numpy, one tensor per process (single-threaded, ~1 min for 1.16 B values).
 [ "$stage" = kernels ] || [ -f /tmp/bench_weights.safetensors ] || python3 - <<'PY'
+from multiprocessing import Pool
 from safetensors.torch import save_file
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
-from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
+from lingbot_map_ros.engine.model.golden_weights import golden_array
 import torch
+def one(item):
+    return item[0], golden_array(item[0], item[1], 0)
 with torch.device('meta'):
-    shapes = {k: tuple(v.shape) for k, v in LingbotMapModel().state_dict().items()}
-save_file(golden_state_dict(shapes, salt=0), '/tmp/bench_weights.safetensors')
+    shapes = [(k, tuple(v.shape)) for k, v in LingbotMapModel().state_dict().items()]
+with Pool() as pool:
+    arrays = pool.map(one, shapes, chunksize=1)
+save_file({k: torch.from_numpy(a) for k, a in arrays}, '/tmp/bench_weights.safetensors')
 PY
 bench="python3 -m lingbot_map_ros.tools.bench model --weights /tmp/bench_weights.safetensors"
 golden="python3 -m lingbot_map_ros.tools.golden .gpu_data/stream_A.safetensors --device cuda"
@@ -103,9 +116,9 @@ elif [ "$stage" = issue13 ]; then
   timeout 70 $bench --backend sdpa --compile --depth > "$out/model_default_depth.txt" 2>&1
   timeout 70 $bench --backend sdpa --compile --depth --kv-dtype float8_e4m3fn \
     --max-total-frames 330 --window 24 > "$out/model_small_gpu_depth.txt" 2>&1
-  timeout 70 python3 bench/memory_breakdown.py --depth --kv-dtype float8_e4m3fn \
-    --max-total-frames 330 --weights /tmp/bench_weights.safetensors \
-    > "$out/memory_fp8_depth.txt" 2>&1
+  timeout 70 python3 -m lingbot_map_ros.tools.bench memory --depth \
+    --set cache.dtype=float8_e4m3fn --set cache.max_total_frames=330 \
+    --weights /tmp/bench_weights.safetensors > "$out/memory_fp8_depth.txt" 2>&1
   python3 bench/h200_summary.py "$out" > "$out/summary.txt" 2>&1
 elif [ "$stage" = issue13b ]; then
   # The Triton backend end to end, with the kernel config LINGBOT_MAP_TRITON_CONFIG (JSON), else
@@ -120,6 +133,47 @@ elif [ "$stage" = issue13b ]; then
   timeout 70 $bench --backend triton --compile > "$out/model_triton_pose.txt" 2>&1
   timeout 70 $bench --backend triton --compile --depth --kv-dtype float8_e4m3fn \
     --max-total-frames 330 > "$out/model_triton_fp8_depth.txt" 2>&1
+elif [ "$stage" = memory ]; then
+  # MEMORY_BUDGET_S: no new speed run starts after that many seconds of this script.
+  logs=/tmp/memlogs && mkdir -p $logs
+  pack() { tar czf "$out/memory_logs.tar.gz" -C $logs .; }
+  mem="python3 -m lingbot_map_ros.tools.bench memory --weights /tmp/bench_weights.safetensors"
+  fp8="--set cache.backend=triton --set cache.dtype=float8_e4m3fn"
+  timeout 100 python3 -m pytest -q -p no:cacheprovider test/engine/test_triton_attention.py \
+    test/engine/test_fp8_cache.py > $logs/gpu_tests_memory.txt 2>&1 &
+  timeout 150 $mem --depth $fp8 --width 518 --height 392 > $logs/memory_fp8_triton_518_depth.txt 2>&1 &
+  timeout 150 $mem --config small_gpu.yaml --depth --set cache.backend=triton \
+    > $logs/memory_small_w24_depth.txt 2>&1 &
+  timeout 150 $mem --config small_gpu.yaml --depth --set cache.backend=triton \
+    --set cache.sliding_window=16 > $logs/memory_small_w16_depth.txt 2>&1 &
+  wait; pack
+  timeout 50 python3 bench/attention_kernels.py --quick > $logs/attention_kernels.txt 2>&1
+  cp "$out/attention_kernels.json" $logs/ 2>/dev/null; pack
+  for run in "fp8_triton_depth --depth $fp8" "fp8_triton_pose --no-depth $fp8" \
+      "bf16_sdpa_depth --depth --set cache.backend=sdpa --set cache.dtype=bfloat16" \
+      "bf16_sdpa_pose --no-depth --set cache.backend=sdpa --set cache.dtype=bfloat16"; do
+    [ $SECONDS -lt "${MEMORY_BUDGET_S:-250}" ] || break
+    set -- $run; name=$1; shift
+    timeout 70 $mem "$@" > $logs/memory_$name.txt 2>&1; pack
+  done
+  for f in $logs/*.txt; do echo "== $f"; tail -n 1 "$f" | cut -c1-1200; done
+elif [ "$stage" = memory_fp8 ]; then
+  # After the first memory call's FP8 compile error: the Triton/FP8 tests, `bench memory` with
+  # Triton + FP8 KV at the defaults with the depth head (alone, for speed), the small-GPU file
+  # with depth (started 15 s later: its compilation overlaps, its timed frames come after),
+  # then the kernel at the best config in bf16 and FP8 while time is left.
+  timeout 60 python3 -m pytest -q -p no:cacheprovider test/engine/test_triton_attention.py \
+    > "$out/gpu_tests_fp8.txt" 2>&1 &
+  mem="python3 -m lingbot_map_ros.tools.bench memory --weights /tmp/bench_weights.safetensors"
+  (sleep 15; timeout 70 $mem --config small_gpu.yaml --depth --set cache.backend=triton \
+    --steady 20 > "$out/memory_small_triton_depth.txt" 2>&1) &
+  timeout 70 $mem --depth --set cache.backend=triton --set cache.dtype=float8_e4m3fn \
+    --steady 20 > "$out/memory_fp8_triton_depth.txt" 2>&1
+  wait
+  [ $SECONDS -ge "${MEMORY_BUDGET_S:-60}" ] || timeout 20 python3 bench/attention_kernels.py \
+    --checks 1 --rotate 2 --configs '[{"block_m": 128, "block_n": 64, "num_warps": 4,
+    "num_stages": 3, "splits": 2}, {"block_m": 128, "block_n": 128, "num_warps": 8,
+    "num_stages": 3, "splits": 2}]' > "$out/attention_kernels_fp8.txt" 2>&1
 elif [ "$stage" = kernels ]; then
   timeout 300 python3 bench/attention_kernels.py > "$out/attention_kernels.txt" 2>&1
 elif [ "$stage" = fp8 ]; then

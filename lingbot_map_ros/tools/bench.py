@@ -16,7 +16,9 @@
 * ``cache``: one cache-attention layer (ms, TFLOP/s) and the cache's host work per frame, per
   attention backend (``tools/bench_cache.py``);
 * ``model``: the whole streaming model, frame by frame (``tools/bench_model.py``);
-* ``map``: adding one keyframe to the accumulated map (``tools/bench_map.py``).
+* ``map``: adding one keyframe to the accumulated map (``tools/bench_map.py``);
+* ``memory``: the GPU memory peak of each phase of a session, and its speed
+  (``tools/bench_memory.py``).
 
 Each subcommand module has ``add_arguments(parser)`` and ``run(args) -> dict``; ``run`` warms
 up, synchronizes CUDA around its timings, prints a table and, as its last line, one JSON document.
@@ -32,6 +34,7 @@ _SUBCOMMANDS = {
     'cache': 'lingbot_map_ros.tools.bench_cache',
     'model': 'lingbot_map_ros.tools.bench_model',
     'map': 'lingbot_map_ros.tools.bench_map',
+    'memory': 'lingbot_map_ros.tools.bench_memory',
 }
 
 

@@ -14,6 +14,7 @@
 """FP8 (e4m3) KV storage: written as FP8, widened on read, same attention up to e4m3 rounding."""
 
 from lingbot_map_ros.config import CacheConfig
+from lingbot_map_ros.engine.attention.fp8 import kernel_operand_dtype
 from lingbot_map_ros.engine.cache.manager import FlashInferKVCacheManager
 from lingbot_map_ros.engine.cache.staged_frames import StagedFrames
 import pytest
@@ -149,3 +150,25 @@ def test_kv_cache_bytes_of_the_official_defaults_and_the_small_gpu_config():
     small = CacheConfig(sliding_window=24, dtype='float8_e4m3fn')
     # 8 + 24 + 1 patch pages + 2 special pages, one byte per element.
     assert kv_cache_bytes(small, 972) == 2 * 24 * 35 * 972 * 16 * 64
+
+
+def test_the_triton_kernel_widens_fp8_kv_to_fp16_and_nothing_else():
+    f8, bf16, f16 = torch.float8_e4m3fn, torch.bfloat16, torch.float16
+    assert kernel_operand_dtype(bf16, f8, f8) == f16
+    assert kernel_operand_dtype(f16, f8, f8) == f16
+    # The bf16 path is unchanged: bf16 storage (or only one of K, V in FP8) stays in bf16.
+    assert kernel_operand_dtype(bf16, bf16, bf16) == bf16
+    assert kernel_operand_dtype(bf16, f8, bf16) == bf16
+    assert kernel_operand_dtype(f16, f16, f16) == f16
+    # Every e4m3 value is exact in fp16: the widening loses nothing.
+    every = torch.arange(256, dtype=torch.uint8).view(f8)
+    finite = every.float().isfinite()
+    assert torch.equal(every.to(f16).float()[finite], every.float()[finite])
+
+
+def test_the_triton_kernel_dtype_refuses_what_it_cannot_read():
+    f8 = torch.float8_e4m3fn
+    with pytest.raises(ValueError, match='queries must be bf16 or fp16'):
+        kernel_operand_dtype(torch.float32, f8, f8)
+    with pytest.raises(ValueError, match='v is torch.float32'):
+        kernel_operand_dtype(torch.bfloat16, f8, torch.float32)

@@ -64,6 +64,28 @@ def test_fp8_keys_and_values_are_widened_in_registers():
     assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
 
 
+@pytest.mark.parametrize('splits', [1, 3])
+def test_fp8_kv_with_bf16_queries_runs_in_fp16_without_loss(splits):
+    # bf16 queries (the model's) with FP8 K/V: both products in fp16 (the interpreter runs
+    # fp16 products too). The reference uses the exact widened values in float64.
+    gen = torch.Generator().manual_seed(splits)
+    q = torch.randn(40, 2, 64, generator=gen).to(DEV, torch.bfloat16)
+    k, v = (torch.randn(200, 2, 64, generator=gen).to(DEV, torch.float8_e4m3fn)
+            for _ in range(2))
+    bounds = torch.tensor([3, 197], dtype=torch.int32, device=DEV)
+    out = attend_run(q, k, v, bounds, splits=splits, block_m=32, block_n=32)
+    ref = _reference(q, k[3:197].double(), v[3:197].double())
+    assert out.dtype == torch.bfloat16
+    # bf16 output rounding (2^-9) dominates: the widening itself is exact.
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 5e-3
+    # A query value past fp16's range is clamped to 65504, never inf: no NaN in the output.
+    q[0, 0, 0] = 1e6
+    out = attend_run(q, k, v, bounds, splits=splits, block_m=32, block_n=32)
+    assert not out.isnan().any()
+    ref = _reference(q.double().clamp(-65504, 65504), k[3:197].double(), v[3:197].double())
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 5e-3
+
+
 def test_refuses_what_it_cannot_run():
     q = torch.zeros(4, 2, 48, dtype=DTYPE, device=DEV)
     bounds = torch.tensor([0, 4], dtype=torch.int32, device=DEV)

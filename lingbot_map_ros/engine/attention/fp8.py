@@ -19,7 +19,11 @@ no scale is needed; the cost is the rounding (3 mantissa bits; docs/gpu_memory.m
 measured effect on golden set A). Torch's SDPA kernels do not take FP8 operands, so the
 ``sdpa`` and ``reference`` backends widen the visible run to the attention dtype before the
 kernel (one extra pass over those bytes); a kernel that reads FP8 itself
-(``triton_attention.py``) needs no copy.
+(``triton_attention.py``) needs no copy. It widens each loaded tile in registers, to
+the dtype :func:`kernel_operand_dtype` names.
+
+The scale is 1 everywhere: stored = e4m3(value), read = widen(stored). There is no per-tensor
+or per-page scale to multiply in, in any backend.
 """
 
 from __future__ import annotations
@@ -43,3 +47,28 @@ def widen(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def attention_dtype(q: torch.Tensor, pages: torch.Tensor) -> torch.dtype:
     """Return the dtype attention runs in: the pool's, or the queries' for an FP8 pool."""
     return q.dtype if is_fp8(pages) else pages.dtype
+
+
+def kernel_operand_dtype(q_dtype: torch.dtype, k_dtype: torch.dtype,
+                         v_dtype: torch.dtype) -> torch.dtype:
+    """Return the dtype our Triton kernel runs both matrix products in (``triton_attention``).
+
+    FP8 K and V with bf16 or fp16 queries: float16. Every e4m3 value is exact in fp16 (range
+    +-448, 3 mantissa bits, subnormals down to 2^-9), so the widening loses nothing, and on
+    Hopper it is one instruction per two values where bf16 needs more; bf16 queries are
+    exact in fp16 between 2^-14 and 65504. Otherwise (bf16/fp16 storage, or only one of K
+    and V in FP8): the queries' dtype, as before.
+
+    Raises:
+        ValueError: queries that are not bf16 or fp16, or K/V in a dtype the kernel does not
+            read (neither the queries' nor FP8).
+    """
+    if q_dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f'triton attention: queries must be bf16 or fp16, not {q_dtype}')
+    for name, dtype in (('k', k_dtype), ('v', v_dtype)):
+        if dtype != q_dtype and dtype not in FP8_KV_DTYPES:
+            raise ValueError(f'triton attention: {name} is {dtype}; it must be {q_dtype} or '
+                             'float8_e4m3fn')
+    if k_dtype in FP8_KV_DTYPES and v_dtype in FP8_KV_DTYPES:
+        return torch.float16
+    return q_dtype

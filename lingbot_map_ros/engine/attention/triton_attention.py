@@ -23,9 +23,16 @@ Why its own kernel: at our shape (978 queries, ~73k keys, 16 x 64, bf16) a query
 into ``splits`` parts (FlashDecoding-style) gives ``splits`` times as many CTAs, so several
 run per SM and hide each other's softmax behind their matrix products; a second, small kernel
 merges the parts with their log-sum-exps. Other choices: ``exp2`` with ``log2(e) / sqrt(D)``
-folded into one multiply-add per score; K and V stored in FP8 (e4m3, unit scale) are read as
-such and widened to bf16 in registers (half the bytes, same matrix units); ``qk_fp8`` runs the
-QK product in FP8 (Hopper's FP8 tensor cores) for speed at a larger error.
+folded into one multiply-add per score; ``qk_fp8`` runs the QK product in FP8 (Hopper's FP8
+tensor cores) for speed at a larger error.
+
+FP8 K and V (e4m3, unit scale: ``fp8.py``) are loaded as FP8 (half the bytes) and widened in
+registers right before the matrix products, with no widened copy in memory. They are widened
+to fp16, not bf16, and both products then run in fp16 (``fp8.kernel_operand_dtype``): every
+e4m3 value is exact in fp16, and the widening is one instruction per two values
+(``cvt.rn.f16x2.e4m3x2``) where bf16 takes that plus a conversion per value, work that sits
+in the softmax's critical path on Hopper. The bf16 queries are exact in fp16 within its
+range (clamped to +-65504, so none becomes inf); the probabilities keep more bits in fp16.
 
 The kernels run under ``TRITON_INTERPRET=1`` on the CPU (the tests' correctness check); the
 package imports this module only where it is asked for (triton is not a hard dependency).
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import math
 
+from lingbot_map_ros.engine.attention.fp8 import kernel_operand_dtype
 import torch
 import triton
 import triton.language as tl
@@ -46,8 +54,12 @@ LOG2E = 1.4426950408889634
 def _attend_part(Q, K, V, Out, M, bounds, n_q, qk_scale,
                  s_qm, s_qh, s_km, s_kh, s_vm, s_vh, s_op, s_om, s_oh, s_mp, s_mh,
                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 SPLITS: tl.constexpr, QK_FP8: tl.constexpr, NORMALISE: tl.constexpr):
-    """One (query tile, head, key part): unnormalised partial output and its log2 max/sum."""
+                 SPLITS: tl.constexpr, QK_FP8: tl.constexpr, NORMALISE: tl.constexpr,
+                 MMA_FP16: tl.constexpr):
+    """One (query tile, head, key part): unnormalised partial output and its log2 max/sum.
+
+    ``MMA_FP16``: K and V are FP8 and both products run in fp16 (module docstring).
+    """
     tile = tl.program_id(0)
     head = tl.program_id(1)
     part = tl.program_id(2)
@@ -64,6 +76,8 @@ def _attend_part(Q, K, V, Out, M, bounds, n_q, qk_scale,
     row_ok = offs_m < n_q
     q = tl.load(Q + offs_m[:, None] * s_qm + head * s_qh + offs_d[None, :],
                 mask=row_ok[:, None], other=0.0)
+    if MMA_FP16:
+        q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
     if QK_FP8:
         q = q.to(tl.float8e4nv)
     m_i = tl.full([BLOCK_M], float('-inf'), dtype=tl.float32)
@@ -75,14 +89,14 @@ def _attend_part(Q, K, V, Out, M, bounds, n_q, qk_scale,
     for n0 in range(lo, full_end, BLOCK_N):
         keys = n0 + offs_n
         k = tl.load(k_base + keys[None, :] * s_km)
-        v = tl.load(v_base + keys[:, None] * s_vm).to(Q.dtype.element_ty)
+        v = _widen(tl.load(v_base + keys[:, None] * s_vm), Q, MMA_FP16)
         m_i, l_i, acc = _block(q, k, v, m_i, l_i, acc, qk_scale, None, QK_FP8)
     if full_end < hi:
         keys = full_end + offs_n
         key_ok = keys < hi
         k = tl.load(k_base + keys[None, :] * s_km, mask=key_ok[None, :], other=0.0)
-        v = tl.load(v_base + keys[:, None] * s_vm, mask=key_ok[:, None],
-                    other=0.0).to(Q.dtype.element_ty)
+        v = _widen(tl.load(v_base + keys[:, None] * s_vm, mask=key_ok[:, None], other=0.0),
+                   Q, MMA_FP16)
         m_i, l_i, acc = _block(q, k, v, m_i, l_i, acc, qk_scale, key_ok, QK_FP8)
     o_ptrs = Out + part * s_op + offs_m[:, None] * s_om + head * s_oh + offs_d[None, :]
     # An empty part (more parts than key tiles) has l = 0 and acc = 0: store 0, lse -inf.
@@ -96,9 +110,21 @@ def _attend_part(Q, K, V, Out, M, bounds, n_q, qk_scale,
 
 
 @triton.jit
+def _widen(x, Q, MMA_FP16: tl.constexpr):
+    """Widen a loaded K or V tile to the products' operand dtype (fp16 for FP8 K/V, else Q's)."""
+    # One return: Triton checks every return statement's type, taken or not.
+    if MMA_FP16:
+        y = x.to(tl.float16)
+    else:
+        y = x.to(Q.dtype.element_ty)
+    return y
+
+
+@triton.jit
 def _block(q, k, v, m_i, l_i, acc, qk_scale, key_ok, QK_FP8: tl.constexpr):
     """Online-softmax update with one key tile ``k: [D, N]``, ``v: [N, D]`` (log2 domain)."""
-    # Widened (or narrowed) in registers: FP8 storage costs no extra pass over memory.
+    # Widened (or narrowed) in registers, right before the product: FP8 storage costs no
+    # extra pass over memory.
     if QK_FP8:
         k = k.to(tl.float8e4nv)
     else:
@@ -151,7 +177,8 @@ def attend_run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: torch.
 
     Args:
         q: Queries, bf16 or fp16 (the output dtype).
-        k: Key token view, the dtype of ``q`` or float8_e4m3fn (widened in registers).
+        k: Key token view, the dtype of ``q`` or float8_e4m3fn (widened in registers, to
+            ``fp8.kernel_operand_dtype``).
         v: Value token view, likewise.
         bounds: int32 ``[start, stop]`` on the device of ``q`` (read by the kernel, so a CUDA
             graph of this call follows changes to it).
@@ -172,12 +199,15 @@ def attend_run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: torch.
     """
     num_q, heads, dim = q.shape
     _check(q, k, v, bounds, splits)
+    mma_fp16 = kernel_operand_dtype(q.dtype, k.dtype, v.dtype) == torch.float16 \
+        and q.dtype != torch.float16
     if out is None:
         out = torch.empty_like(q)
     qk_scale = LOG2E / math.sqrt(dim)
     grid = (triton.cdiv(num_q, block_m), heads, splits)
     common = {'HEAD_DIM': dim, 'BLOCK_M': block_m, 'BLOCK_N': block_n, 'SPLITS': splits,
-              'QK_FP8': qk_fp8, 'num_warps': num_warps, 'num_stages': num_stages}
+              'QK_FP8': qk_fp8, 'MMA_FP16': mma_fp16, 'num_warps': num_warps,
+              'num_stages': num_stages}
     if splits == 1:
         _attend_part[grid](q, k, v, out, out, bounds, num_q, qk_scale,
                            q.stride(0), q.stride(1), k.stride(0), k.stride(1),

@@ -35,7 +35,13 @@ Special (all needed for parity with the official numbers):
 - Every bilinear resize uses ``align_corners=True``.
 - The uv embedding (5 places) is computed in float64, rounded to float32, scaled by 0.1.
 - The head runs with autocast disabled, in its parameters' dtype (float32 unless converted).
-- Frames are processed in chunks of ``frames_chunk_size`` to bound activation memory.
+- Frames are processed in chunks of ``frames_chunk_size`` (default 1) to bound activation
+  memory: the scale pass (phase 1) hands the head its N_s frames at once, and at 504x378 one
+  frame's head activations are ~0.3 GB (float32, mostly the full-resolution maps of the last
+  fusion steps), so N_s = 8 at once raised the session's peak by ~2.3 GiB
+  (docs/gpu_memory.md). Frame by frame, phase 1 needs what a streaming frame needs. Each frame's
+  result is the same computation in any chunking; only CPU BLAS/oneDNN kernels, which are
+  picked by batch size, can round the last bit differently (test_scale_phase_memory.py).
 - :meth:`DPTHead.frame_step` is one frame's head as a pure function of its taps: its shapes
   are fixed per resolution, so the frame runner can compile it and replay its ~100 kernel
   launches as one CUDA graph.
@@ -219,7 +225,7 @@ class DPTHead(nn.Module):
 
     def __init__(self, dim_in: int = 2048, patch_size: int = 14, features: int = 256,
                  out_channels: Sequence[int] = (256, 512, 1024, 1024),
-                 frames_chunk_size: int = 8) -> None:
+                 frames_chunk_size: int = 1) -> None:
         """Build the head (defaults: the official model).
 
         Args:
@@ -227,7 +233,8 @@ class DPTHead(nn.Module):
             patch_size: pixels per patch side.
             features: fusion width F (even, F/2 a multiple of 4 for the uv embedding).
             out_channels: the 4 per-level projection widths (multiples of 4).
-            frames_chunk_size: frames per chunk in :meth:`forward`.
+            frames_chunk_size: frames per chunk in :meth:`forward` (1: one frame's
+                activations at a time; larger chunks cost memory for no measured speed).
 
         Raises:
             ValueError: bad widths or chunk size.

@@ -1,0 +1,78 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Phase 1 (the scale pass) runs the depth head one frame at a time, with unchanged outputs.
+
+The DPT head over N_s frames at once was the session's memory peak (docs/gpu_memory.md); it
+now runs in chunks of ``DPTHead.frames_chunk_size`` (default 1). The camera head is not
+chunked: in the scale pass its N_s tokens attend to each other (chunks would change the
+result), and its activations are N_s tokens of 2C channels, a few hundred kB.
+"""
+
+from lingbot_map_ros.config import CacheConfig, ModelConfig
+from lingbot_map_ros.engine.cache import new_stream_cache
+from lingbot_map_ros.engine.model.gct import LingbotMapModel
+from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
+from lingbot_map_ros.engine.model.weights import load_weights
+import pytest
+import torch
+
+SCALE_FRAMES = 4
+IMAGE_HW = (56, 84)
+
+
+@pytest.fixture(scope='module')
+def model() -> LingbotMapModel:
+    config = ModelConfig.from_preset('tiny')
+    net = LingbotMapModel(config).eval()
+    shapes = {k: tuple(v.shape) for k, v in net.state_dict().items()}
+    load_weights(net, golden_state_dict(shapes, salt=11))
+    return net
+
+
+def _scale_pass(model: LingbotMapModel, chunk: int) -> dict:
+    cache = CacheConfig(backend='sdpa', scale_frames=SCALE_FRAMES, sliding_window=2)
+    model.start_stream(new_stream_cache(model.config, cache, torch.float32, IMAGE_HW, 'cpu'))
+    model.depth_head.frames_chunk_size = chunk
+    images = torch.rand(SCALE_FRAMES, 3, *IMAGE_HW, generator=torch.Generator().manual_seed(3))
+    try:
+        return model.forward_scale(images, with_depth=True, return_taps=True)
+    finally:
+        model.depth_head.frames_chunk_size = 1
+        model.stop_stream()
+
+
+def test_the_depth_head_runs_one_frame_at_a_time_by_default(model):
+    assert model.depth_head.frames_chunk_size == 1
+
+
+def test_phase_one_depth_is_each_frames_own_head_output_bit_for_bit(model):
+    out = _scale_pass(model, chunk=1)
+    assert out['depth'].shape == (SCALE_FRAMES, *IMAGE_HW)
+    for i in range(SCALE_FRAMES):
+        alone = model.depth_head([t[i:i + 1] for t in out['taps']], IMAGE_HW)
+        assert torch.equal(out['depth'][i:i + 1], alone[0])
+        assert torch.equal(out['depth_conf'][i:i + 1], alone[1])
+
+
+def test_chunked_phase_one_equals_the_unchunked_pass(model):
+    chunked, whole = _scale_pass(model, chunk=1), _scale_pass(model, chunk=SCALE_FRAMES)
+    # The aggregator and the camera head do not depend on the depth head's chunking at all.
+    for key in ('pose_enc', 'pose_enc_iters'):
+        assert torch.equal(chunked[key], whole[key])
+    for a, b in zip(chunked['taps'], whole['taps']):
+        assert torch.equal(a, b)
+    # The depth head computes each frame the same way in any chunking; CPU oneDNN/BLAS pick
+    # their kernels by batch size, so the last bit may differ (1 frame vs N_s at once).
+    for key in ('depth', 'depth_conf'):
+        torch.testing.assert_close(chunked[key], whole[key], rtol=1e-5, atol=0)
