@@ -15,7 +15,9 @@
 
 Subscribes (relative names, so namespaces and remaps work):
     ``image`` (sensor_msgs/Image) or ``<image>/compressed`` (sensor_msgs/CompressedImage) with
-    ``input.transport: compressed``; ``camera_info`` (optional, only compared with the estimate).
+    ``input.transport: compressed``; ``camera_info`` (optional, only compared with the estimate);
+    ``depth`` (sensor_msgs/Image aligned to the image, with ``metric.source: depth``:
+    :mod:`~lingbot_map_ros.ros.depth_input`).
 Publishes (private names), stamped with the input image's stamp:
     ``~/pose``, ``~/odometry``, ``~/path``, ``~/depth/image`` + ``~/depth/camera_info``,
     ``~/cloud``, ``~/map`` (:mod:`~lingbot_map_ros.ros.map_output`),
@@ -35,11 +37,12 @@ import time
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
+from lingbot_map_ros.config import MetricConfig
 from lingbot_map_ros.engine.errors import WeightsError
 from lingbot_map_ros.engine.pipeline import StreamingSession
 from lingbot_map_ros.engine.rollover import RolloverSession
 from lingbot_map_ros.ros import cli_help, conversions, diagnostics, logging_bridge, params
-from lingbot_map_ros.ros import stall_watch
+from lingbot_map_ros.ros import depth_input, stall_watch
 from lingbot_map_ros.ros.map_output import MapOutput
 from lingbot_map_ros.ros.node_options import NodeOptions
 from lingbot_map_ros.ros.odometry_status import odometry_status
@@ -131,9 +134,10 @@ class LingbotMapNode(Node):
         self._map = MapOutput(self, options, config.stream.device, self._outputs.frames,
                               self._outputs.frames_info())
         bridge = CvBridge() if CvBridge is not None else None
+        depth = depth_input.from_values(self._values, self._stats, self.get_logger())  # metric
         self._runner = SessionRunner(self._session, self._outputs, self._stats,
                                      self.get_logger(), options, self._raw_converter(bridge),
-                                     extra_outputs=(self._map,))
+                                     extra_outputs=(self._map,), depth_input=depth)
         return config, bridge is not None
 
     def _make_worker(self) -> tuple[FrameQueue, Worker]:
@@ -151,7 +155,8 @@ class LingbotMapNode(Node):
                              'allow_random_weights:=true for a demo with meaningless poses')
         # With random weights the session itself logs a loud warning (through the bridge).
         return RolloverSession(StreamingSession(config, weights, allow_random_weights=random_ok,
-                                                seed=self._values['seed']))
+                                                seed=self._values['seed']),
+                               MetricConfig.from_flat(self._values))
 
     @staticmethod
     def _raw_converter(bridge: Any) -> Any:
@@ -198,7 +203,8 @@ class LingbotMapNode(Node):
                                          self._topic, self._on_image, qos,
                                          callback_group=input_group),
                 self.create_subscription(CameraInfo, 'camera_info', self._on_camera_info, qos,
-                                         callback_group=input_group)]
+                                         callback_group=input_group),
+                *depth_input.subscribe(self, self._runner.depth_input, qos)]  # metric
 
     def _create_diagnostics_timer(self) -> Any:
         # Steady clock: with use_sim_time a paused bag freezes ROS time, and diagnostics must
@@ -230,6 +236,8 @@ class LingbotMapNode(Node):
 
     def _on_image(self, msg: Any) -> None:
         self._stats.count_received()
+        if self._runner.depth_input is not None:  # metric: the newest colour stamp received
+            self._runner.depth_input.note_colour(msg.header.stamp)
         dropped = self._queue.put(InputFrame(msg, self._compressed, time.monotonic()))
         if dropped:
             self._stats.count_drop('queue_overflow', num=dropped)
@@ -290,7 +298,8 @@ class LingbotMapNode(Node):
             diagnostics.cache_status(name, session.cache, session.time_index,
                                      config.model.max_frame_num),
             odometry_status(name, self._runner.rollover_stats(), self._outputs.frames_info(),
-                            config.stream.session_keyframes)]
+                            config.stream.session_keyframes, self._session.metric.stats(),
+                            getattr(self._runner.depth_input, 'drops_total', 0))]
         return msg
 
     def _validate_parameters(self, changes: list[Any]) -> SetParametersResult:
