@@ -20,14 +20,15 @@ camera's (metres), pixel by pixel, in log space: ``r = log(sensor) - log(predict
    ``max_range_m`` (when given) and, with a confidence map, its confidence is at or above the
    median confidence of its frame.
 2. ``m = median(r)`` and the scaled MAD ``s = 1.4826 * median(|r - m|)`` (a standard deviation
-   for Gaussian noise). Inliers lie within ``3 s`` of ``m``; with exact data ``s`` is 0 and the
-   inliers are the pixels that agree with the median to the last bit.
+   for Gaussian noise). Inliers lie within ``3 s`` of ``m``; ``s`` is at least 16 ulps, so
+   with exact data every pixel that agrees with the median to round-off is an inlier.
 3. The scale is ``exp(median(r over the inliers))``; ``spread`` is the scaled MAD of the
    inliers' log-ratios (0.01 is about 1 % per-pixel disagreement).
 
-Medians are one ``np.partition`` each (O(n)), and the log-space statistics are computed on the
-ratios (log is monotonic), so only scalars are logged: about 15 ms for four 518 x 392 frames
-on one CPU core (``python -m lingbot_map_ros.engine.metric_scale`` measures it).
+Medians are one bracketed ``np.partition`` each (O(n), :func:`_select`), and the log-space
+statistics are computed on the ratios (log is monotonic), so only scalars are logged: 15-35 ms
+for four 518 x 392 frames on one busy CPU core (``test/engine/test_metric_scale.py -m slow
+-s`` measures it).
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ MAD_TO_SIGMA = 1.4826
 """Scaled MAD: the MAD of a Gaussian times this is its standard deviation."""
 INLIER_MADS = 3.0
 """Inliers lie within this many scaled MADs of the median log-ratio."""
+_SMALL = 20_000
+"""Arrays up to this size are partitioned directly."""
+_SAMPLE = 4096
+"""About this many values bracket a rank in a large array."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,12 +126,12 @@ def estimate_scale(predicted_depth: Any, sensor_depth: Any, *, confidence: Any =
                              num_valid)
     # log is monotonic, so medians and MAD bounds of the log-ratios are taken on the ratios
     # themselves and only the few scalars are logged: |log(q / m)| <= k  <=>  q in
-    # [m e^-k, m e^k]. Every array here is our own: the medians reorder them in place.
-    median = _median(ratio.copy())
+    # [m e^-k, m e^k].
+    median = _median(ratio)
     sigma = max(MAD_TO_SIGMA * _log_mad(ratio, median), _round_off(ratio.dtype))
     bound = math.exp(INLIER_MADS * sigma)
     inliers = ratio[(ratio >= median / bound) & (ratio <= median * bound)]
-    centre = _median(inliers.copy())
+    centre = _median(inliers)
     spread = MAD_TO_SIGMA * _log_mad(inliers, centre)
     return ScaleEstimate(centre, valid_fraction, inliers.size / num_valid, spread, False,
                          num_valid)
@@ -140,17 +145,40 @@ def _log_mad(ratio: np.ndarray, centre: float) -> float:
 
 
 def _median(values: np.ndarray) -> float:
-    """Median of a 1-D array we own, without NaN (reordered in place).
-
-    One partition, plus a max for an even count: ``np.median`` also partitions for a NaN
-    check, which costs several times more.
-    """
+    """Median of a 1-D array without NaN (read only)."""
     half = values.size // 2
-    values.partition(half)
-    upper = float(values[half])
     if values.size % 2:
-        return upper
-    return 0.5 * (float(values[:half].max()) + upper)
+        return float(_select(values, (half,))[0])
+    lower, upper = _select(values, (half - 1, half))
+    return 0.5 * (float(lower) + float(upper))
+
+
+def _select(values: np.ndarray, ranks: tuple[int, ...]) -> np.ndarray:
+    """Return the elements of the given ranks (0-based, ascending), as ``np.partition`` finds them.
+
+    ``np.partition`` slows down several times when many values equal the one sought (exact
+    depth pairs give that: most ratios are the same float), so a strided sample first brackets
+    the ranks; one pass counts what lies below and inside the bracket, and only the inside is
+    partitioned, or nothing when the bracket is a single value. The result is exact: when the
+    bracket misses, the whole array is partitioned.
+    """
+    if values.size <= _SMALL:
+        return np.partition(values, ranks)[list(ranks)]
+    sample = np.sort(values[::max(1, values.size // _SAMPLE)])
+    margin = 4.0 * np.sqrt(sample.size) + 2
+    lo_at = int(max(0, min(ranks) * sample.size / values.size - margin))
+    hi_at = int(min(sample.size - 1, max(ranks) * sample.size / values.size + margin))
+    lo, hi = sample[lo_at], sample[hi_at]
+    below = int(np.count_nonzero(values < lo))
+    inside_mask = values <= hi
+    inside_count = int(np.count_nonzero(inside_mask)) - below
+    if not all(below <= r < below + inside_count for r in ranks):
+        return np.partition(values, ranks)[list(ranks)]
+    if lo == hi:
+        return np.full(len(ranks), lo)
+    inside = values[inside_mask & (values >= lo)]
+    local = tuple(r - below for r in ranks)
+    return np.partition(inside, local)[list(local)]
 
 
 def _round_off(dtype: np.dtype) -> float:
@@ -184,7 +212,7 @@ def _confident(conf: np.ndarray) -> np.ndarray:
     finite = np.isfinite(frames)
     keep = np.zeros(frames.shape, dtype=bool)
     for i, (row, ok) in enumerate(zip(frames, finite)):
-        values = row[ok] if not ok.all() else row.copy()
+        values = row if ok.all() else row[ok]
         if values.size:
             keep[i] = ok & (row >= _median(values))
     return keep.reshape(conf.shape)
