@@ -22,7 +22,8 @@ are read by name, as in :mod:`~lingbot_map_ros.ros.conversions`.
   NaN mean no value. Anything else is a drop.
 - **Pairing**: a colour frame takes the buffered depth image nearest to its stamp within
   ``metric.max_dt_s``. When none is there yet and the depth stream is alive (a message in the
-  last second), the worker waits up to ``metric.depth_wait_s`` for it. A colour frame without
+  last second, or before the first one a publisher on the topic), the worker waits up to
+  ``metric.depth_wait_s`` for it. A colour frame without
   depth is processed as usual (the metric layer counts it).
 - **Drops** (counted by reason, :data:`DEPTH_DROP_REASONS`): a bad encoding, size, step or
   length (``depth_encoding``, ``depth_size``), an invalid stamp, no valid pixel at all, a stamp
@@ -142,12 +143,20 @@ class DepthInput:
         self._processed_ns: int | None = None
         self._last_arrival = -np.inf
         self._drops = 0
+        self._received = 0
         self._logged: dict[str, float] = {}
+        self.has_source: Callable[[], bool] = lambda: False
+        """Whether a depth publisher exists (the node sets it); read before the first image."""
 
     @property
     def drops_total(self) -> int:
         """Depth images dropped since start (all reasons)."""
         return self._drops
+
+    @property
+    def received_total(self) -> int:
+        """Depth messages taken since start (dropped ones included)."""
+        return self._received
 
     def note_colour(self, stamp: Any) -> None:
         """Record the stamp of a colour frame just received (for the future-stamp check)."""
@@ -161,6 +170,8 @@ class DepthInput:
 
     def put(self, msg: Any) -> None:
         """Take one depth message (subscription callback or replay); never raises."""
+        with self._cond:
+            self._received += 1
         try:
             stamp_ns = conversions.stamp_to_ns(msg.header.stamp)
         except conversions.InvalidStampError as exc:
@@ -225,7 +236,8 @@ class DepthInput:
                 remaining = deadline - self._clock()
                 passed = self._newest_depth_ns is not None and \
                     self._newest_depth_ns > stamp_ns + self._max_dt_ns
-                alive = self._clock() - self._last_arrival < ALIVE_S
+                alive = self._clock() - self._last_arrival < ALIVE_S or (
+                    self._newest_depth_ns is None and self.has_source())
                 if remaining <= 0 or passed or not alive:
                     return None
                 self._cond.wait(remaining)
@@ -290,5 +302,7 @@ def subscribe(node: Any, depth: DepthInput | None, qos: Any) -> list[Any]:
     from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
     from sensor_msgs.msg import Image
 
-    return [node.create_subscription(Image, 'depth', depth.put, qos,
-                                     callback_group=MutuallyExclusiveCallbackGroup())]
+    sub = node.create_subscription(Image, 'depth', depth.put, qos,
+                                   callback_group=MutuallyExclusiveCallbackGroup())
+    depth.has_source = lambda: sub.get_publisher_count() > 0
+    return [sub]
