@@ -26,12 +26,16 @@ import itertools
 from pathlib import Path
 import sys
 
-from lingbot_map_ros.config import MapConfig
+from lingbot_map_ros.config import MapConfig, MetricConfig
 from lingbot_map_ros.engine import geometry
 from lingbot_map_ros.engine.map_accumulator import MapAccumulator
 from lingbot_map_ros.engine.ply import read_ply
+from lingbot_map_ros.engine.rollover import RolloverSession
 from lingbot_map_ros.ros.depth_input import DEPTH_DROP_REASONS
 from lingbot_map_ros.ros.odometry_status import ODOMETRY_KEYS
+from lingbot_map_ros.tools import bag_io
+from lingbot_map_ros.tools.make_bag import depth_message
+from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
 from lingbot_map_ros.tools.trajectory import read_tum
 from node_harness import image_msg, stamp_ns, TINY_CPU, wait_for
 import numpy as np
@@ -41,7 +45,8 @@ from sensor_msgs.msg import Image
 from std_srvs.srv import Trigger
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'engine'))
-from oracle_model import frame_image, ground_truth, OracleModel  # noqa: E402,I100,I202
+from oracle_model import (  # noqa: E402,I100,I202
+    frame_image, ground_truth, oracle_session, OracleModel)
 
 pytestmark = pytest.mark.rostest
 
@@ -50,6 +55,8 @@ _TIMEOUT_S = 90.0
 _SEC = 1_000_000_000
 SIZE_HW = (48, 64)
 PROCESSED_HW = (84, 112)  # 48 x 64 at stream.image_width 112
+ENGINE = {'stream.enable_depth': True, 'model.max_frame_num': 8, 'stream.session_keyframes': 8,
+          'stream.overlap_keyframes': 3}
 MAP = {'map.voxel_size': 0.02, 'map.confidence_percentile': 0.0, 'map.pixel_stride': 2}
 
 
@@ -89,11 +96,10 @@ def sensor_mm(index: int, rng: np.random.Generator, size_hw=SIZE_HW) -> np.ndarr
 def start(graph, tmp_path, **overrides):
     """Start a metric node (bag mode, short sessions) with the oracle, a probe and a depth pub."""
     values = {**TINY_CPU, 'input.queue_mode': 'bag', 'input.qos.reliability': 'reliable',
-              'input.qos.depth': 100, 'stream.enable_depth': True, 'publish.depth': True,
-              'model.max_frame_num': 8, 'stream.session_keyframes': 8,
-              'stream.overlap_keyframes': 3, 'metric.source': 'depth',
-              'metric.settle_keyframes': 4, 'metric.depth_wait_s': 5.0,
-              'output.directory': str(tmp_path), 'map.period_s': 0.1, **MAP, **overrides}
+              'input.qos.depth': 100, 'publish.depth': True, **ENGINE,
+              'metric.source': 'depth', 'metric.settle_keyframes': 4,
+              'metric.depth_wait_s': 5.0, 'output.directory': str(tmp_path),
+              'map.period_s': 0.1, **MAP, **overrides}
     node, probe = graph.start_node(f'/metric{next(_ns)}', values)
     session = node._session.session
     gt = ground_truth(200)
@@ -170,6 +176,32 @@ def test_poses_depth_trajectory_and_map_are_metric_over_rollovers(graph, tmp_pat
         reference.add(np.full(PROCESSED_HW, plane_m(i), np.float32), None, None, k, gt[i])
     assert rms_radius(map_xyz) == pytest.approx(rms_radius(reference.points()[0]), rel=0.02)
     graph.remove(node)
+    # The offline replay of the same messages publishes the same trajectory (other axes: the
+    # distances between all camera centres are compared).
+    offline = replay_offline(tmp_path / 'bag', sent, np.random.default_rng(2), gt)
+    np.testing.assert_allclose(distances(offline.positions), distances(positions(probe.poses)),
+                               rtol=0, atol=1e-6)
+
+
+def replay_offline(bag, sent, rng, gt):
+    """Write the messages the node got into a bag and replay it with the same oracle."""
+    with bag_io.BagWriter(bag) as writer:
+        for i, t in enumerate(sent):
+            writer.write('/depth', t, depth_message(sensor_mm(i, rng) * 1e-3, t, 'cam_optical'))
+            writer.write('/image', t, bag_io.image_message(frame_image(i, SIZE_HW), t, 'cam'))
+    values = {k: v for k, v in {**TINY_CPU, **ENGINE}.items()
+              if k.partition('.')[0] in ('model', 'cache', 'stream')}
+    session, _ = oracle_session(gt, noise=0.001, seed=1, depth_noise=0.02, **values)
+    metric = MetricConfig(source='depth', settle_keyframes=4)
+    runner = OfflineRunner(RolloverSession(session, metric), RunOptions(
+        map_axes='optical', metric=metric, depth_topic='/depth'), bag.parent / 'offline')
+    with bag_io.open_bag(bag) as reader:
+        runner.run(bag_io.read_raw(reader, ['/image', '/depth']))
+    return runner.trajectory
+
+
+def distances(xyz: np.ndarray) -> np.ndarray:
+    return np.linalg.norm(xyz[:, None] - xyz[None], axis=-1)
 
 
 def test_hostile_depth_is_counted_and_no_colour_frame_is_lost(graph, tmp_path):
