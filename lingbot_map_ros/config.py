@@ -216,8 +216,9 @@ class MapConfig:
     """Build and publish ~/map from the keyframes' depth. The map only grows while depth runs
     (stream.enable_depth and model.enable_depth), so by default it is off unless depth is on."""
     voxel_size: float = 0.01
-    """Edge of a map voxel, in map units (non-metric: about 1/100 of the median depth of the
-    first frames; the node logs that depth). Each voxel keeps one point."""
+    """Edge of a map voxel, in map units: metres with metric.source 'depth', else non-metric
+    (about 1/100 of the median depth of the first frames; the node logs that depth). Each voxel
+    keeps one point."""
     max_points: int = 500_000
     """Most voxels in the map; past it, the voxels seen longest ago are dropped first."""
     confidence_percentile: float = 50.0

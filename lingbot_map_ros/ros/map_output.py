@@ -215,7 +215,8 @@ class MapOutput:
             camera = self._camera
         xyz, rgb = self._map.points()
         comments = (f'lingbot_map ~/save: every pose published on ~/pose since the map was '
-                    f'last cleared; {self._base_frame} in {self._frame_id}; non-metric scale',)
+                    f'last cleared; {self._base_frame} in {self._frame_id}; metres with '
+                    'metric.source depth (see metric.state), else model units',)
         return MapSnapshot(stamps, c2w, xyz, rgb, camera, comments)
 
     def _on_save(self, request: Trigger.Request, response: Trigger.Response
