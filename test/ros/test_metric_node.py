@@ -31,6 +31,7 @@ from lingbot_map_ros.engine import geometry
 from lingbot_map_ros.engine.map_accumulator import MapAccumulator
 from lingbot_map_ros.engine.ply import read_ply
 from lingbot_map_ros.engine.rollover import RolloverSession
+from lingbot_map_ros.ros import params
 from lingbot_map_ros.ros.depth_input import DEPTH_DROP_REASONS
 from lingbot_map_ros.ros.odometry_status import ODOMETRY_KEYS
 from lingbot_map_ros.tools import bag_io
@@ -271,3 +272,9 @@ def test_metric_needs_depth_from_the_model(graph):
     with pytest.raises(ValueError, match='stream.enable_depth'):
         LingbotMapNode(context=graph.context, namespace=f'/metric{next(_ns)}',
                        parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+    # Nor may depth be turned off at run time under a metric node.
+    current = {s.name: s.default for s in params.all_specs('tiny')}
+    current.update({'metric.source': 'depth', 'stream.enable_depth': True})
+    assert params.check_changes({'stream.keyframe_interval': 2}, current) is None
+    assert 'metric.source' in params.check_changes({'stream.enable_depth': False}, current)
+    assert 'max_dt_s' in params.check_changes({'metric.max_dt_s': -1.0}, current)
