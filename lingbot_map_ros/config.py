@@ -16,7 +16,7 @@
 ``EngineConfig`` = ``ModelConfig`` (what the network is) + ``CacheConfig`` (how the
 global-attention KV cache is sized and which attention backend runs it) + ``StreamConfig`` (how
 frames are fed); ``MapConfig`` (the accumulated point-cloud map) and ``MetricConfig`` (metric
-scale from a depth camera) sit beside it.
+scale from a depth camera, in ``metric_config.py``) sit beside it.
 Each dataclass is the only source of its defaults. The ROS node declares one parameter per field
 (``section.field``), the YAML file ``config/lingbot_map.yaml`` carries the same keys, and the tools
 load that YAML with :func:`load_yaml`.
@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, fields
-import math
 from pathlib import Path
 from typing import Any, Literal
 
+from lingbot_map_ros.metric_config import (  # noqa: F401 - MetricConfig re-exported
+    MetricConfig, section_from_flat)
 import yaml
 
 Backend = Literal['flashinfer', 'sdpa', 'reference', 'triton']
@@ -41,7 +42,6 @@ DType = Literal['bfloat16', 'float16', 'float32']
 CacheDType = Literal['bfloat16', 'float16', 'float32', 'float8_e4m3fn']
 FastPath = Literal['eager', 'segments', 'whole_frame']
 Preset = Literal['official', 'tiny']
-MetricSource = Literal['none', 'depth']
 
 
 @dataclass(frozen=True)
@@ -251,66 +251,7 @@ class MapConfig:
         Raises:
             ValueError: unknown ``map.*`` key or bad value.
         """
-        section = {k.partition('.')[2]: v for k, v in values.items() if k.startswith('map.')}
-        unknown = sorted(set(section) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown map setting(s) {', '.join('map.' + k for k in unknown)}")
-        return cls(**section)
-
-
-@dataclass(frozen=True)
-class MetricConfig:
-    """Metric scale from a depth camera (``engine/metric_session.py``, docs/odometry.md)."""
-
-    source: MetricSource = 'none'
-    """'none': outputs in the model's per-session units; 'depth': a depth image aligned to the
-    colour image (topic ``depth``, 16UC1 mm or 32FC1 m) gives every session its scale in
-    metres (needs stream.enable_depth and model.enable_depth)."""
-    max_dt_s: float = 0.005
-    """A depth image pairs with the colour image whose stamp is within this many seconds."""
-    settle_keyframes: int = 16
-    """Keyframes of a session (its scale frames included) over which the scale is refined;
-    then it is held until the next rollover or reset."""
-    min_valid_fraction: float = 0.05
-    """Share of the pixels with a valid depth pair (sensor and model) below which a frame,
-    and a session without better frames, is degenerate (no metric scale)."""
-    max_range_m: float = 0.0
-    """Sensor depths beyond this are not used for the scale (0: no limit)."""
-    depth_wait_s: float = 0.05
-    """Longest wait of a colour frame for its depth image when the depth stream is alive."""
-
-    def __post_init__(self) -> None:
-        if self.source not in ('none', 'depth'):
-            raise ValueError(f"metric.source='{self.source}' is not 'none' or 'depth'")
-        for name in ('max_dt_s', 'min_valid_fraction', 'max_range_m', 'depth_wait_s'):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f'metric.{name}={value} must be a finite number >= 0')
-        if self.min_valid_fraction > 1:
-            raise ValueError(f'metric.min_valid_fraction={self.min_valid_fraction} must be '
-                             '<= 1')
-        if self.settle_keyframes < 1:
-            raise ValueError(f'metric.settle_keyframes={self.settle_keyframes} must be >= 1')
-
-    @property
-    def enabled(self) -> bool:
-        """Return True when a depth camera sets the scale."""
-        return self.source == 'depth'
-
-    @classmethod
-    def from_flat(cls, values: dict[str, Any]) -> 'MetricConfig':
-        """Build from the ``metric.*`` keys of flat parameter values (other keys are ignored).
-
-        Raises:
-            ValueError: unknown ``metric.*`` key or bad value.
-        """
-        section = {k.partition('.')[2]: v for k, v in values.items()
-                   if k.startswith('metric.')}
-        unknown = sorted(set(section) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError('unknown metric setting(s) '
-                             f"{', '.join('metric.' + k for k in unknown)}")
-        return cls(**section)
+        return section_from_flat(cls, 'map', values)
 
 
 @dataclass(frozen=True)

@@ -167,3 +167,14 @@ def test_off_hands_the_rollover_mapping_through():
     off.provide_depth(1, np.ones(SIZE_HW, np.float32))
     assert off.alignment(fit) is fit and off.alignment(None) is None
     assert off.stats().state == 'off' and off.stats().scale is None
+
+
+@pytest.mark.parametrize('values, message', [
+    ({'metric.source': 'lidar'}, 'metric.source'), ({'metric.max_dt_s': -0.1}, 'max_dt_s'),
+    ({'metric.max_range_m': float('nan')}, 'max_range_m'),
+    ({'metric.min_valid_fraction': 1.5}, 'min_valid_fraction'),
+    ({'metric.settle_keyframes': 0}, 'settle_keyframes'), ({'metric.bogus': 1}, 'metric.bogus')])
+def test_metric_config_refuses_bad_values(values, message):
+    with pytest.raises(ValueError, match=message):
+        MetricConfig.from_flat({'map.voxel_size': 0.1, **values})
+    assert MetricConfig.from_flat({'metric.source': 'depth', 'map.enable': True}).enabled
