@@ -63,6 +63,8 @@ def arguments():
         ('camera_frame', '', "Camera optical frame; empty keeps the images' frame_id"),
         ('publish_tf', '', 'true/false: broadcast odom_frame -> base_frame (publish.tf)'),
         ('transport', '', 'Input transport: raw or compressed (input.transport)'),
+        ('depth_topic', '', 'Set: depth image aligned to the image (16UC1 mm / 32FC1 m) for '
+         'metric outputs (metric.source depth, stream.enable_depth true)'),
         ('lifecycle', 'false', 'true: start the managed (lifecycle) node instead'),
         ('autostart', 'true', 'With lifecycle:=true, configure and activate at start'),
         ('rviz', 'false', 'true: also start rviz2 with rviz/lingbot_map.rviz (if installed)'),
@@ -72,8 +74,11 @@ def arguments():
 def _overrides(arg):
     """Node parameters from the non-empty launch arguments (strings typed like YAML)."""
     typed = {'true': True, 'false': False}
-    return {param: typed.get(arg(name).lower(), arg(name))
-            for name, param in OVERRIDES.items() if arg(name)}
+    values = {param: typed.get(arg(name).lower(), arg(name))
+              for name, param in OVERRIDES.items() if arg(name)}
+    if arg('depth_topic'):  # metric scale from a depth camera (docs/odometry.md)
+        values.update({'metric.source': 'depth', 'stream.enable_depth': True})
+    return values
 
 
 def _actions(context, *_args, **_kwargs):
@@ -89,7 +94,8 @@ def _actions(context, *_args, **_kwargs):
         package='lingbot_map_ros', name='lingbot_map', namespace=arg('namespace'),
         executable='lingbot_map_lifecycle_node' if managed else 'lingbot_map_node',
         output='screen', parameters=[arg('params_file'), _overrides(arg)],
-        remappings=[('image', image_topic), ('camera_info', info_topic)],
+        remappings=[('image', image_topic), ('camera_info', info_topic)] +
+        ([('depth', arg('depth_topic'))] if arg('depth_topic') else []),
         arguments=['--ros-args', '--log-level', arg('log_level')])
     actions = [node]
     if managed and arg('autostart').lower() == 'true':

@@ -15,7 +15,8 @@
 
 ``EngineConfig`` = ``ModelConfig`` (what the network is) + ``CacheConfig`` (how the
 global-attention KV cache is sized and which attention backend runs it) + ``StreamConfig`` (how
-frames are fed); ``MapConfig`` (the accumulated point-cloud map) sits beside it.
+frames are fed); ``MapConfig`` (the accumulated point-cloud map) and ``MetricConfig`` (metric
+scale from a depth camera, in ``metric_config.py``) sit beside it.
 Each dataclass is the only source of its defaults. The ROS node declares one parameter per field
 (``section.field``), the YAML file ``config/lingbot_map.yaml`` carries the same keys, and the tools
 load that YAML with :func:`load_yaml`.
@@ -32,6 +33,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from lingbot_map_ros.metric_config import (  # noqa: F401 - MetricConfig re-exported
+    MetricConfig, section_from_flat)
 import yaml
 
 Backend = Literal['flashinfer', 'sdpa', 'reference', 'triton']
@@ -213,8 +216,9 @@ class MapConfig:
     """Build and publish ~/map from the keyframes' depth. The map only grows while depth runs
     (stream.enable_depth and model.enable_depth), so by default it is off unless depth is on."""
     voxel_size: float = 0.01
-    """Edge of a map voxel, in map units (non-metric: about 1/100 of the median depth of the
-    first frames; the node logs that depth). Each voxel keeps one point."""
+    """Edge of a map voxel, in map units: metres with metric.source 'depth', else non-metric
+    (about 1/100 of the median depth of the first frames; the node logs that depth). Each voxel
+    keeps one point."""
     max_points: int = 500_000
     """Most voxels in the map; past it, the voxels seen longest ago are dropped first."""
     confidence_percentile: float = 50.0
@@ -247,11 +251,7 @@ class MapConfig:
         Raises:
             ValueError: unknown ``map.*`` key or bad value.
         """
-        section = {k.partition('.')[2]: v for k, v in values.items() if k.startswith('map.')}
-        unknown = sorted(set(section) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown map setting(s) {', '.join('map.' + k for k in unknown)}")
-        return cls(**section)
+        return section_from_flat(cls, 'map', values)
 
 
 @dataclass(frozen=True)
@@ -313,8 +313,9 @@ class EngineConfig:
 
 
 _SECTIONS = {'model': ModelConfig, 'cache': CacheConfig, 'stream': StreamConfig}
-# Sections with field docstrings (``field_docs``); 'map' is not part of EngineConfig.
-_DOCUMENTED = {**_SECTIONS, 'map': MapConfig}
+# Sections with field docstrings (``field_docs``); 'map' and 'metric' are not part of
+# EngineConfig.
+_DOCUMENTED = {**_SECTIONS, 'map': MapConfig, 'metric': MetricConfig}
 
 
 def _field_names(section: str) -> set[str]:

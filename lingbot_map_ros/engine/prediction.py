@@ -15,7 +15,8 @@
 
 Conventions (see ``geometry.py``): ``c2w`` maps camera coordinates to world coordinates, camera
 axes are OpenCV / ROS optical (x right, y down, z forward), the world frame is nominally the first
-frame's camera, and translation and depth share one non-metric scale fixed by the scale frames.
+frame's camera, and translation and depth share one scale fixed by the scale frames (metres
+when a depth camera sets it: ``engine/metric_session.py``).
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ class FramePrediction:
     original_size_hw: tuple[int, int]
     """(H, W) of the input image."""
     depth: np.ndarray | None = None
-    """[H, W] float32 depth along z for the processed image (non-metric), or None."""
+    """[H, W] float32 depth along z for the processed image, or None: model units, metres
+    behind a metric :class:`~lingbot_map_ros.engine.rollover.RolloverSession`."""
     depth_conf: np.ndarray | None = None
     """[H, W] float32 confidence (>= 1), or None."""
     image: np.ndarray | None = None

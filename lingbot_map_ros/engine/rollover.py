@@ -30,6 +30,9 @@ see one stream:
    already contains all earlier ones (the reference poses are continuous). When depth runs,
    the scale is the median depth ratio over the overlap instead (upstream's choice); without
    depth, when the overlap cannot observe scale (a still camera), the previous one is kept.
+4. With a depth camera (``metric.source: depth``) :class:`~.metric_session.MetricSession`
+   gives each session its scale in metres, and the mapping uses it instead of the fitted
+   scale (which stays in the statistics as a check).
 
 Predictions carry the continuous pose in ``c2w`` (``session_c2w`` keeps the session's own),
 a depth map scaled by the same factor (translation and depth keep one scale), ``frame_index``
@@ -52,11 +55,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from .metric_session import MetricSession
 from .pipeline import StreamingSession
 from .prediction import FramePrediction
 from .preprocess import preprocess_image, PreprocessInfo
 from .stats import RolloverStats, SessionStats
 from .stitching import fit_rollover, Sim3Alignment
+from ..config import MetricConfig
 
 
 @dataclasses.dataclass
@@ -73,8 +78,11 @@ class _Keyframe:
 class RolloverSession:
     """A StreamingSession that rolls over into Sim(3)-stitched sessions (module docstring)."""
 
-    def __init__(self, session: StreamingSession) -> None:
-        """Wrap ``session``; its config's ``stream.session_keyframes`` / ``overlap_keyframes``."""
+    def __init__(self, session: StreamingSession, metric: MetricConfig | None = None) -> None:
+        """Wrap ``session``; its config's ``stream.session_keyframes`` / ``overlap_keyframes``.
+
+        ``metric``: the ``metric.*`` settings (default: no depth camera, model units).
+        """
         self._session = session
         self._lock = threading.RLock()
         self._device = next(session.model.parameters()).device
@@ -86,6 +94,9 @@ class RolloverSession:
         self._frames_out = 0
         self._rollover_ms: float | None = None
         self._stats = RolloverStats()
+        # Metric scale hook (engine/metric_session.py): callers hand depth to ``metric``.
+        self.metric = MetricSession(metric or MetricConfig(), session.config.stream
+                                    .overlap_keyframes, session.config.cache.scale_frames)
 
     # ---- the StreamingSession API -------------------------------------------------------------
 
@@ -129,12 +140,15 @@ class RolloverSession:
                 self._rollover()
             preds = self._session.step_tensor(tensor, info, stamp_ns, preprocess_ms)
             self._inputs[int(stamp_ns)] = (tensor, info)
+            self.metric.observe(preds, self._inputs)  # metric hook: before any is stitched
             return [self._stitch(pred) for pred in preds]
 
     def flush(self) -> list[FramePrediction]:
         """Run buffered scale frames now (end of a short stream)."""
         with self._lock:
-            return [self._stitch(pred) for pred in self._session.flush()]
+            preds = self._session.flush()
+            self.metric.observe(preds, self._inputs)  # metric hook
+            return [self._stitch(pred) for pred in preds]
 
     def reset(self) -> dict[str, int]:
         """Reset the session and the stitching: the next frame starts a new origin."""
@@ -145,6 +159,7 @@ class RolloverSession:
             self._alignment = None
             self._frames_out = 0
             self._rollover_ms = None
+            self.metric.reset()  # metric hook
             self._stats.sessions += 1
             self._stats.session_keyframes = 0
             return cleared
@@ -189,6 +204,8 @@ class RolloverSession:
             kf.depth is not None and p.depth is not None for kf, p in zip(overlap, preds)) \
             else None
         self._alignment = fit_rollover(reference, ses, previous, depths)
+        # Metric hook: the session's metric scale replaces the fitted one (kept as a check).
+        self.metric.start_session(preds, reference, ses, self._alignment)
         stats = self._stats
         stats.sessions += 1
         stats.rollovers += 1
@@ -209,10 +226,11 @@ class RolloverSession:
         """Map a session prediction into the continuous frame; remember it if it is a keyframe."""
         tensor, info = self._inputs.pop(pred.stamp_ns)
         c2w, depth = pred.c2w, pred.depth
-        if self._alignment is not None:
-            c2w = self._alignment.apply(pred.c2w)
+        alignment = self.metric.alignment(self._alignment)  # metric hook: metres when known
+        if alignment is not None:
+            c2w = alignment.apply(pred.c2w)
             if depth is not None:
-                depth = depth * np.float32(self._alignment.scale)
+                depth = depth * np.float32(alignment.scale)
         timings = pred.timings_ms
         if self._rollover_ms is not None:
             # The frame that waited for the rollover carries its cost.

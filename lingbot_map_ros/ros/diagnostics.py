@@ -50,6 +50,7 @@ from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from lingbot_map_ros.engine.stats import (CACHE_STATS_FIELDS, CacheStats, SESSION_STATS_FIELDS,
                                           SessionStats)
 from lingbot_map_ros.ros.conversions import DROP_REASONS
+from lingbot_map_ros.ros.depth_input import DEPTH_DROP_REASONS
 
 OK, WARN, ERROR, STALE = (DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR,
                           DiagnosticStatus.STALE)
@@ -60,7 +61,8 @@ BENIGN_DROPS = frozenset({'queue_overflow'})
 _NEAR_FULL = 0.9
 # Reasons always listed (with 0) so the key set does not depend on what happened yet.
 KNOWN_DROPS = tuple(DROP_REASONS) + ('queue_overflow', 'stamp_invalid', 'stamp_out_of_order',
-                                     'stamp_jump_ahead', 'resolution_mismatch', 'invalid_frame')
+                                     'stamp_jump_ahead', 'resolution_mismatch', 'invalid_frame'
+                                     ) + DEPTH_DROP_REASONS  # depth images (metric scale)
 KNOWN_NONFINITE = ('depth_pixels', 'depth_camera_info', 'odometry_twist')
 """Non-finite numbers kept off the topics (``outputs.py``): depth pixels written as 0, a depth
 image + camera_info pair not published, an odometry twist published as zero."""

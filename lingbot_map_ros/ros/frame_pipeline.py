@@ -26,10 +26,10 @@ import gc
 import time
 from typing import Any, Callable
 
-from lingbot_map_ros.config import EngineConfig
+from lingbot_map_ros.config import EngineConfig, MetricConfig
 from lingbot_map_ros.engine.pipeline import StreamingSession
 from lingbot_map_ros.engine.rollover import RolloverSession
-from lingbot_map_ros.ros import conversions, diagnostics, params
+from lingbot_map_ros.ros import conversions, depth_input, diagnostics, params
 from lingbot_map_ros.ros.map_output import MapOutput
 from lingbot_map_ros.ros.node_options import NodeOptions
 from lingbot_map_ros.ros.outputs import Outputs
@@ -59,7 +59,8 @@ def make_session(values: dict[str, Any], config: EngineConfig) -> RolloverSessio
                          'allow_random_weights:=true for a demo with meaningless poses')
     # With random weights the session itself logs a loud warning (through the log bridge).
     return RolloverSession(StreamingSession(config, weights, allow_random_weights=random_ok,
-                                            seed=values['seed']))
+                                            seed=values['seed']),
+                           MetricConfig.from_flat(values))
 
 
 def release_memory() -> None:
@@ -116,9 +117,10 @@ class FramePipeline:
                                         service_qos=service_qos())
             bridge = CvBridge() if CvBridge is not None else None
             self.has_bridge = bridge is not None
+            depth = depth_input.from_values(values, self.stats, self._log)
             self.runner: SessionRunner | None = SessionRunner(
                 self.session, self.outputs, self.stats, self._log, options,
-                raw_converter(bridge), extra_outputs=(self.map_output,))
+                raw_converter(bridge), extra_outputs=(self.map_output,), depth_input=depth)
         except BaseException:
             self.destroy()
             raise

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from lingbot_map_ros.ros import conversions
+from lingbot_map_ros.ros import conversions, depth_input
 from lingbot_map_ros.ros.frame_pipeline import FramePipeline
 from lingbot_map_ros.ros.session_runner import InputFrame
 from lingbot_map_ros.ros.worker import FrameQueue, Worker
@@ -67,7 +67,8 @@ class Inputs:
             node.create_subscription(CompressedImage if self._compressed else Image,
                                      self.topic, self._on_image, qos, callback_group=group),
             node.create_subscription(CameraInfo, 'camera_info', self._on_camera_info, qos,
-                                     callback_group=group)]
+                                     callback_group=group),
+            *depth_input.subscribe(node, pipeline.runner.depth_input, qos)]
 
     def stop(self, timeout_s: float) -> bool:
         """Unsubscribe, stop taking frames and wait at most ``timeout_s`` for the current one.
@@ -82,6 +83,8 @@ class Inputs:
 
     def _on_image(self, msg: Any) -> None:
         self._stats.count_received()
+        if self._runner.depth_input is not None:  # the newest colour stamp, for depth pairing
+            self._runner.depth_input.note_colour(msg.header.stamp)
         dropped = self.queue.put(InputFrame(msg, self._compressed, time.monotonic()))
         if dropped:
             self._stats.count_drop('queue_overflow', num=dropped)

@@ -249,7 +249,8 @@ class MapOutput:
         which = f'the last {len(stamps)} poses ({dropped} older dropped, output.max_poses)' \
             if dropped else 'every pose'
         comments = (f'lingbot_map ~/save: {which} published on ~/pose since the map was '
-                    f'last cleared; {self._base_frame} in {self._frame_id}; non-metric scale',)
+                    f'last cleared; {self._base_frame} in {self._frame_id}; metres with '
+                    'metric.source depth (see metric.state), else model units',)
         return MapSnapshot(stamps, c2w, xyz, rgb, camera, comments)
 
     def _on_save(self, request: Trigger.Request, response: Trigger.Response

@@ -15,7 +15,9 @@
 
 Subscribes (relative names, so namespaces and remaps work):
     ``image`` (sensor_msgs/Image) or ``<image>/compressed`` (sensor_msgs/CompressedImage) with
-    ``input.transport: compressed``; ``camera_info`` (optional, only compared with the estimate).
+    ``input.transport: compressed``; ``camera_info`` (optional, only compared with the estimate);
+    ``depth`` (sensor_msgs/Image aligned to the image, with ``metric.source: depth``:
+    :mod:`~lingbot_map_ros.ros.depth_input`).
 Publishes (private names), stamped with the input image's stamp:
     ``~/pose``, ``~/odometry``, ``~/path``, ``~/depth/image`` + ``~/depth/camera_info``,
     ``~/cloud``, ``~/map`` (:mod:`~lingbot_map_ros.ros.map_output`),

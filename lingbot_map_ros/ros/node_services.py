@@ -134,5 +134,6 @@ class NodeServices:
                                      config.model.max_frame_num,
                                      config.stream.session_keyframes),
             odometry_status(name, runner.rollover_stats(), pipeline.outputs.frames_info(),
-                            config.stream.session_keyframes)]
+                            config.stream.session_keyframes, pipeline.session.metric.stats(),
+                            getattr(runner.depth_input, 'drops_total', 0))]
         return msg

@@ -15,7 +15,8 @@
 
 Kept apart from ``diagnostics.py`` so its key set is its own: every key is present in every
 state, from the first message on (before any rollover the alignment keys hold their neutral
-values: scale 1, residual 0).
+values: scale 1, residual 0). The ``metric.*`` block is the depth camera's metric scale
+(``engine/metric_session.py``); its values read ``n/a`` while unknown.
 """
 
 from __future__ import annotations
@@ -23,18 +24,25 @@ from __future__ import annotations
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+from lingbot_map_ros.engine.metric_session import MetricStats
 from lingbot_map_ros.engine.stats import RolloverStats
+from lingbot_map_ros.ros.diagnostics import NOT_AVAILABLE
 
 ODOMETRY_KEYS: tuple[str, ...] = (
     'odom_frame', 'base_frame', 'mounting', 'session_age_keyframes', 'session_keyframes',
     'sessions', 'rollovers', 'last_alignment_scale', 'last_alignment_residual',
     'last_alignment_degenerate', 'degenerate_alignments', 'rejected_scales',
-    'last_rejected_scale', 'last_rollover_ms', 'max_rollover_ms')
+    'last_rejected_scale', 'last_rollover_ms', 'max_rollover_ms') + (
+    'metric.state', 'metric.scale', 'metric.valid_fraction', 'metric.inlier_fraction',
+    'metric.spread', 'metric.depth_drops', 'metric.session_keyframes',
+    'metric.frames_with_depth', 'metric.frames_without_depth', 'metric.sim3_scale',
+    'metric.degenerate_sessions')
 """Keys of the status, in order."""
 
 
 def odometry_status(node_name: str, rollover: RolloverStats, frames: dict[str, Any],
-                    session_keyframes: int) -> DiagnosticStatus:
+                    session_keyframes: int, metric: MetricStats = MetricStats(),
+                    depth_drops: int = 0) -> DiagnosticStatus:
     """Render the odometry status.
 
     Args:
@@ -42,10 +50,13 @@ def odometry_status(node_name: str, rollover: RolloverStats, frames: dict[str, A
         rollover: ``RolloverSession.rollover_stats()``.
         frames: ``odom_frame``, ``base_frame`` and ``mounting`` ('parameter' or 'tf_static').
         session_keyframes: the configured session length (``stream.session_keyframes``).
+        metric: ``RolloverSession.metric.stats()``.
+        depth_drops: depth images dropped since start (``DepthInput.drops_total``).
 
     Returns:
         The ``<node>: odometry`` status; WARN while the last alignment could not observe
-        scale or refused an implausible scale change (either way it kept the previous one).
+        scale or refused an implausible scale change (either way it kept the previous one), or
+        while the session's metric scale is degenerate.
     """
     values = {
         'odom_frame': frames['odom_frame'], 'base_frame': frames['base_frame'],
@@ -62,12 +73,17 @@ def odometry_status(node_name: str, rollover: RolloverStats, frames: dict[str, A
         else f'{rollover.last_rejected_scale:.6g}',
         'last_rollover_ms': f'{rollover.last_rollover_ms:.1f}',
         'max_rollover_ms': f'{rollover.max_rollover_ms:.1f}',
+        **_metric_values(metric, depth_drops),
     }
     if rollover.last_rejected_scale is not None:
         level = DiagnosticStatus.WARN
         message = (f'last rollover fitted an implausible scale change '
                    f'({rollover.last_rejected_scale:.3g}, previous {rollover.last_scale:.3g}); '
                    'the previous scale was kept')
+    elif metric.state == 'degenerate':
+        level = DiagnosticStatus.WARN
+        message = ('no metric scale for this session (no usable depth image paired with its '
+                   'keyframes): model units, as without a depth camera')
     elif rollover.last_degenerate:
         level = DiagnosticStatus.WARN
         message = ('last rollover could not observe scale (camera nearly still over the '
@@ -76,6 +92,25 @@ def odometry_status(node_name: str, rollover: RolloverStats, frames: dict[str, A
         level = DiagnosticStatus.OK
         message = (f'session {rollover.session_keyframes}/{session_keyframes} keyframes, '
                    f'{rollover.rollovers} rollovers')
+        if metric.state != 'off':
+            message += f', metric scale {metric.state}'
     return DiagnosticStatus(level=level, name=f'{node_name}: odometry', message=message,
                             hardware_id='', values=[KeyValue(key=k, value=str(values[k]))
                                                     for k in ODOMETRY_KEYS])
+
+
+def _metric_values(metric: MetricStats, depth_drops: int) -> dict[str, Any]:
+    """Return the ``metric.*`` values; a quantity not known yet reads ``n/a``."""
+    def number(value: float | None) -> str:
+        return NOT_AVAILABLE if value is None else f'{value:.6g}'
+    return {
+        'metric.state': metric.state, 'metric.scale': number(metric.scale),
+        'metric.valid_fraction': number(metric.valid_fraction),
+        'metric.inlier_fraction': number(metric.inlier_fraction),
+        'metric.spread': number(metric.spread), 'metric.depth_drops': depth_drops,
+        'metric.session_keyframes': metric.session_keyframes,
+        'metric.frames_with_depth': metric.frames_with_depth,
+        'metric.frames_without_depth': metric.frames_without_depth,
+        'metric.sim3_scale': number(metric.sim3_scale),
+        'metric.degenerate_sessions': metric.degenerate_sessions,
+    }

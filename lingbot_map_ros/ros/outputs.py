@@ -17,10 +17,11 @@ Frames (REP 105, docs/odometry.md, ``odom_frames.py``): poses, path, odometry an
 of ``frames.base_frame`` in ``frames.odom_frame``, which is anchored at the first pose after
 start or a reset and stays continuous across session rollovers. TF ``odom -> base_frame`` only;
 with ``frames.map_frame`` set, also a static identity ``map -> odom``. Translation, depth and the
-cloud share one non-metric scale, fixed by the first session's scale frames and carried across
-rollovers. The model gives no uncertainty: odometry covariances are marked unknown with a large
-variance (:data:`UNKNOWN_VARIANCE`, as rtabmap does when lost) on the diagonal, never all zero
-(which filters read as exact). The twist is a finite difference of consecutive poses, in
+cloud share one scale: metres with a depth camera (``metric.source: depth``), else the model's,
+fixed by the first session's scale frames and carried across rollovers. The model gives no
+uncertainty: odometry covariances are marked unknown with a large variance
+(:data:`UNKNOWN_VARIANCE`, as rtabmap does when lost) on the diagonal, never all zero (which
+filters read as exact). The twist is a finite difference of consecutive poses, in
 ``base_frame``, in odom units per second.
 """
 

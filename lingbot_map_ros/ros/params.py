@@ -18,8 +18,9 @@ Engine parameters are exactly the fields of :class:`~lingbot_map_ros.config.Engi
 dataclasses (``config.field_docs``). ``model.preset`` is declared first and the other
 ``model.*`` defaults come from that preset, so a parameter file that only sets
 ``model.preset: tiny`` gets the whole tiny model. Node parameters (topics, frames, QoS, outputs,
-diagnostics) are listed in :data:`NODE_PARAMS`; the ``map.*`` parameters are the fields of
-:class:`~lingbot_map_ros.config.MapConfig`, declared the same way.
+diagnostics) are listed in :data:`NODE_PARAMS`; the ``map.*`` and ``metric.*`` parameters are
+the fields of :class:`~lingbot_map_ros.config.MapConfig` and
+:class:`~lingbot_map_ros.config.MetricConfig`, declared the same way.
 
 Everything that sizes GPU memory or the model is read-only. Of the engine fields only
 :data:`LIVE_ENGINE_PARAMS` may change at run time; they take effect at the next session reset.
@@ -54,6 +55,9 @@ MAP_SECTION = 'map'
 LIVE_MAP_PARAMS: frozenset[str] = frozenset({'map.enable', 'map.confidence_percentile',
                                              'map.min_confidence', 'map.pixel_stride'})
 """``map.*`` parameters that take effect with the next keyframe; the others size the map."""
+
+METRIC_SECTION = 'metric'
+"""``metric.*`` (metric scale from a depth camera): all read-only (they pick subscriptions)."""
 
 
 @dataclass(frozen=True)
@@ -151,8 +155,9 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
               'frame_id of each input image.', _RO),
     ParamSpec('publish.tf', True, 'Broadcast odom_frame -> base_frame on /tf (needs tf2_ros).',
               _LIVE),
-    ParamSpec('publish.depth', False, 'Publish ~/depth/image (32FC1, non-metric) and '
-              '~/depth/camera_info; needs stream.enable_depth.', _LIVE),
+    ParamSpec('publish.depth', False, 'Publish ~/depth/image (32FC1: metres with '
+              'metric.source depth, else model units) and ~/depth/camera_info; needs '
+              'stream.enable_depth.', _LIVE),
     ParamSpec('publish.cloud', False, 'Publish ~/cloud (PointCloud2 xyz+rgb in odom_frame); '
               'needs stream.enable_depth.', _LIVE),
     ParamSpec('publish.cloud_stride', 4, 'Keep every n-th pixel in each direction for ~/cloud.',
@@ -198,6 +203,7 @@ _INT_RANGES: dict[str, tuple[int, int, int]] = {
     'stream.overlap_keyframes': (1, 1_000_000, 0),
     'map.max_points': (1, 1_000_000_000, 0),
     'map.pixel_stride': (1, 64, 0),
+    'metric.settle_keyframes': (1, 1_000_000, 0),
 }
 _FLOAT_RANGES: dict[str, tuple[float, float]] = {
     'model.mlp_ratio': (0.25, 16.0),
@@ -205,6 +211,10 @@ _FLOAT_RANGES: dict[str, tuple[float, float]] = {
     'map.confidence_percentile': (0.0, 100.0),
     'map.min_confidence': (0.0, 1e6),
     'map.period_s': (MIN_MAP_PERIOD_S, 3600.0),
+    'metric.max_dt_s': (1e-6, 1.0),
+    'metric.min_valid_fraction': (1e-4, 1.0),
+    'metric.max_range_m': (0.0, 1000.0),
+    'metric.depth_wait_s': (0.0, 10.0),
 }
 
 
@@ -234,6 +244,24 @@ def map_specs() -> list[ParamSpec]:
     return _section_specs(MAP_SECTION, config.MapConfig, defaults, LIVE_MAP_PARAMS)
 
 
+def metric_specs() -> list[ParamSpec]:
+    """Specs of the ``metric.*`` parameters, one per ``config.MetricConfig`` field."""
+    defaults = {f'{METRIC_SECTION}.{k}': v for k, v in asdict(config.MetricConfig()).items()}
+    return _section_specs(METRIC_SECTION, config.MetricConfig, defaults, frozenset())
+
+
+def metric_problem(values: dict[str, Any]) -> str | None:
+    """Return why the ``metric.*`` values cannot work with the others, or None."""
+    try:
+        metric = config.MetricConfig.from_flat(values)
+    except ValueError as exc:
+        return str(exc)
+    if metric.enabled and not (values['stream.enable_depth'] and values['model.enable_depth']):
+        return ("metric.source 'depth' needs stream.enable_depth and model.enable_depth true: "
+                "the model's depth is what the sensor's depth is compared with")
+    return None
+
+
 def _section_specs(section: str, cls: type, defaults: dict[str, Any],
                    live: frozenset[str]) -> list[ParamSpec]:
     docs = config.field_docs(section)
@@ -253,8 +281,8 @@ def _section_specs(section: str, cls: type, defaults: dict[str, Any],
 
 
 def all_specs(preset: str = 'official') -> list[ParamSpec]:
-    """Engine, map and node specs: every parameter the node declares."""
-    return engine_specs(preset) + map_specs() + list(NODE_PARAMS)
+    """Engine, map, metric and node specs: every parameter the node declares."""
+    return engine_specs(preset) + map_specs() + metric_specs() + list(NODE_PARAMS)
 
 
 def check_value(spec: ParamSpec, value: Any) -> str | None:
@@ -323,6 +351,9 @@ def declare_all(node: Any) -> dict[str, Any]:
         raise ValueError(reason)
     engine_config(values)
     config.MapConfig.from_flat(values)
+    problem = metric_problem(values)
+    if problem:
+        raise ValueError(problem)
     return values
 
 
@@ -354,6 +385,9 @@ def check_changes(changes: dict[str, Any], current: dict[str, Any]) -> str | Non
         config.MapConfig.from_flat(merged)
     except ValueError as exc:
         return str(exc)
+    problem = metric_problem(merged)
+    if problem:
+        return problem
     wants_depth = merged['publish.depth'] or merged['publish.cloud']
     if wants_depth and not (merged['stream.enable_depth'] and merged['model.enable_depth']):
         return ('publish.depth and publish.cloud need stream.enable_depth (and '

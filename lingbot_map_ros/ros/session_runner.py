@@ -76,7 +76,7 @@ class SessionRunner:
     def __init__(self, session: Any, outputs: Outputs, stats: NodeStats, logger: Any,
                  options: NodeOptions,
                  convert_raw: Callable[[Any], np.ndarray],
-                 extra_outputs: Sequence[Any] = ()) -> None:
+                 extra_outputs: Sequence[Any] = (), depth_input: Any = None) -> None:
         """Wire the runner.
 
         Args:
@@ -88,6 +88,8 @@ class SessionRunner:
             convert_raw: ``sensor_msgs/Image`` -> RGB converter (cv_bridge or ours).
             extra_outputs: more outputs with ``publish(pred, camera_frame, opts)`` and
                 ``clear()``, served after ``outputs`` (the map).
+            depth_input: the ``DepthInput`` pairing depth images with the frames
+                (``metric.source: depth``), or None.
         """
         self._session = session
         self._outputs = outputs
@@ -96,6 +98,7 @@ class SessionRunner:
         self._options = options
         self._convert_raw = convert_raw
         self._extra_outputs = tuple(extra_outputs)
+        self.depth_input = depth_input
         self._lock = threading.Lock()
         self._feeder = StreamFeeder(session, reset_on_error=True,
                                     on_reset=self._on_session_reset)
@@ -187,6 +190,8 @@ class SessionRunner:
             frame_id = DEFAULT_CAMERA_FRAME
             self._log.warning(f"input image has no frame_id; using '{frame_id}' (set "
                               'frames.camera_frame)', throttle_duration_sec=60.0)
+        if self.depth_input is not None:  # metric scale: the frame's depth, before it is fed
+            self.depth_input.pair(stamp_ns, image.shape[:2], self._session.metric)
         with self._lock:
             if self._pending_reset is not None:
                 self._reset_locked(self._pending_reset, 'requested')

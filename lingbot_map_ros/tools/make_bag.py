@@ -22,7 +22,10 @@ Every frame is written as ``sensor_msgs/Image`` (``rgb8`` or ``bgr8``) on ``--to
 The intrinsics come from ``--fx/--fy/--cx/--cy`` when given, else from a pinhole guess with a
 ``--hfov-deg`` horizontal field of view and the principal point at the image centre; the
 synthetic scene writes its exact intrinsics. ``--synthetic`` also writes the ground truth of the
-camera as a TUM file (``--gt``, default ``<bag>_gt.tum``) in the map axes the node publishes.
+camera as a TUM file (``--gt``, default ``<bag>_gt.tum``) in the map axes the node publishes;
+with ``--depth`` also its exact depth, as a depth camera aligned to the colour image would
+publish it (``16UC1`` millimetres, REP 118) on ``--depth-topic`` (default ``depth/image_raw``
+beside the image topic), each one just before the colour image of the same stamp.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 import logging
 from pathlib import Path
+from typing import Any
 
 import cv2
 from lingbot_map_ros.ros.conversions import map_axes_transform
@@ -65,6 +69,8 @@ class BagSpec:
     """Write JPEG CompressedImage instead of raw Image."""
     encoding: str = 'rgb8'
     """Raw image encoding: 'rgb8' or 'bgr8'."""
+    depth_topic: str = ''
+    """Topic of the 16UC1 depth images (synthetic scene); empty: none written."""
 
     @property
     def image_topic(self) -> str:
@@ -77,9 +83,30 @@ class BagSpec:
         return self.info_topic or f'{self.topic.rsplit("/", 1)[0]}/camera_info'
 
 
+def depth_message(depth_m: np.ndarray, stamp_ns: int, frame_id: str) -> Any:
+    """Build a ``16UC1`` ``sensor_msgs/Image`` in millimetres (REP 118) from metres.
+
+    Args:
+        depth_m: [H, W] depth in metres; NaN, Inf and values <= 0 become 0 (no value),
+            values past 65.535 m are clipped.
+        stamp_ns: header stamp, nanoseconds.
+        frame_id: header frame id (the colour camera's optical frame: aligned depth).
+
+    Returns:
+        A ``rosbags`` ``sensor_msgs/msg/Image``.
+    """
+    metres = np.nan_to_num(np.asarray(depth_m, dtype=np.float64), nan=0.0, posinf=0.0,
+                           neginf=0.0)
+    mm = np.clip(np.rint(metres * 1000.0), 0, 65535).astype('<u2')
+    h, w = mm.shape
+    return bag_io.TYPESTORE.types[bag_io.IMAGE_TYPE](
+        header=bag_io._header(stamp_ns, frame_id), height=h, width=w, encoding='16UC1',
+        is_bigendian=0, step=2 * w, data=mm.reshape(-1).view(np.uint8))
+
+
 def write_frames(spec: BagSpec, frames: Iterable[np.ndarray], k: np.ndarray | None,
                  fps: float, start_ns: int = DEFAULT_START_NS, hfov_deg: float = 70.0,
-                 total: int | None = None) -> int:
+                 total: int | None = None, depths: Iterable[np.ndarray] | None = None) -> int:
     """Write RGB frames (and one CameraInfo per frame) to a new bag.
 
     Args:
@@ -90,6 +117,7 @@ def write_frames(spec: BagSpec, frames: Iterable[np.ndarray], k: np.ndarray | No
         start_ns: stamp of the first frame.
         hfov_deg: horizontal field of view of the guess.
         total: number of frames, for the progress bar.
+        depths: [H, W] metres per frame, written on ``spec.depth_topic`` (needs it set).
 
     Returns:
         Number of frames written.
@@ -98,6 +126,9 @@ def write_frames(spec: BagSpec, frames: Iterable[np.ndarray], k: np.ndarray | No
         ValueError: no frames, or frames of different sizes.
     """
     count, size = 0, None
+    depth_iter = iter(depths) if depths is not None else None
+    if depth_iter is not None and not spec.depth_topic:
+        raise ValueError('depth images need a depth topic')
     with bag_io.BagWriter(spec.out, spec.storage) as bag:
         for rgb in tqdm(frames, total=total, desc='writing', unit='frame', leave=False):
             h, w = rgb.shape[:2]
@@ -107,6 +138,9 @@ def write_frames(spec: BagSpec, frames: Iterable[np.ndarray], k: np.ndarray | No
             elif size != (h, w):
                 raise ValueError(f'frame {count} is {w}x{h}, the first was {size[1]}x{size[0]}')
             stamp = start_ns + int(round(count * 1e9 / fps))
+            if depth_iter is not None:
+                bag.write(spec.depth_topic, stamp,
+                          depth_message(next(depth_iter), stamp, spec.frame_id))
             if spec.compressed:
                 msg = bag_io.compressed_message(rgb, stamp, spec.frame_id)
             else:
@@ -120,6 +154,8 @@ def write_frames(spec: BagSpec, frames: Iterable[np.ndarray], k: np.ndarray | No
     _LOG.info('wrote %d frames to %s (%s on %s, camera_info on %s)', count, spec.out,
               'CompressedImage' if spec.compressed else 'Image', spec.image_topic,
               spec.camera_info_topic)
+    if depth_iter is not None:
+        _LOG.info('wrote the depth images (16UC1, mm) on %s', spec.depth_topic)
     return count
 
 
@@ -203,7 +239,8 @@ def write_synthetic(spec: BagSpec, scene: SceneConfig, gt_path: str | Path,
     """
     seq = render_sequence(scene)
     count = write_frames(spec, seq.images, seq.intrinsics, scene.fps, int(seq.stamps_ns[0]),
-                         total=len(seq.images))
+                         total=len(seq.images),
+                         depths=seq.depth if spec.depth_topic else None)
     c2w = map_axes_transform(map_axes) @ seq.c2w
     write_tum(gt_path, Trajectory(seq.stamps_ns, c2w), comments=[
         f'ground truth of the synthetic scene (seed {scene.seed}, {scene.num_frames} frames, '
@@ -257,6 +294,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument('--seed', type=int, default=0, help='synthetic: texture seed')
     p.add_argument('--gt', default=None,
                    help='synthetic: ground-truth TUM output (default: <out>_gt.tum)')
+    p.add_argument('--depth', action='store_true',
+                   help='synthetic: also write the exact depth as 16UC1 millimetres (a depth '
+                        'camera aligned to the colour image) on --depth-topic')
+    p.add_argument('--depth-topic', default='',
+                   help='synthetic: topic of the depth images (default: depth/image_raw '
+                        'beside --topic)')
     p.add_argument('--map-axes', choices=('flu', 'optical'), default='flu',
                    help="synthetic: map axes of the ground truth, as the node's "
                         'frames.map_axes (default: %(default)s)')
@@ -278,9 +321,13 @@ def run(args: argparse.Namespace) -> int:
     """Run ``make-bag``; returns the exit code (errors raise ``ValueError`` / ``BagError``)."""
     if args.stride < 1:
         raise ValueError(f'--stride must be >= 1, got {args.stride}')
+    if args.depth and not args.synthetic:
+        raise ValueError('--depth needs --synthetic (the only source with a known depth)')
+    depth_topic = (args.depth_topic or f'{args.topic.rsplit("/", 1)[0]}/depth/image_raw') \
+        if args.depth else ''
     spec = BagSpec(out=Path(args.out), storage=args.storage, topic=args.topic,
                    info_topic=args.info_topic, frame_id=args.frame_id,
-                   compressed=args.compressed, encoding=args.encoding)
+                   compressed=args.compressed, encoding=args.encoding, depth_topic=depth_topic)
     start_ns = int(round(args.start_sec * 1e9))
     if args.synthetic:
         width, _, height = args.size.partition('x')

@@ -40,19 +40,23 @@ different segments are in different frames; the TUM header lists the segments. S
 breaks mid-bag (a corrupt sqlite page) ends the run early: what was read is flushed and
 written, and the summary says why under ``storage_error``. ``--ply`` builds the node's
 ``~/map`` with the same accumulator and the same ``map.*`` settings
-(``engine/map_accumulator.py``), one ``map.ply`` per segment.
+(``engine/map_accumulator.py``), one ``map.ply`` per segment. With ``metric.source: depth`` and
+``RunOptions.depth_topic`` the depth images of that topic are paired with the frames by the
+node's :class:`~lingbot_map_ros.ros.depth_input.DepthInput` (each colour frame is fed once the
+messages recorded before the next one were read), so poses, depth and map are in metres.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+import dataclasses
 from dataclasses import dataclass
 import logging
 from pathlib import Path
 import time
 from typing import Any
 
-from lingbot_map_ros.config import EngineConfig, MapConfig
+from lingbot_map_ros.config import EngineConfig, MapConfig, MetricConfig
 from lingbot_map_ros.engine.map_accumulator import MapAccumulator
 from lingbot_map_ros.engine.pipeline import StreamingSession
 from lingbot_map_ros.engine.ply import write_ply
@@ -61,6 +65,7 @@ from lingbot_map_ros.engine.rollover import RolloverSession
 from lingbot_map_ros.engine.stats import RolloverStats
 from lingbot_map_ros.engine.stream_feeder import SessionReset, StreamFeeder
 from lingbot_map_ros.ros import conversions
+from lingbot_map_ros.ros.depth_input import DepthInput
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.trajectory import Trajectory
 import numpy as np
@@ -90,6 +95,10 @@ class RunOptions:
     """Settings of that map: the node's ``map.*`` parameters."""
     max_frames: int | None = None
     """Stop after this many image messages."""
+    metric: MetricConfig = MetricConfig()
+    """The node's ``metric.*`` parameters (metric scale from a depth camera)."""
+    depth_topic: str = ''
+    """Topic of the depth images among the messages (with ``metric.source: depth``)."""
 
 
 def make_session(values: dict[str, Any]) -> StreamingSession:
@@ -129,7 +138,7 @@ class OfflineRunner:
             out_dir: output folder (created when something is written).
         """
         if not isinstance(session, RolloverSession):
-            session = RolloverSession(session)
+            session = RolloverSession(session, options.metric)
         self._session = session
         self._options = options
         self._out = Path(out_dir)
@@ -145,6 +154,9 @@ class OfflineRunner:
             {'index': 0, 'reason': 'start', 'start_stamp_ns': None, 'poses': 0}]
         self._map = MapAccumulator(options.map, session.config.stream.device) \
             if options.save_ply else None
+        # Metric scale: the node's pairing, without waiting (the bag order is known).
+        self._depth = DepthInput(options.metric, 64, self._drop, _LOG.debug) \
+            if options.metric.enabled and options.depth_topic else None
 
     @classmethod
     def from_values(cls, values: dict[str, Any], options: RunOptions,
@@ -176,7 +188,7 @@ class OfflineRunner:
         num_read, storage_error = 0, None
         with tqdm(total=total, desc='replay', unit='frame') as bar:
             try:
-                for raw in messages:
+                for raw in self._with_depth(messages):
                     if limit is not None and num_read >= limit:
                         break
                     num_read += 1
@@ -199,13 +211,16 @@ class OfflineRunner:
                 'engine_ms_mean': round(float(np.mean(self._engine_ms)), 2)
                 if self._engine_ms else 0.0,
                 'weights': self._session.weights, 'map_axes': self._options.map_axes,
-                'config': self._session.config.to_flat(), 'storage_error': storage_error}
+                'config': self._session.config.to_flat(), 'storage_error': storage_error,
+                'metric': {**dataclasses.asdict(self._session.metric.stats()),
+                           'depth_drops': 0 if self._depth is None else self._depth.drops_total}}
 
     def tum_comments(self, summary: dict[str, Any]) -> list[str]:
         """Header lines of the TUM file: source, model, drops and map segments."""
         lines = [f'lingbot_map_replay: {summary.get("bag", "")} {summary.get("topic", "")}',
                  f'weights {summary["weights"]}; map axes {summary["map_axes"]}; '
-                 'camera optical frame in the map frame; non-metric scale',
+                 'camera optical frame in the map frame; '
+                 f'{_units(summary.get("metric", {}).get("state", "off"))}',
                  f'frames read {summary["frames_read"]}, poses {summary["poses"]}, drops '
                  f'{summary["drops"] or "none"}']
         if summary.get('rollovers'):
@@ -233,6 +248,8 @@ class OfflineRunner:
         except conversions.ImageConversionError as exc:
             self._drop(exc.reason, str(exc))
             return
+        if self._depth is not None:  # metric scale: the frame's depth, before it is fed
+            self._depth.pair(stamp_ns, image.shape[:2], self._session.metric, wait=False)
         fed = self._feeder.feed(image, stamp_ns)
         for reset in fed.resets:
             self._start_segment(reset, stamp_ns)
@@ -240,6 +257,34 @@ class OfflineRunner:
             if drop is not None:
                 self._drop(drop.reason, drop.detail)
         self._collect(fed.predictions)
+
+    def _with_depth(self, messages: Iterable[bag_io.RawMessage]
+                    ) -> Iterable[bag_io.RawMessage]:
+        """Yield the image messages; each once the messages up to the next one were read.
+
+        The depth images in between go into the pairing buffer, so a frame finds its depth
+        whether it was recorded just before or just after it.
+        """
+        if self._depth is None:
+            yield from messages
+            return
+        waiting = None
+        for raw in messages:
+            if raw.topic == self._options.depth_topic:
+                try:
+                    self._depth.put(bag_io.deserialize(raw))
+                except bag_io.BadMessageError as exc:
+                    self._drop('bad_message', f'depth: {exc}')
+                continue
+            try:
+                self._depth.note_colour(bag_io.deserialize(raw).header.stamp)
+            except bag_io.BadMessageError:
+                pass  # dropped with its reason when it is handled
+            if waiting is not None:
+                yield waiting
+            waiting = raw
+        if waiting is not None:
+            yield waiting
 
     def _drop(self, reason: str, detail: str) -> None:
         self._drops[reason] = self._drops.get(reason, 0) + 1
@@ -293,3 +338,10 @@ def _session_counts(rollover: RolloverStats) -> dict[str, Any]:
     return {'sessions': rollover.sessions, 'rollovers': rollover.rollovers,
             'degenerate_alignments': rollover.degenerate_alignments,
             'max_rollover_ms': round(rollover.max_rollover_ms, 2)}
+
+
+def _units(metric_state: str) -> str:
+    """Say in which units the poses are, from the last session's metric state."""
+    if metric_state in ('locked', 'settling'):
+        return 'metres (metric scale from the depth camera)'
+    return 'non-metric scale'

@@ -20,7 +20,9 @@ Subcommands:
   dropped frames, deterministic. It writes ``trajectory.tum`` (the poses the node would publish on
   ``~/pose``, in the same map axes), ``trajectory.png``, ``summary.json``, and with ``--depth``
   / ``--ply`` the depth maps and the node's map (``map.ply``). With ``--gt`` it reports APE/RPE
-  (evo).
+  (evo). ``--depth-topic`` pairs a depth camera's images (16UC1 mm / 32FC1 m, aligned to the
+  colour image) with the frames, as the node does with ``metric.source: depth``: the outputs
+  are then in metres.
   Frames are handled as the node handles them: unreadable images and frames the engine refuses
   are counted drops, a stamp that is not newer is dropped, a stamp jump back or a session limit
   resets the session and starts a new map segment (listed in the summary and the TUM header).
@@ -36,13 +38,14 @@ command-line usage.
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 import json
 import logging
 from pathlib import Path
 import sys
 from typing import Any
 
-from lingbot_map_ros.config import EngineConfig, load_yaml, MapConfig
+from lingbot_map_ros.config import EngineConfig, load_yaml, MapConfig, MetricConfig
 from lingbot_map_ros.engine.errors import LingbotMapError
 from lingbot_map_ros.tools import bag_io, make_bag, trajectory
 from lingbot_map_ros.tools.config_files import find_config, parse_set
@@ -64,7 +67,8 @@ def run_options(args: argparse.Namespace) -> tuple[dict[str, Any], RunOptions]:
     """
     values = load_yaml(args.params_file or find_config(DEFAULT_PARAMS))
     overrides = parse_set(args.set)
-    unknown = sorted(set(overrides) - set(values) - set(EngineConfig().to_flat()))
+    metric_keys = {f'metric.{f.name}' for f in fields(MetricConfig)}
+    unknown = sorted(set(overrides) - set(values) - set(EngineConfig().to_flat()) - metric_keys)
     if unknown:
         raise ValueError(f'--set: unknown parameter(s) {", ".join(unknown)}')
     values.update(overrides)
@@ -78,7 +82,9 @@ def run_options(args: argparse.Namespace) -> tuple[dict[str, Any], RunOptions]:
         values['stream.device'] = args.device
     if args.map_axes:
         values['frames.map_axes'] = args.map_axes
-    if args.depth or args.ply:
+    if args.depth_topic:  # metric scale from a depth camera
+        values['metric.source'] = 'depth'
+    if args.depth or args.ply or values.get('metric.source') == 'depth':
         values['stream.enable_depth'] = True
     options = RunOptions(
         map_axes=values.get('frames.map_axes', 'flu'),
@@ -88,15 +94,21 @@ def run_options(args: argparse.Namespace) -> tuple[dict[str, Any], RunOptions]:
         resolution_change_frames=int(values.get('input.resolution_change_frames',
                                                 RunOptions.resolution_change_frames)),
         save_depth=args.depth, save_ply=args.ply, map=MapConfig.from_flat(values),
-        max_frames=args.max_frames)
+        max_frames=args.max_frames, metric=MetricConfig.from_flat(values),
+        depth_topic=_absolute(args.depth_topic or ''))
     return values, options
 
 
-def _pick_topic(reader: Any, topic: str | None) -> bag_io.TopicInfo:
+def _absolute(topic: str) -> str:
+    return topic if not topic or topic.startswith('/') else '/' + topic
+
+
+def _pick_topic(reader: Any, topic: str | None, depth_topic: str = '') -> bag_io.TopicInfo:
     if topic:
         return bag_io.require_topic(reader, topic, bag_io.IMAGE_TYPES)
     topics = bag_io.list_topics(reader)
-    images = [t for t in topics.values() if t.msgtype in bag_io.IMAGE_TYPES]
+    images = [t for t in topics.values()
+              if t.msgtype in bag_io.IMAGE_TYPES and t.name != depth_topic]
     if len(images) != 1:
         raise bag_io.BagError(f'the bag has {len(images)} image topics; pick one with --topic:'
                               f'\n{bag_io.describe_topics(topics)}')
@@ -110,9 +122,16 @@ def run_bag(args: argparse.Namespace) -> int:
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
     with bag_io.open_bag(args.bag) as reader:
-        info = _pick_topic(reader, args.topic)
+        info = _pick_topic(reader, args.topic, options.depth_topic)
+        topics = [info.name]
+        if options.metric.enabled:
+            if not options.depth_topic:
+                raise ValueError("metric.source is 'depth': name the depth topic with "
+                                 '--depth-topic')
+            topics.append(bag_io.require_topic(reader, options.depth_topic,
+                                               (bag_io.IMAGE_TYPE,)).name)
         runner = OfflineRunner.from_values(values, options, out)
-        summary = runner.run(bag_io.read_raw(reader, [info.name]), info.num_messages)
+        summary = runner.run(bag_io.read_raw(reader, topics), info.num_messages)
     summary.update(bag=str(args.bag), topic=info.name, msgtype=info.msgtype)
     if runner.trajectory.stamps_ns.size == 0:
         _LOG.error('no poses: %d frames read, drops %s', summary['frames_read'],
@@ -185,6 +204,9 @@ def _add_run_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="save the map of the keyframes as map.ply: the node's ~/map, built "
                         'with the map.* parameters of the YAML (e.g. --set map.voxel_size=0.02'
                         '); turns stream.enable_depth on')
+    p.add_argument('--depth-topic', default=None,
+                   help='depth images aligned to the colour images (16UC1 mm or 32FC1 m): '
+                        'metric outputs, as the node with metric.source:=depth')
     p.add_argument('--max-frames', type=int, default=None, help='stop after this many images')
     p.add_argument('--torch-threads', type=int, default=0,
                    help='CPU threads of torch (0: torch default; 1 is fastest on a busy '

@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / 'launch' / 'lingbot_map.launch.py'
 DOCUMENTED = ['namespace', 'params_file', 'use_sim_time', 'log_level', 'image_topic', 'weights',
               'allow_random_weights', 'odom_frame', 'base_frame', 'map_frame', 'camera_frame',
-              'publish_tf', 'transport', 'lifecycle', 'autostart', 'rviz']
+              'publish_tf', 'transport', 'depth_topic', 'lifecycle', 'autostart', 'rviz']
 EXECUTABLES = {'lingbot_map_node': 'lingbot_map_ros.ros.entry',
                'lingbot_map_lifecycle_node': 'lingbot_map_ros.ros.lifecycle_node'}
 _TIMEOUT_S = 120.0  # a node process importing torch on a loaded 2-core machine

@@ -42,6 +42,8 @@ ACCEPTED: frozenset[tuple[str, str]] = frozenset({
     ('model.num_dino_registers', 'zero'),    # a model without registers
     ('model.tap_layers', 'zero'),            # every head reads layer 0
     ('frames.base_to_camera', 'negative'),   # (-1, -1, -1) m, quaternion normalised
+    ('metric.max_range_m', 'zero'),          # no range limit on the sensor depth
+    ('metric.depth_wait_s', 'zero'),         # a colour frame never waits for its depth
 })
 """(parameter, hostile value) pairs that are valid settings (docs/parameters.md)."""
 
