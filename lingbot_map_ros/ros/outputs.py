@@ -30,7 +30,6 @@ import collections
 from typing import Any
 
 from geometry_msgs.msg import PoseStamped, TransformStamped
-from lingbot_map_ros.engine.geometry import unproject_depth
 from lingbot_map_ros.engine.prediction import FramePrediction
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.ros.node_options import NodeOptions
@@ -213,7 +212,7 @@ class Outputs:
         self._tf.sendTransform(tf)
 
     def _publish_depth(self, pred: FramePrediction, header: Any, camera_frame: str) -> None:
-        depth = np.ascontiguousarray(pred.depth, dtype='<f4')
+        depth = np.ascontiguousarray(pred.depth.cpu().numpy(), dtype='<f4')  # the host copy
         height, width = depth.shape
         img = Image(height=height, width=width, encoding='32FC1', is_bigendian=0,
                     step=4 * width)
@@ -229,10 +228,9 @@ class Outputs:
         self._info_pub.publish(info)
 
     def _publish_cloud(self, pred: FramePrediction, header: Any, stride: int) -> None:
-        points = unproject_depth(pred.depth, pred.intrinsics,
-                                 self._frames.odom_from_world() @ pred.c2w)
-        num, data = conversions.xyz_rgb_cloud(points, pred.image, stride,
-                                              valid=np.asarray(pred.depth) > 0)
+        # The unprojection into odom is the prediction's one, shared with ~/map (map_output).
+        points, rgb, valid = pred.host_cloud(self._frames.odom_from_world(), stride)
+        num, data = conversions.xyz_rgb_cloud(points, rgb, 1, valid=valid)
         cloud = PointCloud2(header=header, height=1, width=num, fields=_CLOUD_FIELDS,
                             is_bigendian=False, point_step=16, row_step=16 * num,
                             is_dense=True)

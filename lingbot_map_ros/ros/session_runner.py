@@ -13,10 +13,13 @@
 # limitations under the License.
 """The worker-thread side of the node: one input frame in, outputs published, errors absorbed.
 
-For each queued message :class:`SessionRunner` converts the image, feeds it to the engine
-session through a :class:`~lingbot_map_ros.engine.stream_feeder.StreamFeeder` (which checks the
-stamp and holds the drop and reset policy) and publishes the predictions. Every failure ends as
-a counted drop or a counted reset, never as an exception into the executor:
+For each queued message :class:`SessionRunner` converts the image, tags it
+(:class:`~lingbot_map_ros.engine.frames.FrameTag`: stamp, camera frame, receipt time), feeds it to
+the engine session through a :class:`~lingbot_map_ros.engine.stream_feeder.StreamFeeder` (which
+checks the stamp and holds the drop and reset policy) and publishes the predictions, each with
+the frame and latency its tag carries back. Every failure ends as a counted drop or a counted
+reset (a :class:`~lingbot_map_ros.engine.reasons.Reason`, logged at its policy's level), never as
+an exception into the executor:
 
 =======================  ===============================================================
 condition                what happens
@@ -42,12 +45,15 @@ always agree; the reset service waits at most one frame for it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from typing import Any, Callable, Sequence
 
 from lingbot_map_ros.config import EngineConfig
+from lingbot_map_ros.engine.frames import FrameTag
 from lingbot_map_ros.engine.prediction import FramePrediction
+from lingbot_map_ros.engine.reasons import POLICY, Reason
 from lingbot_map_ros.engine.stats import RolloverStats, SessionStats
 from lingbot_map_ros.engine.stream_feeder import FeedResult, StreamFeeder
 from lingbot_map_ros.ros import conversions
@@ -99,17 +105,14 @@ class SessionRunner:
         self._lock = threading.Lock()
         self._feeder = StreamFeeder(session, reset_on_error=True,
                                     on_reset=self._on_session_reset)
-        self._frame_ids: dict[int, str] = {}
-        self._received: dict[int, float] = {}
-        self._pending_reset: str | None = None
+        self._pending_reset: Reason | None = None
         self._pending_config: EngineConfig | None = None
         self._camera_k: np.ndarray | None = None
         self._camera_k_logged = False
-        self._drop_log: dict[str, tuple[float, int]] = {}
+        self._drop_log: dict[Reason, tuple[float, int]] = {}
         self._session_stats: SessionStats = session.stats()
         self._rollover_stats: RolloverStats = session.rollover_stats()
         self._busy_since: float | None = None
-        self._held: tuple[int, str, float] | None = None
 
     def session_stats(self) -> SessionStats:
         """Return the session's ``stats()`` as of the last frame or reset (never blocks)."""
@@ -145,17 +148,26 @@ class SessionRunner:
         """Use ``config`` (only its live fields may differ) from the next reset on."""
         self._pending_config = config
 
-    def request_reset(self, reason: str) -> None:
-        """Reset before the next frame (safe from any thread, never blocks)."""
-        self._pending_reset = reason
+    def request_reset(self, reason: Reason | str) -> None:
+        """Reset before the next frame (safe from any thread, never blocks).
 
-    def reset(self, reason: str, timeout_s: float, detail: str = '') -> dict[str, int] | None:
+        Raises:
+            ValueError: ``reason`` is not a :class:`Reason` value.
+        """
+        self._pending_reset = Reason(reason)
+
+    def reset(self, reason: Reason | str, timeout_s: float, detail: str = ''
+              ) -> dict[str, int] | None:
         """Reset now, waiting at most ``timeout_s`` for the frame in progress.
 
         Returns:
             What was cleared, or None when the lock was busy (a reset is then requested for
             the next frame).
+
+        Raises:
+            ValueError: ``reason`` is not a :class:`Reason` value.
         """
+        reason = Reason(reason)
         if not self._lock.acquire(timeout=timeout_s):
             self.request_reset(reason)
             return None
@@ -180,43 +192,24 @@ class SessionRunner:
         try:
             stamp_ns = conversions.stamp_to_ns(item.msg.header.stamp)
         except conversions.InvalidStampError as exc:
-            self._drop('stamp_invalid', str(exc))
+            self._drop(Reason.STAMP_INVALID, str(exc))
             return
         frame_id = opts.camera_frame or item.msg.header.frame_id
         if not frame_id:
             frame_id = DEFAULT_CAMERA_FRAME
             self._log.warning(f"input image has no frame_id; using '{frame_id}' (set "
                               'frames.camera_frame)', throttle_duration_sec=60.0)
+        tag = FrameTag(stamp_ns, frame_id, item.received_s)
         with self._lock:
             if self._pending_reset is not None:
                 self._reset_locked(self._pending_reset, 'requested')
             self._feeder.backwards_reset_s = opts.backwards_reset_s
             self._feeder.jump_guard.forward_jump_s = opts.forward_jump_s
             self._feeder.resolution_guard.change_frames = opts.resolution_change_frames
-            fed = self._feeder.feed(image, stamp_ns)
+            fed = self._feeder.feed(image, tag)
             self._report(fed)
-            self._register(fed, stamp_ns, frame_id, item.received_s)
             self._publish(fed.predictions, opts)
             self._take_snapshot()
-
-    def _register(self, fed: FeedResult, stamp_ns: int, frame_id: str, received_s: float
-                  ) -> None:
-        """Remember frame ids and receipt times of frames whose predictions may come later.
-
-        Runs after the resets of ``fed`` were reported (they forget buffered frames), so a held
-        frame fed in this call is registered again.
-        """
-        held, self._held = self._held, None
-        if held is not None and fed.held_drop is None:
-            self._frame_ids[held[0]], self._received[held[0]] = held[1], held[2]
-        elif held is not None:
-            self._frame_ids.pop(held[0], None)
-            self._received.pop(held[0], None)
-        if fed.accepted or fed.held:
-            self._frame_ids[stamp_ns] = frame_id
-            self._received[stamp_ns] = received_s
-        if fed.held:
-            self._held = (stamp_ns, frame_id, received_s)
 
     def _convert(self, item: InputFrame) -> np.ndarray | None:
         try:
@@ -224,12 +217,12 @@ class SessionRunner:
                 return conversions.compressed_msg_to_rgb(item.msg)
             return self._convert_raw(item.msg)
         except conversions.ImageConversionError as exc:
-            self._drop(exc.reason, str(exc))
+            self._drop(Reason(exc.reason), str(exc))
         except Exception as exc:  # noqa: BLE001 - e.g. CvBridgeError; never kill the thread
-            self._drop('decode', f'{type(exc).__name__}: {exc}')
+            self._drop(Reason.DECODE, f'{type(exc).__name__}: {exc}')
         return None
 
-    def _drop(self, reason: str, detail: str) -> None:
+    def _drop(self, reason: Reason, detail: str) -> None:
         self._stats.count_drop(reason, detail)
         # Throttled per reason, so a flood of one kind does not hide the first of another.
         now = time.monotonic()
@@ -238,12 +231,12 @@ class SessionRunner:
             self._drop_log[reason] = (last, suppressed + 1)
             return
         more = f' ({suppressed} more since the last message)' if suppressed else ''
-        self._log.warning(f'dropped frame ({reason}): {detail}{more}')
+        _log_at(self._log, POLICY[reason].log_level, f'dropped frame ({reason}): {detail}{more}')
         self._drop_log[reason] = (now, 0)
 
     def _report(self, fed: FeedResult) -> None:
         for reset in fed.resets:
-            if reset.error is not None:
+            if POLICY[reset.reason].error:
                 error = f'{type(reset.error).__name__}: {reset.error}'
                 self._stats.count_error(error)
                 self._log.error(f'engine error, resetting the session: {error}',
@@ -256,20 +249,20 @@ class SessionRunner:
 
     def _publish(self, preds: list[FramePrediction], opts: NodeOptions) -> None:
         for pred in preds:
-            frame_id = self._frame_ids.pop(pred.stamp_ns, DEFAULT_CAMERA_FRAME)
-            received = self._received.pop(pred.stamp_ns, time.monotonic())
+            tag = pred.tag  # the frame's own: its camera frame and when it came in
             try:
-                self._outputs.publish(pred, frame_id, opts)
+                self._outputs.publish(pred, tag.frame_id, opts)
             except ValueError as exc:
-                self._reset_locked('nan_pose', str(exc))
+                self._reset_locked(Reason.NAN_POSE, str(exc))
                 return
             for extra in self._extra_outputs:
-                extra.publish(pred, frame_id, opts)
+                extra.publish(pred, tag.frame_id, opts)
+            received = time.monotonic() if tag.received_s is None else tag.received_s
             self._stats.count_output((time.monotonic() - received) * 1e3,
                                      pred.timings_ms.get('total'))
             self._compare_camera_info(pred)
 
-    def _reset_locked(self, reason: str, detail: str) -> dict[str, int]:
+    def _reset_locked(self, reason: Reason, detail: str) -> dict[str, int]:
         return self._record_reset(reason, detail, self._feeder.reset())
 
     def _on_session_reset(self) -> None:
@@ -280,21 +273,19 @@ class SessionRunner:
             self._session.apply_config(self._pending_config)
             self._pending_config = None
 
-    def _record_reset(self, reason: str, detail: str, cleared: dict[str, int]
+    def _record_reset(self, reason: Reason, detail: str, cleared: dict[str, int]
                       ) -> dict[str, int]:
         cleared = {**cleared, 'path_poses': self._outputs.clear()}
         for extra in self._extra_outputs:
             extra.clear()
-        self._frame_ids.clear()
-        self._received.clear()
-        self._held = None
         self._stats.count_reset(reason, detail)
         summary = ', '.join(f'{k}={v}' for k, v in cleared.items())
-        if reason == 'manual':
+        if reason is Reason.MANUAL:
             self._log.info(f'session reset on request; cleared {summary}')
         else:
-            self._log.warning(f'session reset ({reason}): {detail}; cleared {summary}',
-                              throttle_duration_sec=1.0)
+            _log_at(self._log, POLICY[reason].log_level,
+                    f'session reset ({reason}): {detail}; cleared {summary}',
+                    throttle_duration_sec=1.0)
         self._take_snapshot()
         return cleared
 
@@ -308,3 +299,10 @@ class SessionRunner:
             f'fx {ours[0, 0]:.1f} vs {theirs[0, 0]:.1f}, fy {ours[1, 1]:.1f} vs '
             f'{theirs[1, 1]:.1f}, cx {ours[0, 2]:.1f} vs {theirs[0, 2]:.1f}, cy '
             f'{ours[1, 2]:.1f} vs {theirs[1, 2]:.1f} (camera_info is only compared, not used)')
+
+
+def _log_at(logger: Any, level: int, message: str, **kwargs: Any) -> None:
+    """Log through the node's logger at a ``logging`` level (the reason policy's)."""
+    name = {logging.DEBUG: 'debug', logging.INFO: 'info', logging.ERROR: 'error'}.get(
+        level, 'warning')
+    getattr(logger, name)(message, **kwargs)
