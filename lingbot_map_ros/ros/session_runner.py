@@ -231,7 +231,12 @@ class SessionRunner:
             self._drop_log[reason] = (last, suppressed + 1)
             return
         more = f' ({suppressed} more since the last message)' if suppressed else ''
-        _log_at(self._log, POLICY[reason].log_level, f'dropped frame ({reason}): {detail}{more}')
+        # One call site per severity: rclpy's logger refuses to change it at a call site.
+        message = f'dropped frame ({reason}): {detail}{more}'
+        if POLICY[reason].log_level >= logging.WARNING:
+            self._log.warning(message)
+        else:
+            self._log.debug(message)
         self._drop_log[reason] = (now, 0)
 
     def _report(self, fed: FeedResult) -> None:
@@ -280,12 +285,14 @@ class SessionRunner:
             extra.clear()
         self._stats.count_reset(reason, detail)
         summary = ', '.join(f'{k}={v}' for k, v in cleared.items())
-        if reason is Reason.MANUAL:
-            self._log.info(f'session reset on request; cleared {summary}')
+        level = POLICY[reason].log_level
+        message = f'session reset ({reason}): {detail}; cleared {summary}'
+        if level >= logging.ERROR:
+            self._log.error(message, throttle_duration_sec=1.0)
+        elif level >= logging.WARNING:
+            self._log.warning(message, throttle_duration_sec=1.0)
         else:
-            _log_at(self._log, POLICY[reason].log_level,
-                    f'session reset ({reason}): {detail}; cleared {summary}',
-                    throttle_duration_sec=1.0)
+            self._log.info(f'session reset on request ({reason}); cleared {summary}')
         self._take_snapshot()
         return cleared
 
@@ -299,10 +306,3 @@ class SessionRunner:
             f'fx {ours[0, 0]:.1f} vs {theirs[0, 0]:.1f}, fy {ours[1, 1]:.1f} vs '
             f'{theirs[1, 1]:.1f}, cx {ours[0, 2]:.1f} vs {theirs[0, 2]:.1f}, cy '
             f'{ours[1, 2]:.1f} vs {theirs[1, 2]:.1f} (camera_info is only compared, not used)')
-
-
-def _log_at(logger: Any, level: int, message: str, **kwargs: Any) -> None:
-    """Log through the node's logger at a ``logging`` level (the reason policy's)."""
-    name = {logging.DEBUG: 'debug', logging.INFO: 'info', logging.ERROR: 'error'}.get(
-        level, 'warning')
-    getattr(logger, name)(message, **kwargs)
