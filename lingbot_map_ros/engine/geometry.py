@@ -65,6 +65,18 @@ def _like(result: torch.Tensor, as_numpy: bool) -> torch.Tensor | np.ndarray:
     return result.numpy() if as_numpy else result
 
 
+def _upload(x: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """Move a small host tensor to a CUDA device without a stream sync (pinned, async).
+
+    A plain ``.to('cuda')`` of pageable memory waits for the device; the depth path runs
+    between frames on the worker thread, where only the publishing copies may wait.
+    """
+    x = x.to(dtype)
+    if device.type == 'cuda' and x.device.type == 'cpu':
+        return x.pin_memory().to(device, non_blocking=True)
+    return x.to(device)
+
+
 def _check_last_dims(x: torch.Tensor, dims: tuple[int, ...], what: str) -> None:
     if x.ndim < len(dims) or tuple(x.shape[x.ndim - len(dims):]) != dims:
         raise ValueError(f'{what}: expected shape [..., {", ".join(map(str, dims))}], '
@@ -250,7 +262,8 @@ def unproject_depth(depth: Array, intrinsics: Array, c2w: Array,
     Depth is the z-coordinate in the camera frame (not the ray length); (u, v) is the pixel
     column / row index with no +0.5 (spec §7). Output is in the same non-metric scale as depth.
     The points are computed on the depth's device; ``K`` is inverted where it lives (a numpy
-    ``K`` on the host: no device sync), and the small matrices then move to that device.
+    ``K`` on the host: no device sync), and the small matrices then move to that device without
+    waiting for it (:func:`_upload`).
 
     Args:
         depth: [..., H, W] depth maps.
@@ -274,14 +287,14 @@ def unproject_depth(depth: Array, intrinsics: Array, c2w: Array,
                          f'c2w {list(e.shape)} (want [..., H, W] and [..., 3|4, 4])')
     if dtype is None:
         dtype = torch.promote_types(torch.promote_types(d.dtype, k.dtype), e.dtype)
-    k_inv = torch.linalg.inv(k.to(torch.promote_types(k.dtype, dtype))).to(d.device, dtype)
+    k_inv = _upload(torch.linalg.inv(k.to(torch.promote_types(k.dtype, dtype))), d.device, dtype)
     height, width = d.shape[-2:]
     v, u = torch.meshgrid(torch.arange(height, dtype=dtype, device=d.device),
                           torch.arange(width, dtype=dtype, device=d.device), indexing='ij')
     pixels = torch.stack([u, v, torch.ones_like(u)], dim=-1)  # [H, W, 3]
     rays = torch.einsum('...ij,hwj->...hwi', k_inv, pixels)
     cam = rays * d.to(dtype)[..., None]
-    e = e.to(d.device, dtype)
+    e = _upload(e, d.device, dtype)
     rot, trans = e[..., :3, :3], e[..., :3, 3]
     world = torch.einsum('...ij,...hwj->...hwi', rot, cam) + trans[..., None, None, :]
     return _like(world, as_numpy)

@@ -292,7 +292,7 @@ class SessionRunner:
         elif level >= logging.WARNING:
             self._log.warning(message, throttle_duration_sec=1.0)
         else:
-            self._log.info(f'session reset on request ({reason}); cleared {summary}')
+            self._log.info(f'session reset on request; cleared {summary}')
         self._take_snapshot()
         return cleared
 
