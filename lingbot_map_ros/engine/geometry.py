@@ -65,6 +65,18 @@ def _like(result: torch.Tensor, as_numpy: bool) -> torch.Tensor | np.ndarray:
     return result.numpy() if as_numpy else result
 
 
+def _upload(x: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """Move a small host tensor to a CUDA device without a stream sync (pinned, async).
+
+    A plain ``.to('cuda')`` of pageable memory waits for the device; the depth path runs
+    between frames on the worker thread, where only the publishing copies may wait.
+    """
+    x = x.to(dtype)
+    if device.type == 'cuda' and x.device.type == 'cpu':
+        return x.pin_memory().to(device, non_blocking=True)
+    return x.to(device)
+
+
 def _check_last_dims(x: torch.Tensor, dims: tuple[int, ...], what: str) -> None:
     if x.ndim < len(dims) or tuple(x.shape[x.ndim - len(dims):]) != dims:
         raise ValueError(f'{what}: expected shape [..., {", ".join(map(str, dims))}], '
@@ -243,19 +255,25 @@ def intrinsics_for_original(intrinsics: Array, info: PreprocessInfo) -> Array:
     return _like(to_original @ k, as_numpy)
 
 
-def unproject_depth(depth: Array, intrinsics: Array, c2w: Array) -> Array:
+def unproject_depth(depth: Array, intrinsics: Array, c2w: Array,
+                    dtype: torch.dtype | None = None) -> Array:
     """World points of a depth map: ``X_w = R (d K^-1 [u, v, 1]^T) + t``.
 
     Depth is the z-coordinate in the camera frame (not the ray length); (u, v) is the pixel
     column / row index with no +0.5 (spec §7). Output is in the same non-metric scale as depth.
+    The points are computed on the depth's device; ``K`` is inverted where it lives (a numpy
+    ``K`` on the host: no device sync), and the small matrices then move to that device without
+    waiting for it (:func:`_upload`).
 
     Args:
         depth: [..., H, W] depth maps.
         intrinsics: [..., 3, 3] intrinsics of the processed image.
         c2w: [..., 3, 4] or [..., 4, 4] camera-to-world transforms.
+        dtype: floating dtype of the computation and the result; default the promoted dtype of
+            the inputs.
 
     Returns:
-        [..., H, W, 3] world points in the promoted dtype of the inputs.
+        [..., H, W, 3] world points.
 
     Raises:
         ValueError: wrong shapes.
@@ -267,13 +285,16 @@ def unproject_depth(depth: Array, intrinsics: Array, c2w: Array) -> Array:
     if d.ndim < 2 or e.ndim < 2 or e.shape[-1] != 4 or e.shape[-2] not in (3, 4):
         raise ValueError(f'unproject_depth: bad shapes depth {list(d.shape)}, '
                          f'c2w {list(e.shape)} (want [..., H, W] and [..., 3|4, 4])')
-    dtype = torch.promote_types(torch.promote_types(d.dtype, k.dtype), e.dtype)
+    if dtype is None:
+        dtype = torch.promote_types(torch.promote_types(d.dtype, k.dtype), e.dtype)
+    k_inv = _upload(torch.linalg.inv(k.to(torch.promote_types(k.dtype, dtype))), d.device, dtype)
     height, width = d.shape[-2:]
     v, u = torch.meshgrid(torch.arange(height, dtype=dtype, device=d.device),
                           torch.arange(width, dtype=dtype, device=d.device), indexing='ij')
     pixels = torch.stack([u, v, torch.ones_like(u)], dim=-1)  # [H, W, 3]
-    rays = torch.einsum('...ij,hwj->...hwi', torch.linalg.inv(k.to(dtype)), pixels)
+    rays = torch.einsum('...ij,hwj->...hwi', k_inv, pixels)
     cam = rays * d.to(dtype)[..., None]
-    rot, trans = e[..., :3, :3].to(dtype), e[..., :3, 3].to(dtype)
+    e = _upload(e, d.device, dtype)
+    rot, trans = e[..., :3, :3], e[..., :3, 3]
     world = torch.einsum('...ij,...hwj->...hwi', rot, cam) + trans[..., None, None, :]
     return _like(world, as_numpy)

@@ -17,14 +17,15 @@ Used by the node (``~/map``, ``~/save``) and by the offline replay (``--ply``): 
 implementation, one :class:`~lingbot_map_ros.config.MapConfig`. Everything runs with torch on the
 engine's device; nothing here knows about ROS.
 
-Per keyframe (:meth:`MapAccumulator.add`):
+Per keyframe (:meth:`MapAccumulator.add_points`, given the keyframe's depth already unprojected
+into the map frame, ``FramePrediction.points``: the same points ``~/cloud`` publishes;
+:meth:`MapAccumulator.add` unprojects them itself with ``geometry.unproject_depth``):
 
 1. every ``pixel_stride``-th pixel of the depth map; pixels with a depth that is not finite and
    positive are dropped;
 2. confidence filter: the ``confidence_percentile`` % least confident pixels of the keyframe and
    those under ``min_confidence`` are dropped;
-3. the rest is unprojected (pinhole ``K``, pixel-centre indices as in ``geometry.unproject_depth``)
-   and moved into the map frame with the caller's ``c2w``;
+3. the rest keep their points in the map frame;
 4. points fall into voxels of edge ``voxel_size``; a voxel keeps one point, the weighted mean of
    the positions and colours that fell into it. The weight is capped at ``MAX_WEIGHT`` so a voxel
    keeps following new observations (drift) and float32 sums stay exact;
@@ -47,6 +48,7 @@ import threading
 import numpy as np
 import torch
 
+from .geometry import unproject_depth
 from ..config import MapConfig
 
 MAX_WEIGHT = 64.0
@@ -134,7 +136,7 @@ class MapAccumulator:
     def add(self, depth: torch.Tensor | np.ndarray, confidence: torch.Tensor | np.ndarray | None,
             rgb: torch.Tensor | np.ndarray | None, intrinsics: torch.Tensor | np.ndarray,
             c2w: torch.Tensor | np.ndarray) -> MapUpdate:
-        """Add one keyframe.
+        """Add one keyframe from its depth and camera (:meth:`add_points` after unprojecting).
 
         Args:
             depth: [H, W] z-depth (map units).
@@ -147,25 +149,54 @@ class MapAccumulator:
             What the keyframe changed.
 
         Raises:
+            ValueError: shapes that do not fit together, a non-finite camera.
+        """
+        k, pose = _host(intrinsics), _host(c2w)
+        if tuple(k.shape) != (3, 3) or tuple(pose.shape) not in ((3, 4), (4, 4)):
+            raise ValueError(f'map: intrinsics {list(k.shape)} / c2w {list(pose.shape)} must be '
+                             '[3, 3] / [4, 4]')
+        if not (np.isfinite(k).all() and np.isfinite(pose).all()):
+            raise ValueError('map: intrinsics or c2w has non-finite values')
+        d = self._tensor(depth, torch.float32)
+        if d.ndim != 2:
+            raise ValueError(f'map: depth must be [H, W], got {list(d.shape)}')
+        return self.add_points(unproject_depth(d, k, pose, dtype=torch.float32), d, confidence,
+                               rgb)
+
+    def add_points(self, points: torch.Tensor | np.ndarray, depth: torch.Tensor | np.ndarray,
+                   confidence: torch.Tensor | np.ndarray | None,
+                   rgb: torch.Tensor | np.ndarray | None) -> MapUpdate:
+        """Add one keyframe whose depth is already unprojected into the map frame.
+
+        Args:
+            points: [H, W, 3] points of every pixel in the map frame.
+            depth: [H, W] z-depth of those pixels (which ones are valid).
+            confidence: [H, W] depth confidence, or None (no confidence filter).
+            rgb: [H, W, 3] uint8 colours, or None (white).
+
+        Returns:
+            What the keyframe changed.
+
+        Raises:
             ValueError: shapes that do not fit together.
         """
         cfg = self._config
         s = cfg.pixel_stride
         d = self._tensor(depth, torch.float32)[::s, ::s]
+        pts = self._tensor(points, torch.float32)[::s, ::s]
         conf = None if confidence is None else self._tensor(confidence, torch.float32)[::s, ::s]
         colour = None if rgb is None else self._tensor(rgb, torch.float32)[::s, ::s]
-        k, pose = _host(intrinsics), _host(c2w)
-        _check_shapes(d, conf, colour, k, pose)
+        _check_shapes(d, pts, conf, colour)
         keep = torch.isfinite(d) & (d > 0)
         if conf is not None:
             keep &= _confidence_mask(conf, keep, cfg)
         # One index of the kept pixels: every later gather uses it (one host sync, not four).
         sel = torch.nonzero(keep.reshape(-1)).squeeze(1)
-        points = self._unproject(d, sel, k, pose, s)
+        kept = pts.reshape(-1, 3).index_select(0, sel)
         colours = colour.reshape(-1, 3).index_select(0, sel) if colour is not None \
-            else torch.full_like(points, 255.0)
+            else torch.full_like(kept, 255.0)
         with self._lock:
-            return self._merge(points, colours, d.numel())
+            return self._merge(kept, colours, d.numel())
 
     def points(self) -> tuple[np.ndarray, np.ndarray]:
         """Return the map as ``([N, 3] float32 xyz, [N, 3] uint8 rgb)`` numpy arrays."""
@@ -179,19 +210,6 @@ class MapAccumulator:
     def _tensor(self, x: torch.Tensor | np.ndarray, dtype: torch.dtype) -> torch.Tensor:
         return torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x,
                                device=self._device).to(dtype)
-
-    def _unproject(self, depth: torch.Tensor, sel: torch.Tensor, k: np.ndarray,
-                   c2w: np.ndarray, stride: int) -> torch.Tensor:
-        """[M, 3] float32 map points of the pixels ``sel`` (flat indices) of a strided depth."""
-        width = depth.shape[1]
-        z = depth.reshape(-1).index_select(0, sel)
-        # Full-resolution pixel coordinates of the strided grid (exact in float32).
-        v = torch.div(sel, width, rounding_mode='floor').to(torch.float32) * stride
-        u = (sel % width).to(torch.float32) * stride
-        fx, fy, cx, cy = float(k[0, 0]), float(k[1, 1]), float(k[0, 2]), float(k[1, 2])
-        cam = torch.stack([(u - cx) / fx * z, (v - cy) / fy * z, z], dim=1)
-        pose = torch.as_tensor(c2w[:3].T.astype(np.float32), device=self._device)  # [4, 3]
-        return cam @ pose[:3] + pose[3]
 
     def _merge(self, points: torch.Tensor, colours: torch.Tensor, num_pixels: int) -> MapUpdate:
         """Fold a keyframe's points into the map; the map's keys stay sorted, unique.
@@ -287,17 +305,15 @@ def _host(x: torch.Tensor | np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-def _check_shapes(depth: torch.Tensor, conf: torch.Tensor | None, rgb: torch.Tensor | None,
-                  k: np.ndarray, c2w: np.ndarray) -> None:
+def _check_shapes(depth: torch.Tensor, points: torch.Tensor, conf: torch.Tensor | None,
+                  rgb: torch.Tensor | None) -> None:
     if depth.ndim != 2:
         raise ValueError(f'map: depth must be [H, W], got {list(depth.shape)}')
+    if tuple(points.shape) != (*depth.shape, 3):
+        raise ValueError(f'map: points {list(points.shape)} are not depth '
+                         f'{list(depth.shape)} x 3')
     if conf is not None and conf.shape != depth.shape:
         raise ValueError(f'map: confidence {list(conf.shape)} differs from depth '
                          f'{list(depth.shape)}')
     if rgb is not None and tuple(rgb.shape) != (*depth.shape, 3):
         raise ValueError(f'map: rgb {list(rgb.shape)} is not depth {list(depth.shape)} x 3')
-    if tuple(k.shape) != (3, 3) or tuple(c2w.shape) not in ((3, 4), (4, 4)):
-        raise ValueError(f'map: intrinsics {list(k.shape)} / c2w {list(c2w.shape)} must be '
-                         '[3, 3] / [4, 4]')
-    if not (np.isfinite(k).all() and np.isfinite(c2w).all()):
-        raise ValueError('map: intrinsics or c2w has non-finite values')

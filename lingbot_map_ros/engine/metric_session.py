@@ -43,9 +43,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
+import torch
 
 from .errors import InvalidFrameError
 from .metric_scale import estimate_scale, ScaleEstimate
@@ -149,19 +150,17 @@ class MetricSession:
         while len(self._pending) > self._max_pending:
             self._pending.popitem(last=False)
 
-    def observe(self, preds: list[FramePrediction], inputs: dict[int, tuple[Any, Any]]
-                ) -> None:
+    def observe(self, preds: list[FramePrediction]) -> None:
         """Take one batch of session predictions, before they are stitched.
 
         Args:
             preds: what the session returned for one call, in order.
-            inputs: ``stamp_ns -> (tensor, PreprocessInfo)`` of the frames in ``preds``.
         """
         if not self.enabled or not preds:
             return
         sensors = []
         for pred in preds:
-            sensor = self._take(pred, inputs[pred.stamp_ns][1])
+            sensor = self._take(pred)
             if pred.is_keyframe:
                 self._ring.append(sensor)
                 sensors.append(sensor)
@@ -212,7 +211,7 @@ class MetricSession:
         self._last = None
         self._mapping = None
 
-    def _take(self, pred: FramePrediction, info: Any) -> np.ndarray | None:
+    def _take(self, pred: FramePrediction) -> np.ndarray | None:
         """Pop the frame's sensor depth (and any older one, which no frame will use)."""
         while self._pending and next(iter(self._pending)) < pred.stamp_ns:
             self._pending.popitem(last=False)
@@ -220,7 +219,7 @@ class MetricSession:
         sensor = None
         if raw is not None:
             try:
-                sensor = to_processed(raw, info)
+                sensor = to_processed(raw, pred.preprocess)
             except InvalidFrameError:
                 sensor = None  # the caller checks the size; a mismatch here counts as none
         self._counts['with' if sensor is not None else 'without'] += 1
@@ -233,10 +232,11 @@ class MetricSession:
             usable = [(p, s) for p, s in zip(keyframes, sensors)
                       if s is not None and p.depth is not None and p.depth.shape == s.shape]
             if usable:
+                # One host copy per batch of keyframes, only until the scale is locked.
                 conf = [p.depth_conf for p, _ in usable]
                 estimate = estimate_scale(
-                    np.stack([p.depth for p, _ in usable]), np.stack([s for _, s in usable]),
-                    confidence=np.stack(conf) if all(c is not None for c in conf) else None,
+                    _host([p.depth for p, _ in usable]), np.stack([s for _, s in usable]),
+                    confidence=_host(conf) if all(c is not None for c in conf) else None,
                     min_valid_fraction=self._config.min_valid_fraction,
                     max_range_m=self._config.max_range_m or None)
                 self._last = estimate
@@ -267,3 +267,8 @@ class MetricSession:
             session_keyframes=self._keyframes, frames_with_depth=self._counts['with'],
             frames_without_depth=self._counts['without'], sim3_scale=self._sim3_scale,
             degenerate_sessions=self._counts['degenerate'])
+
+
+def _host(maps: list[torch.Tensor]) -> np.ndarray:
+    """``[N, H, W]`` float32 on the host from the predictions' device tensors, in one copy."""
+    return torch.stack(maps).float().cpu().numpy()

@@ -58,7 +58,7 @@ from .cache import FlashInferKVCacheManager, new_stream_cache, tokens_per_frame
 from .device import gpu_memory, resolve_device, resolve_dtypes
 from .errors import (CachePoolExhaustedError, NonFiniteOutputError, ResolutionChangedError,
                      TimeIndexLimitError)
-from .frames import Role
+from .frames import frame_tag, FrameTag, Role
 from .model.gct import LingbotMapModel
 from .model.golden_weights import fill_golden_weights
 from .model.weights import load_checkpoint, load_weights
@@ -119,7 +119,7 @@ class StreamingSession:
         self._kv_cache: FlashInferKVCacheManager | None = None
         """The session's KV cache, built at the first frame of each size (``_start_stream``)."""
         self._lock = threading.RLock()
-        self._pending: list[tuple[torch.Tensor, PreprocessInfo, int]] = []
+        self._pending: list[tuple[torch.Tensor, PreprocessInfo, FrameTag]] = []
         self._size_hw: tuple[int, int] | None = None
         self._frames_in = 0
         self._frames_out = 0
@@ -128,12 +128,13 @@ class StreamingSession:
 
     # ---- public API -----------------------------------------------------------------------
 
-    def step(self, image: np.ndarray | str | Path, stamp_ns: int) -> list[FramePrediction]:
+    def step(self, image: np.ndarray | str | Path, tag: FrameTag | int) -> list[FramePrediction]:
         """Feed one frame.
 
         Args:
             image: ``[H, W, 3]`` uint8 RGB (``[H, W]`` mono accepted) or an image file path.
-            stamp_ns: the frame's timestamp in nanoseconds, passed through to the prediction.
+            tag: the frame's :class:`FrameTag` (or a plain stamp in nanoseconds), returned on
+                its prediction.
 
         Returns:
             ``[]`` while the scale frames are buffered, then the N_s scale predictions at once,
@@ -146,16 +147,16 @@ class StreamingSession:
         start = time.perf_counter()
         tensor, info = preprocess_image(image, self.config.stream.image_width,
                                         self.config.model.patch_size)
-        return self.step_tensor(tensor, info, stamp_ns, (time.perf_counter() - start) * 1e3)
+        return self.step_tensor(tensor, info, tag, (time.perf_counter() - start) * 1e3)
 
-    def step_tensor(self, tensor: torch.Tensor, info: PreprocessInfo, stamp_ns: int,
+    def step_tensor(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag | int,
                     preprocess_ms: float = 0.0) -> list[FramePrediction]:
         """Feed one already preprocessed frame (benchmarks, golden sets).
 
         Args:
             tensor: [3, H, W] float in [0, 1], as ``preprocess.preprocess_*`` returns.
             info: how ``tensor`` relates to the original image.
-            stamp_ns: the frame's timestamp in nanoseconds.
+            tag: as for :meth:`step`.
             preprocess_ms: time already spent on preprocessing, for the timings.
 
         Returns:
@@ -175,13 +176,13 @@ class StreamingSession:
             self._size_hw = info.image_size_hw
             if self._frames_out == 0 and self._frames_in < self.config.cache.scale_frames:
                 self._frames_in += 1
-                self._pending.append((tensor, info, int(stamp_ns)))
+                self._pending.append((tensor, info, frame_tag(tag)))
                 if len(self._pending) < self.config.cache.scale_frames:
                     return []
                 return self._run_scale(preprocess_ms)
             self._frames_in += 1
             try:
-                return [self._run_frame(tensor, info, int(stamp_ns), preprocess_ms)]
+                return [self._run_frame(tensor, info, frame_tag(tag), preprocess_ms)]
             except (TimeIndexLimitError, CachePoolExhaustedError):
                 self._frames_in -= 1
                 raise
@@ -307,16 +308,16 @@ class StreamingSession:
         images = torch.stack([t for t, _, _ in self._pending]).to(self._device)
         out = self._model.forward_scale(images, with_depth=self._with_depth)
         model_ms = self._elapsed_ms(start)
-        preds = [self._prediction(out, i, i, 'scale', i, info, stamp, images[i],
+        preds = [self._prediction(out, i, i, 'scale', i, info, tag, images[i],
                                   {'preprocess': prep_ms, 'model': model_ms / num})
-                 for i, (_, info, stamp) in enumerate(self._pending)]
+                 for i, (_, info, tag) in enumerate(self._pending)]
         self._pending.clear()
         self._keyframes = num
         self._frames_out = num
         self._check_finite(preds)
         return preds
 
-    def _run_frame(self, tensor: torch.Tensor, info: PreprocessInfo, stamp_ns: int,
+    def _run_frame(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag,
                    prep_ms: float) -> FramePrediction:
         index = self._frames_out
         interval = self.config.stream.keyframe_interval
@@ -330,7 +331,7 @@ class StreamingSession:
         self._frames_out += 1
         self._keyframes += int(keyframe)
         role: Role = 'keyframe' if keyframe else 'non-keyframe'
-        pred = self._prediction(out, 0, index, role, time_index, info, stamp_ns, image[0],
+        pred = self._prediction(out, 0, index, role, time_index, info, tag, image[0],
                                 {'preprocess': prep_ms, 'model': model_ms})
         self._check_finite([pred])
         return pred
@@ -352,15 +353,17 @@ class StreamingSession:
         return (time.perf_counter() - start) * 1e3
 
     def _prediction(self, out: dict[str, torch.Tensor], row: int, index: int, role: Role,
-                    time_index: int, info: PreprocessInfo, stamp_ns: int, image: torch.Tensor,
+                    time_index: int, info: PreprocessInfo, tag: FrameTag, image: torch.Tensor,
                     timings: dict[str, float]) -> FramePrediction:
+        # The pose is the one host copy per frame; dense outputs stay on the device. They are
+        # copied there (no sync): the model's output buffers are reused by the next frame.
         pose_enc = out['pose_enc'][row].detach().double().cpu().numpy()
         depth = conf = rgb = None
         if 'depth' in out:
-            depth = out['depth'][row].detach().float().cpu().numpy()
-            conf = out['depth_conf'][row].detach().float().cpu().numpy()
+            depth = out['depth'][row].detach().to(torch.float32, copy=True)
+            conf = out['depth_conf'][row].detach().to(torch.float32, copy=True)
             rgb = (image.detach().float().clamp(0, 1) * 255).round().to(torch.uint8)
-            rgb = rgb.permute(1, 2, 0).cpu().numpy()
+            rgb = rgb.permute(1, 2, 0)
         c2w = k = k_orig = np.full((4, 4), np.nan)
         if np.isfinite(pose_enc).all():
             c2w = geometry.to_c2w_4x4(geometry.pose_encoding_to_extrinsics(pose_enc))
@@ -368,10 +371,10 @@ class StreamingSession:
             k_orig = geometry.intrinsics_for_original(k, info)
         timings = dict(timings, total=sum(timings.values()))
         return FramePrediction(
-            frame_index=index, stamp_ns=stamp_ns, role=role, time_index=time_index,
+            frame_index=index, tag=tag, role=role, time_index=time_index,
             pose_enc=pose_enc, c2w=c2w, intrinsics=k, intrinsics_original=k_orig,
-            image_size_hw=info.image_size_hw, original_size_hw=info.original_size_hw,
-            depth=depth, depth_conf=conf, image=rgb, timings_ms=timings)
+            preprocess=info, network_input=image, depth=depth, depth_conf=conf, image=rgb,
+            timings_ms=timings)
 
     @staticmethod
     def _check_finite(preds: list[FramePrediction]) -> None:

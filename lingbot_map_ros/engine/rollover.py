@@ -20,8 +20,9 @@ the model (about 320 views). This layer wraps it with the same public API (``ste
 limit, so the node and the offline replay (both through ``StreamFeeder``) and the benchmark
 see one stream:
 
-1. It keeps the preprocessed images (on the engine's device) and the published poses of the
-   last ``stream.overlap_keyframes`` keyframes in a ring buffer.
+1. It keeps the preprocessed images and the published poses of the last
+   ``stream.overlap_keyframes`` keyframes in a ring buffer: the very device tensors the session
+   ran on (``FramePrediction.network_input``), so nothing is uploaded again.
 2. When the session holds ``stream.session_keyframes`` keyframes, the next frame first rolls
    over: the session is reset and the buffered keyframes run again as the new session's scale
    phase (their new poses are not published again), then the frame runs in the new session.
@@ -36,7 +37,8 @@ see one stream:
 
 Predictions carry the continuous pose in ``c2w`` (``session_c2w`` keeps the session's own),
 a depth map scaled by the same factor (translation and depth keep one scale), ``frame_index``
-counted since the last reset, and the session number. ``pose_enc`` stays the network's.
+counted since the last reset, and the session number. ``pose_enc`` stays the network's, and
+``tag`` the caller's: a prediction finds its frame by what it carries, not by its stamp.
 
 Every input frame gets exactly one prediction: the overlap frames were already published by
 the ending session. Only :meth:`reset` (or an error the caller resets on) starts a new
@@ -55,6 +57,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .frames import FrameTag
 from .metric_session import MetricSession
 from .pipeline import StreamingSession
 from .prediction import FramePrediction
@@ -64,15 +67,16 @@ from .stitching import fit_rollover, Sim3Alignment
 from ..config import MetricConfig
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True, slots=True)
 class _Keyframe:
     tensor: torch.Tensor
+    """The image the session ran on, on its device (``FramePrediction.network_input``)."""
     info: PreprocessInfo
-    stamp_ns: int
+    tag: FrameTag
     c2w: np.ndarray
     """Published (continuous) pose."""
-    depth: np.ndarray | None
-    """Published (continuous-scale) depth, when depth runs."""
+    depth: torch.Tensor | None
+    """Published (continuous-scale) depth on the device, when depth runs."""
 
 
 class RolloverSession:
@@ -85,11 +89,9 @@ class RolloverSession:
         """
         self._session = session
         self._lock = threading.RLock()
-        self._device = next(session.model.parameters()).device
         # The overlap is read-only at run time, so the ring's length is fixed at start.
         self._ring: collections.deque[_Keyframe] = collections.deque(
             maxlen=session.config.stream.overlap_keyframes)
-        self._inputs: dict[int, tuple[torch.Tensor, PreprocessInfo]] = {}
         self._alignment: Sim3Alignment | None = None
         self._frames_out = 0
         self._rollover_ms: float | None = None
@@ -125,29 +127,29 @@ class RolloverSession:
         """Return the wrapped session."""
         return self._session
 
-    def step(self, image: np.ndarray | str | Path, stamp_ns: int) -> list[FramePrediction]:
+    def step(self, image: np.ndarray | str | Path, tag: FrameTag | int
+             ) -> list[FramePrediction]:
         """As ``StreamingSession.step``, rolling over first when the session is full."""
         start = time.perf_counter()
         tensor, info = preprocess_image(image, self.config.stream.image_width,
                                         self.config.model.patch_size)
-        return self.step_tensor(tensor, info, stamp_ns, (time.perf_counter() - start) * 1e3)
+        return self.step_tensor(tensor, info, tag, (time.perf_counter() - start) * 1e3)
 
-    def step_tensor(self, tensor: torch.Tensor, info: PreprocessInfo, stamp_ns: int,
+    def step_tensor(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag | int,
                     preprocess_ms: float = 0.0) -> list[FramePrediction]:
         """As ``StreamingSession.step_tensor``; raises what it raises (the rollover too)."""
         with self._lock:
             if self._due():
                 self._rollover()
-            preds = self._session.step_tensor(tensor, info, stamp_ns, preprocess_ms)
-            self._inputs[int(stamp_ns)] = (tensor, info)
-            self.metric.observe(preds, self._inputs)  # metric hook: before any is stitched
+            preds = self._session.step_tensor(tensor, info, tag, preprocess_ms)
+            self.metric.observe(preds)  # metric hook: before any is stitched
             return [self._stitch(pred) for pred in preds]
 
     def flush(self) -> list[FramePrediction]:
         """Run buffered scale frames now (end of a short stream)."""
         with self._lock:
             preds = self._session.flush()
-            self.metric.observe(preds, self._inputs)  # metric hook
+            self.metric.observe(preds)  # metric hook
             return [self._stitch(pred) for pred in preds]
 
     def reset(self) -> dict[str, int]:
@@ -155,7 +157,6 @@ class RolloverSession:
         with self._lock:
             cleared = self._session.reset()
             self._ring.clear()
-            self._inputs.clear()
             self._alignment = None
             self._frames_out = 0
             self._rollover_ms = None
@@ -185,22 +186,21 @@ class RolloverSession:
         start = time.perf_counter()
         overlap = list(self._ring)
         self._session.reset()
-        self._inputs.clear()
         preds: list[FramePrediction] = []
         for kf in overlap:
-            preds += self._session.step_tensor(kf.tensor, kf.info, kf.stamp_ns)
+            preds += self._session.step_tensor(kf.tensor, kf.info, kf.tag)
         preds += self._session.flush()
         if len(preds) != len(overlap):
             raise RuntimeError(f'rollover: {len(overlap)} overlap frames gave {len(preds)} '
                                'predictions')
-        # One prediction per overlap frame, in feeding order (stamps may repeat in benchmarks).
+        # One prediction per overlap frame, in feeding order.
         reference = np.stack([kf.c2w for kf in overlap])
         ses = np.stack([p.c2w for p in preds])
         previous = self._alignment.scale if self._alignment is not None else 1.0
         # Upstream's choice when depth runs: the scale from the depth ratio over the overlap,
         # robust to pose noise and defined for a still camera (docs/odometry.md); an
         # implausible scale change is refused (stitching.fit_rollover).
-        depths = ([kf.depth for kf in overlap], [p.depth for p in preds]) if all(
+        depths = (_host([kf.depth for kf in overlap]), _host([p.depth for p in preds])) if all(
             kf.depth is not None and p.depth is not None for kf, p in zip(overlap, preds)) \
             else None
         self._alignment = fit_rollover(reference, ses, previous, depths)
@@ -216,21 +216,20 @@ class RolloverSession:
         stats.degenerate_alignments += int(self._alignment.degenerate)
         stats.last_rejected_scale = self._alignment.rejected_scale
         stats.rejected_scales += int(self._alignment.rejected_scale is not None)
-        if self._device.type == 'cuda':
-            torch.cuda.synchronize(self._device)
+        if preds[0].network_input.is_cuda:
+            torch.cuda.synchronize(preds[0].network_input.device)
         self._rollover_ms = (time.perf_counter() - start) * 1e3
         stats.last_rollover_ms = self._rollover_ms
         stats.max_rollover_ms = max(stats.max_rollover_ms, self._rollover_ms)
 
     def _stitch(self, pred: FramePrediction) -> FramePrediction:
         """Map a session prediction into the continuous frame; remember it if it is a keyframe."""
-        tensor, info = self._inputs.pop(pred.stamp_ns)
         c2w, depth = pred.c2w, pred.depth
         alignment = self.metric.alignment(self._alignment)  # metric hook: metres when known
         if alignment is not None:
             c2w = alignment.apply(pred.c2w)
-            if depth is not None:
-                depth = depth * np.float32(alignment.scale)
+            if depth is not None:  # on the device, no sync
+                depth = depth * float(alignment.scale)
         timings = pred.timings_ms
         if self._rollover_ms is not None:
             # The frame that waited for the rollover carries its cost.
@@ -239,10 +238,15 @@ class RolloverSession:
             self._rollover_ms = None
         if pred.is_keyframe:
             self._stats.session_keyframes += 1
-            self._ring.append(_Keyframe(tensor.to(self._device), info, pred.stamp_ns, c2w,
+            self._ring.append(_Keyframe(pred.network_input, pred.preprocess, pred.tag, c2w,
                                         depth))
         out = dataclasses.replace(pred, c2w=c2w, depth=depth, frame_index=self._frames_out,
                                   timings_ms=timings, session=self._stats.sessions - 1,
                                   session_c2w=pred.c2w)
         self._frames_out += 1
         return out
+
+
+def _host(depths: list[torch.Tensor]) -> list[np.ndarray]:
+    """Depth maps of the overlap on the host, in one copy (a rollover already waits)."""
+    return list(torch.stack(depths).cpu().numpy())

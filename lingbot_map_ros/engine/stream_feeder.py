@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""StreamFeeder: the one policy for feeding a stream of stamped frames to a StreamingSession.
+"""StreamFeeder: the one policy for feeding a stream of tagged frames to a StreamingSession.
 
 The node's worker (``ros/session_runner.py``) and the offline replay (``tools/offline.py``)
 both feed frames through a :class:`StreamFeeder`, so they drop and reset on the same
@@ -22,8 +22,8 @@ condition                what happens
 =======================  ===============================================================
 stamp not newer          dropped as ``stamp_out_of_order`` (small step back, duplicate)
 stamp jumps back         session reset (``clock_jump``), the frame starts the new map
-stamp far ahead          held; fed before the next frame if that one comes after it,
-                         else dropped as ``stamp_jump_ahead``
+stamp far ahead          held (:class:`FrameHeld`); fed before the next frame if that one
+                         comes after it, else dropped as ``stamp_jump_ahead``
 engine refuses frame     dropped as ``invalid_frame``
 new size, not yet seen   dropped as ``resolution_mismatch`` (fewer than
 ``resolution_change_frames`` consecutive frames of it)
@@ -35,10 +35,13 @@ anything else            with ``reset_on_error``: session reset (``engine_error`
 =======================  ===============================================================
 
 "Stamp jumps back" means a step back of at least ``backwards_reset_s``; "far ahead" and the
-resolution-change count are :mod:`~lingbot_map_ros.engine.stream_guards`. The feeder only
-decides and reports: each :class:`FeedResult` says what happened, and the caller counts, logs
-and clears its own outputs. It holds no lock; a caller that resets from another thread
-serialises :meth:`StreamFeeder.feed` and :meth:`StreamFeeder.reset` itself.
+resolution-change count are :mod:`~lingbot_map_ros.engine.stream_guards`. Whether a reset keeps
+the frame is ``POLICY[reason].frame_kept`` (:mod:`~lingbot_map_ros.engine.reasons`). Each frame
+carries its :class:`~lingbot_map_ros.engine.frames.FrameTag` into the session and back on its
+prediction, and every drop and hold names the tag of its frame, so callers keep no tables.
+The feeder only decides and reports: each :class:`FeedResult` says what happened, and the
+caller counts, logs and clears its own outputs. It holds no lock; a caller that resets from
+another thread serialises :meth:`StreamFeeder.feed` and :meth:`StreamFeeder.reset` itself.
 """
 
 from __future__ import annotations
@@ -51,36 +54,50 @@ from typing import Callable
 import numpy as np
 
 from . import errors
+from .frames import frame_tag, FrameTag
 from .pipeline import StreamingSession
 from .prediction import FramePrediction
+from .reasons import POLICY, Reason
 from .stream_guards import ForwardJumpGuard, ResolutionGuard
 
-_LIMIT_REASONS = ((errors.TimeIndexLimitError, 'time_index_limit'),
-                  (errors.CachePoolExhaustedError, 'cache_full'))
+# Engine errors that reset the session, most specific first; anything else is engine_error.
+_RESET_REASONS: tuple[tuple[type[Exception], Reason], ...] = (
+    (errors.NonFiniteOutputError, Reason.NAN_POSE),
+    (errors.ResolutionChangedError, Reason.RESOLUTION_CHANGED),
+    (errors.TimeIndexLimitError, Reason.TIME_INDEX_LIMIT),
+    (errors.CachePoolExhaustedError, Reason.CACHE_FULL),
+    (errors.SessionLimitError, Reason.SESSION_LIMIT))
+Image = np.ndarray | str | Path
 
 
 @dataclass(frozen=True, slots=True)
 class FrameDrop:
     """A frame the session did not take; the session is unchanged."""
 
-    reason: str
+    reason: Reason
     """``stamp_out_of_order``, ``stamp_jump_ahead``, ``resolution_mismatch`` or
     ``invalid_frame``."""
     detail: str
     """What was wrong, for logs and diagnostics."""
-    stamp_ns: int | None = None
-    """Stamp of the dropped frame (set for a held frame, which was fed in an earlier call)."""
+    tag: FrameTag
+    """The dropped frame (for a held frame, from an earlier call)."""
 
 
-# Reason of _check_stamp's answer for a frame to hold until the next one (never reported).
-_HOLD = 'hold'
+@dataclass(frozen=True, slots=True)
+class FrameHeld:
+    """A frame held back (stamp far ahead): fed or dropped with the next frame."""
+
+    tag: FrameTag
+    """The held frame."""
+    detail: str
+    """Why it is held, for logs (and the drop's detail if nothing confirms it)."""
 
 
 @dataclass(frozen=True, slots=True)
 class SessionReset:
     """A session reset the feeder made; the map starts again."""
 
-    reason: str
+    reason: Reason
     """``clock_jump``, ``nan_pose``, ``time_index_limit``, ``cache_full``,
     ``resolution_changed``, ``session_limit`` (another limit) or ``engine_error``."""
     detail: str
@@ -96,14 +113,15 @@ class FeedResult:
     """What feeding one frame gave and what happened on the way."""
 
     predictions: list[FramePrediction]
-    """What the session returned for the frame, all from the session after the last reset."""
+    """What the session returned, all from the session after the last reset; each carries
+    the tag of its frame."""
     resets: tuple[SessionReset, ...] = ()
     """Resets made for this frame, in order (all before ``drop``)."""
     drop: FrameDrop | None = None
     """Why the session did not take the frame, when it was dropped."""
     accepted: bool = False
     """The session took the frame: its prediction is in ``predictions`` or comes later."""
-    held: bool = False
+    held: FrameHeld | None = None
     """The frame is held (stamp far ahead): it is fed or dropped with the next call."""
     held_drop: FrameDrop | None = None
     """The frame held by the previous call was dropped (an outlier, or refused when fed)."""
@@ -137,7 +155,7 @@ class StreamFeeder:
         self._last_stamp_ns: int | None = None
         self.jump_guard = ForwardJumpGuard(forward_jump_s)
         self.resolution_guard = ResolutionGuard(resolution_change_frames)
-        self._held: tuple[np.ndarray | str | Path, int, str] | None = None
+        self._held: tuple[Image, FrameHeld] | None = None
 
     @property
     def last_stamp_ns(self) -> int | None:
@@ -145,11 +163,11 @@ class StreamFeeder:
         return self._last_stamp_ns
 
     @property
-    def held_stamp_ns(self) -> int | None:
-        """Stamp of the frame held for confirmation, if any (lost if the stream ends here)."""
+    def held(self) -> FrameHeld | None:
+        """The frame held for confirmation, if any (:meth:`finish` drops it at the end)."""
         return None if self._held is None else self._held[1]
 
-    def feed(self, image: np.ndarray | str | Path, stamp_ns: int) -> FeedResult:
+    def feed(self, image: Image, tag: FrameTag | int) -> FeedResult:
         """Check the stamp, feed the frame, reset and feed it again where the policy says.
 
         A frame held by the previous call is fed first when this frame confirms it, else
@@ -157,7 +175,7 @@ class StreamFeeder:
 
         Args:
             image: as ``StreamingSession.step`` takes it.
-            stamp_ns: the frame's timestamp in nanoseconds.
+            tag: the frame's tag (or a plain stamp in nanoseconds); its predictions carry it.
 
         Returns:
             The predictions and what happened.
@@ -166,71 +184,77 @@ class StreamFeeder:
             Exception: whatever ``session.step`` raises outside the policy, unless
                 ``reset_on_error``.
         """
+        tag = frame_tag(tag)
         held, self._held = self._held, None
         if held is None:
-            return self._feed_one(image, stamp_ns)
-        held_image, held_stamp, why = held
-        if self.jump_guard.confirms(held_stamp, stamp_ns):
-            first = self._feed_one(held_image, held_stamp, confirmed=True)
-            second = self._feed_one(image, stamp_ns)
+            return self._feed_one(image, tag)
+        held_image, hold = held
+        if self.jump_guard.confirms(hold.tag.stamp_ns, tag.stamp_ns):
+            first = self._feed_one(held_image, hold.tag, confirmed=True)
+            second = self._feed_one(image, tag)
             # A reset for the second frame ends the map the first one's predictions belong to.
             return dataclasses.replace(
                 second, predictions=second.predictions if second.resets else
                 first.predictions + second.predictions,
-                resets=first.resets + second.resets,
-                held_drop=None if first.drop is None else
-                dataclasses.replace(first.drop, stamp_ns=held_stamp))
-        outlier = FrameDrop('stamp_jump_ahead', why, held_stamp)
-        return dataclasses.replace(self._feed_one(image, stamp_ns), held_drop=outlier)
+                resets=first.resets + second.resets, held_drop=first.drop)
+        outlier = FrameDrop(Reason.STAMP_JUMP_AHEAD, hold.detail, hold.tag)
+        return dataclasses.replace(self._feed_one(image, tag), held_drop=outlier)
 
-    def _feed_one(self, image: np.ndarray | str | Path, stamp_ns: int,
-                  confirmed: bool = False) -> FeedResult:
+    def finish(self) -> FeedResult:
+        """End the stream: run the buffered scale frames; a held frame, never confirmed, drops.
+
+        Returns:
+            The last predictions, and the held frame's drop (``held_drop``) if there was one.
+        """
+        held, self._held = self._held, None
+        drop = None if held is None else FrameDrop(
+            Reason.STAMP_JUMP_AHEAD, 'the last frame jumped ahead and nothing followed',
+            held[1].tag)
+        return FeedResult(self._session.flush(), held_drop=drop)
+
+    def _feed_one(self, image: Image, tag: FrameTag, confirmed: bool = False) -> FeedResult:
         resets: list[SessionReset] = []
         if confirmed:  # a held frame the next one vouched for: its stamp becomes the reference
-            drop, self._last_stamp_ns = None, stamp_ns
+            verdict, self._last_stamp_ns = None, tag.stamp_ns
         else:
-            drop = self._check_stamp(stamp_ns, resets)
-        if drop is not None and drop.reason == _HOLD:
-            self._held = (image, stamp_ns, drop.detail)
-            return FeedResult([], held=True)
-        if drop is not None:
-            return FeedResult([], drop=drop)
+            verdict = self._check_stamp(image, tag, resets)
+        if isinstance(verdict, FrameHeld):
+            return FeedResult([], held=verdict)
+        if verdict is not None:
+            return FeedResult([], drop=verdict)
         for attempt in range(2):
             try:
-                preds = self._session.step(image, stamp_ns)
+                preds = self._session.step(image, tag)
                 self.resolution_guard.clear()
                 return FeedResult(preds, tuple(resets), accepted=True)
             except errors.InvalidFrameError as exc:
-                return FeedResult([], tuple(resets), FrameDrop('invalid_frame', str(exc)))
-            except errors.NonFiniteOutputError as exc:
-                # Caught before its base class SessionLimitError: no second try here.
-                resets.append(self._reset('nan_pose', str(exc)))
-            except errors.ResolutionChangedError as exc:
-                if attempt == 0 and not self.resolution_guard.observe(
-                        getattr(image, 'shape', (None,))[:2]):
-                    return FeedResult([], tuple(resets),
-                                      FrameDrop('resolution_mismatch', str(exc)))
-                resets.append(self._reset('resolution_changed', str(exc)))
-                if attempt == 0:
-                    self._last_stamp_ns = stamp_ns
-                    continue
-            except errors.SessionLimitError as exc:
-                reason = next((r for t, r in _LIMIT_REASONS if isinstance(exc, t)),
-                              'session_limit')
-                resets.append(self._reset(reason, str(exc)))
-                if attempt == 0:
-                    # The session was left unchanged, so the frame starts the new one.
-                    self._last_stamp_ns = stamp_ns
-                    continue
-            except Exception as exc:  # noqa: BLE001 - the caller chose to absorb engine bugs
-                if not self._reset_on_error:
+                return FeedResult([], tuple(resets),
+                                  FrameDrop(Reason.INVALID_FRAME, str(exc), tag))
+            except Exception as exc:  # noqa: BLE001 - sorted by _reset_reason, else re-raised
+                reason, failure = self._reset_reason(exc), exc
+                if reason is None:
                     raise
-                resets.append(self._reset('engine_error', str(exc), exc))
-            break
+            if reason is Reason.RESOLUTION_CHANGED and attempt == 0 and \
+                    not self.resolution_guard.observe(getattr(image, 'shape', (None,))[:2]):
+                return FeedResult([], tuple(resets), FrameDrop(
+                    Reason.RESOLUTION_MISMATCH, str(failure), tag))
+            resets.append(self._reset(reason, str(failure),
+                                      failure if POLICY[reason].error else None))
+            if attempt > 0 or not POLICY[reason].frame_kept:
+                break
+            # The session was left unchanged, so the frame starts the new one.
+            self._last_stamp_ns = tag.stamp_ns
         return FeedResult([], tuple(resets))
 
+    def _reset_reason(self, exc: Exception) -> Reason | None:
+        """Map an engine error to its reset; None: not ours to absorb (re-raise)."""
+        for kind, reason in _RESET_REASONS:
+            if isinstance(exc, kind):
+                return reason
+        return Reason.ENGINE_ERROR if self._reset_on_error else None
+
     def reset(self) -> dict[str, int]:
-        """Reset the session and forget the last stamp.
+        """Reset the session and forget the last stamp (and a held frame).
 
         Returns:
             What ``StreamingSession.reset()`` cleared.
@@ -244,21 +268,26 @@ class StreamFeeder:
             self._on_reset()
         return cleared
 
-    def _check_stamp(self, stamp_ns: int, resets: list[SessionReset]) -> FrameDrop | None:
-        last = self._last_stamp_ns
+    def _check_stamp(self, image: Image, tag: FrameTag, resets: list[SessionReset]
+                     ) -> FrameDrop | FrameHeld | None:
+        """Decide on the stamp: None (feed now), a drop, or a hold (kept with its image)."""
+        last, stamp_ns = self._last_stamp_ns, tag.stamp_ns
         if last is None or stamp_ns > last:
             ahead = None if last is None else self.jump_guard.check(last, stamp_ns)
             if ahead is not None:
-                return FrameDrop(_HOLD, ahead)
+                hold = FrameHeld(tag, ahead)
+                self._held = (image, hold)
+                return hold
             self._last_stamp_ns = stamp_ns
             return None
         back_s = (last - stamp_ns) * 1e-9
         if back_s > 0 and back_s >= self.backwards_reset_s:
-            resets.append(self._reset('clock_jump', f'stamp went back {back_s:.3f} s'))
+            resets.append(self._reset(Reason.CLOCK_JUMP, f'stamp went back {back_s:.3f} s'))
             self._last_stamp_ns = stamp_ns
             return None
-        return FrameDrop('stamp_out_of_order', f'stamp {stamp_ns * 1e-9:.6f} s is not after '
-                         f'the previous {last * 1e-9:.6f} s')
+        return FrameDrop(Reason.STAMP_OUT_OF_ORDER, f'stamp {stamp_ns * 1e-9:.6f} s is not '
+                         f'after the previous {last * 1e-9:.6f} s', tag)
 
-    def _reset(self, reason: str, detail: str, error: Exception | None = None) -> SessionReset:
+    def _reset(self, reason: Reason, detail: str, error: Exception | None = None
+               ) -> SessionReset:
         return SessionReset(reason, detail, self.reset(), error)

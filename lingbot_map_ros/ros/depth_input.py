@@ -42,13 +42,12 @@ import time
 from typing import Any, Callable
 
 from lingbot_map_ros.config import MetricConfig
+from lingbot_map_ros.engine.reasons import DEPTH_DROPS
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.ros.image_decode import _as_bytes, MAX_PIXELS, MAX_SIDE_PX
 import numpy as np
 
-DEPTH_DROP_REASONS: tuple[str, ...] = (
-    'depth_encoding', 'depth_size', 'depth_stamp_invalid', 'depth_no_valid_pixels',
-    'depth_stamp_stale', 'depth_stamp_future', 'depth_unpaired')
+DEPTH_DROP_REASONS: tuple[str, ...] = tuple(reason.value for reason in DEPTH_DROPS)
 """Every reason a depth image is dropped for (drop-counter keys of the ``input`` status)."""
 
 DEPTH_ENCODINGS: dict[str, tuple[str, float]] = {

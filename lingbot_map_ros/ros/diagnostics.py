@@ -47,27 +47,22 @@ import time
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+from lingbot_map_ros.engine.reasons import node_reasons, POLICY, Reason
 from lingbot_map_ros.engine.stats import (CACHE_STATS_FIELDS, CacheStats, SESSION_STATS_FIELDS,
                                           SessionStats)
-from lingbot_map_ros.ros.conversions import DROP_REASONS
-from lingbot_map_ros.ros.depth_input import DEPTH_DROP_REASONS
 
 OK, WARN, ERROR, STALE = (DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR,
                           DiagnosticStatus.STALE)
 
-# Drop reasons that are normal operation, not a fault (shown, counted, no WARN).
-BENIGN_DROPS = frozenset({'queue_overflow'})
 # Fraction of a ceiling past which the cache status warns.
 _NEAR_FULL = 0.9
-# Reasons always listed (with 0) so the key set does not depend on what happened yet.
-KNOWN_DROPS = tuple(DROP_REASONS) + ('queue_overflow', 'stamp_invalid', 'stamp_out_of_order',
-                                     'stamp_jump_ahead', 'resolution_mismatch', 'invalid_frame'
-                                     ) + DEPTH_DROP_REASONS  # depth images (metric scale)
+# Reasons always listed (with 0) so the key set does not depend on what happened yet; what each
+# one does (fault or normal operation) is the engine's one policy table.
+KNOWN_DROPS = node_reasons(resets=False)
+KNOWN_RESETS = node_reasons(resets=True)
 KNOWN_NONFINITE = ('depth_pixels', 'depth_camera_info', 'odometry_twist')
 """Non-finite numbers kept off the topics (``outputs.py``): depth pixels written as 0, a depth
 image + camera_info pair not published, an odometry twist published as zero."""
-KNOWN_RESETS = ('manual', 'clock_jump', 'time_index_limit', 'cache_full', 'resolution_changed',
-                'session_limit', 'nan_pose', 'engine_error')
 NOT_AVAILABLE = 'n/a'
 """The value of a key whose quantity does not exist yet (e.g. the cache before a frame)."""
 
@@ -118,18 +113,20 @@ class NodeStats:
             self._received += 1
             self._last_input = time.monotonic()
 
-    def count_drop(self, reason: str, detail: str = '', num: int = 1) -> None:
-        """Count ``num`` dropped frames under ``reason``."""
+    def count_drop(self, reason: Reason | str, detail: str = '', num: int = 1) -> None:
+        """Count ``num`` dropped frames under ``reason`` (a :class:`Reason` value)."""
+        reason = Reason(reason)
         with self._lock:
-            self._drops[reason] += num
-            if detail and reason not in BENIGN_DROPS:
+            self._drops[reason.value] += num
+            if detail and POLICY[reason].fault:
                 self._last_problem = f'dropped ({reason}): {detail}'
 
-    def count_reset(self, reason: str, detail: str = '') -> None:
+    def count_reset(self, reason: Reason | str, detail: str = '') -> None:
         """Count a session reset (``manual`` or an automatic reason)."""
+        reason = Reason(reason)
         with self._lock:
-            self._resets[reason] += 1
-            if reason != 'manual':
+            self._resets[reason.value] += 1
+            if POLICY[reason].fault:
                 self._last_problem = f'session reset ({reason}): {detail}'
 
     def count_error(self, detail: str) -> None:
@@ -219,7 +216,7 @@ def input_status(node_name: str, report: PeriodReport, info: dict[str, Any],
     Returns:
         The ``<node>: input`` status.
     """
-    faults = {k: v for k, v in report.drops.items() if k not in BENIGN_DROPS}
+    faults = {k: v for k, v in report.drops.items() if POLICY[Reason(k)].fault}
     values = dict(info)
     values.update(input_rate_hz=report.received / report.elapsed_s,
                   processed_rate_hz=report.processed / report.elapsed_s,
@@ -264,7 +261,7 @@ def engine_status(node_name: str, report: PeriodReport, session: SessionStats,
     values['errors_total'] = report.errors_total
     values.update(_counts('nonfinite', KNOWN_NONFINITE, report.nonfinite_total))
     values['last_problem'] = 'none'
-    auto = {k: v for k, v in report.resets.items() if k != 'manual'}
+    auto = {k: v for k, v in report.resets.items() if POLICY[Reason(k)].fault}
     if report.errors:
         level, msg = ERROR, f'{report.errors} engine error(s): {report.last_problem}'
     elif auto:

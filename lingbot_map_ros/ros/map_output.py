@@ -18,7 +18,8 @@ on the worker thread for every published prediction, ``clear()`` on every sessio
 
 - every published pose is logged for ``trajectory.tum``;
 - with ``map.enable`` true, a keyframe that carries depth (``stream.enable_depth``) goes into
-  the :class:`~lingbot_map_ros.engine.map_accumulator.MapAccumulator`, on the engine's device;
+  the :class:`~lingbot_map_ros.engine.map_accumulator.MapAccumulator`, on the engine's device:
+  its points in odom are ``FramePrediction.points``, the same unprojection ``~/cloud`` uses;
 - a steady-clock timer publishes ``~/map`` (reliable, transient local, keep last 1: a late
   subscriber gets the latest map) every ``map.period_s`` when the map changed;
 - ``~/save`` (std_srvs/Trigger) writes the trajectory, the map and the intrinsics into a new
@@ -52,6 +53,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from rclpy.qos import qos_profile_services_default
 from sensor_msgs.msg import PointCloud2, PointField
 from std_srvs.srv import Trigger
+import torch
 
 MAP_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1,
                      reliability=ReliabilityPolicy.RELIABLE,
@@ -183,22 +185,23 @@ class MapOutput:
         if not (opts.map_config.enable and pred.is_keyframe and pred.depth is not None):
             return
         try:
-            self._add(pred, self._frames.odom_from_world() @ pred.c2w, opts.map_config)
+            self._add(pred, opts.map_config)
         except (ValueError, RuntimeError) as exc:  # a bad frame must not stop the node
             self._log.error(f'map: keyframe at stamp {pred.stamp_ns} not added: {exc}',
                             throttle_duration_sec=5.0)
 
-    def _add(self, pred: FramePrediction, c2w: np.ndarray, config: MapConfig) -> None:
+    def _add(self, pred: FramePrediction, config: MapConfig) -> None:
         if config != self._map.config:
             self._map.config = config
-        if self._map.num_keyframes == 0:
-            median = float(np.median(pred.depth[np.isfinite(pred.depth) & (pred.depth > 0)])) \
-                if np.any(pred.depth > 0) else float('nan')
+        if self._map.num_keyframes == 0:  # once per map: a host sync is fine here
+            valid = torch.isfinite(pred.depth) & (pred.depth > 0)
+            median = float(torch.where(valid, pred.depth, torch.nan).nanmedian())
             self._log.info(f'map: new map; median depth of its first keyframe {median:.4g} map '
                            f'units, map.voxel_size {config.voxel_size:g} = 1/'
                            f'{median / config.voxel_size:.0f} of it')
         start = time.perf_counter()
-        update = self._map.add(pred.depth, pred.depth_conf, pred.image, pred.intrinsics, c2w)
+        update = self._map.add_points(pred.points(self._frames.odom_from_world()), pred.depth,
+                                      pred.depth_conf, pred.image)
         self._add_ms.append((time.perf_counter() - start) * 1e3)
         with self._lock:
             self._stamp_ns, self._changed = pred.stamp_ns, True

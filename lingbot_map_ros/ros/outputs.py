@@ -31,7 +31,6 @@ import collections
 from typing import Any
 
 from geometry_msgs.msg import PoseStamped, TransformStamped
-from lingbot_map_ros.engine.geometry import unproject_depth
 from lingbot_map_ros.engine.prediction import FramePrediction
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.ros.node_options import NodeOptions
@@ -241,7 +240,8 @@ class Outputs:
         k = np.asarray(pred.intrinsics, np.float64)
         if not self._finite('depth_camera_info', 1, k):
             return
-        depth = np.array(pred.depth, dtype='<f4')  # a copy: bad pixels are zeroed in it
+        # The one host copy, a new array: bad pixels are zeroed in it.
+        depth = np.array(pred.depth.cpu().numpy(), dtype='<f4')
         bad = ~np.isfinite(depth)
         if bad.any():
             # 0 is "no depth" to the cloud and the map; NaN/inf would reach subscribers.
@@ -261,10 +261,9 @@ class Outputs:
         self._info_pub.publish(info)
 
     def _publish_cloud(self, pred: FramePrediction, header: Any, stride: int) -> None:
-        points = unproject_depth(pred.depth, pred.intrinsics,
-                                 self._frames.odom_from_world() @ pred.c2w)
-        num, data = conversions.xyz_rgb_cloud(points, pred.image, stride,
-                                              valid=np.asarray(pred.depth) > 0)
+        # The unprojection into odom is the prediction's one, shared with ~/map (map_output).
+        points, rgb, valid = pred.host_cloud(self._frames.odom_from_world(), stride)
+        num, data = conversions.xyz_rgb_cloud(points, rgb, 1, valid=valid)
         cloud = PointCloud2(header=header, height=1, width=num, fields=_CLOUD_FIELDS,
                             is_bigendian=False, point_step=16, row_step=16 * num,
                             is_dense=True)

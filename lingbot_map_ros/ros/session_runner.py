@@ -13,10 +13,13 @@
 # limitations under the License.
 """The worker-thread side of the node: one input frame in, outputs published, errors absorbed.
 
-For each queued message :class:`SessionRunner` converts the image, feeds it to the engine
-session through a :class:`~lingbot_map_ros.engine.stream_feeder.StreamFeeder` (which checks the
-stamp and holds the drop and reset policy) and publishes the predictions. Every failure ends as
-a counted drop or a counted reset, never as an exception into the executor:
+For each queued message :class:`SessionRunner` converts the image, tags it
+(:class:`~lingbot_map_ros.engine.frames.FrameTag`: stamp, camera frame, receipt time), feeds it to
+the engine session through a :class:`~lingbot_map_ros.engine.stream_feeder.StreamFeeder` (which
+checks the stamp and holds the drop and reset policy) and publishes the predictions, each with
+the frame and latency its tag carries back. Every failure ends as a counted drop or a counted
+reset (a :class:`~lingbot_map_ros.engine.reasons.Reason`, logged at its policy's level), never as
+an exception into the executor:
 
 =======================  ===============================================================
 condition                what happens
@@ -42,12 +45,15 @@ always agree; the reset service waits at most one frame for it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from typing import Any, Callable, Sequence
 
 from lingbot_map_ros.config import EngineConfig
+from lingbot_map_ros.engine.frames import FrameTag
 from lingbot_map_ros.engine.prediction import FramePrediction
+from lingbot_map_ros.engine.reasons import POLICY, Reason
 from lingbot_map_ros.engine.stats import RolloverStats, SessionStats
 from lingbot_map_ros.engine.stream_feeder import FeedResult, StreamFeeder
 from lingbot_map_ros.ros import conversions
@@ -102,17 +108,14 @@ class SessionRunner:
         self._lock = threading.Lock()
         self._feeder = StreamFeeder(session, reset_on_error=True,
                                     on_reset=self._on_session_reset)
-        self._frame_ids: dict[int, str] = {}
-        self._received: dict[int, float] = {}
-        self._pending_reset: str | None = None
+        self._pending_reset: Reason | None = None
         self._pending_config: EngineConfig | None = None
         self._camera_k: np.ndarray | None = None
         self._camera_k_logged = False
-        self._drop_log: dict[str, tuple[float, int]] = {}
+        self._drop_log: dict[Reason, tuple[float, int]] = {}
         self._session_stats: SessionStats = session.stats()
         self._rollover_stats: RolloverStats = session.rollover_stats()
         self._busy_since: float | None = None
-        self._held: tuple[int, str, float] | None = None
 
     def session_stats(self) -> SessionStats:
         """Return the session's ``stats()`` as of the last frame or reset (never blocks)."""
@@ -148,17 +151,26 @@ class SessionRunner:
         """Use ``config`` (only its live fields may differ) from the next reset on."""
         self._pending_config = config
 
-    def request_reset(self, reason: str) -> None:
-        """Reset before the next frame (safe from any thread, never blocks)."""
-        self._pending_reset = reason
+    def request_reset(self, reason: Reason | str) -> None:
+        """Reset before the next frame (safe from any thread, never blocks).
 
-    def reset(self, reason: str, timeout_s: float, detail: str = '') -> dict[str, int] | None:
+        Raises:
+            ValueError: ``reason`` is not a :class:`Reason` value.
+        """
+        self._pending_reset = Reason(reason)
+
+    def reset(self, reason: Reason | str, timeout_s: float, detail: str = ''
+              ) -> dict[str, int] | None:
         """Reset now, waiting at most ``timeout_s`` for the frame in progress.
 
         Returns:
             What was cleared, or None when the lock was busy (a reset is then requested for
             the next frame).
+
+        Raises:
+            ValueError: ``reason`` is not a :class:`Reason` value.
         """
+        reason = Reason(reason)
         if not self._lock.acquire(timeout=timeout_s):
             self.request_reset(reason)
             return None
@@ -183,7 +195,7 @@ class SessionRunner:
         try:
             stamp_ns = conversions.stamp_to_ns(item.msg.header.stamp)
         except conversions.InvalidStampError as exc:
-            self._drop('stamp_invalid', str(exc))
+            self._drop(Reason.STAMP_INVALID, str(exc))
             return
         frame_id = opts.camera_frame or item.msg.header.frame_id
         if not frame_id:
@@ -192,36 +204,17 @@ class SessionRunner:
                               'frames.camera_frame)', throttle_duration_sec=60.0)
         if self.depth_input is not None:  # metric scale: the frame's depth, before it is fed
             self.depth_input.pair(stamp_ns, image.shape[:2], self._session.metric)
+        tag = FrameTag(stamp_ns, frame_id, item.received_s)
         with self._lock:
             if self._pending_reset is not None:
                 self._reset_locked(self._pending_reset, 'requested')
             self._feeder.backwards_reset_s = opts.backwards_reset_s
             self._feeder.jump_guard.forward_jump_s = opts.forward_jump_s
             self._feeder.resolution_guard.change_frames = opts.resolution_change_frames
-            fed = self._feeder.feed(image, stamp_ns)
+            fed = self._feeder.feed(image, tag)
             self._report(fed)
-            self._register(fed, stamp_ns, frame_id, item.received_s)
             self._publish(fed.predictions, opts)
             self._take_snapshot()
-
-    def _register(self, fed: FeedResult, stamp_ns: int, frame_id: str, received_s: float
-                  ) -> None:
-        """Remember frame ids and receipt times of frames whose predictions may come later.
-
-        Runs after the resets of ``fed`` were reported (they forget buffered frames), so a held
-        frame fed in this call is registered again.
-        """
-        held, self._held = self._held, None
-        if held is not None and fed.held_drop is None:
-            self._frame_ids[held[0]], self._received[held[0]] = held[1], held[2]
-        elif held is not None:
-            self._frame_ids.pop(held[0], None)
-            self._received.pop(held[0], None)
-        if fed.accepted or fed.held:
-            self._frame_ids[stamp_ns] = frame_id
-            self._received[stamp_ns] = received_s
-        if fed.held:
-            self._held = (stamp_ns, frame_id, received_s)
 
     def _convert(self, item: InputFrame) -> np.ndarray | None:
         try:
@@ -229,12 +222,12 @@ class SessionRunner:
                 return conversions.compressed_msg_to_rgb(item.msg)
             return self._convert_raw(item.msg)
         except conversions.ImageConversionError as exc:
-            self._drop(exc.reason, str(exc))
+            self._drop(Reason(exc.reason), str(exc))
         except Exception as exc:  # noqa: BLE001 - e.g. CvBridgeError; never kill the thread
-            self._drop('decode', f'{type(exc).__name__}: {exc}')
+            self._drop(Reason.DECODE, f'{type(exc).__name__}: {exc}')
         return None
 
-    def _drop(self, reason: str, detail: str) -> None:
+    def _drop(self, reason: Reason, detail: str) -> None:
         self._stats.count_drop(reason, detail)
         # Throttled per reason, so a flood of one kind does not hide the first of another.
         now = time.monotonic()
@@ -243,12 +236,17 @@ class SessionRunner:
             self._drop_log[reason] = (last, suppressed + 1)
             return
         more = f' ({suppressed} more since the last message)' if suppressed else ''
-        self._log.warning(f'dropped frame ({reason}): {detail}{more}')
+        # One call site per severity: rclpy's logger refuses to change it at a call site.
+        message = f'dropped frame ({reason}): {detail}{more}'
+        if POLICY[reason].log_level >= logging.WARNING:
+            self._log.warning(message)
+        else:
+            self._log.debug(message)
         self._drop_log[reason] = (now, 0)
 
     def _report(self, fed: FeedResult) -> None:
         for reset in fed.resets:
-            if reset.error is not None:
+            if POLICY[reset.reason].error:
                 error = f'{type(reset.error).__name__}: {reset.error}'
                 self._stats.count_error(error)
                 self._log.error(f'engine error, resetting the session: {error}',
@@ -261,20 +259,20 @@ class SessionRunner:
 
     def _publish(self, preds: list[FramePrediction], opts: NodeOptions) -> None:
         for pred in preds:
-            frame_id = self._frame_ids.pop(pred.stamp_ns, DEFAULT_CAMERA_FRAME)
-            received = self._received.pop(pred.stamp_ns, time.monotonic())
+            tag = pred.tag  # the frame's own: its camera frame and when it came in
             try:
-                self._outputs.publish(pred, frame_id, opts)
+                self._outputs.publish(pred, tag.frame_id, opts)
             except ValueError as exc:
-                self._reset_locked('nan_pose', str(exc))
+                self._reset_locked(Reason.NAN_POSE, str(exc))
                 return
             for extra in self._extra_outputs:
-                extra.publish(pred, frame_id, opts)
+                extra.publish(pred, tag.frame_id, opts)
+            received = time.monotonic() if tag.received_s is None else tag.received_s
             self._stats.count_output((time.monotonic() - received) * 1e3,
                                      pred.timings_ms.get('total'))
             self._compare_camera_info(pred)
 
-    def _reset_locked(self, reason: str, detail: str) -> dict[str, int]:
+    def _reset_locked(self, reason: Reason, detail: str) -> dict[str, int]:
         return self._record_reset(reason, detail, self._feeder.reset())
 
     def _on_session_reset(self) -> None:
@@ -285,21 +283,21 @@ class SessionRunner:
             self._session.apply_config(self._pending_config)
             self._pending_config = None
 
-    def _record_reset(self, reason: str, detail: str, cleared: dict[str, int]
+    def _record_reset(self, reason: Reason, detail: str, cleared: dict[str, int]
                       ) -> dict[str, int]:
         cleared = {**cleared, 'path_poses': self._outputs.clear()}
         for extra in self._extra_outputs:
             extra.clear()
-        self._frame_ids.clear()
-        self._received.clear()
-        self._held = None
         self._stats.count_reset(reason, detail)
         summary = ', '.join(f'{k}={v}' for k, v in cleared.items())
-        if reason == 'manual':
-            self._log.info(f'session reset on request; cleared {summary}')
+        level = POLICY[reason].log_level
+        message = f'session reset ({reason}): {detail}; cleared {summary}'
+        if level >= logging.ERROR:
+            self._log.error(message, throttle_duration_sec=1.0)
+        elif level >= logging.WARNING:
+            self._log.warning(message, throttle_duration_sec=1.0)
         else:
-            self._log.warning(f'session reset ({reason}): {detail}; cleared {summary}',
-                              throttle_duration_sec=1.0)
+            self._log.info(f'session reset on request; cleared {summary}')
         self._take_snapshot()
         return cleared
 

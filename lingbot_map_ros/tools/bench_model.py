@@ -139,12 +139,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     session.reset()
     if device.type == 'cuda':
         torch.cuda.reset_peak_memory_stats(device)
-    _BLOCK_PEAKS.clear()
-    times_ms, roles = _stream(session, frames, info, args.frames, device, args.progress)
-    result = _summarise(args, times_ms, roles, session, device)
+    peaks: list[float] = []  # peak GPU memory (GiB) of each progress block
+    times_ms, roles = _stream(session, frames, info, args.frames, device, args.progress, peaks)
+    result = _summarise(args, times_ms, roles, session, device, peaks)
     rollover_at = [i for i, role in enumerate(roles) if role.endswith('+rollover')]
     result['long_run'] = block_report(times_ms, rollover_at, args.window,
-                                      args.progress or 100, _BLOCK_PEAKS)
+                                      args.progress or 100, peaks)
     if args.components and device.type == 'cuda':
         result['components_ms'] = _components(session, frames, info, args.components, device)
     if args.host_timing and device.type == 'cuda':
@@ -254,7 +254,7 @@ def _host_timing(session: StreamingSession, frames: list[torch.Tensor], info: Pr
     try:
         for i in range(count):
             frame.update(start=time.perf_counter(), launched=False)
-            session.step_tensor(frames[i % len(frames)], info, stamp_ns=i * 33_000_000)
+            session.step_tensor(frames[i % len(frames)], info, i * 33_000_000)
             torch.cuda.synchronize()
             totals['wall'] += time.perf_counter() - frame['start']
     finally:
@@ -276,8 +276,12 @@ def _synthetic_frames(height: int, width: int,
 
 def _stream(session: StreamingSession, frames: list[torch.Tensor], info: PreprocessInfo,
             count: int, device: torch.device,
-            progress: int = 0) -> tuple[list[float], list[str]]:
-    """Feed ``count`` frames; per call, the elapsed ms and the roles it produced."""
+            progress: int = 0, peaks: list[float] | None = None
+            ) -> tuple[list[float], list[str]]:
+    """Feed ``count`` frames; per call, the elapsed ms and the roles it produced.
+
+    With ``progress``, each block's peak GPU memory (GiB) is appended to ``peaks``.
+    """
     times_ms: list[float] = []
     roles: list[str] = []
     cuda = device.type == 'cuda'
@@ -287,7 +291,7 @@ def _stream(session: StreamingSession, frames: list[torch.Tensor], info: Preproc
             start.record()
         else:
             t0 = time.perf_counter()
-        preds = session.step_tensor(frames[i % len(frames)], info, stamp_ns=i * 33_000_000)
+        preds = session.step_tensor(frames[i % len(frames)], info, i * 33_000_000)
         if cuda:
             end.record()
             torch.cuda.synchronize(device)
@@ -299,21 +303,18 @@ def _stream(session: StreamingSession, frames: list[torch.Tensor], info: Preproc
             role = preds[0].role if len(preds) == 1 else f'scale x{len(preds)}'
             roles.append(role + ('+rollover' if 'rollover' in preds[0].timings_ms else ''))
         if progress and (i + 1) % progress == 0:
-            _progress_line(i, progress, times_ms, roles, device)
+            _progress_line(i, progress, times_ms, roles, device, peaks)
     return times_ms, roles
 
 
-_BLOCK_PEAKS: list[float] = []
-"""Peak GPU memory (GiB) of each progress block of the last timed run."""
-
-
 def _progress_line(i: int, progress: int, times_ms: list[float], roles: list[str],
-                   device: torch.device) -> None:
+                   device: torch.device, peaks: list[float] | None) -> None:
     """Print one block's mean ms, peak GPU memory and rollovers; restart the peak counter."""
     peak = ''
     if device.type == 'cuda':
         gib = torch.cuda.max_memory_allocated(device) / 2**30
-        _BLOCK_PEAKS.append(gib)
+        if peaks is not None:
+            peaks.append(gib)
         torch.cuda.reset_peak_memory_stats(device)
         peak = f', peak {gib:.3f} GiB'
     rolls = sum(r.endswith('+rollover') for r in roles[-progress:])
@@ -322,7 +323,8 @@ def _progress_line(i: int, progress: int, times_ms: list[float], roles: list[str
 
 
 def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str],
-               session: RolloverSession, device: torch.device) -> dict[str, Any]:
+               session: RolloverSession, device: torch.device,
+               peaks: list[float]) -> dict[str, Any]:
     phase1_ms, stream_ms = times_ms[0], np.asarray(times_ms[1:])
     total_frames = args.frames
     stats = session.stats()
@@ -358,7 +360,7 @@ def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str]
     result['rollover'] = dataclasses.asdict(session.rollover_stats())
     if device.type == 'cuda':
         # --progress restarts the peak counter per block: the run's peak is the largest.
-        peak = max([torch.cuda.max_memory_allocated(device) / 2**30] + _BLOCK_PEAKS)
+        peak = max([torch.cuda.max_memory_allocated(device) / 2**30] + peaks)
         result['peak_gpu_memory_gib'] = round(peak, 3)
         result['gpu'] = torch.cuda.get_device_name(device)
     result['torch'] = torch.__version__

@@ -56,7 +56,7 @@ from lingbot_map_ros.tools.config_files import find_config
 from lingbot_map_ros.tools.make_bag import BagSpec, write_synthetic
 from lingbot_map_ros.tools.map_plot import ground_truth_map, plot_map
 from lingbot_map_ros.tools.player import BagPlayer, PlayOptions
-from lingbot_map_ros.tools.synthetic_scene import render_sequence, SceneConfig
+from lingbot_map_ros.tools.synthetic_scene import render_sequence, SceneConfig, SyntheticSequence
 import numpy as np
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
@@ -265,7 +265,9 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
                          f'{values.get("cache.scale_frames", 8)} of {params}: the node would '
                          'output nothing')
     map_axes = values.get('frames.map_axes', 'flu')
-    write_synthetic(BagSpec(out=bag), SceneConfig(num_frames=args.frames), gt, map_axes)
+    scene = SceneConfig(num_frames=args.frames)
+    seq = render_sequence(scene)  # once: the bag and the map picture show the same frames
+    write_synthetic(BagSpec(out=bag), scene, gt, map_axes, seq)
     if not args.weights:
         _LOG.warning('*** no --weights: the node runs the tiny model with RANDOM weights, so '
                      'the trajectory is meaningless; this only shows the pipeline working. '
@@ -291,25 +293,25 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
                'weights': args.weights or 'random', 'bag': str(bag), 'ground_truth': str(gt),
                'trajectory': str(tum), 'plot': str(png), 'node_log': str(node.log_path),
                'evaluation': trajectory.evaluate(tum, gt),
-               'map_picture': str(write_map_picture(out, args.frames, values, map_axes))}
+               'map_picture': str(write_map_picture(out, seq, values, map_axes))}
     (out / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n', encoding='utf-8')
     return summary
 
 
-def write_map_picture(out: Path, num_frames: int, values: dict[str, Any],
+def write_map_picture(out: Path, seq: SyntheticSequence, values: dict[str, Any],
                       map_axes: str) -> Path:
     """Build the scene's map from its ground truth; write ``map_gt.ply`` and ``map_gt.png``.
 
     Args:
         out: output folder.
-        num_frames: frames of the synthetic loop (as in the bag).
+        seq: the rendered synthetic loop (the frames of the bag).
         values: node parameters (the ``map.*`` settings; the voxel is ``GT_VOXEL_M``).
         map_axes: axes of the map frame.
 
     Returns:
         The PNG's path.
     """
-    seq = render_sequence(SceneConfig(num_frames=num_frames))
+    num_frames = len(seq.images)
     config = replace(MapConfig.from_flat(values), voxel_size=GT_VOXEL_M)
     xyz, rgb = ground_truth_map(seq, config, map_axes).points()
     write_ply(out / 'map_gt.ply', xyz, rgb)

@@ -40,7 +40,8 @@ from typing import Any
 import cv2
 from lingbot_map_ros.ros.conversions import map_axes_transform
 from lingbot_map_ros.tools import bag_io
-from lingbot_map_ros.tools.synthetic_scene import pinhole_intrinsics, render_sequence, SceneConfig
+from lingbot_map_ros.tools.synthetic_scene import (pinhole_intrinsics, render_sequence,
+                                                   SceneConfig, SyntheticSequence)
 from lingbot_map_ros.tools.trajectory import Trajectory, write_tum
 import numpy as np
 from tqdm import tqdm
@@ -224,7 +225,7 @@ def video_fps(path: str | Path) -> float:
 
 
 def write_synthetic(spec: BagSpec, scene: SceneConfig, gt_path: str | Path,
-                    map_axes: str = 'flu') -> int:
+                    map_axes: str = 'flu', seq: SyntheticSequence | None = None) -> int:
     """Render the synthetic loop into a bag and write its ground truth.
 
     Args:
@@ -233,11 +234,12 @@ def write_synthetic(spec: BagSpec, scene: SceneConfig, gt_path: str | Path,
         gt_path: output TUM file of the true camera poses.
         map_axes: axes of the ground truth's map frame ('flu' or 'optical'), as the node's
             ``frames.map_axes``.
+        seq: ``render_sequence(scene)`` when the caller already rendered it (the demo).
 
     Returns:
         Number of frames written.
     """
-    seq = render_sequence(scene)
+    seq = render_sequence(scene) if seq is None else seq
     count = write_frames(spec, seq.images, seq.intrinsics, scene.fps, int(seq.stamps_ns[0]),
                          total=len(seq.images),
                          depths=seq.depth if spec.depth_topic else None)

@@ -61,9 +61,10 @@ from lingbot_map_ros.engine.map_accumulator import MapAccumulator
 from lingbot_map_ros.engine.pipeline import StreamingSession
 from lingbot_map_ros.engine.ply import write_ply
 from lingbot_map_ros.engine.prediction import FramePrediction
+from lingbot_map_ros.engine.reasons import POLICY, Reason
 from lingbot_map_ros.engine.rollover import RolloverSession
 from lingbot_map_ros.engine.stats import RolloverStats
-from lingbot_map_ros.engine.stream_feeder import SessionReset, StreamFeeder
+from lingbot_map_ros.engine.stream_feeder import FeedResult, SessionReset, StreamFeeder
 from lingbot_map_ros.ros import conversions
 from lingbot_map_ros.ros.depth_input import DepthInput
 from lingbot_map_ros.tools import bag_io
@@ -198,9 +199,7 @@ class OfflineRunner:
                 _LOG.error('%s; stopping after %d messages, writing what was read', exc,
                            num_read)
                 storage_error = str(exc)
-        if self._feeder.held_stamp_ns is not None:
-            self._drop('stamp_jump_ahead', 'the last frame jumped ahead and nothing followed')
-        self._collect(self._session.flush())
+        self._report(self._feeder.finish(), None)
         wall_s = time.perf_counter() - start
         self._write_map()
         return {'frames_read': num_read, 'poses': len(self._stamps),
@@ -237,7 +236,8 @@ class OfflineRunner:
             msg = bag_io.deserialize(raw)
             stamp_ns = conversions.stamp_to_ns(msg.header.stamp)
         except (bag_io.BadMessageError, conversions.InvalidStampError) as exc:
-            reason = 'bad_message' if isinstance(exc, bag_io.BadMessageError) else 'stamp_invalid'
+            reason = Reason.BAD_MESSAGE if isinstance(exc, bag_io.BadMessageError) \
+                else Reason.STAMP_INVALID
             self._drop(reason, str(exc))
             return
         try:
@@ -246,11 +246,14 @@ class OfflineRunner:
             else:
                 image = conversions.image_msg_to_rgb(msg)
         except conversions.ImageConversionError as exc:
-            self._drop(exc.reason, str(exc))
+            self._drop(Reason(exc.reason), str(exc))
             return
         if self._depth is not None:  # metric scale: the frame's depth, before it is fed
             self._depth.pair(stamp_ns, image.shape[:2], self._session.metric, wait=False)
-        fed = self._feeder.feed(image, stamp_ns)
+        self._report(self._feeder.feed(image, stamp_ns), stamp_ns)
+
+    def _report(self, fed: FeedResult, stamp_ns: int | None) -> None:
+        """Count what feeding a frame (or ending the stream) did, then collect the poses."""
         for reset in fed.resets:
             self._start_segment(reset, stamp_ns)
         for drop in (fed.held_drop, fed.drop):
@@ -274,7 +277,7 @@ class OfflineRunner:
                 try:
                     self._depth.put(bag_io.deserialize(raw))
                 except bag_io.BadMessageError as exc:
-                    self._drop('bad_message', f'depth: {exc}')
+                    self._drop(Reason.BAD_MESSAGE, f'depth: {exc}')
                 continue
             try:
                 self._depth.note_colour(bag_io.deserialize(raw).header.stamp)
@@ -286,17 +289,18 @@ class OfflineRunner:
         if waiting is not None:
             yield waiting
 
-    def _drop(self, reason: str, detail: str) -> None:
-        self._drops[reason] = self._drops.get(reason, 0) + 1
+    def _drop(self, reason: Reason | str, detail: str) -> None:
+        reason = Reason(reason)
+        self._drops[reason.value] = self._drops.get(reason.value, 0) + 1
         # The first drop of each kind is worth seeing; the summary counts the rest.
-        level = logging.WARNING if self._drops[reason] == 1 else logging.DEBUG
+        level = POLICY[reason].log_level if self._drops[reason.value] == 1 else logging.DEBUG
         _LOG.log(level, 'dropped frame (%s): %s', reason, detail)
 
-    def _start_segment(self, reset: SessionReset, stamp_ns: int) -> None:
+    def _start_segment(self, reset: SessionReset, stamp_ns: int | None) -> None:
         self._write_map()
-        _LOG.warning('session reset (%s): %s; cleared %s', reset.reason, reset.detail,
-                     reset.cleared)
-        self._segments.append({'index': len(self._segments), 'reason': reset.reason,
+        _LOG.log(POLICY[reset.reason].log_level, 'session reset (%s): %s; cleared %s',
+                 reset.reason, reset.detail, reset.cleared)
+        self._segments.append({'index': len(self._segments), 'reason': reset.reason.value,
                                'start_stamp_ns': stamp_ns, 'poses': 0})
 
     def _collect(self, preds: list[FramePrediction]) -> None:
@@ -316,11 +320,13 @@ class OfflineRunner:
         if self._options.save_depth:
             folder = self._out / 'depth'
             folder.mkdir(parents=True, exist_ok=True)
-            np.savez_compressed(folder / f'{pred.stamp_ns}.npz', depth=pred.depth,
-                                depth_conf=pred.depth_conf, intrinsics=pred.intrinsics,
-                                c2w=c2w)
+            np.savez_compressed(folder / f'{pred.stamp_ns}.npz', depth=pred.depth.cpu().numpy(),
+                                depth_conf=pred.depth_conf.cpu().numpy(),
+                                intrinsics=pred.intrinsics, c2w=c2w)
         if self._map is not None and pred.is_keyframe:
-            self._map.add(pred.depth, pred.depth_conf, pred.image, pred.intrinsics, c2w)
+            # As the node's ~/map: the prediction's points in the map frame (here map axes).
+            self._map.add_points(pred.points(self._axes), pred.depth, pred.depth_conf,
+                                 pred.image)
 
     def _write_map(self) -> None:
         """Write the current segment's map (if it has keyframes) and start an empty one."""

@@ -16,9 +16,14 @@
 Run: ``pytest test/engine/test_map_accumulator.py`` (CPU, about a second).
 """
 
+import dataclasses
+
 from lingbot_map_ros.config import MapConfig
+from lingbot_map_ros.engine.frames import FrameTag
 from lingbot_map_ros.engine.geometry import unproject_depth
 from lingbot_map_ros.engine.map_accumulator import MapAccumulator
+from lingbot_map_ros.engine.prediction import FramePrediction
+from lingbot_map_ros.engine.preprocess import PreprocessInfo
 import numpy as np
 import pytest
 import torch
@@ -180,3 +185,70 @@ def test_incremental_map_equals_one_pass_voxel_means():
     # The map's keys are sorted and unique after every merge.
     keys = acc._keys.numpy()
     assert (np.diff(keys) > 0).all()
+
+
+def _keyframe(rng: np.random.Generator) -> FramePrediction:
+    """Make a keyframe prediction with depth (a few invalid pixels), colours and a pose."""
+    depth = rng.uniform(1.0, 3.0, (6, 8)).astype(np.float32)
+    depth[0, 0], depth[2, 3], depth[5, 7] = 0.0, np.nan, -1.0
+    k = np.array([[6.0, 0.0, 4.0], [0.0, 6.0, 3.0], [0.0, 0.0, 1.0]])
+    info = PreprocessInfo(original_size_hw=(6, 8), resized_size_hw=(6, 8), image_size_hw=(6, 8),
+                          crop_top=0)
+    return FramePrediction(
+        frame_index=3, tag=FrameTag(42), role='keyframe', time_index=3,
+        pose_enc=np.zeros(9), c2w=pose(0.4, (0.5, -1.0, 2.0)), intrinsics=k,
+        intrinsics_original=k, preprocess=info, network_input=torch.rand(3, 6, 8),
+        depth=torch.from_numpy(depth), depth_conf=torch.full((6, 8), 2.0),
+        image=torch.from_numpy(rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)))
+
+
+def test_the_cloud_and_the_map_get_one_unprojection_of_a_keyframe():
+    pred = _keyframe(np.random.default_rng(5))
+    odom_from_world = pose(-0.2, (3.0, 0.0, -1.0))
+    points = pred.points(odom_from_world)
+    # Unprojected once: the map (second consumer) gets the very tensor the cloud got.
+    assert pred.points(odom_from_world.copy()) is points
+    expected = unproject_depth(pred.depth.numpy().astype(np.float64), pred.intrinsics,
+                               odom_from_world @ pred.c2w)
+    valid = np.isfinite(expected).all(axis=-1)
+    assert points.dtype == torch.float32 and tuple(points.shape) == (6, 8, 3)
+    np.testing.assert_allclose(points.numpy()[valid], expected[valid], rtol=1e-6, atol=1e-5)
+    cloud, rgb, positive = pred.host_cloud(odom_from_world, 1)
+    np.testing.assert_array_equal(cloud[valid], points.numpy()[valid])
+    np.testing.assert_array_equal(rgb, pred.image.numpy())
+    np.testing.assert_array_equal(positive, pred.depth.numpy() > 0)
+    # The map's input points are the cloud's: one voxel per point, no filter in between.
+    acc = MapAccumulator(config(voxel_size=1e-4))
+    update = acc.add_points(points, pred.depth, pred.depth_conf, pred.image)
+    assert (update.num_pixels, update.num_points) == (48, 45)  # 0, NaN and < 0 never enter
+    kept = positive & np.isfinite(pred.depth.numpy())
+    np.testing.assert_allclose(sorted_rows(acc.points()[0]), sorted_rows(cloud[kept]),
+                               rtol=1e-6, atol=1e-6)
+    # add() (depth and camera) unprojects with the same function: the same map.
+    again = MapAccumulator(config(voxel_size=1e-4))
+    again.add(pred.depth, pred.depth_conf, pred.image, pred.intrinsics,
+              odom_from_world @ pred.c2w)
+    np.testing.assert_allclose(sorted_rows(again.points()[0]), sorted_rows(acc.points()[0]),
+                               rtol=1e-6, atol=1e-6)
+    # A cloud strided by 2 is the same points, every other row and column.
+    strided, _, _ = pred.host_cloud(odom_from_world, 2)
+    np.testing.assert_array_equal(strided[valid[::2, ::2]], cloud[::2, ::2][valid[::2, ::2]])
+
+
+def test_points_are_recomputed_for_another_frame_or_pose_and_refused_without_depth():
+    pred = _keyframe(np.random.default_rng(6))
+    first = pred.points(np.eye(4))
+    moved = pred.points(pose(t=(1.0, 0.0, 0.0)))
+    assert moved is not first
+    np.testing.assert_allclose(moved.numpy() - first.numpy(),
+                               np.where(np.isnan(first.numpy()), np.nan, [1.0, 0.0, 0.0]),
+                               atol=1e-5)
+    # A copy with other values (the rollover's stitching scales the depth) starts afresh:
+    # R (2 d K^-1 p) + t = 2 (X - t) + t.
+    stitched = dataclasses.replace(pred, depth=pred.depth * 2.0)
+    np.testing.assert_allclose(stitched.points(np.eye(4)).numpy(),
+                               2.0 * first.numpy() - pred.c2w[:3, 3], atol=1e-5)
+    with pytest.raises(ValueError, match='no depth'):
+        dataclasses.replace(pred, depth=None).points(np.eye(4))
+    with pytest.raises(ValueError, match='non-finite'):
+        pred.points(np.full((4, 4), np.nan))

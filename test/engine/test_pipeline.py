@@ -25,6 +25,7 @@ from lingbot_map_ros.engine.errors import (CachePoolExhaustedError, InvalidFrame
 from lingbot_map_ros.engine.pipeline import StreamingSession
 import numpy as np
 import pytest
+import torch
 
 N_S = 3
 WINDOW = 4
@@ -46,7 +47,7 @@ def _frames(count: int, height: int = 64, width: int = 128, seed: int = 0) -> li
 def _run(session: StreamingSession, frames: list[np.ndarray]) -> list:
     preds = []
     for i, frame in enumerate(frames):
-        preds.extend(session.step(frame, stamp_ns=1_000 + i))
+        preds.extend(session.step(frame, tag=1_000 + i))
     return preds
 
 
@@ -59,7 +60,7 @@ def test_scale_phase_then_streaming_schedule():
     session = StreamingSession(_config(**{'stream.keyframe_interval': 2}),
                                allow_random_weights=True)
     frames = _frames(N_S + 6)
-    outputs = [session.step(f, stamp_ns=100 + i) for i, f in enumerate(frames)]
+    outputs = [session.step(f, tag=100 + i) for i, f in enumerate(frames)]
     # The first N_s - 1 calls buffer; the N_s-th returns all scale predictions at once.
     assert [len(o) for o in outputs] == [0] * (N_S - 1) + [N_S] + [1] * 6
     preds = [p for o in outputs for p in o]
@@ -117,7 +118,7 @@ def test_time_index_limit_raises_before_touching_the_cache():
     assert preds[-1].time_index == N_S + 1
     before = session.stats()
     with pytest.raises(TimeIndexLimitError, match='max_frame_num'):
-        session.step(_frames(1, seed=3)[0], stamp_ns=99)
+        session.step(_frames(1, seed=3)[0], tag=99)
     after = session.stats()
     assert after.frames_in == before.frames_in
     assert after.cache.frame_count == before.cache.frame_count
@@ -132,7 +133,7 @@ def test_pool_exhaustion_is_a_typed_error_naming_the_capacity():
                                allow_random_weights=True)
     _run(session, _frames(N_S + 2))
     with pytest.raises(CachePoolExhaustedError, match='max_total_frames') as err:
-        session.step(_frames(1, seed=4)[0], stamp_ns=5)
+        session.step(_frames(1, seed=4)[0], tag=5)
     assert isinstance(err.value, SessionLimitError)
 
 
@@ -142,23 +143,33 @@ def test_bad_frames_and_resolution_changes_leave_the_session_usable():
     for bad in (np.zeros((0, 5, 3), np.uint8), np.zeros((64, 128, 3), np.float32),
                 np.zeros((64, 128, 2), np.uint8)):
         with pytest.raises(InvalidFrameError):
-            session.step(bad, stamp_ns=1)
+            session.step(bad, tag=1)
     with pytest.raises(ResolutionChangedError):
-        session.step(_frames(1, height=128)[0], stamp_ns=2)
+        session.step(_frames(1, height=128)[0], tag=2)
     assert session.stats().frames_in == N_S
-    assert len(session.step(_frames(1)[0], stamp_ns=3)) == 1
+    assert len(session.step(_frames(1)[0], tag=3)) == 1
 
 
 def test_flush_runs_a_short_scale_phase_and_depth_comes_out():
     session = StreamingSession(_config(**{'stream.enable_depth': True}),
                                allow_random_weights=True)
-    assert session.step(_frames(1)[0], stamp_ns=10) == []
+    assert session.step(_frames(1)[0], tag=10) == []
     preds = session.flush()
     assert len(preds) == 1 and preds[0].role == 'scale'
     pred = preds[0]
-    assert pred.depth.shape == (56, 112) and pred.depth_conf.shape == (56, 112)
-    assert np.all(pred.depth > 0) and np.all(pred.depth_conf >= 1)
-    assert pred.image.shape == (56, 112, 3) and pred.image.dtype == np.uint8
+    # Dense outputs stay torch tensors on the engine's device (here the CPU).
+    for dense in (pred.depth, pred.depth_conf, pred.image):
+        assert isinstance(dense, torch.Tensor) and dense.device == torch.device('cpu')
+    assert tuple(pred.depth.shape) == (56, 112) and tuple(pred.depth_conf.shape) == (56, 112)
+    assert pred.depth.dtype == pred.depth_conf.dtype == torch.float32
+    assert bool((pred.depth > 0).all()) and bool((pred.depth_conf >= 1).all())
+    assert tuple(pred.image.shape) == (56, 112, 3) and pred.image.dtype == torch.uint8
+    # The colours are the image the network ran on, which the prediction carries as well.
+    assert tuple(pred.network_input.shape) == (3, 56, 112)
+    np.testing.assert_array_equal(
+        pred.image.numpy(),
+        (pred.network_input.permute(1, 2, 0) * 255).round().to(torch.uint8).numpy())
+    assert pred.tag.stamp_ns == pred.stamp_ns == 10 and pred.preprocess.image_size_hw == (56, 112)
     # 128x64 (W x H) becomes 112x56: both focal lengths scale by 128/112 = 64/56.
     assert pred.intrinsics_original[1, 1] == pytest.approx(pred.intrinsics[1, 1] * 64 / 56)
     assert pred.intrinsics_original[0, 0] == pytest.approx(pred.intrinsics[0, 0] * 128 / 112)
@@ -185,7 +196,7 @@ def test_fast_path_is_built_before_the_stream_and_leaves_no_trace():
                                   allow_random_weights=True, seed=7), frames)
     session = StreamingSession(_config(**{'stream.compile': True, 'stream.keyframe_interval': 2}),
                                allow_random_weights=True, seed=7)
-    assert session.step(frames[0], stamp_ns=1_000) == []
+    assert session.step(frames[0], tag=1_000) == []
     # Built at the first frame, before any streaming frame; the warm-up's frames are gone.
     assert session.model.frame_runner.graphs is not None
     stats = session.stats()
@@ -211,7 +222,7 @@ def test_fast_path_is_built_before_the_stream_and_leaves_no_trace():
 def _run_from(session: StreamingSession, frames: list[np.ndarray], first: int) -> list:
     preds = []
     for i in range(first, len(frames)):
-        preds.extend(session.step(frames[i], stamp_ns=1_000 + i))
+        preds.extend(session.step(frames[i], tag=1_000 + i))
     return preds
 
 

@@ -22,6 +22,7 @@ Run: ``OMP_NUM_THREADS=1 python -m pytest test/engine/test_rollover.py`` (a few 
 from __future__ import annotations
 
 from lingbot_map_ros.config import EngineConfig
+from lingbot_map_ros.engine.frames import FrameTag
 from lingbot_map_ros.engine.rollover import RolloverSession
 from lingbot_map_ros.engine.stitching import align_sim3
 from lingbot_map_ros.engine.stream_feeder import StreamFeeder
@@ -29,6 +30,7 @@ import numpy as np
 # oracle_model sits next to this file (pytest puts test/engine on sys.path).
 from oracle_model import frame_image, ground_truth, oracle_session
 import pytest
+import torch
 
 SEC = 10**9
 STAMP0 = 100 * SEC
@@ -156,3 +158,59 @@ def test_a_still_camera_over_the_overlap_keeps_the_previous_scale():
     stats = rollover.rollover_stats()
     assert stats.rollovers == 5 and stats.degenerate_alignments == 4
     assert stats.last_degenerate
+
+
+def _small_rollover(num: int, **values) -> tuple[RolloverSession, object]:
+    """Build a rollover every 20 frames (sessions of 24, overlap 4) over the oracle."""
+    session, oracle = oracle_session(ground_truth(num), seed=5, **{
+        'stream.session_keyframes': 24, 'stream.overlap_keyframes': 4,
+        'model.max_frame_num': 24, **values})
+    return RolloverSession(session), oracle
+
+
+def test_every_prediction_carries_its_frames_tag_across_scale_frames_gaps_and_rollovers():
+    num = 70
+    rollover, _ = _small_rollover(num)
+    feeder = StreamFeeder(rollover, forward_jump_s=0.1)
+    # A real 5 s gap at frame 30: that frame is held, then fed with the next one.
+    tags = [FrameTag(STAMP0 + i * SEC // 10 + (5 * SEC if i >= 30 else 0), f'cam_{i}', 0.5 * i)
+            for i in range(num)]
+    out, held = [], []
+    for i, tag in enumerate(tags):
+        fed = feeder.feed(frame_image(i), tag)
+        assert fed.drop is None and fed.held_drop is None and fed.resets == ()
+        held += [fed.held.tag] if fed.held else []
+        out += fed.predictions
+    out += feeder.finish().predictions
+    assert held == [tags[30]]
+    assert rollover.rollover_stats().rollovers == 3
+    # The caller's tag object comes back, once per frame, in order: scale frames (which came
+    # out together), the held frame and the frames that waited for a rollover included.
+    assert len(out) == num and all(p.tag is t for p, t in zip(out, tags))
+    assert [p.role for p in out[:2]] == ['scale', 'scale']
+    waited = [p for p in out if 'rollover' in p.timings_ms]
+    assert len(waited) == 3 and {p.session for p in waited} == {1, 2, 3}
+
+
+def test_the_overlap_ring_keeps_the_tensor_the_session_ran_on():
+    rollover, oracle = _small_rollover(40)
+    seen = []
+    forward_frame = oracle.forward_frame
+
+    def recording_forward_frame(image: torch.Tensor, **kwargs) -> dict:
+        seen.append(image)
+        return forward_frame(image, **kwargs)
+    oracle.forward_frame = recording_forward_frame
+    out = []
+    for i in range(30):  # one rollover, at frame 24
+        out += rollover.step(frame_image(i), STAMP0 + i * SEC // 10)
+    assert rollover.rollover_stats().rollovers == 1
+    # The network's input is handed back on the prediction, not copied or uploaded again ...
+    assert seen[-1][0].data_ptr() == out[-1].network_input.data_ptr()
+    ring = list(rollover._ring)
+    assert [kf.tag.stamp_ns for kf in ring] == [p.stamp_ns for p in out[-4:]]
+    for kf, pred in zip(ring, out[-4:]):
+        # ... and the ring keeps that very tensor (the device copy), with the published pose.
+        assert kf.tensor is pred.network_input and kf.tag is pred.tag
+        assert kf.tensor.device == torch.device('cpu') == pred.network_input.device
+        np.testing.assert_array_equal(kf.c2w, pred.c2w)

@@ -21,7 +21,9 @@ from __future__ import annotations
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.errors import (CachePoolExhaustedError, NonFiniteOutputError,
                                            SessionLimitError)
+from lingbot_map_ros.engine.frames import FrameTag
 from lingbot_map_ros.engine.pipeline import StreamingSession
+from lingbot_map_ros.engine.reasons import Reason
 from lingbot_map_ros.engine.stream_feeder import FrameDrop, StreamFeeder
 import numpy as np
 import pytest
@@ -70,8 +72,8 @@ def test_stamps_not_newer_are_dropped_and_the_session_is_unchanged():
         fed = feeder.feed(_frame(9), stamp)
         assert not fed.accepted and fed.predictions == [] and fed.resets == ()
         assert fed.drop == FrameDrop(
-            'stamp_out_of_order',
-            f'stamp {stamp * 1e-9:.6f} s is not after the previous 12.000000 s')
+            Reason.STAMP_OUT_OF_ORDER,
+            f'stamp {stamp * 1e-9:.6f} s is not after the previous 12.000000 s', FrameTag(stamp))
     assert session.stats().frames_in == before
     assert feeder.last_stamp_ns == 12 * SEC
 
@@ -122,8 +124,8 @@ def test_a_second_limit_on_the_retry_gives_up_on_the_frame():
     failures = [SessionLimitError('some other limit'), CachePoolExhaustedError('still full')]
     calls = []
 
-    def step(image, stamp_ns):
-        calls.append(stamp_ns)
+    def step(image, tag):
+        calls.append(tag.stamp_ns)
         raise failures.pop(0)
     session.step = step
     fed = feeder.feed(_frame(3), 5 * SEC)
@@ -140,8 +142,9 @@ def test_a_bad_frame_is_dropped_as_invalid_frame():
     feeder = StreamFeeder(session)
     _feed_all(feeder, [SEC])
     fed = feeder.feed(np.zeros((64, 128, 3), np.float32), 2 * SEC)
-    assert fed.drop == FrameDrop('invalid_frame',
-                                 'expected dtype uint8, got float32 (shape (64, 128, 3))')
+    assert fed.drop == FrameDrop(Reason.INVALID_FRAME,
+                                 'expected dtype uint8, got float32 (shape (64, 128, 3))',
+                                 FrameTag(2 * SEC))
     assert not fed.accepted and fed.resets == () and fed.predictions == []
     assert session.stats().frames_in == 1
     # The stamp passed its check before the engine refused the frame, so it counts as seen.
@@ -155,8 +158,8 @@ def test_a_non_finite_pose_resets_without_feeding_the_frame_again():
     _feed_all(feeder, [SEC])
     calls = []
 
-    def step(image, stamp_ns):
-        calls.append(stamp_ns)
+    def step(image, tag):
+        calls.append(tag.stamp_ns)
         raise NonFiniteOutputError('pose is NaN')
     session.step = step
     fed = feeder.feed(_frame(1), 2 * SEC)
@@ -171,7 +174,7 @@ def test_other_errors_raise_unless_the_caller_asks_for_a_reset():
     session = _session()
     failure = RuntimeError('CUDA went away')
 
-    def step(image, stamp_ns):
+    def step(image, tag):
         raise failure
     session.step = step
     with pytest.raises(RuntimeError, match='CUDA went away'):

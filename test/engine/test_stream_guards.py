@@ -22,8 +22,9 @@ Run: ``OMP_NUM_THREADS=1 python -m pytest test/engine/test_stream_guards.py`` (a
 from __future__ import annotations
 
 from lingbot_map_ros.config import EngineConfig
+from lingbot_map_ros.engine.frames import FrameTag
 from lingbot_map_ros.engine.pipeline import StreamingSession
-from lingbot_map_ros.engine.stream_feeder import StreamFeeder
+from lingbot_map_ros.engine.stream_feeder import FrameHeld, StreamFeeder
 from lingbot_map_ros.engine.stream_guards import ForwardJumpGuard, ResolutionGuard
 import numpy as np
 
@@ -80,10 +81,15 @@ def test_a_real_gap_costs_no_frame_the_held_one_is_fed_with_the_next():
     after = [20 * SEC + i * 33 * MS for i in range(3)]  # the stream resumes 10 s later
     results = [feeder.feed(_frame(i), s) for i, s in enumerate(before + after)]
     held = results[len(before)]
-    assert held.held and not held.predictions and held.drop is None
+    # A typed verdict, not a drop: the frame is neither taken nor refused yet.
+    assert isinstance(held.held, FrameHeld) and held.held.tag == FrameTag(after[0])
+    assert held.held.detail.startswith('stamp 20.000000 s is 9.901 s after the previous 10.0990')
+    assert not held.accepted and not held.predictions and held.drop is None
+    assert held.held_drop is None and held.resets == ()
     confirm = results[len(before) + 1]
     assert [p.stamp_ns for p in confirm.predictions] == after[:2]  # held frame first
-    assert confirm.held_drop is None and confirm.accepted
+    assert confirm.held_drop is None and confirm.accepted and confirm.held is None
+    assert feeder.held is None
     out = [p.stamp_ns for r in results for p in r.predictions]
     assert out == before + after
 
@@ -93,13 +99,32 @@ def test_a_frame_ahead_followed_by_an_out_of_order_frame_is_still_an_outlier():
     stamps = [10 * SEC + i * 33 * MS for i in range(4)]
     for i, stamp in enumerate(stamps):
         feeder.feed(_frame(i), stamp)
-    assert feeder.feed(_frame(9), stamps[-1] + 5 * SEC).held
-    assert feeder.held_stamp_ns == stamps[-1] + 5 * SEC
+    ahead = FrameTag(stamps[-1] + 5 * SEC, 'cam', 1.5)
+    hold = feeder.feed(_frame(9), ahead).held
+    assert feeder.held == hold and hold.tag is ahead
     fed = feeder.feed(_frame(10), stamps[-1])  # a duplicate of the last stamp
     assert fed.held_drop.reason == 'stamp_jump_ahead'
-    assert fed.held_drop.stamp_ns == stamps[-1] + 5 * SEC
+    assert fed.held_drop.tag is ahead and fed.held_drop.detail == hold.detail
     assert fed.drop.reason == 'stamp_out_of_order'
-    assert feeder.held_stamp_ns is None and feeder.last_stamp_ns == stamps[-1]
+    assert feeder.held is None and feeder.last_stamp_ns == stamps[-1]
+
+
+def test_finish_runs_buffered_scale_frames_and_drops_a_held_frame():
+    feeder = _feeder(forward_jump_s=0.1)
+    first = FrameTag(10 * SEC, 'cam')
+    assert feeder.feed(_frame(0), first).predictions == []  # N_s = 2: buffered
+    end = feeder.finish()
+    assert [p.tag for p in end.predictions] == [first] and end.held_drop is None
+    feeder.reset()
+    stamps = [10 * SEC + i * 33 * MS for i in range(3)]
+    out = [p.stamp_ns for i, t in enumerate(stamps) for p in feeder.feed(_frame(i), t).predictions]
+    assert out == stamps
+    last = FrameTag(stamps[-1] + 5 * SEC)
+    assert feeder.feed(_frame(3), last).held.tag is last
+    end = feeder.finish()  # nothing can confirm the last frame: it was an outlier
+    assert end.held_drop.reason == 'stamp_jump_ahead' and end.held_drop.tag is last
+    assert end.drop is None and end.resets == () and end.predictions == []
+    assert feeder.held is None
 
 
 def test_a_glitch_frame_of_another_size_keeps_the_map():

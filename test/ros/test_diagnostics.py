@@ -19,9 +19,12 @@ Run: ``pytest test/ros/test_diagnostics.py`` (under a second; no ROS graph).
 from dataclasses import replace
 import time
 
+from lingbot_map_ros.engine.reasons import POLICY, Reason
 from lingbot_map_ros.engine.stats import CacheStats, SessionStats
 from lingbot_map_ros.ros import diagnostics
+from lingbot_map_ros.ros.conversions import DROP_REASONS
 from lingbot_map_ros.ros.diagnostics import ERROR, NodeStats, OK, STALE, WARN
+import pytest
 
 INFO = {'topic': '/cam/image', 'transport': 'raw', 'queue_mode': 'live', 'queue_length': 0}
 CACHE = CacheStats(frame_count=12, scale_pages=8, live_pages=4, free_pages=1,
@@ -143,3 +146,31 @@ def test_every_status_has_one_key_set_in_every_state():
     after = [values(s) for s in states['after an error and a reset']]
     assert after[0]['drops.encoding'] == '1' and after[1]['resets.engine_error'] == '1'
     assert 'boom' in after[1]['last_problem']
+
+
+def test_counter_keys_are_unchanged_and_follow_the_reason_policy():
+    # The keys monitors use (docs/robustness.md), listed from the start.
+    stats = NodeStats()
+    input_status, engine_status, _ = _all_statuses(stats, FRESH)
+    assert sorted(k for k in values(input_status) if k.startswith('drops.')) == [
+        'drops.decode', 'drops.depth_encoding', 'drops.depth_no_valid_pixels',
+        'drops.depth_size', 'drops.depth_stamp_future', 'drops.depth_stamp_invalid',
+        'drops.depth_stamp_stale', 'drops.depth_unpaired',
+        'drops.encoding', 'drops.invalid_frame', 'drops.queue_overflow',
+        'drops.resolution_mismatch', 'drops.size', 'drops.stamp_invalid',
+        'drops.stamp_jump_ahead', 'drops.stamp_out_of_order', 'drops.step', 'drops.truncated']
+    assert sorted(k for k in values(engine_status) if k.startswith('resets.')) == [
+        'resets.cache_full', 'resets.clock_jump', 'resets.engine_error', 'resets.manual',
+        'resets.nan_pose', 'resets.resolution_changed', 'resets.session_limit',
+        'resets.time_index_limit']
+    # Every reason the image checks give is a drop reason of the table.
+    assert all(not POLICY[Reason(r)].resets and POLICY[Reason(r)].node for r in DROP_REASONS)
+    # Counting takes the enum or its value alike; unknown reasons are refused.
+    stats.count_drop(Reason.STAMP_JUMP_AHEAD, 'ahead')
+    stats.count_drop('stamp_jump_ahead', 'ahead again')
+    stats.count_reset(Reason.MANUAL)
+    report = stats.roll()
+    assert report.drops == {'stamp_jump_ahead': 2} and report.resets == {'manual': 1}
+    assert report.last_problem == 'dropped (stamp_jump_ahead): ahead again'  # manual: no problem
+    with pytest.raises(ValueError):
+        stats.count_drop('no_such_reason')
