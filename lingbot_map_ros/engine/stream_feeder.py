@@ -164,7 +164,7 @@ class StreamFeeder:
 
     @property
     def held(self) -> FrameHeld | None:
-        """The frame held for confirmation, if any (:meth:`finish` drops it at the end)."""
+        """Return the frame held for confirmation, if any (:meth:`finish` drops it at the end)."""
         return None if self._held is None else self._held[1]
 
     def feed(self, image: Image, tag: FrameTag | int) -> FeedResult:
