@@ -110,6 +110,8 @@ class StreamingSession:
         self._model = model.to(self._device).eval()
         if self._compute_dtype != torch.float32:
             self._model.cast_aggregator(self._compute_dtype)
+            if config.stream.camera_head_dtype == 'bfloat16':
+                self._model.camera_head.set_compute_dtype(torch.bfloat16)
         # On the CPU there are no graphs to replay: the fast path only pays with compile.
         stream = config.stream
         on_cpu_uncompiled = self._device.type != 'cuda' and not stream.compile

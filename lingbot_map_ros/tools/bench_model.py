@@ -46,9 +46,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from .bench_components import components_report, format_report
 from .bench_rollover import block_report
 from .fast_path_flags import add_fast_path_flags
 from ..config import CacheConfig, EngineConfig, ModelConfig, StreamConfig
+from ..engine.attention.backend import BACKEND_NAMES
 from ..engine.pipeline import StreamingSession
 from ..engine.preprocess import PreprocessInfo
 from ..engine.rollover import RolloverSession
@@ -78,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=StreamConfig.overlap_keyframes,
                         help='keyframes run again at a rollover (stream.overlap_keyframes)')
     parser.add_argument('--backend', default='flashinfer',
-                        choices=['flashinfer', 'sdpa', 'reference', 'triton'],
+                        choices=list(BACKEND_NAMES),
                         help='cache attention')
     parser.add_argument('--dtype', default='bfloat16', choices=['bfloat16', 'float16', 'float32'],
                         help='aggregator compute and KV dtype (heads stay float32)')
@@ -105,7 +107,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='log the mean ms of every N frames while running (long runs)')
     parser.add_argument('--components', type=int, default=0, metavar='N',
                         help='after the timed run, time N more streaming frames part by part '
-                             '(aggregator, camera head, depth head; CUDA events)')
+                             '(aggregator, camera head, depth head; CUDA events), then the '
+                             'floors table: FLOPs, bytes, floor and measured time of every part '
+                             'of a frame (tools/bench_components.py)')
     parser.add_argument('--host-timing', type=int, default=0, metavar='N',
                         help='after the timed run, time N more streaming frames on the host: '
                              'wall time, time before the first CUDA-graph launch, time inside '
@@ -151,6 +155,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result['host_ms'] = _host_timing(session, frames, info, args.host_timing)
     if args.profile:
         _profile(session, frames, info, args.profile, device)
+    if args.components:  # last: it runs eager frames (tools/bench_components.py)
+        result['floors'] = components_report(session, lambda i: session.step_tensor(
+            frames[i % len(frames)], info, stamp_ns=(i + 10**6) * 33_000_000),
+            args.components, device)
+        print(format_report(result['floors']))
     _print_table(result)
     return result
 

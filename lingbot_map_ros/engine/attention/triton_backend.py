@@ -42,8 +42,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 KERNEL_CONFIG: dict[str, Any] = {'block_m': 128, 'block_n': 64, 'num_warps': 4,
-                                 'num_stages': 2, 'splits': 4}
-"""Tiles, warps, pipelining depth and key parts of the kernel at the cache shape."""
+                                 'num_stages': 3, 'splits': 2}
+"""Tiles, warps, pipelining depth and key parts of the kernel at the cache shape: the best of
+the H200 sweep (bench/results/h200_final/attention_kernels.txt: 0.719 ms, 407 TFLOP/s; the
+earlier 2 stages x 4 parts took 0.905 ms)."""
 
 
 def kernel_config() -> dict[str, Any]:
