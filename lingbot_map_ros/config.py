@@ -132,7 +132,7 @@ class CacheConfig:
     backend: Backend = 'sdpa'
     """Attention over the paged cache: 'flashinfer' (CUDA), 'sdpa' (any device), 'reference'
     (fp32 gather + SDPA, for checks), 'triton' (CUDA: our kernel, docs/gpu_memory.md), 'auto'
-    ('triton' where it runs, else 'sdpa'; engine/attention/select.py)."""
+    ('triton' where it runs, else 'sdpa'; engine/attention/backend_choice.py)."""
     scale_frames: int = 8
     """First frames run together bidirectionally and pinned in the cache forever (N_s)."""
     sliding_window: int = 64

@@ -70,17 +70,14 @@ def measure_ceilings(device: torch.device) -> dict[str, float]:
     cuda = device.type == 'cuda'
     n = 8192 if cuda else 512
     dtype = torch.bfloat16 if cuda else torch.float32
-    gen = torch.Generator(device=device).manual_seed(0)
-    a = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
-    b = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
-    out = torch.empty(n, n, device=device, dtype=dtype)
-    gemm_ms = _median_ms(lambda: torch.mm(a, b, out=out), device)
-    del a, b, out
     size = (1 << 30) if cuda else (64 << 20)
+    gen = torch.Generator(device=device).manual_seed(0)
+    a, b = (torch.randn(n, n, device=device, dtype=dtype, generator=gen) for _ in range(2))
+    product = torch.empty(n, n, device=device, dtype=dtype)
+    gemm_ms = _median_ms(lambda: torch.mm(a, b, out=product), device)
     src = torch.randint(0, 255, (size,), device=device, dtype=torch.uint8, generator=gen)
     dst = torch.empty_like(src)
     copy_ms = _median_ms(lambda: dst.copy_(src), device)
-    del src, dst
     return {'gemm_tflops': round(2 * n**3 / gemm_ms / 1e9, 4),
             'copy_gbps': round(2 * size / copy_ms / 1e6, 1),
             'gemm_shape': n, 'gemm_dtype': str(dtype).replace('torch.', ''),
@@ -133,7 +130,7 @@ def classify(path: str, op: str) -> str:
 
 def attention_flops(q_shape: tuple[int, ...], k_shape: tuple[int, ...],
                     v_dim: int) -> int:
-    """FLOPs of softmax attention: ``2 L S (E + Ev)`` per batch and head.
+    """Count the FLOPs of softmax attention: ``2 L S (E + Ev)`` per batch and head.
 
     Shapes are ``[..., L, E]`` and ``[..., S, E]`` with the same leading dims (B, H).
     """
@@ -152,7 +149,7 @@ def _tensor_bytes(values: Any) -> int:
 
 
 class _Counter(TorchDispatchMode):
-    """Count FLOPs and bytes of every aten op by part; time it with a profiler range."""
+    """Count the FLOPs and bytes of every aten op by part; time it with a profiler range."""
 
     def __init__(self, stack: list[str]) -> None:
         super().__init__()
@@ -308,8 +305,8 @@ def components_report(session: Any, step: Callable[[int], Any], count: int,
         device: the session's device.
 
     Returns:
-        ``{'ceilings', 'parts': [{'part', 'flops', 'bytes', 'gflop', 'mbytes', 'floor_ms', 'measured_ms',
-        'over_floor_ms', 'bound'}], 'sum_parts_ms', 'graphed_frame_ms', 'gaps_ms',
+        ``{'ceilings', 'parts': [{'part', 'flops', 'bytes', 'gflop', 'mbytes', 'floor_ms',
+        'measured_ms', 'over_floor_ms', 'bound'}], 'sum_parts_ms', 'graphed_frame_ms', 'gaps_ms',
         'unattributed_kernel_ms', 'cache_keys', 'frames'}``; per frame.
     """
     ceilings = measure_ceilings(device)
@@ -351,7 +348,7 @@ def components_report(session: Any, step: Callable[[int], Any], count: int,
 
 
 def format_report(report: dict[str, Any]) -> str:
-    """The report as a text table (largest time over floor first)."""
+    """Format the report as a text table (largest time over floor first)."""
     c = report['ceilings']
     lines = [f"ceilings: GEMM {c['gemm_tflops']} TFLOP/s ({c['gemm_dtype']} {c['gemm_shape']}^3),"
              f" copy {c['copy_gbps']} GB/s (read + write); {report['frames']} frames, "

@@ -84,6 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='cache attention')
     parser.add_argument('--dtype', default='bfloat16', choices=['bfloat16', 'float16', 'float32'],
                         help='aggregator compute and KV dtype (heads stay float32)')
+    parser.add_argument('--camera-head-dtype', default='float32',
+                        choices=['float32', 'bfloat16'],
+                        help="stream.camera_head_dtype: the camera head's trunk in bf16")
     parser.add_argument('--kv-dtype', default=None, choices=['bfloat16', 'float8_e4m3fn'],
                         help='cache.dtype (default: --dtype); float8_e4m3fn halves the KV cache')
     parser.add_argument('--max-total-frames', type=int, default=CacheConfig.max_total_frames,
@@ -131,6 +134,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stream=StreamConfig(device=args.device, dtype=args.dtype, image_width=args.width,
                             keyframe_interval=args.keyframe_interval, enable_depth=args.depth,
                             fast_path=args.fast_path, compile=args.compile,
+                            camera_head_dtype=args.camera_head_dtype,
                             session_keyframes=args.session_keyframes,
                             overlap_keyframes=args.overlap_keyframes))
     session = RolloverSession(StreamingSession(config, args.weights,
@@ -340,6 +344,7 @@ def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str]
         'frames': total_frames, 'scale_frames': args.scale_frames, 'window': args.window,
         'keyframe_interval': args.keyframe_interval, 'backend': args.backend,
         'dtype': args.dtype, 'depth': args.depth,
+        'camera_head_dtype': args.camera_head_dtype,
         'cuda_graphs': stats.cuda_graphs, 'compile': stats.compiled,
         'fast_path': stats.fast_path,
         'phase1_ms': round(phase1_ms, 3),

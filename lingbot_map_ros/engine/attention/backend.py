@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from lingbot_map_ros.engine.cache.page_table import PageLayout
 
 BACKEND_NAMES = ('flashinfer', 'sdpa', 'reference', 'triton', 'auto')
-"""``auto``: ``triton`` where it runs, else ``sdpa`` (``select.py``; resolved by the cache)."""
+"""``auto``: ``triton`` where it runs, else ``sdpa`` (``backend_choice.py``; the cache resolves
+it)."""
 
 GraphSupport = Literal['segments', 'whole_frame']
 """What a backend's attention allows inside CUDA graphs: 'whole_frame' (its attention can be

@@ -48,6 +48,10 @@ the H200 sweep (bench/results/h200_final/attention_kernels.txt: 0.719 ms, 407 TF
 earlier 2 stages x 4 parts took 0.905 ms)."""
 
 
+FAST_KEYS = frozenset({'fp8', 'exp_split'})
+"""Config keys that select the variant kernel ``triton_fp8.attend_run_fast`` when true."""
+
+
 def kernel_config() -> dict[str, Any]:
     """Return ``KERNEL_CONFIG``, or the benchmark override from ``LINGBOT_MAP_TRITON_CONFIG``.
 
@@ -61,7 +65,7 @@ def kernel_config() -> dict[str, Any]:
         override = json.loads(raw)
     except ValueError as exc:
         raise ValueError(f'LINGBOT_MAP_TRITON_CONFIG is not JSON: {raw!r}') from exc
-    known = set(KERNEL_CONFIG) | {'qk_fp8'}
+    known = set(KERNEL_CONFIG) | {'qk_fp8'} | FAST_KEYS
     if not isinstance(override, dict) or not set(override) <= known:
         raise ValueError(f'LINGBOT_MAP_TRITON_CONFIG={raw!r} must be a JSON object with keys '
                          f'from {sorted(known)}')
@@ -89,6 +93,9 @@ class TritonRunAttention:
     def __init__(self) -> None:
         self._attend = import_triton_kernel()
         self._config = kernel_config()
+        if any(self._config.get(key) for key in FAST_KEYS):
+            from lingbot_map_ros.engine.attention.triton_fp8 import attend_run_fast
+            self._attend = attend_run_fast
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  bounds: torch.Tensor) -> torch.Tensor:

@@ -46,7 +46,7 @@ from typing import Any
 
 from lingbot_map_ros.engine.attention.backend import AttentionBackend, BACKEND_NAMES, \
     check_storage_dtype, make_backend
-from lingbot_map_ros.engine.attention.select import resolve_backend
+from lingbot_map_ros.engine.attention.backend_choice import resolve_backend
 from lingbot_map_ros.engine.cache.kv_storage import KVStorage
 from lingbot_map_ros.engine.cache.page_table import PageLayout, StepKind, TwoStreamPageTable
 from lingbot_map_ros.engine.cache.step_log import LoggedStep, StepLog

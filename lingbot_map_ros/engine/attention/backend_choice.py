@@ -53,7 +53,7 @@ def triton_refusal(device_type: str, capability: tuple[int, int] | None, dtype: 
     if capability is not None and tuple(capability) < TRITON_MIN_CAPABILITY:
         return (f"backend 'triton' needs compute capability >= "
                 f'{TRITON_MIN_CAPABILITY[0]}.{TRITON_MIN_CAPABILITY[1]} (bf16 tensor cores), '
-                f'this GPU has {capability[0]}.{capability[1]}; use backend \'sdpa\' or \'auto\'')
+                f"this GPU has {capability[0]}.{capability[1]}; use backend 'sdpa' or 'auto'")
     if dtype not in (torch.bfloat16, torch.float16):
         return (f"backend 'triton' attends in bfloat16 or float16, not {dtype}; use backend "
                 "'sdpa' or 'reference'")

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Issue #21's GPU runs (docs/performance.md, bench/results/h200_speed/). From the repository root
+# on the H200 machine, with the fa3-fwd wheel in .whl/ (optional) and golden set A in .gpu_data/.
+# Writes to $OUT. Steps run in order while BUDGET_S (default 280) seconds remain, each under its
+# own timeout, so the call ends inside its limit with every finished step's output.
+#   STAGE=profile (default): golden set A through the robot path with the new defaults
+#     (cache.backend auto -> triton, camera head bf16), `bench model --components` (the floors
+#     table) with them, the attention kernel table, the depth path, then the old default
+#     (sdpa, float32 camera head) with --components for comparison.
+#   STAGE=verify: golden set A and `bench model` pose and depth at the defaults of
+#     config/lingbot_map.yaml (EXTRA: more `bench model` flags, e.g. a kernel variant's env).
+set -uo pipefail
+out="${OUT:-bench/results/raw}"
+stage="${STAGE:-profile}"
+budget="${BUDGET_S:-280}"
+mkdir -p "$out"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH="/tmp/site:$PWD"
+else
+  export PYTHONPATH="$PWD"
+fi
+export PYTHONUNBUFFERED=1
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', \
+torch.version.cuda, 'triton', triton.__version__)"
+  git rev-parse HEAD 2>/dev/null || true
+} > "$out/env.txt" 2>&1
+python3 - <<'PY'
+from safetensors.torch import save_file
+from lingbot_map_ros.engine.model.gct import LingbotMapModel
+from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
+import torch
+with torch.device('meta'):
+    shapes = {k: tuple(v.shape) for k, v in LingbotMapModel().state_dict().items()}
+save_file(golden_state_dict(shapes, salt=0), '/tmp/bench_weights.safetensors')
+PY
+bench="python3 -m lingbot_map_ros.tools.bench model --weights /tmp/bench_weights.safetensors"
+golden="python3 -m lingbot_map_ros.tools.golden .gpu_data/stream_A.safetensors --device cuda \
+--dtype bfloat16 --fast-path whole_frame --compile"
+new="--backend auto --compile --camera-head-dtype bfloat16"
+step() {  # step NAME TIMEOUT COMMAND...: run it if the budget allows
+  local name=$1 limit=$2; shift 2
+  local left=$((budget - SECONDS))
+  if [ "$left" -lt 25 ]; then echo "skipped $name (budget)" | tee "$out/$name.txt"; return; fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  timeout "$limit" "$@" > "$out/$name.txt" 2>&1
+  echo "== $name: rc $? at ${SECONDS}s"
+}
+if [ "$stage" = profile ]; then
+  step golden_A_new 95 $golden --backend auto --camera-head-dtype bfloat16
+  step model_new_pose 90 $bench $new --components 3
+  step attention_kernels 110 python3 bench/attention_kernels.py --quick
+  step model_new_depth 70 $bench $new --depth
+  step model_old_pose 80 $bench --backend sdpa --compile --components 3
+else
+  step golden_A_verify 95 $golden --backend auto --camera-head-dtype bfloat16
+  step model_verify_pose 80 $bench $new --components 3 ${EXTRA:-}
+  step model_verify_depth 70 $bench $new --depth ${EXTRA:-}
+fi
+for f in "$out"/golden*.txt; do echo "== $f"; grep -E "ok|FAIL" "$f" | cut -c1-100; done
+for f in "$out"/model*.txt; do
+  echo "== $f"; grep -A24 "^ceilings" "$f" | grep -v "^{" | cut -c1-110
+  grep -E "^(ms_p50|ms_last_window|fps_last|backend|peak_gpu)" "$f"
+done
+if [ -f "$out/attention_kernels.txt" ]; then tail -n 22 "$out/attention_kernels.txt" | cut -c1-150; fi
