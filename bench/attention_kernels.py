@@ -191,25 +191,34 @@ def flash_attn4_candidate(checks, timed, flops):
 
 
 def fa3_candidates(checks, timed, flops):
-    """FlashAttention-3 forward (``fa3-fwd`` 0.0.3 wheel, carried in ``.whl``): bf16 with one
-    and with automatic KV splits, and FP8 e4m3 (per-tensor descales from the inputs' max)."""
+    """Add FlashAttention-3 forward rows (``fa3-fwd`` 0.0.3, carried in ``.whl``).
+
+    bf16 with one and with automatic KV splits, and FP8 e4m3 with per-tensor descales.
+    """
     fa3 = optional_import('fa3_fwd_interface', 'FA3 (fa3-fwd)')
     if fa3 is None:
         return
     version = 'fa3-fwd 0.0.3'
+
+    def first(result):
+        out = result[0] if isinstance(result, tuple) else result
+        return out[0]  # [1, Q, H, D] -> [Q, H, D]
+
+    def bf16(t, splits):
+        q, k, v = (x.unsqueeze(0) for x in t)
+        return lambda: first(fa3.flash_attn_func(q, k, v, num_splits=splits))
     for splits, label in ((1, 'one KV split'), (0, 'automatic KV splits')):
-        record(f'FA3 bf16, {label}', lambda t, splits=splits: (
-            lambda: fa3.flash_attn_func(*(x.unsqueeze(0) for x in t),
-                                        num_splits=splits)[0]),
-            checks, timed, flops, version)
-    f8 = torch.float8_e4m3fn
+        record(f'FA3 bf16, {label}', lambda t, splits=splits: bf16(t, splits),
+               checks, timed, flops, version)
 
     def fp8(t):
         scales = [x.abs().amax().float().clamp(min=1e-12) / 448.0 for x in t]
-        q8, k8, v8 = ((x / s).to(f8).unsqueeze(0) for x, s in zip(t, scales))
+        q8, k8, v8 = ((x / s).to(torch.float8_e4m3fn).unsqueeze(0)
+                      for x, s in zip(t, scales))
         q_d, k_d, v_d = (s.reshape(1, 1).expand(1, HEADS).contiguous() for s in scales)
-        return lambda: fa3.flash_attn_func(q8, k8, v8, q_descale=q_d, k_descale=k_d,
-                                           v_descale=v_d, num_splits=0)[0].to(t[0].dtype)
+        return lambda: first(fa3.flash_attn_func(
+            q8, k8, v8, q_descale=q_d, k_descale=k_d, v_descale=v_d,
+            num_splits=0)).to(t[0].dtype)
     record('FA3 FP8 e4m3 (per-tensor scales), auto splits', fp8, checks, timed, flops,
            version, bound=8e-2)
 
@@ -231,15 +240,15 @@ def fast_fn(cfg, kv_fp8=False):
 
 def fast_candidates(checks, timed, flops, quick):
     """FP8 products (per-block scales) and split exponentials, at a few tile configs."""
-    base = [dict(block_m=128, block_n=128, num_warps=8, num_stages=2, splits=2),
-            dict(block_m=128, block_n=128, num_warps=4, num_stages=3, splits=2),
-            dict(block_m=128, block_n=64, num_warps=4, num_stages=3, splits=2)]
+    base = [{'block_m': 128, 'block_n': 128, 'num_warps': 8, 'num_stages': 2, 'splits': 2},
+            {'block_m': 128, 'block_n': 128, 'num_warps': 4, 'num_stages': 3, 'splits': 2},
+            {'block_m': 128, 'block_n': 64, 'num_warps': 4, 'num_stages': 3, 'splits': 2}]
     if quick:
         base = base[:2]
     best = None
-    for variant, bound, note in ((dict(exp_split=True), 2e-2, 'half the exp2 on FMA units'),
-                                 (dict(fp8=True), 8e-2, 'QK, PV in e4m3, per-block scales'),
-                                 (dict(fp8=True, exp_split=True), 8e-2, 'both')):
+    for variant, bound, note in (({'exp_split': True}, 2e-2, 'half the exp2 on FMA units'),
+                                 ({'fp8': True}, 8e-2, 'QK, PV in e4m3, per-block scales'),
+                                 ({'fp8': True, 'exp_split': True}, 8e-2, 'both')):
         for cfg in base:
             c = dict(cfg, **variant)
             row = record(f'Triton variant {cfg_name(c)}{fast_name(c)}', fast_fn(c), checks,

@@ -3,10 +3,11 @@
 # on the H200 machine, with the fa3-fwd wheel in .whl/ (optional) and golden set A in .gpu_data/.
 # Writes to $OUT. Steps run in order while BUDGET_S (default 280) seconds remain, each under its
 # own timeout, so the call ends inside its limit with every finished step's output.
-#   STAGE=profile (default): golden set A through the robot path with the new defaults
-#     (cache.backend auto -> triton, camera head bf16), `bench model --components` (the floors
-#     table) with them, the attention kernel table, the depth path, then the old default
-#     (sdpa, float32 camera head) with --components for comparison.
+#   STAGE=profile (default): the attention kernel table, then golden set A through the robot
+#     path with the new defaults (cache.backend auto -> triton, camera head bf16; the kernel's
+#     split-exponential variant where the table has it >= 3 % faster), `bench model
+#     --components` (the floors table) with them, the depth path, then the old default (sdpa,
+#     float32 camera head) with --components for comparison.
 #   STAGE=verify: golden set A and `bench model` pose and depth at the defaults of
 #     config/lingbot_map.yaml (EXTRA: more `bench model` flags, e.g. a kernel variant's env).
 set -uo pipefail
@@ -49,10 +50,33 @@ step() {  # step NAME TIMEOUT COMMAND...: run it if the budget allows
   echo "== $name: rc $? at ${SECONDS}s"
 }
 if [ "$stage" = profile ]; then
+  step attention_kernels 110 python3 bench/attention_kernels.py --quick
+  # The kernel variant with split exponentials (bf16 numerics) replaces the plain kernel in
+  # the end-to-end runs below if the table has it >= 3 % faster (FP8 variants: table only).
+  python3 - "$out/attention_kernels.json" > "$out/triton_config.json" <<'PY' || true
+import json, sys
+rows = json.load(open(sys.argv[1]))['rows']
+def ms(prefix, bound):
+    ok = [r for r in rows if r['name'].startswith(prefix) and 'ms' in r and not r.get('nan')
+          and r.get('rel_err', 1) < bound and not r['name'].endswith('fp8')
+          and ' fp8' not in r['name']]
+    return min(ok, key=lambda r: r['ms']) if ok else None
+plain, split = ms('Triton best, rechecked', 2e-2), ms('Triton variant', 2e-2)
+if plain and split and split['ms'] < 0.97 * plain['ms']:
+    name = split['name'].split()
+    cfg = {'block_m': int(name[2][1:]), 'block_n': int(name[3][1:]),
+           'num_warps': int(name[4][1:]), 'num_stages': int(name[5][1:]),
+           'splits': int(name[6][1:]), 'exp_split': True}
+    print(json.dumps(cfg))
+PY
+  if [ -s "$out/triton_config.json" ]; then
+    export LINGBOT_MAP_TRITON_CONFIG="$(cat "$out/triton_config.json")"
+    echo "end-to-end runs use the Triton variant $LINGBOT_MAP_TRITON_CONFIG"
+  fi
   step golden_A_new 95 $golden --backend auto --camera-head-dtype bfloat16
   step model_new_pose 90 $bench $new --components 3
-  step attention_kernels 110 python3 bench/attention_kernels.py --quick
   step model_new_depth 70 $bench $new --depth
+  unset LINGBOT_MAP_TRITON_CONFIG
   step model_old_pose 80 $bench --backend sdpa --compile --components 3
 else
   step golden_A_verify 95 $golden --backend auto --camera-head-dtype bfloat16
