@@ -129,7 +129,7 @@ class ModelConfig:
 class CacheConfig:
     """Global-attention KV cache: window sizes, capacity, storage dtype and attention backend."""
 
-    backend: Backend = 'sdpa'
+    backend: Backend = 'auto'
     """Attention over the paged cache: 'flashinfer' (CUDA), 'sdpa' (any device), 'reference'
     (fp32 gather + SDPA, for checks), 'triton' (CUDA: our kernel, docs/gpu_memory.md), 'auto'
     ('triton' where it runs, else 'sdpa'; engine/attention/backend_choice.py)."""
@@ -164,9 +164,9 @@ class StreamConfig:
     device: str = 'cuda'
     """Torch device for the engine ('cuda', 'cuda:1', 'cpu')."""
     dtype: DType = 'bfloat16'
-    """Aggregator compute dtype on CUDA (heads run in float32, see ``camera_head_dtype``; CPU
-    always float32)."""
-    camera_head_dtype: HeadDType = 'float32'
+    """Aggregator compute dtype on CUDA (the depth head runs in float32, the camera head as
+    ``camera_head_dtype`` says; CPU always float32)."""
+    camera_head_dtype: HeadDType = 'bfloat16'
     """Weights of the camera head's trunk and modulation on CUDA with a bf16 ``dtype``:
     'bfloat16' halves the bytes of its GEMVs (its LayerNorms, pose branch and pose sum stay
     float32; docs/performance.md); ignored where ``dtype`` is float32 or on the CPU."""

@@ -27,7 +27,8 @@ How it is measured:
   shapes; forward hooks say which module it runs in. The cache attention is counted from its
   layout (``4 Q H D K_visible`` FLOPs; Q, the visible K/V and the output in bytes), since its
   kernel may be our Triton kernel, which aten does not see.
-- Time per part: the device time of the part's kernels (the CUDA profiler, eager mode), summed
+- Time per part: the device time of the part's kernels (the CUDA profiler, eager mode; each
+  kernel goes to the part whose GPU-side range holds it, :func:`kernel_ms_by_part`), summed
   over the ``N`` frames. CUDA events around parts in eager mode would time the host issuing
   thousands of small launches, not the GPU; the kernels' own time is what a graph replays.
   On the CPU: the host time of the part's operators.
@@ -139,13 +140,9 @@ def attention_flops(q_shape: tuple[int, ...], k_shape: tuple[int, ...],
 
 
 def _tensor_bytes(values: Any) -> int:
-    total = 0
-    for value in values if isinstance(values, (list, tuple)) else [values]:
-        if isinstance(value, torch.Tensor):
-            total += value.numel() * value.element_size()
-        elif isinstance(value, (list, tuple)):
-            total += _tensor_bytes(value)
-    return total
+    if isinstance(values, torch.Tensor):
+        return values.numel() * values.element_size()
+    return sum(map(_tensor_bytes, values)) if isinstance(values, (list, tuple)) else 0
 
 
 class _Counter(TorchDispatchMode):
@@ -281,16 +278,47 @@ def _profile_parts(session: Any, step: Callable[[int], Any], count: int,
         undo()
         for handle in handles:
             handle.remove()
-    measured: dict[str, float] = defaultdict(float)
-    for event in prof.events():
-        if event.name.startswith('part::'):
-            us = event.device_time_total if cuda else event.cpu_time_total
-            measured[event.name[len('part::'):]] += us / 1e3
-    all_kernels_ms = 0.0
     if cuda:
-        all_kernels_ms = sum(e.device_time_total for e in prof.events()
-                             if e.device_type == torch.autograd.DeviceType.CUDA) / 1e3
+        measured, all_kernels_ms = kernel_ms_by_part(prof.events())
+    else:
+        measured, all_kernels_ms = defaultdict(float), 0.0
+        for event in prof.events():
+            if event.name.startswith('part::'):
+                measured[event.name[len('part::'):]] += event.cpu_time_total / 1e3
     return counter, measured, all_kernels_ms
+
+
+def kernel_ms_by_part(events: Any) -> tuple[dict[str, float], float]:
+    """Sum each kernel's device time into the part whose GPU-side range holds its start.
+
+    Why by time and not through the CPU operators: a kernel launched through the driver API
+    (Triton's launcher) is linked to no CPU operator, and a CPU range's ``device_time_total``
+    would miss it; each ``record_function`` range also appears as a GPU-side annotation
+    spanning its kernels, which is not a kernel and must not be counted as one (the table's
+    first H200 run did, doubling every part but the Triton attention). Ranges on one stream
+    do not overlap, so a kernel's start falls in at most one.
+
+    Returns:
+        ``({part: ms}, ms of all kernels)``.
+    """
+    spans, kernels = [], []
+    for event in events:
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        window = (event.time_range.start, event.time_range.end)
+        if event.is_user_annotation:
+            if event.name.startswith('part::'):
+                spans.append(window + (event.name[len('part::'):],))
+        else:
+            kernels.append(window)
+    spans.sort()
+    starts = [span[0] for span in spans]
+    measured: dict[str, float] = defaultdict(float)
+    for begin, end in kernels:
+        i = int(np.searchsorted(starts, begin, side='right')) - 1
+        if i >= 0 and begin < spans[i][1]:
+            measured[spans[i][2]] += (end - begin) / 1e3
+    return measured, sum(end - begin for begin, end in kernels) / 1e3
 
 
 def components_report(session: Any, step: Callable[[int], Any], count: int,

@@ -79,12 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--overlap-keyframes', type=int,
                         default=StreamConfig.overlap_keyframes,
                         help='keyframes run again at a rollover (stream.overlap_keyframes)')
-    parser.add_argument('--backend', default='flashinfer',
+    parser.add_argument('--backend', default=CacheConfig.backend,
                         choices=list(BACKEND_NAMES),
                         help='cache attention')
     parser.add_argument('--dtype', default='bfloat16', choices=['bfloat16', 'float16', 'float32'],
                         help='aggregator compute and KV dtype (heads stay float32)')
-    parser.add_argument('--camera-head-dtype', default='float32',
+    parser.add_argument('--camera-head-dtype', default=StreamConfig.camera_head_dtype,
                         choices=['float32', 'bfloat16'],
                         help="stream.camera_head_dtype: the camera head's trunk in bf16")
     parser.add_argument('--kv-dtype', default=None, choices=['bfloat16', 'float8_e4m3fn'],

@@ -18,8 +18,11 @@ Run: ``python -m pytest test/tools/test_bench_components.py`` (repo root; CPU on
 
 from lingbot_map_ros.config import ModelConfig
 from lingbot_map_ros.tools import bench
-from lingbot_map_ros.tools.bench_components import attention_flops, classify, PART_ORDER
+from lingbot_map_ros.tools.bench_components import attention_flops, classify, \
+    kernel_ms_by_part, PART_ORDER
 import pytest
+from torch.autograd import DeviceType
+from torch.autograd.profiler_util import FunctionEvent
 
 N_S, W, HEIGHT, WIDTH = 2, 3, 126, 224
 ARGS = ['model', '--preset', 'tiny', '--device', 'cpu', '--height', str(HEIGHT), '--width',
@@ -99,3 +102,21 @@ def test_classify_and_attention_flops():
     assert classify('', 'mm') == 'other'
     # [B, H, L, E] x [B, H, S, E]: QK^T and PV, 2 FLOPs per multiply-add each.
     assert attention_flops((2, 3, 5, 8), (2, 3, 7, 8), 8) == 2 * 2 * 3 * 5 * 7 * 16
+
+
+def test_kernels_go_to_the_gpu_range_that_holds_them_annotations_are_not_kernels():
+    def event(name, start, end, annotation=False, device=DeviceType.CUDA):
+        return FunctionEvent(id=0, name=name, thread=0, start_us=start, end_us=end,
+                             device_type=device, is_user_annotation=annotation)
+    events = [
+        event('part::norms', 0, 100, annotation=True), event('ln_kernel', 10, 40),
+        event('part::cache attention', 100, 900, annotation=True),
+        event('triton_attend', 110, 800), event('merge', 810, 850),
+        event('part::norms', 900, 950, annotation=True), event('ln_kernel', 905, 925),
+        event('stray_kernel', 960, 990),
+        event('part::norms', 0, 2000, device=DeviceType.CPU),  # CPU side: ignored
+    ]
+    measured, total = kernel_ms_by_part(events)
+    assert measured['norms'] == pytest.approx(0.050)
+    assert measured['cache attention'] == pytest.approx(0.730)
+    assert total == pytest.approx(0.810)  # the stray kernel is in the total, in no part
