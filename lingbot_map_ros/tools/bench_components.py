@@ -13,34 +13,28 @@
 # limitations under the License.
 """``lingbot_map_bench model --components N``: each part of a frame against its floor.
 
-What and why: a frame's time is only worth cutting where it is far above what the chip could
-do. For each part of a streaming frame (cache attention, cache K/V writes, each linear group,
-DINO and frame attention, norms, RoPE and other elementwise work, camera head, DPT head) this
-counts the FLOPs (matrix products and attention) and the fewest bytes (each operator's inputs
-read once, its outputs written once) from the shapes the frame actually runs, turns them into a
-floor with two ceilings measured in the same run (a large bf16 GEMM and a large device copy),
-and sets the measured time next to it.
-
-How it is measured:
+What and why: time is only worth cutting where it is far above what the chip could do. For each
+part of a streaming frame (cache attention, cache K/V writes, each linear group, DINO and frame
+attention, norms, RoPE and other elementwise work, camera head, DPT head) this counts the FLOPs
+(matrix products, attention) and the fewest bytes (each operator's inputs read once, outputs
+written once) from the shapes the frame runs, turns them into a floor with two ceilings measured
+in the same run (a bf16 8192^3 GEMM, a 1 GiB device copy counted read + write; float32 512^3 and
+64 MiB on the CPU), and sets the measured time next to it:
 
 - Counting: a ``TorchDispatchMode`` sees every aten operator of ``N`` eager frames with its
-  shapes; forward hooks say which module it runs in. The cache attention is counted from its
-  layout (``4 Q H D K_visible`` FLOPs; Q, the visible K/V and the output in bytes), since its
-  kernel may be our Triton kernel, which aten does not see.
-- Time per part: the device time of the part's kernels (the CUDA profiler, eager mode; each
-  kernel goes to the part whose GPU-side range holds it, :func:`kernel_ms_by_part`), summed
-  over the ``N`` frames. CUDA events around parts in eager mode would time the host issuing
-  thousands of small launches, not the GPU; the kernels' own time is what a graph replays.
-  On the CPU: the host time of the part's operators.
+  shapes; module hooks say which module it runs in. The cache attention is counted from its
+  layout (``4 Q H D K`` FLOPs; Q, the visible K/V and the output in bytes): its kernel may be
+  our Triton kernel, which aten does not see.
+- Time per part: the device time of the part's kernels (CUDA profiler, eager mode; each kernel
+  goes to the part whose GPU-side range holds it, :func:`kernel_ms_by_part`). CUDA events
+  around parts in eager mode would time the host issuing thousands of small launches, not the
+  GPU. On the CPU: the host time of the part's operators.
 - Whole frame: ``N`` frames through the configured path (graphs, compiled or not), CUDA events,
-  median. ``gaps`` = that median minus the sum of the parts: launch gaps inside the graphs,
-  host work, and what the compiled path fuses differently from the eager kernels.
-- Ceilings: the median of a bf16 8192^3 GEMM (float32 512^3 on the CPU) and of a 1 GiB copy
-  (64 MiB on the CPU; bytes read plus written).
+  median. ``gaps`` = that minus the sum of the parts: launch gaps inside the graphs, host work,
+  and what the compiled path fuses (norms, elementwise) against the eager kernels.
 
 Floors count matrix FLOPs at the GEMM ceiling and bytes at the copy ceiling, whichever is
-larger; elementwise FLOPs and the softmax exponentials are not in them (see
-docs/performance.md for the exponential bound of the cache attention).
+larger; elementwise FLOPs and softmax exponentials are not in them (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -85,8 +79,9 @@ def measure_ceilings(device: torch.device) -> dict[str, float]:
             'copy_bytes': size}
 
 
-def _median_ms(fn: Callable[[], Any], device: torch.device, reps: int = 20) -> float:
-    for _ in range(3):
+def _median_ms(fn: Callable[[], Any], device: torch.device, reps: int = 20,
+               warmup: int = 3) -> float:
+    for _ in range(warmup):
         fn()
     times = []
     for _ in range(reps):
@@ -157,13 +152,15 @@ class _Counter(TorchDispatchMode):
         """A part counted by formula (cache attention): its ops add nothing, one range."""
         self.keys = 0
         """Visible keys of the last cache attention."""
+        self.forced: str | None = None
+        """A part that every op counts towards while it is set (cache writes)."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
         name = func.overloadpacket.__name__
         if func.namespace == 'profiler' or self.fixed is not None:
             return func(*args, **kwargs)
-        part = classify(self.stack[-1] if self.stack else '', name)
+        part = self.forced or classify(self.stack[-1] if self.stack else '', name)
         with torch.profiler.record_function(f'part::{part}'):
             out = func(*args, **kwargs)
         if func.is_view or name in _FREE_OPS:
@@ -182,20 +179,32 @@ class _Counter(TorchDispatchMode):
         return out
 
 
-def _wrap_cache(cache: Any, counter: _Counter) -> Callable[[], None]:
-    """Count the cache attention by its layout and time it (and the K/V writes) as one range.
+def _instrument(model: Any, counter: _Counter) -> Callable[[], None]:
+    """Wrap the calls that no module hook sees; return a function that undoes it.
 
-    Returns a function that undoes the wrapping.
+    The cache attention is counted by its layout and timed as one range; the cache's K/V
+    appends and evictions (page copies) are their own part; the aggregator's layer loop, which
+    the frame runner calls without the module's ``__call__``, is put on the module stack.
     """
-    compute, append = cache.compute_attention, cache.append_frame
+    cache, aggregator = model.aggregator.kv_cache, model.aggregator
+    compute = cache.compute_attention
+    originals = {}
 
-    def timed(part: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        with torch.profiler.record_function(f'part::{part}'):
-            counter.fixed = part
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                counter.fixed = None
+    def in_part(part: str, fn: Callable[..., Any], fixed: bool) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not fixed:
+                counter.forced = part
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    counter.forced = None
+            with torch.profiler.record_function(f'part::{part}'):
+                counter.fixed = part
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    counter.fixed = None
+        return call
 
     def compute_attention(block_idx: int, q: torch.Tensor) -> torch.Tensor:
         keys = cache.layout(block_idx).num_tokens
@@ -205,17 +214,25 @@ def _wrap_cache(cache: Any, counter: _Counter) -> Callable[[], None]:
         counter.bytes['cache attention'] += heads * dim * (
             2 * num_q * q.element_size() + 2 * keys * kv_size)
         counter.keys = keys
-        return timed('cache attention', compute, block_idx, q)
+        return in_part('cache attention', compute, fixed=True)(block_idx, q)
 
-    def append_frame(block_idx: int, keys: torch.Tensor, values: torch.Tensor,
-                     *args: Any, **kwargs: Any) -> Any:
-        counter.bytes['cache K/V writes'] += 2 * _tensor_bytes([keys, values])
-        return timed('cache K/V writes', append, block_idx, keys, values, *args, **kwargs)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        counter.stack.append('aggregator')
+        try:
+            return originals[(aggregator, 'run')](*args, **kwargs)
+        finally:
+            counter.stack.pop()
 
-    cache.compute_attention, cache.append_frame = compute_attention, append_frame
+    wrappers = {(cache, 'compute_attention'): compute_attention, (aggregator, 'run'): run}
+    for name in ('append_frame', 'evict_frames'):
+        wrappers[(cache, name)] = in_part('cache K/V writes', getattr(cache, name), fixed=False)
+    for (obj, name), wrapper in wrappers.items():
+        originals[(obj, name)] = getattr(obj, name)
+        setattr(obj, name, wrapper)
 
     def undo() -> None:
-        del cache.compute_attention, cache.append_frame
+        for obj, name in wrappers:
+            delattr(obj, name)
     return undo
 
 
@@ -236,22 +253,11 @@ def _module_hooks(model: torch.nn.Module, stack: list[str]) -> list[Any]:
     return handles
 
 
-def _graphed_ms(session: Any, step: Callable[[int], Any], count: int,
-                device: torch.device) -> float:
+def _graphed_ms(step: Callable[[int], Any], count: int, device: torch.device) -> float:
     """Median ms of ``count`` frames through the session's configured path."""
     times = []
     for i in range(count):
-        began = time.perf_counter()
-        if device.type == 'cuda':
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step(i)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            step(i)
-            times.append((time.perf_counter() - began) * 1e3)
+        times.append(_median_ms(lambda i=i: step(i), device, reps=1, warmup=0))
     return float(np.median(times))
 
 
@@ -265,7 +271,7 @@ def _profile_parts(session: Any, step: Callable[[int], Any], count: int,
     counter = _Counter(stack)
     cuda = device.type == 'cuda'
     handles = _module_hooks(model, stack)
-    undo = _wrap_cache(model.aggregator.kv_cache, counter)
+    undo = _instrument(model, counter)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     try:
         with profile(activities=activities) as prof:
@@ -291,12 +297,9 @@ def _profile_parts(session: Any, step: Callable[[int], Any], count: int,
 def kernel_ms_by_part(events: Any) -> tuple[dict[str, float], float]:
     """Sum each kernel's device time into the part whose GPU-side range holds its start.
 
-    Why by time and not through the CPU operators: a kernel launched through the driver API
-    (Triton's launcher) is linked to no CPU operator, and a CPU range's ``device_time_total``
-    would miss it; each ``record_function`` range also appears as a GPU-side annotation
-    spanning its kernels, which is not a kernel and must not be counted as one (the table's
-    first H200 run did, doubling every part but the Triton attention). Ranges on one stream
-    do not overlap, so a kernel's start falls in at most one.
+    By time, not through the CPU operators: Triton launches through the driver API, linked to
+    no CPU operator. A range's GPU-side annotation is not a kernel (the first H200 run counted
+    it as one: every part but the Triton attention doubled). Ranges on a stream do not overlap.
 
     Returns:
         ``({part: ms}, ms of all kernels)``.
@@ -338,7 +341,7 @@ def components_report(session: Any, step: Callable[[int], Any], count: int,
         'unattributed_kernel_ms', 'cache_keys', 'frames'}``; per frame.
     """
     ceilings = measure_ceilings(device)
-    graphed = _graphed_ms(session, step, count, device)
+    graphed = _graphed_ms(step, count, device)
     runner = session.model.frame_runner
     mode, compiled = runner.requested, runner.compile
     session.model.set_fast_path('eager', False)

@@ -369,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--kv-dtype', choices=['bfloat16', 'float8_e4m3fn'], default='bfloat16',
                         help='float8_e4m3fn: FP8 KV cache, judged against FP8_KV_TOLERANCES')
     parser.add_argument('--camera-head-dtype', choices=['float32', 'bfloat16'],
-                        default=StreamConfig.camera_head_dtype, help="bfloat16: the camera head's trunk in bf16 "
+                        default=StreamConfig.camera_head_dtype,
+                        help="bfloat16: the camera head's trunk in bf16 "
                         '(stream.camera_head_dtype; with --dtype bfloat16 only)')
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
     args = parser.parse_args(argv)
