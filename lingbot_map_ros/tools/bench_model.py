@@ -83,7 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         choices=list(BACKEND_NAMES),
                         help='cache attention')
     parser.add_argument('--dtype', default='bfloat16', choices=['bfloat16', 'float16', 'float32'],
-                        help='aggregator compute and KV dtype (heads stay float32)')
+                        help='aggregator compute and KV dtype (depth head float32; camera head: '
+                             '--camera-head-dtype)')
     parser.add_argument('--camera-head-dtype', default=StreamConfig.camera_head_dtype,
                         choices=['float32', 'bfloat16'],
                         help="stream.camera_head_dtype: the camera head's trunk in bf16")
