@@ -8,6 +8,8 @@
 #     split-exponential variant where the table has it >= 3 % faster), `bench model
 #     --components` (the floors table) with them, the depth path, then the old default (sdpa,
 #     float32 camera head) with --components for comparison.
+#   STAGE=fa3: cache.backend fa3 (FlashAttention-3, fa3-fwd carried in .whl/): golden set A
+#     with a bf16 and with an FP8 cache, `bench model` pose (bf16 with --components, FP8).
 #   STAGE=verify: golden set A and `bench model` pose and depth at the defaults of
 #     config/lingbot_map.yaml (EXTRA: more `bench model` flags, e.g. a kernel variant's env).
 set -uo pipefail
@@ -78,6 +80,16 @@ PY
   step model_new_depth 70 $bench $new --depth
   unset LINGBOT_MAP_TRITON_CONFIG
   step model_old_pose 80 $bench --backend sdpa --compile --components 3
+elif [ "$stage" = fa3 ]; then
+  # cache.backend fa3 (needs the fa3-fwd wheel in .whl/): golden A in bf16 and with an FP8
+  # cache (judged against FP8_KV_TOLERANCES), then `bench model` pose with the floors table.
+  step golden_A_fa3 95 $golden --backend fa3 --camera-head-dtype bfloat16
+  step golden_A_fa3_fp8 95 $golden --backend fa3 --camera-head-dtype bfloat16 \
+    --kv-dtype float8_e4m3fn
+  step model_fa3_pose 80 $bench --backend fa3 --compile --camera-head-dtype bfloat16 \
+    --components 3
+  step model_fa3_fp8_pose 70 $bench --backend fa3 --compile --camera-head-dtype bfloat16 \
+    --kv-dtype float8_e4m3fn
 else
   step golden_A_verify 95 $golden --backend auto --camera-head-dtype bfloat16
   step model_verify_pose 80 $bench $new --components 3 ${EXTRA:-}

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import yaml
 
-Backend = Literal['flashinfer', 'sdpa', 'reference', 'triton', 'auto']
+Backend = Literal['flashinfer', 'sdpa', 'reference', 'triton', 'fa3', 'auto']
 DType = Literal['bfloat16', 'float16', 'float32']
 HeadDType = Literal['float32', 'bfloat16']
 CacheDType = Literal['bfloat16', 'float16', 'float32', 'float8_e4m3fn']
@@ -131,7 +131,8 @@ class CacheConfig:
 
     backend: Backend = 'auto'
     """Attention over the paged cache: 'flashinfer' (CUDA), 'sdpa' (any device), 'reference'
-    (fp32 gather + SDPA, for checks), 'triton' (CUDA: our kernel, docs/gpu_memory.md), 'auto'
+    (fp32 gather + SDPA, for checks), 'triton' (CUDA: our kernel, docs/gpu_memory.md), 'fa3'
+    (Hopper: FlashAttention-3 from the fa3-fwd package; not measured end to end), 'auto'
     ('triton' where it runs, else 'sdpa'; engine/attention/backend_choice.py)."""
     scale_frames: int = 8
     """First frames run together bidirectionally and pinned in the cache forever (N_s)."""

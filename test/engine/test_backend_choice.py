@@ -18,8 +18,8 @@ Run: ``python -m pytest test/engine/test_backend_choice.py`` (CPU, instant).
 
 from lingbot_map_ros.config import CacheConfig
 from lingbot_map_ros.engine.attention.backend import BACKEND_NAMES
-from lingbot_map_ros.engine.attention.backend_choice import choose_backend, resolve_backend, \
-    triton_refusal
+from lingbot_map_ros.engine.attention.backend_choice import choose_backend, fa3_refusal, \
+    resolve_backend, triton_refusal
 from lingbot_map_ros.engine.cache import FlashInferKVCacheManager
 import pytest
 import torch
@@ -71,3 +71,25 @@ def test_auto_resolves_to_sdpa_in_a_cpu_cache_and_the_cache_reports_it(caplog):
     cache.append_frame(0, k, k, keyframe=True)
     out = cache.compute_attention(0, torch.randn(10, 2, 8))
     assert out.shape == (10, 2, 8) and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize('kind,capability,dtype,why', [
+    ('cpu', None, torch.float32, 'got cpu'),
+    ('cuda', (8, 0), BF16, 'compute capability 8.0'),
+    ('cuda', (10, 0), BF16, 'compute capability 10.0'),
+    ('cuda', (9, 0), torch.float32, 'bfloat16 or float16')])
+def test_fa3_is_refused_off_hopper_and_in_float32(kind, capability, dtype, why):
+    refusal = fa3_refusal(kind, capability, dtype)
+    assert why in refusal and "'fa3'" in refusal
+    assert fa3_refusal('cuda', (9, 0), BF16) is None
+
+
+def test_explicit_fa3_on_the_cpu_and_without_its_package():
+    with pytest.raises(ValueError, match="'fa3' needs a Hopper GPU"):
+        resolve_backend('fa3', torch.device('cpu'), BF16)
+    try:
+        import fa3_fwd_interface  # noqa: F401
+    except ImportError:
+        from lingbot_map_ros.engine.attention.fa3 import Fa3RunAttention
+        with pytest.raises(ImportError, match='fa3-fwd package'):
+            Fa3RunAttention()

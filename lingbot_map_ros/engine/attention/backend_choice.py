@@ -18,7 +18,9 @@ its bounds on the device: no cuDNN/flash split, no merge; docs/performance.md), 
 CUDA, a GPU Triton generates tensor-core code for (compute capability 8.0 or newer), bf16/fp16
 attention and the ``triton`` package. ``auto`` picks ``triton`` where all of these hold and
 ``sdpa`` (any device, any dtype) otherwise, and logs why. An explicit ``triton`` on a device that
-cannot run it is refused with the reason (:func:`triton_refusal`), never silently replaced.
+cannot run it is refused with the reason (:func:`triton_refusal`), never silently replaced; so is
+an explicit ``fa3`` (FlashAttention-3, Hopper only: :func:`fa3_refusal`), which ``auto`` does not
+pick (not measured end to end yet).
 """
 
 from __future__ import annotations
@@ -63,6 +65,20 @@ def triton_refusal(device_type: str, capability: tuple[int, int] | None, dtype: 
     return None
 
 
+def fa3_refusal(device_type: str, capability: tuple[int, int] | None,
+                dtype: torch.dtype) -> str | None:
+    """Say why FlashAttention-3 (built for sm_90 only) cannot run here, or None."""
+    if device_type != 'cuda' or capability is None or capability[0] != 9:
+        where = device_type if capability is None else f'compute capability {capability[0]}.' \
+            f'{capability[1]}'
+        return (f"backend 'fa3' needs a Hopper GPU (compute capability 9.x), got {where}; use "
+                "backend 'auto', 'triton' or 'sdpa'")
+    if dtype not in (torch.bfloat16, torch.float16):
+        return (f"backend 'fa3' attends in bfloat16 or float16, not {dtype}; use backend "
+                "'sdpa' or 'reference'")
+    return None
+
+
 def choose_backend(device_type: str, capability: tuple[int, int] | None, dtype: torch.dtype,
                    triton_installed: bool) -> tuple[str, str]:
     """Resolve ``auto``: ``('triton', why)`` where it can run, else ``('sdpa', why)``."""
@@ -82,12 +98,17 @@ def resolve_backend(name: str, device: torch.device, dtype: torch.dtype) -> str:
     """Return the concrete backend for ``name`` on ``device`` (``auto`` resolved, logged).
 
     Raises:
-        ValueError: ``triton`` asked for explicitly where it cannot run (the message says why
-            and what to use instead).
+        ValueError: ``triton`` or ``fa3`` asked for explicitly where it cannot run (the message
+            says why and what to use instead).
     """
-    if name not in ('auto', 'triton'):
+    if name not in ('auto', 'triton', 'fa3'):
         return name
     kind, capability, installed = device_facts(device)
+    if name == 'fa3':
+        refusal = fa3_refusal(kind, capability, dtype)
+        if refusal is not None:
+            raise ValueError(refusal)
+        return name
     if name == 'triton':
         refusal = triton_refusal(kind, capability, dtype, installed)
         if refusal is not None:

@@ -109,10 +109,11 @@ class TritonBackend:
     name = 'triton'
     graph_support = 'whole_frame'  # the kernel reads the run's bounds from the device
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, kernel: Any = None) -> None:
         from lingbot_map_ros.engine.attention.sdpa import _PageGather
 
-        self.kernel = TritonRunAttention()
+        # Another kernel over a device-side run (``fa3.py``) reuses the rest as it is.
+        self.kernel = kernel if kernel is not None else TritonRunAttention()
         # Staged frames run every layout through the kernel; the split is never used.
         self.split = SplitAttention()
         self._bounds = torch.zeros(2, dtype=torch.int32, device=device)
