@@ -14,7 +14,9 @@ writes into a buffer are poisoned with NaN first, so an unwritten element fails.
 run goes on. Triton: a sweep of tile/warp/stage configs at 4 key parts, then of the part count
 for the best two, then FP8 KV (around the best config: stages, key tile, warps, parts; K/V
 e4m3 in memory, widened to fp16 in registers) and FP8 QK, then a CUDA-graph check (the
-bounds tensor changed between replays).
+bounds tensor changed between replays), then the kernel's variants (``triton_fp8.py``: split
+exponentials, QK and PV in FP8 with per-block scales, both). FlashAttention-3: the ``fa3-fwd``
+0.0.3 wheel where it is carried (bf16 with one and with automatic KV splits, FP8).
 
 Writes ``$OUT/attention_kernels.json`` (every row) and prints the table last. Run from the
 repository root on the GPU machine: ``python3 bench/attention_kernels.py``.
@@ -190,6 +192,82 @@ def flash_attn4_candidate(checks, timed, flops):
     record('flash-attn-4 (CuTe DSL, Hopper fwd)', fa4, checks, timed, flops)
 
 
+def fa3_candidates(checks, timed, flops):
+    """Add FlashAttention-3 forward rows (``fa3-fwd`` 0.0.3, carried in ``.whl``).
+
+    bf16 with one and with automatic KV splits, and FP8 e4m3 with per-tensor descales.
+    """
+    fa3 = optional_import('fa3_fwd_interface', 'FA3 (fa3-fwd)')
+    if fa3 is None:
+        return
+    version = 'fa3-fwd 0.0.3'
+
+    def first(result):
+        out = result[0] if isinstance(result, tuple) else result
+        return out[0]  # [1, Q, H, D] -> [Q, H, D]
+
+    def bf16(t, splits):
+        q, k, v = (x.unsqueeze(0) for x in t)
+        return lambda: first(fa3.flash_attn_func(q, k, v, num_splits=splits))
+    for splits, label in ((1, 'one KV split'), (0, 'automatic KV splits')):
+        record(f'FA3 bf16, {label}', lambda t, splits=splits: bf16(t, splits),
+               checks, timed, flops, version)
+
+    def fp8(t):
+        scales = [x.abs().amax().float().clamp(min=1e-12) / 448.0 for x in t]
+        q8, k8, v8 = ((x / s).to(torch.float8_e4m3fn).unsqueeze(0)
+                      for x, s in zip(t, scales))
+        q_d, k_d, v_d = (s.reshape(1, 1).expand(1, HEADS).contiguous() for s in scales)
+        return lambda: first(fa3.flash_attn_func(
+            q8, k8, v8, q_descale=q_d, k_descale=k_d, v_descale=v_d,
+            num_splits=0)).to(t[0].dtype)
+    record('FA3 FP8 e4m3 (per-tensor scales), auto splits', fp8, checks, timed, flops,
+           version, bound=8e-2)
+
+
+def fast_fn(cfg, kv_fp8=False):
+    """Our Triton kernel's variants (``triton_fp8.attend_run_fast``) with config ``cfg``."""
+    from lingbot_map_ros.engine.attention.triton_fp8 import attend_run_fast
+
+    def build(t):
+        q, k, v = t
+        if kv_fp8:
+            k, v = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
+        bounds = torch.tensor([0, k.shape[0]], dtype=torch.int32, device=q.device)
+        out = torch.full_like(q, float('nan'))
+        scratch = split_scratch(cfg, q)
+        return lambda: attend_run_fast(q, k, v, bounds, out=out, scratch=scratch, **cfg)
+    return build
+
+
+def fast_candidates(checks, timed, flops, quick):
+    """FP8 products (per-block scales) and split exponentials, at a few tile configs."""
+    base = [{'block_m': 128, 'block_n': 128, 'num_warps': 8, 'num_stages': 2, 'splits': 2},
+            {'block_m': 128, 'block_n': 128, 'num_warps': 4, 'num_stages': 3, 'splits': 2},
+            {'block_m': 128, 'block_n': 64, 'num_warps': 4, 'num_stages': 3, 'splits': 2}]
+    if quick:
+        base = base[:2]
+    best = None
+    for variant, bound, note in (({'exp_split': True}, 2e-2, 'half the exp2 on FMA units'),
+                                 ({'fp8': True}, 8e-2, 'QK, PV in e4m3, per-block scales'),
+                                 ({'fp8': True, 'exp_split': True}, 8e-2, 'both')):
+        for cfg in base:
+            c = dict(cfg, **variant)
+            row = record(f'Triton variant {cfg_name(c)}{fast_name(c)}', fast_fn(c), checks,
+                         timed, flops, note, bound=bound)
+            if 'ms' in row and passed(row) and (best is None or row['ms'] < best[0]):
+                best = (row['ms'], c)
+    if best is not None and best[1].get('fp8'):
+        record(f'Triton variant, FP8 pool: {cfg_name(best[1])}{fast_name(best[1])}',
+               fast_fn(best[1], kv_fp8=True), checks, timed, flops,
+               'K/V stored e4m3 (unit scale), read as they are', bound=8e-2)
+    return best and best[1]
+
+
+def fast_name(cfg):
+    return (' fp8' if cfg.get('fp8') else '') + (' exp-split' if cfg.get('exp_split') else '')
+
+
 def split_scratch(cfg, q):
     """The key parts' outputs [splits, Q, H, D] and log2-sum-exps [splits, H, Q] (fp32)."""
     return (torch.empty(cfg['splits'], *q.shape, dtype=torch.float32, device=q.device),
@@ -333,12 +411,15 @@ def main():
         torch_candidates(checks, timed, flops, patch_keys)
         flashinfer_candidates(checks, timed, flops)
         flash_attn4_candidate(checks, timed, flops)
+        fa3_candidates(checks, timed, flops)
         best = triton_candidates(checks, timed, flops, args.quick)
     if best is not None:
         graph_check(best, checks)
+    fast_best = fast_candidates(checks, timed, flops, args.quick)
     summary = {'shape': {'q': n_q, 'k': n_k, 'heads': HEADS, 'dim': DIM}, 'gflop': flops / 1e9,
                'gpu': gpu, 'torch': torch.__version__,
                'triton_best': best, 'triton_best_fp8': FP8_BEST[0],
+               'triton_variant_best': fast_best,
                'seconds': time.time() - began, 'rows': ROWS}
     with open(os.path.join(out_dir, 'attention_kernels.json'), 'w') as f:
         json.dump(summary, f, indent=1)
@@ -348,9 +429,14 @@ def main():
         print(format_row(row))
     good = [r for r in timed_rows if passed(r) and r['bound'] <= 2e-2]
     fastest = min(good, key=lambda r: r['ms']) if good else None
+    fp8_rows = [r for r in timed_rows if passed(r) and r['bound'] > 2e-2]
+    fastest_fp8 = min(fp8_rows, key=lambda r: r['ms']) if fp8_rows else None
     print(json.dumps({'attention_fastest': fastest and fastest['name'],
                       'attention_tflops': fastest and round(fastest['tflops'], 1),
-                      'triton_best': best, 'triton_best_fp8': FP8_BEST[0]}))
+                      'attention_fastest_fp8': fastest_fp8 and fastest_fp8['name'],
+                      'attention_tflops_fp8': fastest_fp8 and round(fastest_fp8['tflops'], 1),
+                      'triton_best': best, 'triton_best_fp8': FP8_BEST[0],
+                      'triton_variant_best': fast_best}))
     return 0
 
 

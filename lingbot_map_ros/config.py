@@ -37,8 +37,9 @@ from lingbot_map_ros.metric_config import (  # noqa: F401 - MetricConfig re-expo
     MetricConfig, section_from_flat)
 import yaml
 
-Backend = Literal['flashinfer', 'sdpa', 'reference', 'triton']
+Backend = Literal['flashinfer', 'sdpa', 'reference', 'triton', 'fa3', 'auto']
 DType = Literal['bfloat16', 'float16', 'float32']
+HeadDType = Literal['float32', 'bfloat16']
 CacheDType = Literal['bfloat16', 'float16', 'float32', 'float8_e4m3fn']
 FastPath = Literal['eager', 'segments', 'whole_frame']
 Preset = Literal['official', 'tiny']
@@ -131,9 +132,11 @@ class ModelConfig:
 class CacheConfig:
     """Global-attention KV cache: window sizes, capacity, storage dtype and attention backend."""
 
-    backend: Backend = 'sdpa'
+    backend: Backend = 'auto'
     """Attention over the paged cache: 'flashinfer' (CUDA), 'sdpa' (any device), 'reference'
-    (fp32 gather + SDPA, for checks), 'triton' (CUDA: our kernel, docs/gpu_memory.md)."""
+    (fp32 gather + SDPA, for checks), 'triton' (CUDA: our kernel, docs/gpu_memory.md), 'fa3'
+    (Hopper: FlashAttention-3 from the fa3-fwd package; not measured end to end), 'auto'
+    ('triton' where it runs, else 'sdpa'; engine/attention/backend_choice.py)."""
     scale_frames: int = 8
     """First frames run together bidirectionally and pinned in the cache forever (N_s)."""
     sliding_window: int = 64
@@ -165,7 +168,12 @@ class StreamConfig:
     device: str = 'cuda'
     """Torch device for the engine ('cuda', 'cuda:1', 'cpu')."""
     dtype: DType = 'bfloat16'
-    """Aggregator compute dtype on CUDA (heads always run in float32; CPU always float32)."""
+    """Aggregator compute dtype on CUDA (the depth head runs in float32, the camera head as
+    ``camera_head_dtype`` says; CPU always float32)."""
+    camera_head_dtype: HeadDType = 'bfloat16'
+    """Weights of the camera head's trunk and modulation on CUDA with a bf16 ``dtype``:
+    'bfloat16' halves the bytes of its GEMVs (its LayerNorms, pose branch and pose sum stay
+    float32; docs/performance.md); ignored where ``dtype`` is float32 or on the CPU."""
     image_width: int = 518
     """Width images are resized to (crop mode); the height keeps the aspect, snapped to 14."""
     keyframe_interval: int = 1
@@ -197,6 +205,9 @@ class StreamConfig:
     def __post_init__(self) -> None:
         if self.keyframe_interval < 1:
             raise ValueError(f'stream.keyframe_interval={self.keyframe_interval} must be >= 1')
+        if self.camera_head_dtype not in ('float32', 'bfloat16'):
+            raise ValueError(f"stream.camera_head_dtype='{self.camera_head_dtype}' is not "
+                             "'float32' or 'bfloat16'")
         if self.fast_path not in ('eager', 'segments', 'whole_frame'):
             raise ValueError(f"stream.fast_path='{self.fast_path}' is not 'eager', 'segments' "
                              "or 'whole_frame'")

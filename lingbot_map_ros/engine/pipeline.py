@@ -110,6 +110,8 @@ class StreamingSession:
         if self._compute_dtype != torch.float32:
             # Cast before the move: the float32 aggregator (3.4 GiB) never reaches the GPU.
             model.cast_aggregator(self._compute_dtype)
+            if config.stream.camera_head_dtype == 'bfloat16':
+                model.camera_head.set_compute_dtype(torch.bfloat16)
         self._model = model.to(self._device).eval()
         # On the CPU there are no graphs to replay: the fast path only pays with compile.
         stream = config.stream

@@ -46,9 +46,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from .bench_components import components_report, format_report
 from .bench_rollover import block_report
 from .fast_path_flags import add_fast_path_flags
 from ..config import CacheConfig, EngineConfig, ModelConfig, StreamConfig
+from ..engine.attention.backend import BACKEND_NAMES
 from ..engine.pipeline import StreamingSession
 from ..engine.preprocess import PreprocessInfo
 from ..engine.rollover import RolloverSession
@@ -77,11 +79,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--overlap-keyframes', type=int,
                         default=StreamConfig.overlap_keyframes,
                         help='keyframes run again at a rollover (stream.overlap_keyframes)')
-    parser.add_argument('--backend', default='flashinfer',
-                        choices=['flashinfer', 'sdpa', 'reference', 'triton'],
+    parser.add_argument('--backend', default=CacheConfig.backend,
+                        choices=list(BACKEND_NAMES),
                         help='cache attention')
     parser.add_argument('--dtype', default='bfloat16', choices=['bfloat16', 'float16', 'float32'],
-                        help='aggregator compute and KV dtype (heads stay float32)')
+                        help='aggregator compute and KV dtype (depth head float32; camera head: '
+                             '--camera-head-dtype)')
+    parser.add_argument('--camera-head-dtype', default=StreamConfig.camera_head_dtype,
+                        choices=['float32', 'bfloat16'],
+                        help="stream.camera_head_dtype: the camera head's trunk in bf16")
     parser.add_argument('--kv-dtype', default=None, choices=['bfloat16', 'float8_e4m3fn'],
                         help='cache.dtype (default: --dtype); float8_e4m3fn halves the KV cache')
     parser.add_argument('--max-total-frames', type=int, default=CacheConfig.max_total_frames,
@@ -105,7 +111,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='log the mean ms of every N frames while running (long runs)')
     parser.add_argument('--components', type=int, default=0, metavar='N',
                         help='after the timed run, time N more streaming frames part by part '
-                             '(aggregator, camera head, depth head; CUDA events)')
+                             '(aggregator, camera head, depth head; CUDA events), then the '
+                             'floors table: FLOPs, bytes, floor and measured time of every part '
+                             'of a frame (tools/bench_components.py)')
     parser.add_argument('--host-timing', type=int, default=0, metavar='N',
                         help='after the timed run, time N more streaming frames on the host: '
                              'wall time, time before the first CUDA-graph launch, time inside '
@@ -127,6 +135,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stream=StreamConfig(device=args.device, dtype=args.dtype, image_width=args.width,
                             keyframe_interval=args.keyframe_interval, enable_depth=args.depth,
                             fast_path=args.fast_path, compile=args.compile,
+                            camera_head_dtype=args.camera_head_dtype,
                             session_keyframes=args.session_keyframes,
                             overlap_keyframes=args.overlap_keyframes))
     session = RolloverSession(StreamingSession(config, args.weights,
@@ -151,6 +160,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result['host_ms'] = _host_timing(session, frames, info, args.host_timing)
     if args.profile:
         _profile(session, frames, info, args.profile, device)
+    if args.components:  # last: it runs eager frames (tools/bench_components.py)
+        result['floors'] = components_report(session, lambda i: session.step_tensor(
+            frames[i % len(frames)], info, (i + 10**6) * 33_000_000),
+            args.components, device)
+        print(format_report(result['floors']))
     _print_table(result)
     return result
 
@@ -333,6 +347,7 @@ def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str]
         'frames': total_frames, 'scale_frames': args.scale_frames, 'window': args.window,
         'keyframe_interval': args.keyframe_interval, 'backend': args.backend,
         'dtype': args.dtype, 'depth': args.depth,
+        'camera_head_dtype': args.camera_head_dtype,
         'cuda_graphs': stats.cuda_graphs, 'compile': stats.compiled,
         'fast_path': stats.fast_path,
         'phase1_ms': round(phase1_ms, 3),

@@ -48,7 +48,8 @@ from safetensors.torch import load_file
 import torch
 
 from .fast_path_flags import add_fast_path_flags
-from ..config import CacheConfig, FastPath, ModelConfig
+from ..config import CacheConfig, FastPath, ModelConfig, StreamConfig
+from ..engine.attention.backend import BACKEND_NAMES
 from ..engine.cache import new_stream_cache
 from ..engine.frames import NUM_SPECIAL_TOKENS
 from ..engine.model.gct import LingbotMapModel
@@ -287,7 +288,7 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
                dtype: str = 'float32', backend: str = 'reference',
                model: LingbotMapModel | None = None, device: str = 'cpu',
                fast_path: FastPath = 'eager', compile: bool = False,  # noqa: A002
-               kv_dtype: str = 'bfloat16') -> dict:
+               kv_dtype: str = 'bfloat16', camera_head_dtype: str = 'float32') -> dict:
     """Run one golden set end to end and compare every stored output.
 
     Args:
@@ -305,6 +306,8 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
         compile: ``torch.compile`` the fast path's fixed-shape work.
         kv_dtype: 'float8_e4m3fn' stores the KV cache in FP8, judged against
             :data:`FP8_KV_TOLERANCES`; otherwise the cache stores ``dtype``.
+        camera_head_dtype: 'bfloat16' runs the camera head's trunk in bf16 (the node's
+            ``stream.camera_head_dtype``; only with ``dtype='bfloat16'``).
 
     Returns:
         ``{'set', 'dtype', 'backend', 'seconds', 'checks': {...}, 'pass': bool}``.
@@ -325,6 +328,8 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
     elif model.config != config or model.compute_dtype != DTYPES[dtype]:
         raise ValueError(f'run_golden: model ({model.compute_dtype}) does not fit set '
                          f'{set_path.name} ({dtype}, {config})')
+    if camera_head_dtype == 'bfloat16' and dtype == 'bfloat16':
+        model.camera_head.set_compute_dtype(torch.bfloat16)
     built = time.perf_counter()
     model.set_fast_path(fast_path, compile)
     result = drive_stream(model, ref['images'], meta['stream'], backend,
@@ -334,6 +339,7 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
                      bounds=FP8_KV_TOLERANCES if fp8 else None)
     return {'set': meta.get('set', set_path.stem), 'dtype': dtype, 'backend': backend,
             'kv_dtype': kv_dtype if fp8 else dtype,
+            'camera_head_dtype': str(model.camera_head.compute_dtype).replace('torch.', ''),
             'device': str(next(model.parameters()).device),
             'compile': model.frame_runner.compile,
             'fast_path': model.frame_runner.mode,
@@ -352,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
                         help='the set JSON (default: the .safetensors path with .json)')
     parser.add_argument('--dtype', choices=sorted(DTYPES), default='float32',
                         help='working dtype of weights, activations and KV cache')
-    parser.add_argument('--backend', choices=['reference', 'sdpa', 'flashinfer', 'triton'],
+    parser.add_argument('--backend', choices=list(BACKEND_NAMES),
                         default='reference', help='KV-cache attention backend')
     parser.add_argument('--device', default='cpu', help="torch device ('cpu', 'cuda')")
     add_fast_path_flags(parser, 'eager', "how streaming frames run (the node's "
@@ -362,6 +368,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch.compile the fast path's fixed-shape work (Inductor) first")
     parser.add_argument('--kv-dtype', choices=['bfloat16', 'float8_e4m3fn'], default='bfloat16',
                         help='float8_e4m3fn: FP8 KV cache, judged against FP8_KV_TOLERANCES')
+    parser.add_argument('--camera-head-dtype', choices=['float32', 'bfloat16'],
+                        default=StreamConfig.camera_head_dtype,
+                        help="bfloat16: the camera head's trunk in bf16 "
+                        '(stream.camera_head_dtype; with --dtype bfloat16 only)')
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
@@ -373,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.backends.cudnn.allow_tf32 = False
     report = run_golden(args.set, args.config, args.dtype, args.backend, device=args.device,
                         fast_path=args.fast_path, compile=args.compile,
-                        kv_dtype=args.kv_dtype)
+                        kv_dtype=args.kv_dtype, camera_head_dtype=args.camera_head_dtype)
     for name, check in report['checks'].items():
         verdict = 'ok' if check['pass'] else 'FAIL'
         sys.stdout.write(f"{name:20s} {check['metric']:10s} {check['error']:<12.4g} "

@@ -40,7 +40,9 @@ import torch
 if TYPE_CHECKING:
     from lingbot_map_ros.engine.cache.page_table import PageLayout
 
-BACKEND_NAMES = ('flashinfer', 'sdpa', 'reference', 'triton')
+BACKEND_NAMES = ('flashinfer', 'sdpa', 'reference', 'triton', 'fa3', 'auto')
+"""``auto``: ``triton`` where it runs, else ``sdpa`` (``backend_choice.py``; the cache resolves
+it)."""
 
 GraphSupport = Literal['segments', 'whole_frame']
 """What a backend's attention allows inside CUDA graphs: 'whole_frame' (its attention can be
@@ -125,6 +127,9 @@ def make_backend(name: str, *, num_heads: int, head_dim: int, page_size: int, nu
                              "backend='sdpa' or 'reference'")
         from lingbot_map_ros.engine.attention.triton_backend import TritonBackend
         return TritonBackend(device)
+    if name == 'fa3':  # FlashAttention-3 (fa3-fwd) as the run kernel: attention/fa3.py
+        from lingbot_map_ros.engine.attention.fa3 import Fa3Backend
+        return Fa3Backend(device)
     if name == 'flashinfer':
         if device.type != 'cuda':
             raise ValueError(f"backend='flashinfer' needs a CUDA device, got device={device}; "

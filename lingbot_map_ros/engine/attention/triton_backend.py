@@ -42,8 +42,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 KERNEL_CONFIG: dict[str, Any] = {'block_m': 128, 'block_n': 64, 'num_warps': 4,
-                                 'num_stages': 2, 'splits': 4}
-"""Tiles, warps, pipelining depth and key parts of the kernel at the cache shape."""
+                                 'num_stages': 3, 'splits': 2}
+"""Tiles, warps, pipelining depth and key parts of the kernel at the cache shape: the best of
+the H200 sweep (bench/results/h200_final/attention_kernels.txt: 0.719 ms, 407 TFLOP/s; the
+earlier 2 stages x 4 parts took 0.905 ms)."""
+
+
+FAST_KEYS = frozenset({'fp8', 'exp_split'})
+"""Config keys that select the variant kernel ``triton_fp8.attend_run_fast`` when true."""
 
 
 def kernel_config() -> dict[str, Any]:
@@ -59,7 +65,7 @@ def kernel_config() -> dict[str, Any]:
         override = json.loads(raw)
     except ValueError as exc:
         raise ValueError(f'LINGBOT_MAP_TRITON_CONFIG is not JSON: {raw!r}') from exc
-    known = set(KERNEL_CONFIG) | {'qk_fp8'}
+    known = set(KERNEL_CONFIG) | {'qk_fp8'} | FAST_KEYS
     if not isinstance(override, dict) or not set(override) <= known:
         raise ValueError(f'LINGBOT_MAP_TRITON_CONFIG={raw!r} must be a JSON object with keys '
                          f'from {sorted(known)}')
@@ -87,6 +93,9 @@ class TritonRunAttention:
     def __init__(self) -> None:
         self._attend = import_triton_kernel()
         self._config = kernel_config()
+        if any(self._config.get(key) for key in FAST_KEYS):
+            from lingbot_map_ros.engine.attention.triton_fp8 import attend_run_fast
+            self._attend = attend_run_fast
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  bounds: torch.Tensor) -> torch.Tensor:
@@ -100,10 +109,11 @@ class TritonBackend:
     name = 'triton'
     graph_support = 'whole_frame'  # the kernel reads the run's bounds from the device
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, kernel: Any = None) -> None:
         from lingbot_map_ros.engine.attention.sdpa import _PageGather
 
-        self.kernel = TritonRunAttention()
+        # Another kernel over a device-side run (``fa3.py``) reuses the rest as it is.
+        self.kernel = kernel if kernel is not None else TritonRunAttention()
         # Staged frames run every layout through the kernel; the split is never used.
         self.split = SplitAttention()
         self._bounds = torch.zeros(2, dtype=torch.int32, device=device)

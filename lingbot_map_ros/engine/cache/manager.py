@@ -46,6 +46,7 @@ from typing import Any
 
 from lingbot_map_ros.engine.attention.backend import AttentionBackend, BACKEND_NAMES, \
     check_storage_dtype, make_backend
+from lingbot_map_ros.engine.attention.backend_choice import resolve_backend
 from lingbot_map_ros.engine.cache.kv_storage import KVStorage
 from lingbot_map_ros.engine.cache.page_table import PageLayout, StepKind, TwoStreamPageTable
 from lingbot_map_ros.engine.cache.step_log import LoggedStep, StepLog
@@ -123,6 +124,8 @@ class FlashInferKVCacheManager:
         self.page_size = tokens_per_frame - num_special_tokens
         self.device = torch.device(device)
         self.backend_name, self.dtype = _resolve_backend(backend, force_fp32, dtype)
+        # 'auto' -> the fastest backend this device runs; 'triton' refused where it cannot run.
+        self.backend_name = resolve_backend(self.backend_name, self.device, self.dtype)
         self.storage_dtype = check_storage_dtype(storage_dtype, self.dtype, self.backend_name)
         self._table = TwoStreamPageTable(self.page_size, num_special_tokens, scale_frames,
                                          sliding_window, max_total_frames)

@@ -1,0 +1,119 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Backend ``auto``: the fastest cache attention this device runs, else a safe fallback.
+
+Why: the fastest kernel at our cache shape on Hopper is our Triton kernel (one contiguous run,
+its bounds on the device: no cuDNN/flash split, no merge; docs/performance.md), but it needs
+CUDA, a GPU Triton generates tensor-core code for (compute capability 8.0 or newer), bf16/fp16
+attention and the ``triton`` package. ``auto`` picks ``triton`` where all of these hold and
+``sdpa`` (any device, any dtype) otherwise, and logs why. An explicit ``triton`` on a device that
+cannot run it is refused with the reason (:func:`triton_refusal`), never silently replaced; so is
+an explicit ``fa3`` (FlashAttention-3, Hopper only: :func:`fa3_refusal`), which ``auto`` does not
+pick (not measured end to end yet).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+TRITON_MIN_CAPABILITY = (8, 0)
+"""Oldest CUDA compute capability the Triton kernel is built for (Ampere: bf16 tensor cores)."""
+
+
+def triton_refusal(device_type: str, capability: tuple[int, int] | None, dtype: torch.dtype,
+                   triton_installed: bool) -> str | None:
+    """Say why the Triton kernel cannot run here, or None where it can.
+
+    Args:
+        device_type: 'cuda', 'cpu', ...
+        capability: CUDA compute capability ``(major, minor)``; None off CUDA.
+        dtype: attention dtype of the cache.
+        triton_installed: whether the ``triton`` package imports.
+
+    Returns:
+        A sentence naming the missing requirement and the alternative, or None.
+    """
+    if device_type != 'cuda':
+        return (f"backend 'triton' needs a CUDA device, got '{device_type}'; use backend "
+                "'sdpa' (any device) or 'auto'")
+    if capability is not None and tuple(capability) < TRITON_MIN_CAPABILITY:
+        return (f"backend 'triton' needs compute capability >= "
+                f'{TRITON_MIN_CAPABILITY[0]}.{TRITON_MIN_CAPABILITY[1]} (bf16 tensor cores), '
+                f"this GPU has {capability[0]}.{capability[1]}; use backend 'sdpa' or 'auto'")
+    if dtype not in (torch.bfloat16, torch.float16):
+        return (f"backend 'triton' attends in bfloat16 or float16, not {dtype}; use backend "
+                "'sdpa' or 'reference'")
+    if not triton_installed:
+        return ("backend 'triton' needs the triton package (it comes with PyTorch's CUDA "
+                "wheels); use backend 'sdpa' or 'auto'")
+    return None
+
+
+def fa3_refusal(device_type: str, capability: tuple[int, int] | None,
+                dtype: torch.dtype) -> str | None:
+    """Say why FlashAttention-3 (built for sm_90 only) cannot run here, or None."""
+    if device_type != 'cuda' or capability is None or capability[0] != 9:
+        where = device_type if capability is None else f'compute capability {capability[0]}.' \
+            f'{capability[1]}'
+        return (f"backend 'fa3' needs a Hopper GPU (compute capability 9.x), got {where}; use "
+                "backend 'auto', 'triton' or 'sdpa'")
+    if dtype not in (torch.bfloat16, torch.float16):
+        return (f"backend 'fa3' attends in bfloat16 or float16, not {dtype}; use backend "
+                "'sdpa' or 'reference'")
+    return None
+
+
+def choose_backend(device_type: str, capability: tuple[int, int] | None, dtype: torch.dtype,
+                   triton_installed: bool) -> tuple[str, str]:
+    """Resolve ``auto``: ``('triton', why)`` where it can run, else ``('sdpa', why)``."""
+    refusal = triton_refusal(device_type, capability, dtype, triton_installed)
+    if refusal is None:
+        return 'triton', 'the Triton kernel runs here (fastest measured at the cache shape)'
+    return 'sdpa', refusal.split(';')[0].replace("backend 'triton' needs", 'Triton needs')
+
+
+def device_facts(device: torch.device) -> tuple[str, tuple[int, int] | None, bool]:
+    """Return ``(device type, compute capability or None, triton installed)`` of ``device``."""
+    capability = torch.cuda.get_device_capability(device) if device.type == 'cuda' else None
+    return device.type, capability, importlib.util.find_spec('triton') is not None
+
+
+def resolve_backend(name: str, device: torch.device, dtype: torch.dtype) -> str:
+    """Return the concrete backend for ``name`` on ``device`` (``auto`` resolved, logged).
+
+    Raises:
+        ValueError: ``triton`` or ``fa3`` asked for explicitly where it cannot run (the message
+            says why and what to use instead).
+    """
+    if name not in ('auto', 'triton', 'fa3'):
+        return name
+    kind, capability, installed = device_facts(device)
+    if name == 'fa3':
+        refusal = fa3_refusal(kind, capability, dtype)
+        if refusal is not None:
+            raise ValueError(refusal)
+        return name
+    if name == 'triton':
+        refusal = triton_refusal(kind, capability, dtype, installed)
+        if refusal is not None:
+            raise ValueError(refusal)
+        return name
+    chosen, why = choose_backend(kind, capability, dtype, installed)
+    logger.info("cache.backend 'auto' -> '%s' (%s)", chosen, why)
+    return chosen

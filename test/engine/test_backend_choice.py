@@ -1,0 +1,95 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""``cache.backend``: ``auto``'s choice, its fallback, and refusing ``triton`` where it cannot run.
+
+Run: ``python -m pytest test/engine/test_backend_choice.py`` (CPU, instant).
+"""
+
+from lingbot_map_ros.config import CacheConfig
+from lingbot_map_ros.engine.attention.backend import BACKEND_NAMES
+from lingbot_map_ros.engine.attention.backend_choice import choose_backend, fa3_refusal, \
+    resolve_backend, triton_refusal
+from lingbot_map_ros.engine.cache import FlashInferKVCacheManager
+import pytest
+import torch
+
+BF16 = torch.bfloat16
+
+
+def test_auto_picks_triton_on_a_gpu_that_runs_it():
+    for capability in ((9, 0), (8, 0), (10, 0)):
+        assert choose_backend('cuda', capability, BF16, True)[0] == 'triton'
+    assert choose_backend('cuda', (9, 0), torch.float16, True)[0] == 'triton'
+
+
+@pytest.mark.parametrize('kind,capability,dtype,installed,why', [
+    ('cpu', None, torch.float32, True, 'CUDA device'),
+    ('cuda', (7, 5), BF16, True, 'compute capability >= 8.0'),
+    ('cuda', (9, 0), torch.float32, True, 'bfloat16 or float16'),
+    ('cuda', (9, 0), BF16, False, 'triton package')])
+def test_auto_falls_back_to_sdpa_and_says_why(kind, capability, dtype, installed, why):
+    chosen, reason = choose_backend(kind, capability, dtype, installed)
+    assert chosen == 'sdpa'
+    assert why in reason
+    refusal = triton_refusal(kind, capability, dtype, installed)
+    assert why in refusal and "'sdpa'" in refusal
+
+
+def test_explicit_triton_is_refused_on_the_cpu_with_the_reason():
+    with pytest.raises(ValueError, match="backend 'triton' needs a CUDA device.*'sdpa'"):
+        resolve_backend('triton', torch.device('cpu'), torch.float32)
+    with pytest.raises(ValueError, match="'triton' needs a CUDA device"):
+        FlashInferKVCacheManager(num_blocks=1, max_num_frames=4, tokens_per_frame=10,
+                                 num_heads=2, head_dim=8, dtype=torch.float32, device='cpu',
+                                 scale_frames=1, sliding_window=2, max_total_frames=4,
+                                 backend='triton')
+
+
+def test_auto_resolves_to_sdpa_in_a_cpu_cache_and_the_cache_reports_it(caplog):
+    assert 'auto' in BACKEND_NAMES and CacheConfig().backend == 'auto'
+    assert resolve_backend('sdpa', torch.device('cpu'), torch.float32) == 'sdpa'
+    with caplog.at_level('INFO'):
+        cache = FlashInferKVCacheManager(
+            num_blocks=1, max_num_frames=4, tokens_per_frame=10, num_heads=2, head_dim=8,
+            dtype=torch.float32, device='cpu', scale_frames=1, sliding_window=2,
+            max_total_frames=4, backend='auto')
+    assert cache.backend_name == 'sdpa'
+    assert "cache.backend 'auto' -> 'sdpa' (Triton needs a CUDA device" in caplog.text
+    # The cache works through the chosen backend.
+    k = torch.randn(10, 2, 8)
+    cache.append_frame(0, k, k, keyframe=True)
+    out = cache.compute_attention(0, torch.randn(10, 2, 8))
+    assert out.shape == (10, 2, 8) and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize('kind,capability,dtype,why', [
+    ('cpu', None, torch.float32, 'got cpu'),
+    ('cuda', (8, 0), BF16, 'compute capability 8.0'),
+    ('cuda', (10, 0), BF16, 'compute capability 10.0'),
+    ('cuda', (9, 0), torch.float32, 'bfloat16 or float16')])
+def test_fa3_is_refused_off_hopper_and_in_float32(kind, capability, dtype, why):
+    refusal = fa3_refusal(kind, capability, dtype)
+    assert why in refusal and "'fa3'" in refusal
+    assert fa3_refusal('cuda', (9, 0), BF16) is None
+
+
+def test_explicit_fa3_on_the_cpu_and_without_its_package():
+    with pytest.raises(ValueError, match="'fa3' needs a Hopper GPU"):
+        resolve_backend('fa3', torch.device('cpu'), BF16)
+    try:
+        import fa3_fwd_interface  # noqa: F401
+    except ImportError:
+        from lingbot_map_ros.engine.attention.fa3 import Fa3RunAttention
+        with pytest.raises(ImportError, match='fa3-fwd package'):
+            Fa3RunAttention()
