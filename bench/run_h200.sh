@@ -25,6 +25,9 @@
 #     bf16 through the robot path, `bench model` pose and depth with per-part timings, the map
 #     accumulator at 504x378 (`bench map`), and the Triton kernel against the others (--quick).
 #   STAGE=kernels: bench/attention_kernels.py alone (e.g. with flash-attn-4 carried in .fa4/).
+#   STAGE=round5: the merged code of round 5 at its defaults: GPU tests and three memory-only
+#     `bench memory` runs side by side (defaults with depth, bf16 and FP8 KV; small_gpu.yaml with
+#     depth), then golden set A (bf16, robot path) and `bench model` pose and depth. ~7 min.
 #   STAGE=memory: issue #25 (docs/gpu_memory.md), ~4 min: the Triton/FP8 tests; three
 #     memory-only `bench memory` runs side by side (defaults + Triton FP8 KV at 518x392, the
 #     small-GPU file with W 24 and W 16; their times are not reported); then alone, for speed:
@@ -133,6 +136,26 @@ elif [ "$stage" = issue13b ]; then
   timeout 70 $bench --backend triton --compile > "$out/model_triton_pose.txt" 2>&1
   timeout 70 $bench --backend triton --compile --depth --kv-dtype float8_e4m3fn \
     --max-total-frames 330 > "$out/model_triton_fp8_depth.txt" 2>&1
+elif [ "$stage" = round5 ]; then
+  # The merged round-5 code at its defaults (cache.backend auto, camera head bf16, the engine's
+  # page pool): GPU tests beside three memory-only `bench memory` runs (their times are not
+  # used), then alone golden set A in bf16 through the robot path and `bench model` pose and
+  # depth. Logs in round5_logs.tar.gz; the key lines on stdout.
+  logs=/tmp/r5 && mkdir -p $logs
+  mem="python3 -m lingbot_map_ros.tools.bench memory --weights /tmp/bench_weights.safetensors"
+  timeout 160 python3 -m pytest -q -m gpu -p no:cacheprovider test/engine \
+    > $logs/gpu_tests.txt 2>&1 &
+  timeout 150 $mem --depth > $logs/memory_default_depth.txt 2>&1 &
+  timeout 150 $mem --depth --set cache.dtype=float8_e4m3fn > $logs/memory_fp8_depth.txt 2>&1 &
+  timeout 150 $mem --config small_gpu.yaml --depth > $logs/memory_small_gpu_depth.txt 2>&1 &
+  wait
+  timeout 90 $golden --dtype bfloat16 --backend auto --fast-path whole_frame --compile \
+    > $logs/golden_A_cuda.txt 2>&1
+  timeout 80 $bench --compile > $logs/model_pose.txt 2>&1
+  timeout 80 $bench --compile --depth > $logs/model_depth.txt 2>&1
+  tar czf "$out/round5_logs.tar.gz" -C $logs .
+  tail -n 3 $logs/gpu_tests.txt $logs/golden_A_cuda.txt
+  for f in $logs/memory_*.txt $logs/model_*.txt; do echo "== $f"; tail -n 1 "$f" | cut -c1-1500; done
 elif [ "$stage" = memory ]; then
   # MEMORY_BUDGET_S: no new speed run starts after that many seconds of this script.
   logs=/tmp/memlogs && mkdir -p $logs
