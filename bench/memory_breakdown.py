@@ -76,7 +76,7 @@ def main():
     model = session.model
     weights = {name: round(sum(p.numel() * p.element_size() for p in part.parameters()) / GIB, 3)
                for name, part in model.named_children()}
-    stats = model.aggregator.kv_cache.get_cache_stats()
+    stats = session.stream.state.kv.stats()
     result = {'phases': phases, 'weights_gib': weights,
               'kv_gib': round(stats['kv_bytes'] / GIB, 3), 'kv_dtype': stats['dtype'],
               'window': args.window, 'max_total_frames': args.max_total_frames,

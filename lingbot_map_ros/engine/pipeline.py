@@ -286,12 +286,12 @@ class StreamingSession:
 
     @property
     def engine(self) -> Engine:
-        """Return the engine (model, fast path, page pool) this session is a stream of."""
+        """Return the model, fast path and page pool this session is a stream of."""
         return self._engine
 
     @property
     def stream(self) -> EngineStream:
-        """Return the session's stream (its caches) on the engine."""
+        """Return the session's caches on the engine (its stream)."""
         return self._stream
 
     # ---- helpers ------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ them as usual:
   reason other than the live queue keeping only the newest frame (that is by design), else OK.
 - ``engine``: backend, device, weights, latency, resets. ERROR when the engine raised an
   unexpected error in the period, WARN when the session was reset automatically in the period.
-- ``cache``: the KV cache's own counters. WARN when the keyframe count or the time index is past
+- ``cache``: the KV cache's own counters and the engine page pool's (``pool_*``, numbers from
+  the start). WARN when the keyframe count or the time index is past
   90 % of its ceiling (an automatic reset is coming), else OK.
 
 Each status has the same keys in every state (before the first frame, while buffering, after a
@@ -45,8 +46,8 @@ import time
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
-from lingbot_map_ros.engine.stats import (CACHE_STATS_FIELDS, CacheStats, SESSION_STATS_FIELDS,
-                                          SessionStats)
+from lingbot_map_ros.engine.stats import (CACHE_STATS_FIELDS, CacheStats, POOL_STATS_FIELDS,
+                                          SESSION_STATS_FIELDS, SessionStats)
 from lingbot_map_ros.ros.conversions import DROP_REASONS
 
 OK, WARN, ERROR, STALE = (DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR,
@@ -278,6 +279,8 @@ def cache_status(node_name: str, cache: CacheStats | None, time_index: int,
     """
     values: dict[str, Any] = {k: None if cache is None else getattr(cache, k)
                               for k in CACHE_STATS_FIELDS}
+    # The engine's page pool: numbers in every state (0 while no pages are held).
+    values.update({k: 0 if cache is None else getattr(cache, k) for k in POOL_STATS_FIELDS})
     capacity = (cache.max_total_frames if cache is not None else 0) or 1
     frames = cache.frame_count if cache is not None else 0
     values['time_index'] = time_index

@@ -23,8 +23,8 @@ from lingbot_map_ros.engine.errors import (CacheStateError, InvalidFrameError,
                                            ResolutionChangedError, TimeIndexLimitError)
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.model.stream_state import StreamState
-from lingbot_map_ros.engine.stats import CacheStats
 from lingbot_map_ros.engine.model.weights import load_weights
+from lingbot_map_ros.engine.stats import CacheStats
 import pytest
 import torch
 
@@ -97,12 +97,11 @@ def images() -> torch.Tensor:
 
 def _run(model, images, keyframes, kv_dtype=torch.float32, with_depth=False):
     _start(model, kv_dtype)
-    outs = [_scale(model, images[:2].to(kv_dtype), with_depth=with_depth,
-                                return_taps=True)]
+    outs = [_scale(model, images[:2].to(kv_dtype), with_depth=with_depth, return_taps=True)]
     t = 2
     for i, key in enumerate(keyframes):
         outs.append(_frame(model, images[2 + i:3 + i].to(kv_dtype), t, key,
-                                        with_depth=with_depth, return_taps=True))
+                           with_depth=with_depth, return_taps=True))
         t += key
     return outs
 

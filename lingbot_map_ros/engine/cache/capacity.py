@@ -15,8 +15,8 @@
 
 The engine's KV page pool is allocated whole when the first frame arrives: ``L`` layers x pool
 pages x ``T`` tokens x ``H`` heads x ``D`` dims x 2 (K and V) x the storage dtype's bytes. The
-pool pages are ``cache.pool_pages``, or by default ``cache.streams`` x (patch pages
-``N_s + W + 1`` + special pages ``ceil(S * max_total_frames / T)``). At the defaults of the official model
+pool pages are ``cache.pool_pages``, or by default ``cache.streams`` x (patch pages ``N_s + W + 1``
++ special pages ``ceil(S * max_total_frames / T)``). At the defaults of the official model
 (504x378 images: ``T`` = 972) that is 6.674 GiB in bf16 (special stream sized for one session,
 ``max_total_frames`` = ``stream.session_keyframes`` = 320); docs/gpu_memory.md lists what each
 setting saves.

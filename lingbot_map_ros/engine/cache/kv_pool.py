@@ -36,10 +36,10 @@ import logging
 
 import torch
 
-from ..attention.backend import AttentionBackend, check_storage_dtype, make_backend
-from ..errors import PoolExhaustedError
 from .kv_storage import KVStorage
 from .page_pool import PagePool
+from ..attention.backend import AttentionBackend, check_storage_dtype, make_backend
+from ..errors import PoolExhaustedError
 
 logger = logging.getLogger(__name__)
 

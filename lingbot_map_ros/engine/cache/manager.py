@@ -163,7 +163,7 @@ class FlashInferKVCacheManager:
 
     @property
     def pool(self) -> KVPool:
-        """Return the manager's own page pool (one stream: this manager)."""
+        """Return the page pool the manager owns (one stream: this manager)."""
         return self._pool
 
     @property

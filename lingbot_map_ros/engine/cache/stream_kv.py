@@ -38,10 +38,10 @@ from typing import Any
 
 import torch
 
-from ..errors import CachePoolExhaustedError, CacheStateError
-from ..frames import Role
 from .kv_pool import KVPool, PageLease
 from .page_table import PageLayout, TableStep, TwoStreamPageTable
+from ..errors import CachePoolExhaustedError, CacheStateError
+from ..frames import Role
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ def stream_pages(page_size: int, num_special_tokens: int, scale_frames: int,
 
 def cache_stats(layout: PageLayout, table: TwoStreamPageTable, storage: Any, pool: KVPool,
                 num_layers: int) -> dict[str, Any]:
-    """The cache counters of a table and layout (``get_cache_stats``' keys), pool included."""
+    """Return the counters of a table and layout (``get_cache_stats``' keys), pool included."""
     return {
         'frame_count': layout.num_frames,
         'scale_pages': layout.num_scale_pages,

@@ -132,8 +132,10 @@ class LingbotMapModel(nn.Module):
 
     @contextlib.contextmanager
     def _bound(self, stream: StreamState) -> Iterator[None]:
-        """Point the camera head at ``stream``'s cache for one call (the head reads
-        ``head.cache``); its own, always empty, cache is back afterwards."""
+        """Point the camera head at ``stream``'s cache for one call.
+
+        The head reads ``head.cache``; its own, always empty, cache is back afterwards.
+        """
         own = self.camera_head.cache
         self.camera_head.cache = stream.camera
         try:
