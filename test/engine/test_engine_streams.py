@@ -39,7 +39,8 @@ def _config(**overrides) -> EngineConfig:
     values = {'model.preset': 'tiny', 'stream.device': 'cpu', 'stream.image_width': 112,
               'stream.keyframe_interval': 2, 'stream.enable_depth': True,
               'cache.backend': 'sdpa', 'cache.scale_frames': N_S,
-              'cache.sliding_window': WINDOW, 'cache.max_total_frames': FRAMES}
+              'cache.sliding_window': WINDOW, 'cache.max_total_frames': FRAMES,
+              'stream.session_keyframes': FRAMES, 'stream.overlap_keyframes': N_S}
     values.update(overrides)
     return EngineConfig.from_flat(values)
 
@@ -70,8 +71,8 @@ def test_two_streams_interleaved_on_one_pool_equal_each_stream_alone():
     # N_s 2, W 2, K 2 over 9 frames: the window fills, keyframes evict, non-keyframes roll back.
     frames_a, frames_b = _frames(N_S + 7, seed=1), _frames(N_S + 7, seed=2)
     engine = _engine(**{'cache.streams': 2})
-    a = StreamingSession(_config(), engine=engine)
-    b = StreamingSession(_config(), engine=engine)
+    a = StreamingSession(engine.config, engine=engine)
+    b = StreamingSession(engine.config, engine=engine)
     got_a, got_b = [], []
     for i, (frame_a, frame_b) in enumerate(zip(frames_a, frames_b)):
         got_a += a.step(frame_a, stamp_ns=i)
@@ -97,9 +98,9 @@ def test_two_streams_interleaved_on_one_pool_equal_each_stream_alone():
 def test_a_full_pool_refuses_a_stream_before_writing_and_the_others_go_on():
     frames_a, frames_b, frames_c = (_frames(N_S + 5, seed=s) for s in (1, 2, 3))
     engine = _engine(**{'cache.streams': 2})
-    a = StreamingSession(_config(), engine=engine)
-    b = StreamingSession(_config(), engine=engine)
-    c = StreamingSession(_config(), engine=engine)
+    a = StreamingSession(engine.config, engine=engine)
+    b = StreamingSession(engine.config, engine=engine)
+    c = StreamingSession(engine.config, engine=engine)
     got_a, got_b = [], []
     for i in range(N_S + 1):
         got_a += a.step(frames_a[i], stamp_ns=i)
@@ -128,7 +129,7 @@ def test_a_full_pool_refuses_a_stream_before_writing_and_the_others_go_on():
 
 def test_pool_size_follows_the_configuration():
     engine = _engine(**{'cache.pool_pages': PER_STREAM + 3})
-    session = StreamingSession(_config(), engine=engine)
+    session = StreamingSession(engine.config, engine=engine)
     assert engine.pool_stats().pool_pages_total == 0  # no pool before the first frame
     session.step(_frames(1, seed=1)[0], stamp_ns=0)
     assert engine.pool_stats().pool_pages_total == PER_STREAM + 3
