@@ -71,7 +71,7 @@ class Engine:
         self.compute_dtype, self.kv_dtype = resolve_dtypes(config, self.device)
         self.model = model
         self.weights = weights
-        self.runner: FrameRunner = model.new_runner()
+        self.runner = FrameRunner.for_model(model)
         """The fast path of every stream of this engine (one mode state, one fallback count)."""
         # On the CPU there are no graphs to replay: the fast path only pays with compile.
         stream = config.stream

@@ -164,7 +164,7 @@ def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, bac
         with_depth: run the depth head.
         kv_dtype: ``cache.dtype``; only 'float8_e4m3fn' changes the run (FP8 KV storage; the
             cache otherwise stores the model's dtype).
-        runner: the fast path to run streaming frames through (``model.new_runner()``);
+        runner: the fast path to run streaming frames through (``FrameRunner.for_model``);
             None runs eagerly.
 
     Returns:
@@ -331,7 +331,7 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
         raise ValueError(f'run_golden: model ({model.compute_dtype}) does not fit set '
                          f'{set_path.name} ({dtype}, {config})')
     built = time.perf_counter()
-    runner = model.new_runner()
+    runner = FrameRunner.for_model(model)
     runner.set_fast_path(fast_path, compile)
     result = drive_stream(model, ref['images'], meta['stream'], backend,
                           ref['tap_frames'].tolist(), config.enable_depth, kv_dtype, runner)

@@ -50,7 +50,7 @@ _RUNNERS: dict[int, FrameRunner] = {}
 
 
 def _runner(model: LingbotMapModel) -> FrameRunner:
-    return _RUNNERS.setdefault(id(model), model.new_runner())
+    return _RUNNERS.setdefault(id(model), FrameRunner.for_model(model))
 
 
 def _new_stream(model: LingbotMapModel, kv_dtype: torch.dtype,

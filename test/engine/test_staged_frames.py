@@ -15,8 +15,8 @@
 
 A staged frame plans all blocks' cache work at once on its stream (``stage_frame``), then
 writes and attends per block from device tensors (``write``, ``attend``), so a whole frame can
-be one CUDA graph. On the CPU the staged attention reads its range on the host; it must give the same
-outputs, layouts and counters as the eager ``append_frame`` / ``evict_frames`` /
+be one CUDA graph. On the CPU the staged attention reads its range on the host; it must give
+the same outputs, layouts and counters as the eager ``append_frame`` / ``evict_frames`` /
 ``compute_attention`` / ``rollback_last_frame`` sequence through the window fill and past it.
 On CUDA (marker gpu) the same sequence runs from one captured graph replayed every frame.
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 import logging
+from typing import Any
 
 import torch
 
@@ -141,6 +142,11 @@ class FrameRunner:
         self._graphs: tuple[CaptureKey, FrameGraphs] | None = None
         self._fallbacks = 0
         self._logged: set[str] = set()
+
+    @classmethod
+    def for_model(cls, model: Any) -> 'FrameRunner':
+        """Return a runner over ``model``'s aggregator and heads, fast path off."""
+        return cls(model.aggregator, model.camera_head, model.depth_head)
 
     def set_fast_path(self, mode: FastPath, compile: bool) -> None:  # noqa: A002
         """Choose the fast path's upper bound and ``torch.compile`` for the streaming frames.

@@ -36,18 +36,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 import contextlib
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.nn.attention import sdpa_kernel, SDPBackend
 
 from .aggregator import Aggregator
-from .frame_runner import FrameRunner
 from .heads.camera_head import CameraHead, CameraKVCache
 from .heads.dpt_head import DPTHead
 from .stream_state import StreamState
 from ..frames import Role
 from ...config import ModelConfig
+
+if TYPE_CHECKING:
+    from .frame_runner import FrameRunner
 
 # NOTE: cuDNN's SDPA builds an execution plan per new sequence length, and the global blocks'
 # key count changes every frame: on the H200 that cost ~0.8 ms of host time per call
@@ -113,13 +116,6 @@ class LingbotMapModel(nn.Module):
             raise ValueError(f'cast_aggregator: dtype={dtype} is not a floating dtype')
         self.aggregator.to(dtype)
         return self
-
-    def new_runner(self) -> FrameRunner:
-        """Return a frame runner (fast path) over this model's parts, fast path off.
-
-        The engine builds one and keeps it (``engine/engine.py``); the model keeps none.
-        """
-        return FrameRunner(self.aggregator, self.camera_head, self.depth_head)
 
     # ---- stream state ---------------------------------------------------------------------
 
