@@ -167,6 +167,8 @@ class FrameRunner:
         """Plan for ``pool`` (the engine's, once built): its backend caps the mode."""
         if pool is not self._pool:
             self._graphs = None  # graphs of another pool write into its storage
+            if self._pool is not None:  # the old backend's step-downs stay counted
+                self._fallbacks += self._pool.backend.fallbacks
         self._pool = pool
 
     def release_stream(self, camera_cache: object) -> None:
