@@ -212,9 +212,10 @@ class EngineStream:
                 raise ValueError('start on a closed stream')
             kv = self.state.kv
             tokens = tokens_per_frame(engine.config.model, size_hw)
-            if kv is not None and kv.tokens_per_frame == tokens:
+            if kv is not None and kv.lease is not None and kv.tokens_per_frame == tokens:
                 return
             self.reset()
+            self.state.kv = None  # no reference left to a pool of another size
             cache = engine.config.cache
             self.state.kv = StreamKV(engine.pool_for(size_hw), cache.scale_frames,
                                      cache.sliding_window, cache.max_total_frames)
@@ -243,23 +244,27 @@ class EngineStream:
             self.state.camera.reset(keep_memory=True)
 
     def reset(self) -> None:
-        """Forget every cached frame and return the stream's pages to the pool."""
+        """Forget every cached frame and return the stream's pages to the pool.
+
+        The released cache still reports its (empty) counters until the next frame leases
+        pages again.
+        """
         with self.engine.lock:
             if self.state.kv is not None:
                 self.state.kv.release()
-                self.state.kv = None
             self.state.camera.reset(keep_memory=True)
 
     def close(self) -> None:
         """End the stream: pages back to the pool, camera cache and captured steps freed."""
         with self.engine.lock:
             self.reset()
+            self.state.kv = None
             self.state.camera.reset()
             self.engine.runner.release_stream(self.state.camera)
             self._closed = True
 
     def cache_stats(self) -> CacheStats | None:
-        """Occupancy of the stream's caches and of the pool; None while it holds no pages."""
+        """Occupancy of the stream's caches and of the pool; None before its first frame."""
         with self.engine.lock:
             kv = self.state.kv
             if kv is None:

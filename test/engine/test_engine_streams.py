@@ -113,7 +113,7 @@ def test_a_full_pool_refuses_a_stream_before_writing_and_the_others_go_on():
     # Refused before anything was written: the pool's pages are bit for bit as they were.
     for layer, keys in enumerate(before):
         assert pool.storage.k[layer].equal(keys)
-    assert c.stats().cache is None and c.stats().frames_in == 0
+    assert c.stats().cache is None and c.stats().frames_in == 0  # never held pages
     assert engine.pool_stats().pool_streams == 2
     for i in range(N_S + 1, N_S + 5):
         got_a += a.step(frames_a[i], stamp_ns=i)
@@ -123,6 +123,7 @@ def test_a_full_pool_refuses_a_stream_before_writing_and_the_others_go_on():
     # A reset returns a stream's pages: the refused stream gets them and runs as if alone.
     a.reset()
     assert engine.pool_stats().pool_pages_free == PER_STREAM
+    assert a.stats().cache.frame_count == 0 and a.stats().cache.pool_streams == 1
     got_c = [p for i, f in enumerate(frames_c) for p in c.step(f, stamp_ns=i)]
     _assert_same(got_c, _alone(frames_c))
 

@@ -98,8 +98,9 @@ def test_same_seed_same_poses_and_reset_restarts_identically():
                                   np.stack([p.pose_enc for p in b]))
     cleared = first.reset()
     assert cleared == {'frames': N_S + 3, 'keyframes': N_S + 3, 'pending_frames': 0}
-    assert first.stats().cache is None  # the reset returned the stream's pages
-    assert first.engine.pool_stats().pool_streams == 0
+    assert first.stats().cache.frame_count == 0
+    # The reset returned the stream's pages to the engine's pool.
+    assert first.stats().cache.pool_streams == first.engine.pool_stats().pool_streams == 0
     again = _run(first, frames)
     np.testing.assert_allclose(np.stack([p.pose_enc for p in again]),
                                np.stack([p.pose_enc for p in a]), atol=1e-6)

@@ -188,11 +188,14 @@ class StreamKV:
         self.table.reset()
 
     def release(self) -> None:
-        """Give the lease back to the pool (the stream can take no frame after this)."""
+        """Forget every frame and give the lease back (the stream takes no frame after this).
+
+        The counters still answer (an empty stream), so a status can show the reset.
+        """
         if self._lease is not None:
             self.pool.release(self._lease)
             self._lease = None
-        self._plan = None
+        self.reset()
 
     def stats(self) -> dict[str, Any]:
         """Occupancy in ``FlashInferKVCacheManager.get_cache_stats``' keys, plus the pool's."""
