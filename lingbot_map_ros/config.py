@@ -150,8 +150,19 @@ class CacheConfig:
     any device: K/V are stored in e4m3 (unit scale), widened to the attention dtype on read
     ('sdpa', 'reference') or read as FP8 ('triton'); 'flashinfer' refuses it. See
     docs/gpu_memory.md."""
+    streams: int = 1
+    """Streams the engine's page pool holds at once (a camera's session; a rollover's next
+    session while the old one still serves). Sizes the pool when ``pool_pages`` is 0."""
+    pool_pages: int = 0
+    """Pages of the engine's KV page pool, per layer (patch and special pages). 0 derives it:
+    ``streams`` x (N_s + W + 1 patch pages + the special pages of ``max_total_frames``).
+    A stream that finds no room is refused (PoolExhaustedError) before anything is written."""
 
     def __post_init__(self) -> None:
+        if self.streams < 1:
+            raise ValueError(f'cache.streams={self.streams} must be >= 1')
+        if self.pool_pages < 0:
+            raise ValueError(f'cache.pool_pages={self.pool_pages} must be >= 0 (0: derived)')
         if self.scale_frames < 1:
             raise ValueError(f'cache.scale_frames={self.scale_frames} must be >= 1')
         if self.sliding_window < 1:

@@ -45,7 +45,7 @@ def resolve_dtypes(config: EngineConfig,
                    device: torch.device) -> tuple[torch.dtype, torch.dtype]:
     """Return (compute dtype, KV attention dtype): float32 on CPU, the configured ones on CUDA.
 
-    An FP8 cache attends in the compute dtype; its storage is FP8 (``new_stream_cache``).
+    An FP8 cache attends in the compute dtype; its storage is FP8 (``new_kv_pool``).
     """
     if device.type != 'cuda':
         return torch.float32, torch.float32

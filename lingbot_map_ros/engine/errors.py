@@ -48,3 +48,11 @@ class ResolutionChangedError(SessionLimitError):
 
 class NonFiniteOutputError(SessionLimitError):
     """The network produced a NaN/Inf pose; the cached state is suspect, so reset."""
+
+
+class PoolExhaustedError(CachePoolExhaustedError):
+    """The engine's page pool has no room for another stream's lease (``cache.pool_pages``).
+
+    Raised before anything is written; the streams that hold pages are not touched. Ending or
+    resetting another stream returns its pages.
+    """

@@ -31,10 +31,15 @@ index) and of the phase logic; the model only runs what it is told:
   unchanged: call ``reset()`` and resubmit. A NaN/Inf pose raises :class:`NonFiniteOutputError`
   after the frame ran (the cache holds it): reset.
 
+**Engine.** The model, the fast path and the KV page pool belong to an ``Engine``
+(``engine.py``); the session is one stream of it. Without an engine argument the session builds
+a private one; sessions given the same engine share the weights and the pool. The session's
+stream leases its pages at the first frame of a size and returns them on ``reset()``.
+
 **Warm-up.** With the fast path on (CUDA graphs, ``torch.compile``), the first frame of each
 processed size first runs a throw-away scale pass and two streaming frames on copies of itself
 (compilation, graph capture, cuDNN plans: ~30 s compiled on the H200, once per size and
-process), then resets the model. Otherwise that one-off cost would land on the first streaming
+engine), then empties the stream. Otherwise that one-off cost would land on the first streaming
 frame, between the scale frames and the rest of the stream: a 30 s hole in the trajectory a
 live camera keeps moving through.
 
@@ -54,14 +59,12 @@ import numpy as np
 import torch
 
 from . import geometry
-from .cache import FlashInferKVCacheManager, new_stream_cache, tokens_per_frame
-from .device import gpu_memory, resolve_device, resolve_dtypes
+from .device import gpu_memory
+from .engine import Engine, EngineStream
 from .errors import (CachePoolExhaustedError, NonFiniteOutputError, ResolutionChangedError,
                      TimeIndexLimitError)
 from .frames import frame_tag, FrameTag, Role
 from .model.gct import LingbotMapModel
-from .model.golden_weights import fill_golden_weights
-from .model.weights import load_checkpoint, load_weights
 from .prediction import FramePrediction
 from .preprocess import preprocess_image, PreprocessInfo
 from .stats import SessionStats
@@ -74,59 +77,46 @@ class StreamingSession:
     """One camera's streaming state: model, caches, counters and the scale-phase buffer."""
 
     def __init__(self, config: EngineConfig, weights: str | Path | None = None, *,
-                 allow_random_weights: bool = False, seed: int = 0) -> None:
-        """Build the model, load the weights and prepare the caches.
+                 allow_random_weights: bool = False, seed: int = 0,
+                 engine: Engine | None = None) -> None:
+        """Open a stream on ``engine``, or build a private engine (model, weights, pool).
 
         Args:
             config: engine configuration.
             weights: checkpoint (.safetensors, .pt, .pth); None only with
-                ``allow_random_weights``.
+                ``allow_random_weights``. Ignored with ``engine``.
             allow_random_weights: run with random weights (demos, tests); logs a loud warning.
             seed: seed of the random weights.
+            engine: an engine to share (its model, fast path and page pool); its
+                configuration must equal ``config`` but for the live stream fields.
 
         Raises:
-            ValueError: no weights and random weights not allowed, or a device/backend mismatch.
+            ValueError: no weights and random weights not allowed, a device/backend mismatch,
+                or an engine built for another configuration.
             WeightsError: the checkpoint does not match the model.
             ImportError: the FlashInfer backend was asked for and is not installed.
         """
+        if engine is None:
+            engine = Engine.load(config, weights, allow_random_weights=allow_random_weights,
+                                 seed=seed)
+        elif _without_live(engine.config) != _without_live(config):
+            raise ValueError('StreamingSession: the engine was built for another '
+                             'configuration (only stream.keyframe_interval and '
+                             'stream.enable_depth may differ)')
         self.config = config
-        self._device = resolve_device(config)
-        self._compute_dtype, self._kv_dtype = resolve_dtypes(config, self._device)
-        if weights is None and not allow_random_weights:
-            raise ValueError('no weights given: set the checkpoint path (lingbot-map.pt or '
-                             '.safetensors), or allow random weights explicitly for a demo')
-        model = LingbotMapModel.empty(config.model)
-        if weights is not None:
-            load_weights(model, load_checkpoint(weights))
-            self.weights = str(weights)
-        else:
-            _LOG.warning('*** RANDOM WEIGHTS (seed %d): poses, depth and clouds are meaningless. '
-                         'This is for demos and tests only; pass a checkpoint for real use. ***',
-                         seed)
-            # The golden-weights formula (salt = seed) rather than torch's init: deterministic
-            # on every machine and scaled so activations stay O(1) through all blocks.
-            fill_golden_weights(model, salt=seed)
-            self.weights = f'random (seed {seed})'
-        if self._compute_dtype != torch.float32:
-            # Cast before the move: the float32 aggregator (3.4 GiB) never reaches the GPU.
-            model.cast_aggregator(self._compute_dtype)
-            if config.stream.camera_head_dtype == 'bfloat16':
-                model.camera_head.set_compute_dtype(torch.bfloat16)
-        self._model = model.to(self._device).eval()
-        # On the CPU there are no graphs to replay: the fast path only pays with compile.
-        stream = config.stream
-        on_cpu_uncompiled = self._device.type != 'cuda' and not stream.compile
-        self._model.set_fast_path('eager' if on_cpu_uncompiled else stream.fast_path,
-                                  stream.compile)
-        self._kv_cache: FlashInferKVCacheManager | None = None
-        """The session's KV cache, built at the first frame of each size (``_start_stream``)."""
+        self._engine = engine
+        self.weights = engine.weights
+        self._device = engine.device
+        self._compute_dtype = engine.compute_dtype
+        self._stream: EngineStream = engine.open_stream()
+        """The session's stream: its KV pages (leased at the first frame of a size) and its
+        camera-head cache."""
         self._lock = threading.RLock()
         self._pending: list[tuple[torch.Tensor, PreprocessInfo, FrameTag]] = []
         self._size_hw: tuple[int, int] | None = None
         self._frames_in = 0
         self._frames_out = 0
         self._keyframes = 0
-        self._warmed_sizes: set[tuple[int, int]] = set()
 
     # ---- public API -----------------------------------------------------------------------
 
@@ -173,8 +163,9 @@ class StreamingSession:
                     f'frame size {info.image_size_hw} (processed H, W) differs from the '
                     f'session size {self._size_hw}; reset the session to start a new map')
             if self._size_hw is None:
-                self._start_stream(info.image_size_hw)
-                self._warm_up(tensor, info.image_size_hw)
+                self._stream.start(info.image_size_hw)
+                self._engine.warm_up(self._stream, tensor, info.image_size_hw,
+                                     self._with_depth)
             self._size_hw = info.image_size_hw
             if self._frames_out == 0 and self._frames_in < self.config.cache.scale_frames:
                 self._frames_in += 1
@@ -195,7 +186,7 @@ class StreamingSession:
             return self._run_scale(0.0) if self._pending else []
 
     def reset(self) -> dict[str, int]:
-        """Clear the session, the model caches and the counters.
+        """Clear the session, its caches (pages back to the pool) and the counters.
 
         Returns:
             What was cleared: ``frames`` (predictions made), ``keyframes`` (cached frames),
@@ -204,7 +195,7 @@ class StreamingSession:
         with self._lock:
             cleared = {'frames': self._frames_out, 'keyframes': self._keyframes,
                        'pending_frames': len(self._pending)}
-            self._reset_caches()
+            self._stream.reset()
             self._pending.clear()
             self._size_hw = None
             self._frames_in = self._frames_out = self._keyframes = 0
@@ -213,7 +204,7 @@ class StreamingSession:
     def stats(self) -> SessionStats:
         """Counters, cache statistics, the fast path in effect and memory, for diagnostics."""
         with self._lock:
-            runner = self._model.frame_runner
+            runner = self._engine.runner
             fast = runner.stats()
             graphs = runner.graphs
             return SessionStats(
@@ -221,7 +212,7 @@ class StreamingSession:
                 keyframes=self._keyframes, time_index=self._keyframes,
                 pending_frames=len(self._pending),
                 max_time_index=self.config.model.max_frame_num,
-                cache=self._model.cache_stats(),
+                cache=self._stream.cache_stats(),
                 backend=self.config.cache.backend, device=str(self._device),
                 dtype=str(self._compute_dtype).replace('torch.', ''),
                 weights=self.weights, model_preset=self.config.model.preset,
@@ -242,73 +233,24 @@ class StreamingSession:
             ValueError: a field other than the live ones differs.
         """
         with self._lock:
-            old = self.config.stream
-            same_live = replace(config, stream=replace(
-                config.stream, keyframe_interval=old.keyframe_interval,
-                enable_depth=old.enable_depth))
-            if same_live != self.config:
+            if _without_live(config) != _without_live(self.config):
                 raise ValueError('apply_config: only stream.keyframe_interval and '
                                  'stream.enable_depth can change in a running session; build a '
                                  'new session for the others')
             self.config = config
 
-    # ---- caches -----------------------------------------------------------------------------
-
-    def _start_stream(self, size_hw: tuple[int, int]) -> None:
-        """Keep the attached (reset) KV cache for the same size; build and attach one for a new."""
-        cache = self._kv_cache
-        if cache is not None and cache.tokens_per_frame == tokens_per_frame(self.config.model,
-                                                                            size_hw):
-            return
-        # Release the old cache before the new one is allocated: both may be gigabytes.
-        self._model.stop_stream()
-        self._kv_cache = None
-        self._kv_cache = new_stream_cache(self.config.model, self.config.cache, self._kv_dtype,
-                                          size_hw, self._device)
-        self._model.start_stream(self._kv_cache)
-
-    def _reset_caches(self) -> None:
-        """Empty the KV cache (kept, with its memory) and the model's camera-head cache."""
-        if self._kv_cache is not None:
-            self._kv_cache.reset()
-        self._model.reset_stream()
+    def close(self) -> None:
+        """End the session: its pages go back to the engine's pool (the engine stays)."""
+        with self._lock:
+            self._stream.close()
 
     # ---- phases -----------------------------------------------------------------------------
-
-    def _warm_up(self, tensor: torch.Tensor, size_hw: tuple[int, int]) -> None:
-        """Build the fast path for this frame size before the stream uses it (module docstring).
-
-        Runs the model on copies of ``tensor`` (N_s scale frames, a keyframe, a non-keyframe)
-        and resets it; the session's counters and buffers are not touched.
-        """
-        runner = self._model.frame_runner
-        num_scale = self.config.cache.scale_frames
-        if size_hw in self._warmed_sizes or runner.mode == 'eager' \
-                or num_scale + 2 > self.config.model.max_frame_num:
-            return
-        start = time.perf_counter()
-        _LOG.info('building the fast path for %dx%d frames (one-off: compilation, CUDA graphs)',
-                  size_hw[1], size_hw[0])
-        image = tensor.to(self._device)[None]
-        try:
-            self._model.forward_scale(image.expand(num_scale, -1, -1, -1),
-                                      with_depth=self._with_depth)
-            # A keyframe, then a non-keyframe at the time index the next keyframe would get.
-            for offset, keyframe in ((0, True), (1, False)):
-                self._model.forward_frame(image, time_index=num_scale + offset,
-                                          keyframe=keyframe, with_depth=self._with_depth)
-            # The full-window graphs too: captured here, not when the window first fills.
-            runner.prepare_full_window()
-        finally:
-            self._reset_caches()
-        self._warmed_sizes.add(size_hw)
-        _LOG.info('fast path ready in %.1f s', time.perf_counter() - start)
 
     def _run_scale(self, prep_ms: float) -> list[FramePrediction]:
         num = len(self._pending)
         start = time.perf_counter()
         images = torch.stack([t for t, _, _ in self._pending]).to(self._device)
-        out = self._model.forward_scale(images, with_depth=self._with_depth)
+        out = self._stream.forward_scale(images, with_depth=self._with_depth)
         model_ms = self._elapsed_ms(start)
         preds = [self._prediction(out, i, i, 'scale', i, info, tag, images[i],
                                   {'preprocess': prep_ms, 'model': model_ms / num})
@@ -327,8 +269,8 @@ class StreamingSession:
         time_index = self._keyframes
         start = time.perf_counter()
         image = tensor.to(self._device)[None]
-        out = self._model.forward_frame(image, time_index=time_index, keyframe=keyframe,
-                                        with_depth=self._with_depth)
+        out = self._stream.forward_frame(image, time_index, keyframe,
+                                         with_depth=self._with_depth)
         model_ms = self._elapsed_ms(start)
         self._frames_out += 1
         self._keyframes += int(keyframe)
@@ -341,7 +283,17 @@ class StreamingSession:
     @property
     def model(self) -> LingbotMapModel:
         """Return the network, for tools that time or inspect its parts (do not step it)."""
-        return self._model
+        return self._engine.model
+
+    @property
+    def engine(self) -> Engine:
+        """Return the model, fast path and page pool this session is a stream of."""
+        return self._engine
+
+    @property
+    def stream(self) -> EngineStream:
+        """Return the session's caches on the engine (its stream)."""
+        return self._stream
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -385,3 +337,9 @@ class StreamingSession:
                 raise NonFiniteOutputError(
                     f'frame {pred.frame_index} ({pred.role}) has a non-finite pose encoding '
                     f'{pred.pose_enc.tolist()}; reset the session')
+
+
+def _without_live(config: EngineConfig) -> EngineConfig:
+    """``config`` with the live stream fields at their defaults (what a running engine fixes)."""
+    return replace(config, stream=replace(config.stream, keyframe_interval=1,
+                                          enable_depth=False))

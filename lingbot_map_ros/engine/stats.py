@@ -26,7 +26,7 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class CacheStats:
-    """Occupancy of the global KV cache (as block 0 sees it) and of the camera-head cache."""
+    """Occupancy of a stream's global KV cache, of its camera-head cache and of the pool."""
 
     frame_count: int
     """Frames in the special stream (scale frames + cached keyframes)."""
@@ -61,18 +61,24 @@ class CacheStats:
     kv_bytes_used: int
     """K/V bytes of the visible pages, all blocks."""
     backend: str
-    """Attention backend: 'flashinfer', 'sdpa' or 'reference'."""
+    """Attention backend: 'flashinfer', 'sdpa', 'reference' or 'triton'."""
     dtype: str
     """K/V storage dtype."""
     camera_frames: int
     """Frames in the camera-head cache."""
     camera_bytes: int
     """Bytes allocated by the camera-head cache."""
+    pool_pages_total: int = 0
+    """Pages of the engine's KV page pool (per layer), every stream's included."""
+    pool_pages_free: int = 0
+    """Pool pages no stream holds."""
+    pool_streams: int = 0
+    """Streams holding pages of the pool."""
 
     @classmethod
     def from_manager(cls, cache: dict[str, Any], camera_frames: int,
                      camera_bytes: int) -> CacheStats:
-        """Build from ``FlashInferKVCacheManager.get_cache_stats()`` and the camera head's."""
+        """Build from ``get_cache_stats()`` (``StreamKV.stats()``) and the camera head's."""
         return cls(**cache, camera_frames=camera_frames, camera_bytes=camera_bytes)
 
 
@@ -153,5 +159,7 @@ class RolloverStats:
 
 CACHE_STATS_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(CacheStats))
 """Names of :class:`CacheStats`' fields, in order."""
+POOL_STATS_FIELDS: tuple[str, ...] = ('pool_pages_total', 'pool_pages_free', 'pool_streams')
+"""The page pool's fields of :class:`CacheStats` (numbers in every state: 0 before a pool)."""
 SESSION_STATS_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(SessionStats))
 """Names of :class:`SessionStats`' fields, in order."""

@@ -25,9 +25,10 @@ them as usual:
 - ``engine``: backend, device, weights, latency, resets, non-finite numbers kept off the topics
   (``nonfinite.*``). ERROR when the engine raised an
   unexpected error in the period, WARN when the session was reset automatically in the period.
-- ``cache``: the KV cache's own counters. Past 90 % of the keyframe or time-index ceiling it
-  says what comes next (``next_at_capacity``): a rollover (OK; the node's sessions always roll
-  over before either ceiling) or, without rollovers, an automatic reset (WARN).
+- ``cache``: the KV cache's own counters and the engine page pool's (``pool_*``, numbers from
+  the start). Past 90 % of the keyframe or time-index ceiling it says what comes next
+  (``next_at_capacity``): a rollover (OK; the node's sessions always roll over before either
+  ceiling) or, without rollovers, an automatic reset (WARN).
 
 Each status has the same keys in every state (before the first frame, while buffering, after a
 reset): a value that does not exist yet reads ``n/a``, every known drop and reset reason is
@@ -48,8 +49,8 @@ from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from lingbot_map_ros.engine.reasons import node_reasons, POLICY, Reason
-from lingbot_map_ros.engine.stats import (CACHE_STATS_FIELDS, CacheStats, SESSION_STATS_FIELDS,
-                                          SessionStats)
+from lingbot_map_ros.engine.stats import (CACHE_STATS_FIELDS, CacheStats, POOL_STATS_FIELDS,
+                                          SESSION_STATS_FIELDS, SessionStats)
 
 OK, WARN, ERROR, STALE = (DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR,
                           DiagnosticStatus.STALE)
@@ -295,6 +296,8 @@ def cache_status(node_name: str, cache: CacheStats | None, time_index: int,
     """
     values: dict[str, Any] = {k: None if cache is None else getattr(cache, k)
                               for k in CACHE_STATS_FIELDS}
+    # The engine's page pool: numbers in every state (0 while no pages are held).
+    values.update({k: 0 if cache is None else getattr(cache, k) for k in POOL_STATS_FIELDS})
     capacity = (cache.max_total_frames if cache is not None else 0) or 1
     frames = cache.frame_count if cache is not None else 0
     values['time_index'] = time_index

@@ -342,15 +342,15 @@ def components_report(session: Any, step: Callable[[int], Any], count: int,
     """
     ceilings = measure_ceilings(device)
     graphed = _graphed_ms(step, count, device)
-    runner = session.model.frame_runner
+    runner = session.engine.runner
     mode, compiled = runner.requested, runner.compile
-    session.model.set_fast_path('eager', False)
+    runner.set_fast_path('eager', False)
     try:
         step(count)  # one eager frame first: one-off costs (eager kernels' plans) stay out
         counter, measured, all_kernels = _profile_parts(
             session, lambda i: step(count + 1 + i), count, device)
     finally:
-        session.model.set_fast_path(mode, compiled)
+        runner.set_fast_path(mode, compiled)
     rate = ceilings['gemm_tflops'] * 1e12
     bandwidth = ceilings['copy_gbps'] * 1e9
     parts = []

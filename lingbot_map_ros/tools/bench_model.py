@@ -183,7 +183,7 @@ def _profile(session: StreamingSession, frames: list[torch.Tensor], info: Prepro
     print(prof.key_averages().table(sort_by=sort, row_limit=30, max_name_column_width=60))
 
 
-def _components(session: StreamingSession, frames: list[torch.Tensor], info: PreprocessInfo,
+def _components(session: RolloverSession, frames: list[torch.Tensor], info: PreprocessInfo,
                 count: int, device: torch.device) -> dict[str, float]:
     """Mean device ms per streaming frame of each model part, and of the whole call.
 
@@ -205,13 +205,15 @@ def _components(session: StreamingSession, frames: list[torch.Tensor], info: Pre
     def post(name: str) -> None:
         events[name][-1][1].record()
 
-    # Every part runs through the frame runner (graphs or eager), not its module's forward.
-    runner = model.frame_runner
-    model.frame_runner = _Bracketed(runner, pre, post)
+    # Every part runs through the engine's frame runner (graphs or eager), not its module's
+    # forward.
+    engine = session.session.engine
+    runner = engine.runner
+    engine.runner = _Bracketed(runner, pre, post)  # type: ignore[assignment]
     try:
         times_ms, _ = _stream(session, frames, info, count, device)
     finally:
-        model.frame_runner = runner
+        engine.runner = runner
     torch.cuda.synchronize(device)
     out = {name: round(float(np.mean([a.elapsed_time(b) for a, b in pairs])), 3)
            for name, pairs in events.items() if pairs}
@@ -371,6 +373,8 @@ def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str]
             float(stream_ms[:2 * args.report_window].mean()), 3)
         result['ms_last_window'] = round(float(tail.mean()), 3)
     result['cache'] = None if stats.cache is None else dataclasses.asdict(stats.cache)
+    # The engine's page pool, a number in every case (zeros before the first frame).
+    result.update(dataclasses.asdict(session.session.engine.pool_stats()))
     result['keyframes'] = stats.keyframes
     result['rollover'] = dataclasses.asdict(session.rollover_stats())
     if device.type == 'cuda':

@@ -50,10 +50,12 @@ import torch
 from .fast_path_flags import add_fast_path_flags
 from ..config import CacheConfig, FastPath, ModelConfig, StreamConfig
 from ..engine.attention.backend import BACKEND_NAMES
-from ..engine.cache import new_stream_cache
+from ..engine.cache import new_kv_pool, StreamKV
 from ..engine.frames import NUM_SPECIAL_TOKENS
+from ..engine.model.frame_runner import FrameRunner
 from ..engine.model.gct import LingbotMapModel
 from ..engine.model.golden_weights import fill_golden_weights
+from ..engine.model.stream_state import StreamState
 
 logger = logging.getLogger(__name__)
 
@@ -136,23 +138,21 @@ def _schedule(num_frames: int, num_scale: int, interval: int) -> tuple[list[bool
     return keyframe, time_index
 
 
-def _cache_occupancy(model: LingbotMapModel, keyframe: bool) -> dict[str, int]:
-    """Read the golden schedule's cache fields from the cache after a call."""
-    stats = model.cache_stats()
-    if stats is None:
-        raise RuntimeError('golden: no cache after a call (the model ran no frame)')
-    attended = stats.visible_tokens
+def _cache_occupancy(kv: StreamKV, keyframe: bool) -> dict[str, int]:
+    """Read the golden schedule's cache fields from the stream's cache after a call."""
+    stats = kv.stats()
+    attended = stats['visible_tokens']
     if not keyframe:  # the non-keyframe attended to itself too, then was rolled back
-        attended += stats.page_size + NUM_SPECIAL_TOKENS
+        attended += stats['page_size'] + NUM_SPECIAL_TOKENS
     return {'attended_keys_global_block': attended,
-            'scale_frames_with_patches': stats.scale_pages,
-            'window_frames_with_patches': stats.live_pages,
-            'special_tokens': stats.special_tokens, 'frames_cached': stats.frame_count}
+            'scale_frames_with_patches': stats['scale_pages'],
+            'window_frames_with_patches': stats['live_pages'],
+            'special_tokens': stats['special_tokens'], 'frames_cached': stats['frame_count']}
 
 
 def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, backend: str,
-                 tap_frames: list[int], with_depth: bool,
-                 kv_dtype: str = 'bfloat16') -> dict[str, object]:
+                 tap_frames: list[int], with_depth: bool, kv_dtype: str = 'bfloat16',
+                 runner: FrameRunner | None = None) -> dict[str, object]:
     """Run a whole sequence through the model as the golden README §2.3 prescribes.
 
     Args:
@@ -165,6 +165,8 @@ def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, bac
         with_depth: run the depth head.
         kv_dtype: ``cache.dtype``; only 'float8_e4m3fn' changes the run (FP8 KV storage; the
             cache otherwise stores the model's dtype).
+        runner: the fast path to run streaming frames through (``FrameRunner.for_model``);
+            None runs eagerly.
 
     Returns:
         Per-frame outputs stacked over frames ('pose_enc', 'pose_enc_iters', 'depth',
@@ -180,20 +182,23 @@ def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, bac
                         max_total_frames=max(images.shape[0], stream['num_scale_frames'] + 1),
                         dtype=kv_dtype)
     device = next(model.parameters()).device
-    model.start_stream(new_stream_cache(model.config, cache, dtype,
-                                        tuple(images.shape[-2:]), device))
+    pool = new_kv_pool(model.config, cache, dtype, tuple(images.shape[-2:]), device)
+    kv = StreamKV(pool, cache.scale_frames, cache.sliding_window, cache.max_total_frames)
+    state = StreamState(model.new_camera_cache(), kv)
     keyframe, time_index = _schedule(images.shape[0], num_scale, stream['keyframe_interval'])
     # Images enter in the working dtype, except on the bf16 path, which takes float32 images
     # (as the session gives them) and normalises them in float32.
     images = images.to(device, torch.float32 if dtype == torch.bfloat16 else dtype)
-    outputs = [model.forward_scale(images[:num_scale], with_depth, return_taps=True)]
+    outputs = [model.forward_scale(images[:num_scale], state, with_depth, return_taps=True,
+                                   runner=runner)]
     frame_of = [(0, i) for i in range(num_scale)]  # (call, row) of every frame
-    schedule = [_cache_occupancy(model, True)] * num_scale
+    schedule = [_cache_occupancy(kv, True)] * num_scale
     for i in range(num_scale, images.shape[0]):
-        outputs.append(model.forward_frame(images[i:i + 1], time_index[i], keyframe[i],
-                                           with_depth, return_taps=i in tap_frames))
+        outputs.append(model.forward_frame(images[i:i + 1], time_index[i], keyframe[i], state,
+                                           with_depth, return_taps=i in tap_frames,
+                                           runner=runner))
         frame_of.append((len(outputs) - 1, 0))
-        schedule.append(_cache_occupancy(model, keyframe[i]))
+        schedule.append(_cache_occupancy(kv, keyframe[i]))
 
     def gather(key: str, frames: list[int]) -> torch.Tensor:
         return torch.stack([outputs[frame_of[f][0]][key][frame_of[f][1]] for f in frames]).cpu()
@@ -331,9 +336,10 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
     if camera_head_dtype == 'bfloat16' and dtype == 'bfloat16':
         model.camera_head.set_compute_dtype(torch.bfloat16)
     built = time.perf_counter()
-    model.set_fast_path(fast_path, compile)
+    runner = FrameRunner.for_model(model)
+    runner.set_fast_path(fast_path, compile)
     result = drive_stream(model, ref['images'], meta['stream'], backend,
-                          ref['tap_frames'].tolist(), config.enable_depth, kv_dtype)
+                          ref['tap_frames'].tolist(), config.enable_depth, kv_dtype, runner)
     fp8 = kv_dtype == 'float8_e4m3fn'
     checks = compare(result, ref, meta, low_precision=dtype == 'bfloat16',
                      bounds=FP8_KV_TOLERANCES if fp8 else None)
@@ -341,8 +347,8 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
             'kv_dtype': kv_dtype if fp8 else dtype,
             'camera_head_dtype': str(model.camera_head.compute_dtype).replace('torch.', ''),
             'device': str(next(model.parameters()).device),
-            'compile': model.frame_runner.compile,
-            'fast_path': model.frame_runner.mode,
+            'compile': runner.compile,
+            'fast_path': runner.mode,
             'seconds': {'build': round(built - start, 1),
                         'run': round(time.perf_counter() - built, 1)},
             'checks': checks, 'pass': all(c['pass'] for c in checks.values())}

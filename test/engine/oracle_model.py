@@ -15,7 +15,7 @@
 
 Each input image encodes its frame number in its colour (red = n % 256, green = n // 256, a
 flat image survives any resize). The oracle answers with the ground-truth camera of that frame,
-seen from a frame of its own that changes at every ``reset_stream`` (a random rotation,
+seen from a frame of its own that changes at every ``reset`` (a random rotation,
 translation and scale, as a real session picks its own origin and scale), plus pose noise.
 With depth on it also returns depth maps: the frame's ground-truth depth (a slowly changing
 plane) in the session's scale, with per-pixel noise (``depth_noise``, relative).
@@ -28,7 +28,6 @@ from __future__ import annotations
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine import geometry
 from lingbot_map_ros.engine.errors import CachePoolExhaustedError, TimeIndexLimitError
-from lingbot_map_ros.engine.model.frame_runner import FastPathStats
 from lingbot_map_ros.engine.pipeline import StreamingSession
 import numpy as np
 import torch
@@ -64,25 +63,13 @@ def _random_rotation(rng: np.random.Generator) -> np.ndarray:
     return q if np.linalg.det(q) > 0 else -q
 
 
-class _EagerRunner:
-    """The frame runner's face as the session sees it: always eager, nothing captured."""
-
-    mode = 'eager'
-    graphs = None
-
-    @staticmethod
-    def stats() -> FastPathStats:
-        return FastPathStats(mode='eager', compiled=False, fallbacks=0)
-
-
 class OracleModel(torch.nn.Module):
-    """Implements what ``StreamingSession`` calls on ``LingbotMapModel``."""
+    """Implements what ``StreamingSession`` calls on its stream (``engine.EngineStream``)."""
 
     def __init__(self, gt_c2w: np.ndarray, config: EngineConfig, noise: float = 0.0,
                  seed: int = 0, depth_noise: float = 0.0) -> None:
         super().__init__()
         self.anchor = torch.nn.Parameter(torch.zeros(1), requires_grad=False)
-        self.frame_runner = _EagerRunner()
         self.gt = gt_c2w
         self.noise = noise
         self.depth_noise = depth_noise
@@ -91,15 +78,19 @@ class OracleModel(torch.nn.Module):
         self.capacity = config.cache.max_total_frames
         self.cached = 0
         self.sessions: list[tuple[float, np.ndarray, np.ndarray]] = []
-        self.reset_stream()
+        self.reset()
 
-    def start_stream(self, kv_cache) -> None:
-        """Take the session's KV cache (unused: the oracle keeps no keys)."""
+    def start(self, size_hw) -> None:
+        """Lease the stream's pages (nothing to lease: the oracle keeps no keys)."""
 
-    def stop_stream(self) -> None:
-        """Let go of the KV cache."""
+    def clear(self) -> None:
+        """Empty the caches, keeping the pages (the warm-up's reset; never called on the CPU)."""
+        self.cached = 0
 
-    def reset_stream(self) -> None:
+    def close(self) -> None:
+        """End the stream."""
+
+    def reset(self) -> None:
         """Start a new session frame: x_session = s * R @ x_gt + t."""
         self.cached = 0
         self.sessions.append((float(np.exp(self.rng.uniform(-1, 1))),
@@ -165,5 +156,5 @@ def oracle_session(gt_c2w: np.ndarray, noise: float = 0.0, seed: int = 0,
     config = EngineConfig.from_flat(flat)
     session = StreamingSession(config, allow_random_weights=True)
     oracle = OracleModel(gt_c2w, config, noise, seed, depth_noise)
-    session._model = oracle  # the stand-in replaces the network, nothing else
+    session._stream = oracle  # the stand-in replaces the stream's network, nothing else
     return session, oracle

@@ -15,8 +15,10 @@
 
 from lingbot_map_ros.config import CacheConfig
 from lingbot_map_ros.engine.attention.fp8 import kernel_operand_dtype
+from lingbot_map_ros.engine.cache.kv_pool import KVPool
 from lingbot_map_ros.engine.cache.manager import FlashInferKVCacheManager
 from lingbot_map_ros.engine.cache.staged_frames import StagedFrames
+from lingbot_map_ros.engine.cache.stream_kv import stream_pages, StreamKV
 import pytest
 import torch
 
@@ -88,19 +90,26 @@ def _staged_vs_eager(device, dtype, dim):
         return FlashInferKVCacheManager(2, 64, P, H, dim, dtype, device, num_special_tokens=S,
                                         scale_frames=2, sliding_window=3, max_total_frames=32,
                                         backend='sdpa', storage_dtype=FP8)
-    eager, staged = make(), make()
-    staging = StagedFrames(staged)
+    eager = make()
+    pool = KVPool(num_layers=2, num_pages=stream_pages(P - S, S, 2, 3, 32), page_size=P - S,
+                  num_heads=H, head_dim=dim, num_special_tokens=S, dtype=dtype,
+                  device=torch.device(device), backend='sdpa', storage_dtype=FP8,
+                  full_patch_pages=5)
+    staged = StreamKV(pool, 2, 3, 32)
+    staging = StagedFrames(pool)
     gen = torch.Generator().manual_seed(3)
     worst = 0.0
     schedule = [True] * 2 + [True, False, True, True, False, True, True, False, True]
     for i, keyframe in enumerate(schedule):
         qkv = torch.randn(2, 3, P, H, dim, generator=gen).to(device, dtype)
         if i < 2:  # the scale frames
+            plan = staged.plan_frame('scale')
             for b in range(2):
-                for cache in (eager, staged):
-                    cache.append_frame(b, qkv[b, 1], qkv[b, 2], keyframe=True)
+                eager.append_frame(b, qkv[b, 1], qkv[b, 2], keyframe=True)
+                staged.write(plan, b, qkv[b, 1], qkv[b, 2])
+            staged.end_frame(plan)
             continue
-        key = staging.stage_frame(keyframe)
+        key = staging.stage_frame(staged, keyframe)
         for b in range(2):
             eager.append_frame(b, qkv[b, 1], qkv[b, 2], keyframe=keyframe)
             if keyframe:

@@ -23,9 +23,11 @@ Run: ``python -m pytest test/engine/test_frame_graphs.py`` (a few seconds on 2 c
 from __future__ import annotations
 
 from lingbot_map_ros.config import CacheConfig, ModelConfig
-from lingbot_map_ros.engine.cache import new_stream_cache
+from lingbot_map_ros.engine.cache import new_kv_pool, StreamKV
+from lingbot_map_ros.engine.model.frame_runner import FrameRunner
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
+from lingbot_map_ros.engine.model.stream_state import StreamState
 from lingbot_map_ros.engine.model.weights import load_weights
 import pytest
 import torch
@@ -43,20 +45,35 @@ def _model(device: str, dtype: torch.dtype) -> LingbotMapModel:
     return model
 
 
+# One fast path per model, kept across streams (as the engine keeps it).
+_RUNNERS: dict[int, FrameRunner] = {}
+
+
+def _runner(model: LingbotMapModel) -> FrameRunner:
+    return _RUNNERS.setdefault(id(model), FrameRunner.for_model(model))
+
+
+def _new_stream(model: LingbotMapModel, kv_dtype: torch.dtype,
+                images: torch.Tensor) -> StreamState:
+    pool = new_kv_pool(model.config, _CACHE, kv_dtype, images.shape[-2:], images.device)
+    kv = StreamKV(pool, _CACHE.scale_frames, _CACHE.sliding_window, _CACHE.max_total_frames)
+    return StreamState(model.new_camera_cache(), kv)
+
+
 def _stream(model: LingbotMapModel, images: torch.Tensor, graphs: bool,
             kv_dtype: torch.dtype, compile_frames: bool = False,
             staged: bool = True) -> list[dict]:
     # A fast path asks for whole frames or segments; 'eager' is the plain forward.
     mode = ('whole_frame' if staged else 'segments') if graphs or compile_frames else 'eager'
-    model.set_fast_path(mode, compile_frames)
-    model.start_stream(new_stream_cache(model.config, _CACHE, kv_dtype, images.shape[-2:],
-                                        images.device))
-    outs = [model.forward_scale(images[:2], with_depth=True)]
+    runner = _runner(model)
+    runner.set_fast_path(mode, compile_frames)
+    state = _new_stream(model, kv_dtype, images)
+    outs = [model.forward_scale(images[:2], state, with_depth=True, runner=runner)]
     for i in range(2, images.shape[0]):
         # K=2 after N_s=2: even frames are keyframes; the time index counts cached keyframes,
         # so a non-keyframe shares the next keyframe's index.
-        outs.append(model.forward_frame(images[i:i + 1], time_index=2 + (i - 1) // 2,
-                                        keyframe=i % 2 == 0, with_depth=True, return_taps=True))
+        outs.append(model.forward_frame(images[i:i + 1], 2 + (i - 1) // 2, i % 2 == 0, state,
+                                        with_depth=True, return_taps=True, runner=runner))
     return outs
 
 
@@ -71,18 +88,18 @@ def _compare(device: str, dtype: torch.dtype, atol: float, compile_frames: bool 
     graphed = _stream(model, images, graphs=True, kv_dtype=dtype, compile_frames=compile_frames,
                       staged=staged)
     # Every part took its fast path (none fell back), whole frames when staged.
-    runner = model.frame_runner.graphs
-    assert runner is not None and model.frame_runner.requested != 'eager'
-    assert runner.staged is staged and model.frame_runner.stats().fallbacks == 0
-    assert model.frame_runner.mode == ('whole_frame' if staged else 'segments')
+    runner = _runner(model).graphs
+    assert runner is not None and _runner(model).requested != 'eager'
+    assert runner.staged is staged and _runner(model).stats().fallbacks == 0
+    assert _runner(model).mode == ('whole_frame' if staged else 'segments')
     if staged and device == 'cuda':
         assert ('range',) in runner._whole
         assert any(key[0] == 'split' for key in runner._whole)
-    assert model.frame_runner.compile is compile_frames
-    assert model.frame_runner.head_step_built('camera head')
-    assert model.frame_runner.head_step_built('depth head')
-    assert model.frame_runner.head_fast_path('camera head')
-    assert model.frame_runner.head_fast_path('depth head')
+    assert _runner(model).compile is compile_frames
+    assert _runner(model).head_step_built('camera head')
+    assert _runner(model).head_step_built('depth head')
+    assert _runner(model).head_fast_path('camera head')
+    assert _runner(model).head_fast_path('depth head')
     for a, b in zip(plain[1:], graphed[1:]):
         for key in ('pose_enc', 'pose_enc_iters', 'depth', 'depth_conf', 'dino_tokens'):
             torch.testing.assert_close(b[key], a[key], atol=atol, rtol=rtol)
@@ -127,11 +144,11 @@ def test_a_runner_that_cannot_be_built_falls_back_to_the_plain_forward(monkeypat
     plain = _stream(model, images, graphs=False, kv_dtype=torch.float32)
     monkeypatch.setattr(frame_runner_module, 'FrameGraphs', refuse)
     fallback = _stream(model, images, graphs=True, kv_dtype=torch.float32)
-    assert model.frame_runner.requested == 'whole_frame'
-    assert model.frame_runner.mode == 'eager' and model.frame_runner.stats().fallbacks == 1
+    assert _runner(model).requested == 'whole_frame'
+    assert _runner(model).mode == 'eager' and _runner(model).stats().fallbacks == 1
     # The heads' fast path is independent of the aggregator's.
-    assert model.frame_runner.head_fast_path('camera head')
-    assert model.frame_runner.head_step_built('camera head')
+    assert _runner(model).head_fast_path('camera head')
+    assert _runner(model).head_step_built('camera head')
     for a, b in zip(plain, fallback):
         torch.testing.assert_close(b['pose_enc'], a['pose_enc'], atol=1e-5, rtol=0)
 
@@ -145,9 +162,9 @@ def test_compiled_segments_equal_the_plain_forward_on_cpu():
     plain = _stream(model, images, graphs=False, kv_dtype=torch.float32)
     compiled = _stream(model, images, graphs=False, kv_dtype=torch.float32, compile_frames=True)
     # Compiled, not fallen back; the depth head took its single-frame path.
-    assert model.frame_runner.compile is True
-    assert model.frame_runner.head_fast_path('depth head')
-    assert model.frame_runner.head_step_built('depth head')
+    assert _runner(model).compile is True
+    assert _runner(model).head_fast_path('depth head')
+    assert _runner(model).head_step_built('depth head')
     for a, b in zip(plain[1:], compiled[1:]):
         for key in ('pose_enc', 'depth', 'dino_tokens'):
             torch.testing.assert_close(b[key], a[key], atol=1e-4, rtol=1e-4)
@@ -182,21 +199,21 @@ def test_a_whole_frame_capture_that_fails_falls_back_to_segments(monkeypatch):
     images = torch.rand(9, 3, 56, 84)
     model = _model('cpu', torch.float32)
     plain = _stream(model, images, graphs=False, kv_dtype=torch.float32)
-    model.start_stream(new_stream_cache(model.config, _CACHE, torch.float32,
-                                        images.shape[-2:], 'cpu'))
-    model.forward_scale(images[:2])
-    agg = model.aggregator
+    state = _new_stream(model, torch.float32, images)
+    model.forward_scale(images[:2], state)
+    agg, kv = model.aggregator, state.kv
     fallbacks = []
     with torch.no_grad():  # as the model's forward runs it
-        runner = FrameGraphs(agg, images[2:3], capture=True, staging=StagedFrames(agg.kv_cache),
+        runner = FrameGraphs(agg, images[2:3], torch.float32, capture=True,
+                             staging=StagedFrames(kv.pool),
                              fall_back=lambda what, exc: fallbacks.append(what))
         for i in range(2, images.shape[0]):
             keyframe = i % 2 == 0
             out = runner.run(images[i:i + 1], 2 + (i - 1) // 2,
-                             'keyframe' if keyframe else 'non-keyframe')
+                             'keyframe' if keyframe else 'non-keyframe', kv)
             if i == 2:
                 assert not runner.staged and len(calls) == 1 + agg.config.depth + 1
             for tap, want in zip(out.taps, plain[i - 1]['taps']):
                 torch.testing.assert_close(tap, want, atol=1e-5, rtol=0)
-    assert agg.kv_cache.get_cache_stats()['frame_count'] == 2 + 4  # keyframes 2, 4, 6, 8
+    assert kv.stats()['frame_count'] == 2 + 4  # keyframes 2, 4, 6, 8
     assert fallbacks == ['whole-frame CUDA graph unavailable; running frames segment by segment']

@@ -18,11 +18,13 @@ Numerical parity with the upstream model is in ``test_golden_parity.py`` (slow).
 """
 
 from lingbot_map_ros.config import CacheConfig, ModelConfig
-from lingbot_map_ros.engine.cache import new_stream_cache
+from lingbot_map_ros.engine.cache import new_kv_pool, StreamKV
 from lingbot_map_ros.engine.errors import (CacheStateError, InvalidFrameError,
                                            ResolutionChangedError, TimeIndexLimitError)
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
+from lingbot_map_ros.engine.model.stream_state import StreamState
 from lingbot_map_ros.engine.model.weights import load_weights
+from lingbot_map_ros.engine.stats import CacheStats
 import pytest
 import torch
 
@@ -49,15 +51,43 @@ def _model(seed: int = 0, **overrides) -> LingbotMapModel:
     return model
 
 
+# The model keeps no stream state: each test model's stream is kept here (the engine keeps
+# them in the node).
+_STREAMS: dict[int, StreamState] = {}
+
+
 def _start(model: LingbotMapModel, kv_dtype: torch.dtype = torch.float32,
            image_hw: tuple[int, int] = (56, 84)) -> None:
-    # The caller owns the KV cache (the session does in the node).
-    model.start_stream(new_stream_cache(model.config, CACHE, kv_dtype, image_hw, 'cpu'))
+    pool = new_kv_pool(model.config, CACHE, kv_dtype, image_hw, 'cpu')
+    kv = StreamKV(pool, CACHE.scale_frames, CACHE.sliding_window, CACHE.max_total_frames)
+    _STREAMS[id(model)] = StreamState(model.new_camera_cache(), kv)
+
+
+def _stream_of(model: LingbotMapModel) -> StreamState:
+    if id(model) not in _STREAMS:  # a stream with no pages yet
+        _STREAMS[id(model)] = StreamState(model.new_camera_cache())
+    return _STREAMS[id(model)]
 
 
 def _reset(model: LingbotMapModel) -> None:
-    model.aggregator.kv_cache.reset()
-    model.reset_stream()
+    stream = _stream_of(model)
+    stream.kv.reset()
+    stream.camera.reset(keep_memory=True)
+
+
+def _scale(model: LingbotMapModel, images: torch.Tensor, *args, **kwargs) -> dict:
+    return model.forward_scale(images, _stream_of(model), *args, **kwargs)
+
+
+def _frame(model: LingbotMapModel, image: torch.Tensor, time_index: int, keyframe: bool,
+           *args, **kwargs) -> dict:
+    return model.forward_frame(image, time_index, keyframe, _stream_of(model), *args, **kwargs)
+
+
+def _cache_stats(model: LingbotMapModel) -> CacheStats:
+    stream = _stream_of(model)
+    camera = stream.camera.stats()
+    return CacheStats.from_manager(stream.kv.stats(), camera.num_frames, camera.allocated_bytes)
 
 
 @pytest.fixture(scope='module')
@@ -67,12 +97,11 @@ def images() -> torch.Tensor:
 
 def _run(model, images, keyframes, kv_dtype=torch.float32, with_depth=False):
     _start(model, kv_dtype)
-    outs = [model.forward_scale(images[:2].to(kv_dtype), with_depth=with_depth,
-                                return_taps=True)]
+    outs = [_scale(model, images[:2].to(kv_dtype), with_depth=with_depth, return_taps=True)]
     t = 2
     for i, key in enumerate(keyframes):
-        outs.append(model.forward_frame(images[2 + i:3 + i].to(kv_dtype), t, key,
-                                        with_depth=with_depth, return_taps=True))
+        outs.append(_frame(model, images[2 + i:3 + i].to(kv_dtype), t, key,
+                           with_depth=with_depth, return_taps=True))
         t += key
     return outs
 
@@ -85,9 +114,9 @@ def test_outputs_shapes_and_cache_counts(images):
     assert outs[1]['depth'].shape == outs[1]['depth_conf'].shape == (1, 56, 84)
     assert [t.shape for t in outs[1]['taps']] == [(1, 30, 256)] * 4
     torch.testing.assert_close(outs[3]['pose_enc_iters'][:, -1], outs[3]['pose_enc'])
-    stats = model.cache_stats()
+    stats = _cache_stats(model)
     assert stats.frame_count == 4 and stats.camera_frames == 4
-    assert model.aggregator.remaining_frames() == CACHE.max_total_frames - 4
+    assert _stream_of(model).kv.remaining_frames() == CACHE.max_total_frames - 4
 
 
 def test_non_keyframe_leaves_no_trace(images):
@@ -95,9 +124,9 @@ def test_non_keyframe_leaves_no_trace(images):
     with_skip = _run(model, images, [True, False, True])
     # same frames minus the non-keyframe: the last keyframe must not notice the difference
     _start(model)
-    model.forward_scale(images[:2])
-    model.forward_frame(images[2:3], 2, True)
-    last = model.forward_frame(images[4:5], 3, True, return_taps=True)
+    _scale(model, images[:2])
+    _frame(model, images[2:3], 2, True)
+    last = _frame(model, images[4:5], 3, True, return_taps=True)
     torch.testing.assert_close(last['pose_enc'], with_skip[-1]['pose_enc'], rtol=0, atol=1e-6)
     torch.testing.assert_close(last['taps'][-1], with_skip[-1]['taps'][-1], rtol=0, atol=1e-6)
 
@@ -117,32 +146,32 @@ def test_special_token_variants():
 def test_time_index_limit_is_checked_before_the_cache(images):
     model = _model(max_frame_num=4)
     _run(model, images, [True, True])  # time indices 0..3 fill the table
-    before = model.cache_stats()
+    before = _cache_stats(model)
     with pytest.raises(TimeIndexLimitError, match='max_frame_num=4'):
-        model.forward_frame(images[4:5], 4, False)
-    assert model.cache_stats() == before
+        _frame(model, images[4:5], 4, False)
+    assert _cache_stats(model) == before
     _reset(model)
-    model.forward_scale(images[:2])  # a reset session starts again at time 0
+    _scale(model, images[:2])  # a reset session starts again at time 0
 
 
 def test_call_order_and_frame_errors(images):
     model = _model()
     with pytest.raises(CacheStateError, match='no KV cache'):
-        model.forward_scale(images[:2])
+        _scale(model, images[:2])
     _start(model)
     with pytest.raises(CacheStateError):
-        model.forward_frame(images[:1], 0, True)
-    model.forward_scale(images[:2])
+        _frame(model, images[:1], 0, True)
+    _scale(model, images[:2])
     with pytest.raises(CacheStateError):
-        model.forward_scale(images[:2])
+        _scale(model, images[:2])
     with pytest.raises(InvalidFrameError):
-        model.forward_frame(images[:1, :, :50], 2, True)
+        _frame(model, images[:1, :, :50], 2, True)
     with pytest.raises(ResolutionChangedError):
-        model.forward_frame(images[:1, :, :, :56], 2, True)
+        _frame(model, images[:1, :, :, :56], 2, True)
     with pytest.raises(ValueError):
-        model.forward_frame(images[:2], 2, True)
+        _frame(model, images[:2], 2, True)
     _start(model, image_hw=(56, 56))  # a new size needs a new cache
-    out = model.forward_scale(images[:2, :, :, :56], with_depth=True)
+    out = _scale(model, images[:2, :, :, :56], with_depth=True)
     assert out['depth'].shape == (2, 56, 56)
 
 
@@ -153,7 +182,7 @@ def test_bf16_aggregator_path_runs_on_cpu(images):
     assert model.compute_dtype == torch.bfloat16
     assert model.camera_head.embed_pose.weight.dtype == torch.float32
     out = _run(model, images, [True, False], kv_dtype=torch.bfloat16)
-    assert model.cache_stats().dtype == 'bfloat16'
+    assert _cache_stats(model).dtype == 'bfloat16'
     for got, want in zip(out, ref):
         assert got['taps'][0].dtype == torch.float32  # float32 residual stream
         assert got['pose_enc'].dtype == torch.float32  # heads in float32
@@ -174,11 +203,11 @@ def test_float64_model_agrees_with_float32(images):
 def test_new_weights_refresh_the_position_table(images):
     model = _model(seed=0)
     _start(model)
-    model.forward_scale(images[:2])  # builds the resampled table for seed-0 weights
+    _scale(model, images[:2])  # builds the resampled table for seed-0 weights
     load_weights(model, _state(model.config, seed=5))
     _reset(model)
-    got = model.forward_scale(images[:2], return_taps=True)['dino_tokens']
+    got = _scale(model, images[:2], return_taps=True)['dino_tokens']
     fresh = _model(seed=5)
     _start(fresh)
-    want = fresh.forward_scale(images[:2], return_taps=True)['dino_tokens']
+    want = _scale(fresh, images[:2], return_taps=True)['dino_tokens']
     torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -102,6 +102,8 @@ def test_same_seed_same_poses_and_reset_restarts_identically():
     cleared = first.reset()
     assert cleared == {'frames': N_S + 3, 'keyframes': N_S + 3, 'pending_frames': 0}
     assert first.stats().cache.frame_count == 0
+    # The reset returned the stream's pages to the engine's pool.
+    assert first.stats().cache.pool_streams == first.engine.pool_stats().pool_streams == 0
     again = _run(first, frames)
     np.testing.assert_allclose(np.stack([p.pose_enc for p in again]),
                                np.stack([p.pose_enc for p in a]), atol=1e-6)
@@ -181,7 +183,7 @@ def test_a_saved_checkpoint_reproduces_the_session_it_came_from(tmp_path):
 
     source = StreamingSession(_config(), allow_random_weights=True, seed=4)
     path = tmp_path / 'tiny.safetensors'
-    save_file({k: v.contiguous() for k, v in source._model.state_dict().items()}, str(path))
+    save_file({k: v.contiguous() for k, v in source.model.state_dict().items()}, str(path))
     loaded = StreamingSession(_config(), path)
     assert loaded.weights == str(path)
     frames = _frames(N_S + 2)
@@ -198,14 +200,14 @@ def test_fast_path_is_built_before_the_stream_and_leaves_no_trace():
                                allow_random_weights=True, seed=7)
     assert session.step(frames[0], tag=1_000) == []
     # Built at the first frame, before any streaming frame; the warm-up's frames are gone.
-    assert session.model.frame_runner.graphs is not None
+    assert session.engine.runner.graphs is not None
     stats = session.stats()
     assert stats.compiled is True
     assert stats.whole_frame_graphs is True  # backend sdpa: staged whole frames
     assert stats.fast_path == 'whole_frame' and stats.fast_path_fallbacks == 0
     assert (stats.frames_in, stats.frames_out, stats.keyframes) == (1, 0, 0)
     assert stats.cache.frame_count == 0 and stats.pending_frames == 1
-    assert session.model.camera_head.cache_stats().num_frames == 0
+    assert session.stream.state.camera.stats().num_frames == 0
     compiled = _run_from(session, frames, 1)
     assert [p.role for p in compiled] == [p.role for p in plain]
     assert [(p.frame_index, p.time_index) for p in compiled] == \
@@ -213,10 +215,10 @@ def test_fast_path_is_built_before_the_stream_and_leaves_no_trace():
     np.testing.assert_allclose(np.stack([p.pose_enc for p in compiled]),
                                np.stack([p.pose_enc for p in plain]), atol=1e-4)
     # Once per size: a reset does not build it again.
-    runner = session.model.frame_runner.graphs
+    runner = session.engine.runner.graphs
     session.reset()
     _run(session, frames[:N_S + 1])
-    assert session.model.frame_runner.graphs is runner
+    assert session.engine.runner.graphs is runner
 
 
 def _run_from(session: StreamingSession, frames: list[np.ndarray], first: int) -> list:
@@ -238,7 +240,7 @@ def test_fast_path_is_one_checked_mode_and_eager_on_the_cpu_without_compile():
         _run(session, frames)
         stats = session.stats()
         assert (stats.fast_path, stats.compiled, stats.cuda_graphs) == (want, False, False)
-        assert session.model.frame_runner.graphs is None
+        assert session.engine.runner.graphs is None
 
 
 def test_apply_config_takes_live_fields_and_refuses_the_others():

@@ -197,9 +197,9 @@ def test_the_overlap_ring_keeps_the_tensor_the_session_ran_on():
     seen = []
     forward_frame = oracle.forward_frame
 
-    def recording_forward_frame(image: torch.Tensor, **kwargs) -> dict:
+    def recording_forward_frame(image: torch.Tensor, *args, **kwargs) -> dict:
         seen.append(image)
-        return forward_frame(image, **kwargs)
+        return forward_frame(image, *args, **kwargs)
     oracle.forward_frame = recording_forward_frame
     out = []
     for i in range(30):  # one rollover, at frame 24

@@ -35,7 +35,7 @@ def _run_with_outliers(num: int, outliers: dict[int, float], depth: bool) -> tup
     values = {'stream.session_keyframes': 24, 'stream.overlap_keyframes': 4,
               'model.max_frame_num': 24, 'stream.enable_depth': depth}
     session, oracle = oracle_session(gt, seed=3, **values)
-    draw = oracle.reset_stream
+    draw = oracle.reset
 
     def reset_with_outliers() -> None:
         draw()
@@ -43,7 +43,7 @@ def _run_with_outliers(num: int, outliers: dict[int, float], depth: bool) -> tup
         if factor is not None:
             scale, rot, trans = oracle.sessions[-1]
             oracle.sessions[-1] = (scale * factor, rot, trans)
-    oracle.reset_stream = reset_with_outliers
+    oracle.reset = reset_with_outliers
     rollover = RolloverSession(session)
     feeder = StreamFeeder(rollover)
     preds = []

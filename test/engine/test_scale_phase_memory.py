@@ -20,9 +20,10 @@ result), and its activations are N_s tokens of 2C channels, a few hundred kB.
 """
 
 from lingbot_map_ros.config import CacheConfig, ModelConfig
-from lingbot_map_ros.engine.cache import new_stream_cache
+from lingbot_map_ros.engine.cache import new_kv_pool, StreamKV
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
+from lingbot_map_ros.engine.model.stream_state import StreamState
 from lingbot_map_ros.engine.model.weights import load_weights
 import pytest
 import torch
@@ -42,14 +43,15 @@ def model() -> LingbotMapModel:
 
 def _scale_pass(model: LingbotMapModel, chunk: int) -> dict:
     cache = CacheConfig(backend='sdpa', scale_frames=SCALE_FRAMES, sliding_window=2)
-    model.start_stream(new_stream_cache(model.config, cache, torch.float32, IMAGE_HW, 'cpu'))
+    pool = new_kv_pool(model.config, cache, torch.float32, IMAGE_HW, 'cpu')
+    kv = StreamKV(pool, cache.scale_frames, cache.sliding_window, cache.max_total_frames)
+    stream = StreamState(model.new_camera_cache(), kv)
     model.depth_head.frames_chunk_size = chunk
     images = torch.rand(SCALE_FRAMES, 3, *IMAGE_HW, generator=torch.Generator().manual_seed(3))
     try:
-        return model.forward_scale(images, with_depth=True, return_taps=True)
+        return model.forward_scale(images, stream, with_depth=True, return_taps=True)
     finally:
         model.depth_head.frames_chunk_size = 1
-        model.stop_stream()
 
 
 def test_the_depth_head_runs_one_frame_at_a_time_by_default(model):

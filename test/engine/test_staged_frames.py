@@ -13,10 +13,10 @@
 # limitations under the License.
 """Staged frames: the cache work of a frame with its numbers on the device equals the eager calls.
 
-A staged frame makes all blocks' table steps at once (``stage_frame``), then writes and attends
-per block from device tensors (``write``, ``attend``), so a whole frame can be one
-CUDA graph. On the CPU the staged attention reads its range on the host; it must give the same
-outputs, layouts and counters as the eager ``append_frame`` / ``evict_frames`` /
+A staged frame plans all blocks' cache work at once on its stream (``stage_frame``), then
+writes and attends per block from device tensors (``write``, ``attend``), so a whole frame can
+be one CUDA graph. On the CPU the staged attention reads its range on the host; it must give
+the same outputs, layouts and counters as the eager ``append_frame`` / ``evict_frames`` /
 ``compute_attention`` / ``rollback_last_frame`` sequence through the window fill and past it.
 On CUDA (marker gpu) the same sequence runs from one captured graph replayed every frame.
 
@@ -25,8 +25,9 @@ Run: ``python -m pytest test/engine/test_staged_frames.py`` (about a second on t
 
 from __future__ import annotations
 
-from lingbot_map_ros.engine.cache import FlashInferKVCacheManager
+from lingbot_map_ros.engine.cache import FlashInferKVCacheManager, KVPool, StreamKV
 from lingbot_map_ros.engine.cache.staged_frames import can_stage, StagedFrames
+from lingbot_map_ros.engine.cache.stream_kv import stream_pages
 from lingbot_map_ros.engine.errors import CacheStateError
 import pytest
 import torch
@@ -42,6 +43,17 @@ def _manager(device: str = 'cpu', dtype: torch.dtype = torch.float64,
                                     sliding_window=WINDOW, max_total_frames=32, backend=backend)
 
 
+def _stream_kv(device: str = 'cpu', dtype: torch.dtype = torch.float64,
+               backend: str = 'sdpa', dim: int = DIM) -> StreamKV:
+    # A pool of exactly one stream's pages: its counters equal the manager's.
+    pages = stream_pages(PATCHES, SPECIALS, SCALE, WINDOW, 32)
+    pool = KVPool(num_layers=BLOCKS, num_pages=pages, page_size=PATCHES, num_heads=HEADS,
+                  head_dim=dim, num_special_tokens=SPECIALS, dtype=dtype,
+                  device=torch.device(device), backend=backend,
+                  full_patch_pages=SCALE + WINDOW)
+    return StreamKV(pool, SCALE, WINDOW, 32)
+
+
 def _frames(num: int, device: str, dtype: torch.dtype, dim: int = DIM) -> torch.Tensor:
     gen = torch.Generator().manual_seed(0)
     # [frame, block, q/k/v, P, H, D]
@@ -53,6 +65,14 @@ def _scale_pass(cache: FlashInferKVCacheManager, frames: torch.Tensor) -> None:
     for f in range(SCALE):
         for b in range(BLOCKS):
             cache.append_frame(b, frames[f, b, 1], frames[f, b, 2], keyframe=True)
+
+
+def _scale_plan(kv: StreamKV, frames: torch.Tensor) -> None:
+    # The scale frames planned once, written per block (what the aggregator does).
+    plan = kv.plan_frame('scale', SCALE)
+    for b in range(BLOCKS):
+        kv.write(plan, b, frames[:SCALE, b, 1].flatten(0, 1), frames[:SCALE, b, 2].flatten(0, 1))
+    kv.end_frame(plan)
 
 
 def _eager_frame(cache: FlashInferKVCacheManager, frame: torch.Tensor,
@@ -68,9 +88,9 @@ def _eager_frame(cache: FlashInferKVCacheManager, frame: torch.Tensor,
     return outs
 
 
-def _staged_frame(staging: StagedFrames, frame: torch.Tensor,
+def _staged_frame(staging: StagedFrames, kv: StreamKV, frame: torch.Tensor,
                   keyframe: bool) -> list[torch.Tensor]:
-    key = staging.stage_frame(keyframe)
+    key = staging.stage_frame(kv, keyframe)
     outs = []
     for b in range(BLOCKS):
         staging.write(b, frame[b, 1], frame[b, 2])
@@ -85,49 +105,52 @@ SCHEDULE = [True, False, True, True, False, True, True, False, False, True, True
 
 def test_staged_frames_equal_the_eager_calls_through_and_past_the_window_fill():
     frames = _frames(SCALE + len(SCHEDULE), 'cpu', torch.float64)
-    eager, staged = _manager(), _manager()
-    staging = StagedFrames(staged)
+    eager, staged = _manager(), _stream_kv()
+    staging = StagedFrames(staged.pool)
     _scale_pass(eager, frames)
-    _scale_pass(staged, frames)
+    _scale_plan(staged, frames)
     for i, keyframe in enumerate(SCHEDULE):
         frame = frames[SCALE + i]
         want = _eager_frame(eager, frame, keyframe)
-        got = _staged_frame(staging, frame, keyframe)
+        got = _staged_frame(staging, staged, frame, keyframe)
         for a, b in zip(want, got):
             torch.testing.assert_close(b, a, atol=0, rtol=0)
-        assert staged.layout(0).page_ids == eager.layout(0).page_ids
-        assert staged.get_cache_stats(BLOCKS - 1) == eager.get_cache_stats(BLOCKS - 1)
+        assert staged.table.layout.page_ids == eager.layout(0).page_ids
+        assert staged.stats() == eager.get_cache_stats(BLOCKS - 1)
     # The run really went past the fill: a full window, frames evicted, non-keyframes gone.
-    stats = staged.get_cache_stats()
+    stats = staged.stats()
     assert stats['live_pages'] == WINDOW
     assert stats['frame_count'] == SCALE + sum(SCHEDULE)
 
 
 def test_staged_keys_on_the_cpu_are_the_range_kind():
-    cache = _manager()
-    staging = StagedFrames(cache)
-    _scale_pass(cache, _frames(SCALE, 'cpu', torch.float64))
-    assert staging.stage_frame(True) == ('range',)
+    kv = _stream_kv()
+    staging = StagedFrames(kv.pool)
+    _scale_plan(kv, _frames(SCALE, 'cpu', torch.float64))
+    assert staging.stage_frame(kv, True) == ('range',)
     staging.finish()
-    assert staging.stage_placeholder(False) == ('range',)
+    assert staging.stage_placeholder(kv, False) == ('range',)
 
 
 def test_staging_refuses_out_of_order_calls_and_unsupported_backends():
-    cache = _manager()
-    staging = StagedFrames(cache)
-    _scale_pass(cache, _frames(SCALE, 'cpu', torch.float64))
+    kv = _stream_kv()
+    staging = StagedFrames(kv.pool)
+    _scale_plan(kv, _frames(SCALE, 'cpu', torch.float64))
     with pytest.raises(CacheStateError, match='without a staged frame'):
         staging.finish()
-    staging.stage_frame(False)
+    staging.stage_frame(kv, False)
     with pytest.raises(CacheStateError, match='in flight'):
-        staging.stage_frame(True)
+        staging.stage_frame(kv, True)
     staging.finish()
-    assert cache.get_cache_stats()['frame_count'] == SCALE  # the non-keyframe rolled back
-    assert can_stage(cache) and cache.backend.graph_support == 'whole_frame'
-    reference = _manager(backend='reference')
-    assert not can_stage(reference) and reference.backend.graph_support == 'segments'
+    assert kv.stats()['frame_count'] == SCALE  # the non-keyframe rolled back
+    assert can_stage(kv.pool) and kv.pool.backend.graph_support == 'whole_frame'
+    reference = _stream_kv(backend='reference')
+    assert not can_stage(reference.pool)
+    assert reference.pool.backend.graph_support == 'segments'
     with pytest.raises(CacheStateError, match='whole-frame backend'):
-        StagedFrames(reference)
+        StagedFrames(reference.pool)
+    with pytest.raises(CacheStateError, match='another pool'):
+        staging.stage_frame(_stream_kv(), True)
 
 
 @pytest.mark.gpu
@@ -139,10 +162,11 @@ def test_one_captured_graph_replays_every_staged_frame_on_cuda():
     from lingbot_map_ros.engine.model.captured import capture_graph
 
     frames = _frames(SCALE + len(SCHEDULE), 'cuda', torch.bfloat16, dim=64)
-    eager, staged = (_manager('cuda', torch.bfloat16, dim=64) for _ in range(2))
-    staging = StagedFrames(staged)
+    eager, staged = _manager('cuda', torch.bfloat16, dim=64), \
+        _stream_kv('cuda', torch.bfloat16, dim=64)
+    staging = StagedFrames(staged.pool)
     _scale_pass(eager, frames)
-    _scale_pass(staged, frames)
+    _scale_plan(staged, frames)
     current = frames[0].clone()  # the graph's static input
     graphs: dict = {}
 
@@ -158,7 +182,7 @@ def test_one_captured_graph_replays_every_staged_frame_on_cuda():
         frame = frames[SCALE + i]
         want = _eager_frame(eager, frame, keyframe)
         current.copy_(frame)
-        key = staging.stage_frame(keyframe)
+        key = staging.stage_frame(staged, keyframe)
         keys.add(key)
         if key not in graphs:
             graphs[key] = capture_graph(lambda: body(key))

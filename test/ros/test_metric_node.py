@@ -104,7 +104,7 @@ def start(graph, tmp_path, **overrides):
     node, probe = graph.start_node(f'/metric{next(_ns)}', values)
     session = node.core.pipeline.session.session
     gt = ground_truth(200)
-    session._model = OracleModel(gt, session.config, noise=0.001, seed=1, depth_noise=0.02)
+    session._stream = OracleModel(gt, session.config, noise=0.001, seed=1, depth_noise=0.02)
     depth_pub = probe.create_publisher(Image, 'depth', QoSProfile(
         depth=300, reliability=ReliabilityPolicy.RELIABLE))
     depth_sub = next(s for s in node.subscriptions if s.topic_name.endswith('/depth'))

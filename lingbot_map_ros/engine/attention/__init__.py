@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Attention backends over the paged KV cache: 'flashinfer', 'sdpa', 'reference'."""
+"""Attention backends over the paged KV cache: 'flashinfer', 'sdpa', 'reference', 'triton'."""
 
 from lingbot_map_ros.engine.attention.backend import AttentionBackend, BACKEND_NAMES, \
     make_backend

@@ -32,12 +32,13 @@ and ``run`` once per layer. Backends:
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, TYPE_CHECKING
+from typing import Literal, Protocol, TYPE_CHECKING
 
 from lingbot_map_ros.engine.attention.fp8 import FP8_KV_DTYPES
 import torch
 
 if TYPE_CHECKING:
+    from lingbot_map_ros.engine.attention.staged import StagedAttention
     from lingbot_map_ros.engine.cache.page_table import PageLayout
 
 BACKEND_NAMES = ('flashinfer', 'sdpa', 'reference', 'triton', 'fa3', 'auto')
@@ -59,9 +60,18 @@ class AttentionBackend(Protocol):
     graph_support: GraphSupport
     """How far a streaming frame that uses this backend can be captured as CUDA graphs."""
 
-    kernel: Any
-    """With 'whole_frame' support: attention over a device-side run ``(q, k, v, bounds)``
-    that staged frames call for every layout, or None (flash varlen / the cuDNN split)."""
+    fallbacks: int
+    """Times the backend stepped down to a slower kernel (counted in the fast path's
+    fallbacks)."""
+
+    def staged_attention(self, page_size: int, full_patch_pages: int, num_special_tokens: int,
+                         device: torch.device, compile_merge: bool) -> StagedAttention | None:
+        """Return this backend's capturable form (``staged.py``), or None ('segments' only).
+
+        With 'whole_frame' support the backend supplies the attention that a whole-frame CUDA
+        graph captures: its numbers on the device, its own kernels (SGLang's per-backend
+        capture hooks). Arguments as ``StagedAttention``.
+        """
 
     def plan(self, layout: PageLayout, num_queries: int) -> None:
         """Prepare for ``run`` on ``layout``; cheap when called again with the same layout."""

@@ -79,7 +79,7 @@ class FlashInferBackend:
 
     name = 'flashinfer'
     graph_support = 'segments'  # plan() is host work per layout: eager between segments
-    kernel = None  # segments only: never staged
+    fallbacks = 0  # one kernel, nothing to step down to
 
     def __init__(self, *, num_heads: int, head_dim: int, page_size: int, num_pages: int,
                  dtype: torch.dtype, device: torch.device, kernel: str = 'fa2') -> None:
@@ -98,6 +98,10 @@ class FlashInferBackend:
         self._next_staging = 0
         self._uploaded: tuple[int, ...] | range | None = None
         self._planned: tuple[int, int] | None = None
+
+    def staged_attention(self, *args: object) -> None:
+        """Return None: ``plan`` is host work, so segments only, never staged."""
+        return None
 
     def plan(self, layout: PageLayout, num_queries: int) -> None:
         """Plan the kernel for ``layout`` and ``num_queries`` (no-op if already planned)."""

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 if TYPE_CHECKING:
+    from lingbot_map_ros.engine.attention.staged import StagedAttention
     from lingbot_map_ros.engine.cache.page_table import PageLayout
 
 
@@ -68,8 +69,6 @@ class SdpaBackend:
 
     name = 'sdpa'
     graph_support = 'whole_frame'  # its split attention has a staged, capturable form
-    kernel = None
-    """No run kernel of its own: staged frames use flash varlen and the cuDNN split."""
 
     def __init__(self, full_patch_pages: int = 0) -> None:
         """Set up the gather fallback and the CUDA split.
@@ -89,6 +88,18 @@ class SdpaBackend:
     def split(self) -> SplitAttention:
         """Return the cuDNN + flash attention (shared with staged frames: one switch for both)."""
         return self._split
+
+    @property
+    def fallbacks(self) -> int:
+        """Times the split stepped down to plain SDPA."""
+        return self._split.fallbacks
+
+    def staged_attention(self, page_size: int, full_patch_pages: int, num_special_tokens: int,
+                         device: torch.device, compile_merge: bool) -> StagedAttention:
+        """Return the capturable form: flash varlen over a device-side range, and the split."""
+        from lingbot_map_ros.engine.attention.staged import StagedAttention
+        return StagedAttention(self._split, page_size, full_patch_pages, num_special_tokens,
+                               device, compile_merge)
 
     def plan(self, layout: PageLayout, num_queries: int) -> None:
         """Nothing to plan: the kernel reads the layout's token range directly."""
@@ -140,10 +151,14 @@ class ReferenceBackend:
 
     name = 'reference'
     graph_support = 'segments'  # per-layout gather index: host work between segments
-    kernel = None  # segments only: never staged
+    fallbacks = 0  # one kernel, nothing to step down to
 
     def __init__(self) -> None:
         self._gather = _PageGather()
+
+    def staged_attention(self, *args: object) -> None:
+        """Return None: segments only, never staged."""
+        return None
 
     def plan(self, layout: PageLayout, num_queries: int) -> None:
         """Nothing to plan; the gather index is built on the first ``run`` of a layout."""

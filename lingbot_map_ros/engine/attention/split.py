@@ -85,6 +85,9 @@ class SplitAttention:
 
     def __init__(self) -> None:
         self.enabled = True
+        self.fallbacks = 0
+        """Times a kernel refused and the split stepped down to plain SDPA (the fast path's
+        fallback count includes it)."""
 
     def prepare(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 patch_token_counts: tuple[int, ...]) -> None:
@@ -111,6 +114,7 @@ class SplitAttention:
                     cudnn_part(dummy, k[:count], v[:count])
                 except RuntimeError as err:
                     self.enabled = False
+                    self.fallbacks += 1
                     _LOG.warning('cuDNN attention unavailable (%s); using plain SDPA', err)
                     return
 
@@ -132,6 +136,7 @@ class SplitAttention:
             o2, lse2 = _flash_part(q, k[num_patch_tokens:], v[num_patch_tokens:])
         except RuntimeError as err:
             self.enabled = False
+            self.fallbacks += 1
             _LOG.warning('split cuDNN/flash attention unavailable (%s); using plain SDPA', err)
             return None
         return merge_partial(o1, lse1, o2, lse2)

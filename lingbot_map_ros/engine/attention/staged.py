@@ -72,10 +72,13 @@ def _flash_range(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.
 class StagedAttention:
     """The visible range of the frame in flight as device numbers, and attention over it.
 
+    The stream whose frame is staged gives its special stream's first token (``special_base``:
+    its lease's first page + ``R = N_s + W + 1`` patch pages, times ``T``) with every layout.
+
     Args:
-        split: the backend's cuDNN/flash split (shared: one switch turns cuDNN off).
+        split: the backend's cuDNN/flash split (shared: one switch turns cuDNN off), or None
+            (a backend without one: every layout is ``range``).
         page_size: ``T``.
-        num_patch_pages: ``R`` (N_s + W + 1): the special stream starts at token ``R*T``.
         full_patch_pages: ``N_s + W``: from this many visible patch pages on, ``split``.
         num_special_tokens: ``S`` specials per frame.
         device: device of the pools.
@@ -84,19 +87,18 @@ class StagedAttention:
             ``triton``); None: flash varlen / cuDNN split.
     """
 
-    def __init__(self, split: SplitAttention, page_size: int, num_patch_pages: int,
-                 full_patch_pages: int, num_special_tokens: int, device: torch.device,
-                 compile_merge: bool = False, run_kernel: Any = None) -> None:
+    def __init__(self, split: SplitAttention | None, page_size: int, full_patch_pages: int,
+                 num_special_tokens: int, device: torch.device, compile_merge: bool = False,
+                 run_kernel: Any = None) -> None:
         self._split = split
         self._run_kernel = run_kernel
         self._num_special = num_special_tokens
         self._page_size = page_size
-        self._special_base = num_patch_pages * page_size
+        self._special_base = -1
         self._full_patch_pages = full_patch_pages
         # [start, stop, special_base, stop]: rows [0:2] and [2:4] are the cu_seqlens_k of the
         # whole range and of the special stream, as views (no per-call indexing kernel).
-        self._bounds = torch.tensor([0, 0, self._special_base, 0], dtype=torch.int32,
-                                    device=device)
+        self._bounds = torch.zeros(4, dtype=torch.int32, device=device)
         self._host_bounds = (0, 0)
         self._cu_q: torch.Tensor | None = None  # [0, Q]; built before any capture
         self._cu_q_len = -1
@@ -121,7 +123,8 @@ class StagedAttention:
                              bounds)
         self._queries(q)
 
-    def set(self, layout: PageLayout) -> StagedKey:  # noqa: A003 - a method, not the builtin
+    def set(self, layout: PageLayout,  # noqa: A003 - a method, not the builtin
+            special_base: int) -> StagedKey:
         """Point the device numbers at ``layout``'s visible run; returns the graph key.
 
         Raises:
@@ -130,39 +133,45 @@ class StagedAttention:
         if not layout.is_contiguous:
             raise ValueError('staged attention needs a contiguous visible run')
         start = layout.first_page * self._page_size
-        self._point_at(start, start + layout.num_tokens)
-        return self.key_for(layout)
+        self._point_at(start, start + layout.num_tokens, special_base)
+        return self.key_for(layout, special_base)
 
-    def set_placeholder(self, keyframe: bool) -> StagedKey:
+    def set_placeholder(self, keyframe: bool, first_page: int, special_base: int) -> StagedKey:
         """Point the numbers at a full-window layout (for capturing its graph ahead of time).
 
-        The run is the keyframe's (``N_s + W`` pages above the spare one) or the
-        non-keyframe's (with the spare page), plus one frame of specials.
+        The run is the keyframe's (``N_s + W`` pages above the spare one, the stream's
+        ``first_page``) or the non-keyframe's (with the spare page), plus one frame of specials.
 
         Returns:
             The ``split`` key of that layout, or ``('range',)`` where the split is off.
         """
-        start = (1 if keyframe else 0) * self._page_size
-        self._point_at(start, self._special_base + self._num_special)
-        if not (self._split.enabled and self._bounds.is_cuda) or self._run_kernel is not None:
+        start = (first_page + (1 if keyframe else 0)) * self._page_size
+        self._point_at(start, special_base + self._num_special, special_base)
+        if not self._split_on():
             return ('range',)
-        return ('split', start, self._special_base - start)
+        return ('split', start, special_base - start)
 
-    def _point_at(self, start: int, stop: int) -> None:
-        # Three fill kernels, stream-ordered after the previous frame's replay; no host sync.
+    def _split_on(self) -> bool:
+        return self._split is not None and self._split.enabled and self._bounds.is_cuda \
+            and self._run_kernel is None
+
+    def _point_at(self, start: int, stop: int, special_base: int) -> None:
+        # Fill kernels, stream-ordered after the previous frame's replay; no host sync.
         self._bounds[0].fill_(start)
         self._bounds[1].fill_(stop)
         self._bounds[3].fill_(stop)
+        if special_base != self._special_base:  # changes only with the stream's lease
+            self._bounds[2].fill_(special_base)
+            self._special_base = special_base
         self._host_bounds = (start, stop)
 
-    def key_for(self, layout: PageLayout) -> StagedKey:
+    def key_for(self, layout: PageLayout, special_base: int) -> StagedKey:
         """Return the graph key of a layout (see the module docstring)."""
         patch_pages = layout.num_scale_pages + layout.num_window_pages
         start = layout.first_page * self._page_size
         patches = patch_pages * self._page_size
-        if patch_pages >= self._full_patch_pages and self._split.enabled \
-                and start + patches == self._special_base and self._bounds.is_cuda \
-                and self._run_kernel is None:
+        if patch_pages >= self._full_patch_pages and self._split_on() \
+                and start + patches == special_base:
             return ('split', start, patches)
         return ('range',)
 

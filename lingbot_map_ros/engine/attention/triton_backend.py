@@ -33,10 +33,10 @@ import os
 from typing import Any, TYPE_CHECKING
 
 from lingbot_map_ros.engine.attention.fp8 import attention_dtype
-from lingbot_map_ros.engine.attention.split import SplitAttention
 import torch
 
 if TYPE_CHECKING:
+    from lingbot_map_ros.engine.attention.staged import StagedAttention
     from lingbot_map_ros.engine.cache.page_table import PageLayout
 
 logger = logging.getLogger(__name__)
@@ -108,17 +108,23 @@ class TritonBackend:
 
     name = 'triton'
     graph_support = 'whole_frame'  # the kernel reads the run's bounds from the device
+    fallbacks = 0  # one kernel, nothing to step down to
 
     def __init__(self, device: torch.device, kernel: Any = None) -> None:
         from lingbot_map_ros.engine.attention.sdpa import _PageGather
 
         # Another kernel over a device-side run (``fa3.py``) reuses the rest as it is.
         self.kernel = kernel if kernel is not None else TritonRunAttention()
-        # Staged frames run every layout through the kernel; the split is never used.
-        self.split = SplitAttention()
         self._bounds = torch.zeros(2, dtype=torch.int32, device=device)
         self._host_bounds = (-1, -1)
         self._gather = _PageGather()
+
+    def staged_attention(self, page_size: int, full_patch_pages: int, num_special_tokens: int,
+                         device: torch.device, compile_merge: bool) -> StagedAttention:
+        """Return the capturable form: every layout is one run through the kernel, no split."""
+        from lingbot_map_ros.engine.attention.staged import StagedAttention
+        return StagedAttention(None, page_size, full_patch_pages, num_special_tokens, device,
+                               compile_merge, run_kernel=self.kernel)
 
     def plan(self, layout: PageLayout, num_queries: int) -> None:
         """Nothing to plan: ``run`` points the bounds at the layout's run."""

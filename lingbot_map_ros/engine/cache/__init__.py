@@ -11,13 +11,16 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The engine's paged two-stream KV cache (see ``manager.py`` for the protocol)."""
+"""The engine's paged two-stream KV cache: one page pool per engine, one table per stream."""
 
+from lingbot_map_ros.engine.cache.kv_pool import KVPool, PageLease, PoolStats
 from lingbot_map_ros.engine.cache.manager import FlashInferKVCacheManager
 from lingbot_map_ros.engine.cache.page_pool import PagePool
 from lingbot_map_ros.engine.cache.page_table import PageLayout, PageMove, TableStep, \
     TwoStreamPageTable
-from lingbot_map_ros.engine.cache.stream_cache import new_stream_cache, tokens_per_frame
+from lingbot_map_ros.engine.cache.stream_cache import new_kv_pool, tokens_per_frame
+from lingbot_map_ros.engine.cache.stream_kv import FramePlan, StreamKV
 
-__all__ = ['FlashInferKVCacheManager', 'PageLayout', 'PageMove', 'PagePool', 'TableStep',
-           'TwoStreamPageTable', 'new_stream_cache', 'tokens_per_frame']
+__all__ = ['FlashInferKVCacheManager', 'FramePlan', 'KVPool', 'PageLayout', 'PageLease',
+           'PageMove', 'PagePool', 'PoolStats', 'StreamKV', 'TableStep', 'TwoStreamPageTable',
+           'new_kv_pool', 'tokens_per_frame']

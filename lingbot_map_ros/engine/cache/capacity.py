@@ -13,9 +13,10 @@
 # limitations under the License.
 """How many bytes a cache configuration allocates, before any GPU memory is touched.
 
-The KV cache is allocated whole when the first frame arrives: ``L`` layers x (patch pages
-``N_s + W + 1`` + special pages ``ceil(S * max_total_frames / T)``) x ``T`` tokens x ``H`` heads
-x ``D`` dims x 2 (K and V) x the storage dtype's bytes. At the defaults of the official model
+The engine's KV page pool is allocated whole when the first frame arrives: ``L`` layers x pool
+pages x ``T`` tokens x ``H`` heads x ``D`` dims x 2 (K and V) x the storage dtype's bytes. The
+pool pages are ``cache.pool_pages``, or by default ``cache.streams`` x (patch pages ``N_s + W + 1``
++ special pages ``ceil(S * max_total_frames / T)``). At the defaults of the official model
 (504x378 images: ``T`` = 972) that is 6.674 GiB in bf16 (special stream sized for one session,
 ``max_total_frames`` = ``stream.session_keyframes`` = 320); docs/gpu_memory.md lists what each
 setting saves.
@@ -24,14 +25,25 @@ setting saves.
 from __future__ import annotations
 
 from lingbot_map_ros.config import CacheConfig
-from lingbot_map_ros.engine.cache.page_table import TwoStreamPageTable
+from lingbot_map_ros.engine.cache.stream_kv import stream_pages
 import torch
+
+
+def pool_pages(cache: CacheConfig, page_size: int, num_special_tokens: int = 6) -> int:
+    """Return the pages (per layer) of the engine's pool: ``cache.pool_pages`` or derived.
+
+    Derived: ``cache.streams`` leases of one stream each (``stream_kv.stream_pages``).
+    """
+    if cache.pool_pages:
+        return cache.pool_pages
+    return cache.streams * stream_pages(page_size, num_special_tokens, cache.scale_frames,
+                                        cache.sliding_window, cache.max_total_frames)
 
 
 def kv_cache_bytes(cache: CacheConfig, patches_per_frame: int, num_layers: int = 24,
                    num_heads: int = 16, head_dim: int = 64,
                    num_special_tokens: int = 6) -> int:
-    """Return the bytes the KV cache of ``cache`` allocates (all layers, K and V).
+    """Return the bytes the KV page pool of ``cache`` allocates (all layers, K and V).
 
     Args:
         cache: Window sizes, special-stream capacity and storage dtype.
@@ -46,10 +58,9 @@ def kv_cache_bytes(cache: CacheConfig, patches_per_frame: int, num_layers: int =
     """
     if patches_per_frame < 1:
         raise ValueError(f'patches_per_frame={patches_per_frame} must be >= 1')
-    table = TwoStreamPageTable(patches_per_frame, num_special_tokens, cache.scale_frames,
-                               cache.sliding_window, cache.max_total_frames)
+    pages = pool_pages(cache, patches_per_frame, num_special_tokens)
     itemsize = torch.empty(0, dtype=getattr(torch, cache.dtype)).element_size()
-    return 2 * num_layers * table.num_pages * patches_per_frame * num_heads * head_dim * itemsize
+    return 2 * num_layers * pages * patches_per_frame * num_heads * head_dim * itemsize
 
 
 def session_frames(session_keyframes: int, scale_frames: int) -> int:

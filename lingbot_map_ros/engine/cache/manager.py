@@ -38,18 +38,22 @@ What a frame attends to (model spec 5.3; ``N_s`` scale frames, window ``W``):
 Each block makes its calls for a frame before the next block starts. All blocks share one page
 table (``step_log.py``): block 0 decides where the frame goes, the others replay it, so host
 work per frame does not grow with the number of blocks. Page layout: ``page_table.py``.
+
+The manager is one stream over a page pool of its own (``kv_pool.py``), sized for that stream.
+The engine itself does not go through this per-block API: its streams plan a frame once for all
+layers (``stream_kv.py``) on a pool shared by the engine's streams.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from lingbot_map_ros.engine.attention.backend import AttentionBackend, BACKEND_NAMES, \
-    check_storage_dtype, make_backend
-from lingbot_map_ros.engine.attention.backend_choice import resolve_backend
+from lingbot_map_ros.engine.attention.backend import AttentionBackend, BACKEND_NAMES
+from lingbot_map_ros.engine.cache.kv_pool import KVPool
 from lingbot_map_ros.engine.cache.kv_storage import KVStorage
 from lingbot_map_ros.engine.cache.page_table import PageLayout, StepKind, TwoStreamPageTable
 from lingbot_map_ros.engine.cache.step_log import LoggedStep, StepLog
+from lingbot_map_ros.engine.cache.stream_kv import cache_stats
 from lingbot_map_ros.engine.errors import CacheStateError
 import torch
 
@@ -124,19 +128,24 @@ class FlashInferKVCacheManager:
         self.page_size = tokens_per_frame - num_special_tokens
         self.device = torch.device(device)
         self.backend_name, self.dtype = _resolve_backend(backend, force_fp32, dtype)
-        # 'auto' -> the fastest backend this device runs; 'triton' refused where it cannot run.
-        self.backend_name = resolve_backend(self.backend_name, self.device, self.dtype)
-        self.storage_dtype = check_storage_dtype(storage_dtype, self.dtype, self.backend_name)
+        num_pages = TwoStreamPageTable(self.page_size, num_special_tokens, scale_frames,
+                                       sliding_window, max_total_frames).num_pages
+        self._pool = KVPool(num_layers=num_blocks, num_pages=num_pages,
+                            page_size=self.page_size, num_heads=num_heads, head_dim=head_dim,
+                            num_special_tokens=num_special_tokens, dtype=self.dtype,
+                            device=self.device, backend=self.backend_name,
+                            storage_dtype=storage_dtype,
+                            full_patch_pages=scale_frames + sliding_window)
+        # 'auto' resolved by the pool: the fastest backend this device runs.
+        self.backend_name = self._pool.backend_name
+        self.storage_dtype = self._pool.storage_dtype
+        lease = self._pool.lease(self._pool.new_stream_id(), num_pages)
         self._table = TwoStreamPageTable(self.page_size, num_special_tokens, scale_frames,
-                                         sliding_window, max_total_frames)
-        # The backend first: a missing FlashInfer fails before gigabytes are allocated.
-        self._backend = make_backend(self.backend_name, num_heads=num_heads,
-                                     head_dim=head_dim, page_size=self.page_size,
-                                     num_pages=self._table.num_pages, dtype=self.dtype,
-                                     device=self.device,
-                                     full_patch_pages=scale_frames + sliding_window)
-        self._storage = KVStorage(num_blocks, self._table.num_pages, self.page_size, num_heads,
-                                  head_dim, num_special_tokens, self.storage_dtype, self.device)
+                                         sliding_window, max_total_frames,
+                                         first_page=lease.first_page,
+                                         versions=self._pool.versions)
+        self._backend = self._pool.backend
+        self._storage = self._pool.storage
         self._log = StepLog(num_blocks, self._table.layout)
         self._frame_shape = (tokens_per_frame, num_heads, head_dim)
         # Upstream's flags: a non-keyframe is running (read by upstream's blocks), and its
@@ -153,6 +162,11 @@ class FlashInferKVCacheManager:
     def backend(self) -> AttentionBackend:
         """Return the attention backend; its ``graph_support`` says what graphs may hold."""
         return self._backend
+
+    @property
+    def pool(self) -> KVPool:
+        """Return the page pool the manager owns (one stream: this manager)."""
+        return self._pool
 
     @property
     def storage(self) -> KVStorage:
@@ -302,31 +316,11 @@ class FlashInferKVCacheManager:
             ``special_pages``, ``free_special_pages``, ``visible_tokens``, ``contiguous``,
             ``page_size``, ``num_patch_pages``, ``num_special_pages``, ``max_total_frames``,
             ``remaining_frames``, ``kv_bytes`` (allocated, all blocks), ``kv_bytes_used``
-            (visible pages, all blocks), ``backend``, ``dtype``.
+            (visible pages, all blocks), ``backend``, ``dtype``, and the pool's
+            ``pool_pages_total``, ``pool_pages_free``, ``pool_streams``.
         """
-        layout = self.layout(block_idx)
-        table = self._table
-        return {
-            'frame_count': layout.num_frames,
-            'scale_pages': layout.num_scale_pages,
-            'live_pages': layout.num_window_pages,
-            'free_pages': table.num_patch_pages - layout.num_scale_pages
-            - layout.num_window_pages,
-            'special_tokens': self.num_special_tokens * layout.num_frames,
-            'special_pages': layout.num_special_pages,
-            'free_special_pages': table.num_special_pages - layout.num_special_pages,
-            'visible_tokens': layout.num_tokens,
-            'contiguous': layout.is_contiguous,
-            'page_size': self.page_size,
-            'num_patch_pages': table.num_patch_pages,
-            'num_special_pages': table.num_special_pages,
-            'max_total_frames': table.max_total_frames,
-            'remaining_frames': table.max_total_frames - layout.num_frames,
-            'kv_bytes': self._storage.num_bytes,
-            'kv_bytes_used': layout.num_pages * self._storage.bytes_per_page * self.num_blocks,
-            'backend': self.backend_name,
-            'dtype': str(self.storage_dtype).removeprefix('torch.'),
-        }
+        return cache_stats(self.layout(block_idx), self._table, self._storage, self._pool,
+                           self.num_blocks)
 
     def _check_block(self, block_idx: int) -> None:
         if not 0 <= block_idx < self.num_blocks:

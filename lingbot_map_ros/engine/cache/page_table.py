@@ -50,7 +50,9 @@ The table hands out frozen ``PageLayout`` snapshots (never its own lists), and o
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
+import itertools
 from typing import Literal, NamedTuple
 
 from lingbot_map_ros.engine.cache.page_pool import PagePool
@@ -161,18 +163,25 @@ class TwoStreamPageTable:
         scale_frames: ``N_s``, frames pinned forever (the first ``N_s`` appended).
         sliding_window: ``W``, keyframes after the scale frames that keep their patches.
         max_total_frames: Capacity of the special stream, in frames.
+        first_page: Pool page id of the table's page 0: a stream's table works on its lease
+            ``[first_page, first_page + num_pages)`` of a shared pool (``kv_pool.py``); every
+            page id and token index the table hands out is a pool id.
+        versions: Source of layout versions, shared by every table of one pool so that a
+            version names one layout of one stream (backends key their plans on it).
 
     Raises:
         ValueError: a size out of range.
     """
 
     def __init__(self, page_size: int, num_special_tokens: int, scale_frames: int,
-                 sliding_window: int, max_total_frames: int) -> None:
+                 sliding_window: int, max_total_frames: int, first_page: int = 0,
+                 versions: Iterator[int] | None = None) -> None:
         for name, value, low in (('page_size', page_size, 1),
                                  ('num_special_tokens', num_special_tokens, 0),
                                  ('scale_frames', scale_frames, 0),
                                  ('sliding_window', sliding_window, 1),
-                                 ('max_total_frames', max_total_frames, 1)):
+                                 ('max_total_frames', max_total_frames, 1),
+                                 ('first_page', first_page + 1, 1)):
             if value < low:
                 raise ValueError(f'page table: {name}={value} must be >= {low}')
         self.page_size = page_size
@@ -180,6 +189,8 @@ class TwoStreamPageTable:
         self.scale_frames = scale_frames
         self.sliding_window = sliding_window
         self.max_total_frames = max_total_frames
+        self.first_page = first_page
+        self._versions = versions if versions is not None else itertools.count(1)
         # One spare patch page: the non-keyframe in flight (append -> attend -> rollback).
         self.num_patch_pages = scale_frames + sliding_window + 1
         self.num_special_pages = -(-max_total_frames * num_special_tokens // page_size)
@@ -190,8 +201,13 @@ class TwoStreamPageTable:
         self._holes: set[int] = set()
         self._run_low = self.num_patch_pages
         self._num_frames = 0
-        self._version = 0
+        self._version = next(self._versions)
         self._layout = self._build_layout()
+
+    @property
+    def special_base(self) -> int:
+        """Pool token index of the special stream's first token."""
+        return (self.first_page + self.num_patch_pages) * self.page_size
 
     @property
     def num_pages(self) -> int:
@@ -228,7 +244,7 @@ class TwoStreamPageTable:
         Raises:
             ValueError: ``page_id`` is not a patch page.
         """
-        return self._patches.owner(page_id)
+        return self._patches.owner(page_id - self.first_page)
 
     def reset(self) -> None:
         """Forget every frame and free every page."""
@@ -239,7 +255,7 @@ class TwoStreamPageTable:
         self._holes.clear()
         self._run_low = self.num_patch_pages
         self._num_frames = 0
-        self._version += 1
+        self._version = next(self._versions)
         self._layout = self._build_layout()
 
     def append(self, keyframe: bool = True) -> TableStep:
@@ -275,9 +291,9 @@ class TwoStreamPageTable:
             self._specials.allocate(frame, self._specials.num_used)
         self._num_frames = frame + 1
         moves = self._compact()
-        special_start = (self.num_patch_pages * self.page_size
-                         + self.num_special_tokens * frame)
-        return TableStep('append', self._changed(), page, special_start, moves)
+        special_start = self.special_base + self.num_special_tokens * frame
+        return TableStep('append', self._changed(), page + self.first_page, special_start,
+                         moves)
 
     def evict(self) -> TableStep:
         """Evict the oldest window frames until at most ``sliding_window`` hold patches.
@@ -357,19 +373,22 @@ class TwoStreamPageTable:
                 self._scale[frame] = hole
             else:
                 self._window[frame - self._window[0].frame].page = hole
-            moves.append(PageMove(src, hole))
+            moves.append(PageMove(src + self.first_page, hole + self.first_page))
             self._free_patch_page(src)
         return tuple(moves)
 
     def _changed(self) -> PageLayout:
-        self._version += 1
+        self._version = next(self._versions)
         self._layout = self._build_layout()
         return self._layout
 
     def _build_layout(self) -> PageLayout:
         num_special = self._specials.num_used
-        page_ids = (tuple(self._scale) + tuple(w.page for w in self._window)
-                    + tuple(range(self.num_patch_pages, self.num_patch_pages + num_special)))
+        base = self.first_page
+        page_ids = (tuple(base + p for p in self._scale)
+                    + tuple(base + w.page for w in self._window)
+                    + tuple(range(base + self.num_patch_pages,
+                                  base + self.num_patch_pages + num_special)))
         if num_special:
             last_page_len = self.num_special_tokens * self._num_frames \
                 - (num_special - 1) * self.page_size

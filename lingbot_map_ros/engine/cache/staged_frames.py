@@ -14,112 +14,103 @@
 """Staged frames: one streaming frame's cache work with its numbers on the device.
 
 A whole streaming frame can be one CUDA graph (``model/graphed.py``) only if the cache work
-inside it needs no host decision. :meth:`StagedFrames.stage_frame` makes the frame's table steps
-for every block at once and puts where the frame goes and what it sees into device tensors; the
-graph then calls :meth:`~StagedFrames.write` and :meth:`~StagedFrames.attend` per block;
-:meth:`~StagedFrames.finish` ends the frame. Only backends whose ``graph_support`` is
-'whole_frame' (and, on CUDA, bf16/fp16 storage) can stage.
+inside it needs no host decision. :meth:`StagedFrames.stage_frame` plans the frame on its stream
+(``StreamKV.plan_frame``: every layer's writes and keys at once) and puts where the frame goes
+and what it sees into device tensors; the graph then calls :meth:`~StagedFrames.write` and
+:meth:`~StagedFrames.attend` per block; :meth:`~StagedFrames.finish` ends the frame. The device
+numbers belong to the pool, not to a stream: one captured graph serves every stream whose run
+has the same key. Only backends whose ``graph_support`` is 'whole_frame' (and, on CUDA,
+bf16/fp16 storage) can stage.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from lingbot_map_ros.engine.attention.staged import StagedAttention, StagedKey
-from lingbot_map_ros.engine.cache.step_log import LoggedStep
+from lingbot_map_ros.engine.cache.kv_pool import KVPool
+from lingbot_map_ros.engine.cache.stream_kv import FramePlan, StreamKV
 from lingbot_map_ros.engine.errors import CacheStateError
 import torch
 
-if TYPE_CHECKING:
-    from lingbot_map_ros.engine.cache.manager import FlashInferKVCacheManager
 
+def can_stage(pool: KVPool) -> bool:
+    """Tell whether frames on ``pool`` can be staged.
 
-def can_stage(cache: FlashInferKVCacheManager) -> bool:
-    """Tell whether ``cache`` can stage frames.
-
-    It can when its backend declares 'whole_frame' graph support and the storage is bf16/fp16 on
-    CUDA (any dtype elsewhere).
+    They can when its backend declares 'whole_frame' graph support and the attention dtype is
+    bf16/fp16 on CUDA (any dtype elsewhere).
     """
-    if cache.backend.graph_support != 'whole_frame':
+    if pool.backend.graph_support != 'whole_frame':
         return False
-    return cache.device.type != 'cuda' or cache.dtype in (torch.bfloat16, torch.float16)
+    return pool.device.type != 'cuda' or pool.dtype in (torch.bfloat16, torch.float16)
 
 
 class StagedFrames:
-    """The staged-frame protocol over one cache manager (which keeps the page table)."""
+    """The staged-frame protocol over one pool; each frame is planned on its own stream."""
 
-    def __init__(self, cache: FlashInferKVCacheManager, compile_merge: bool = False) -> None:
+    def __init__(self, pool: KVPool, compile_merge: bool = False) -> None:
         """Build the device-side numbers.
 
         Args:
-            cache: the manager whose table and storage the frames go through.
+            pool: the pool whose storage the frames go through.
             compile_merge: ``torch.compile`` the split's log-sum-exp merge.
 
         Raises:
-            CacheStateError: the cache cannot stage (see :func:`can_stage`).
+            CacheStateError: the pool cannot stage (see :func:`can_stage`).
         """
-        if not can_stage(cache):
+        if not can_stage(pool):
             raise CacheStateError('staged frames need a whole-frame backend (sdpa, triton) '
-                                  f'with bf16/fp16 on CUDA, not {cache.backend_name} with '
-                                  f'{cache.dtype} on {cache.device}')
-        self._cache = cache
-        table = cache.page_table
-        self._attention = StagedAttention(
-            cache.backend.split, cache.page_size, table.num_patch_pages,  # type: ignore
-            cache.scale_frames + cache.sliding_window, cache.num_special_tokens, cache.device,
-            compile_merge, run_kernel=cache.backend.kernel)  # type: ignore
-        self._index = torch.zeros(cache.tokens_per_frame, dtype=torch.long, device=cache.device)
-        self._keyframe: bool | None = None
+                                  f'with bf16/fp16 on CUDA, not {pool.backend_name} with '
+                                  f'{pool.dtype} on {pool.device}')
+        self._pool = pool
+        attention = pool.backend.staged_attention(pool.page_size, pool.full_patch_pages,
+                                                  pool.num_special_tokens, pool.device,
+                                                  compile_merge)
+        if attention is None:
+            raise CacheStateError(f'backend {pool.backend_name} declares whole-frame support '
+                                  'but supplies no staged attention')
+        self._attention: StagedAttention = attention
+        self._index = torch.zeros(pool.tokens_per_frame, dtype=torch.long, device=pool.device)
+        self._frame: tuple[StreamKV, FramePlan] | None = None
 
     def warm_up(self, q: torch.Tensor) -> None:
         """Compile the staged merge for queries shaped like ``q: [Q, H, D]`` now (CUDA)."""
-        storage = self._cache.storage
+        storage = self._pool.storage
         self._attention.warm_up(q, storage.k[0], storage.v[0])
 
-    def stage_frame(self, keyframe: bool) -> StagedKey:
-        """Make one streaming frame's table steps for every block; stage its numbers.
-
-        A keyframe: append + evict; a non-keyframe: append (``finish`` rolls it back).
+    def stage_frame(self, kv: StreamKV, keyframe: bool) -> StagedKey:
+        """Plan one streaming frame of stream ``kv`` for every block; stage its numbers.
 
         Returns:
             The key of the graph that runs this frame's attention.
 
         Raises:
             CachePoolExhaustedError: the special stream is full (nothing changed).
-            CacheStateError: a frame already staged, blocks out of step, or a step that would
-                move pages (never for keyframe True/False appends).
+            CacheStateError: a frame already staged, or a stream of another pool.
         """
-        if self._keyframe is not None:
+        if self._frame is not None:
             raise CacheStateError('stage_frame while a staged frame is in flight; finish first')
-        cache = self._cache
-        first = cache.advance(0, 'append', keyframe)
-        _check_no_moves(first)
-        for block_idx in range(1, cache.num_blocks):
-            cache.advance(block_idx, 'append', keyframe)
-        if keyframe:
-            for block_idx in range(cache.num_blocks):
-                _check_no_moves(cache.advance(block_idx, 'evict'))
-        self._index.copy_(first.index)
-        self._keyframe = keyframe
-        return self._attention.set(cache.layout(0))
+        if kv.pool is not self._pool:
+            raise CacheStateError('stage_frame: the stream leases pages of another pool')
+        plan = kv.plan_frame('keyframe' if keyframe else 'non-keyframe')
+        self._index.copy_(plan.index)
+        self._frame = (kv, plan)
+        return self._attention.set(plan.layout, plan.special_base)
 
-    def stage_placeholder(self, keyframe: bool) -> StagedKey:
+    def stage_placeholder(self, kv: StreamKV, keyframe: bool) -> StagedKey:
         """Stage a full-window layout without touching the table, to capture its graph early.
 
-        The frame's writes go to the spare page and the first special slots: reset the cache
-        before real frames use it.
+        The frame's writes go to the spare page and the first special slots of ``kv``'s own
+        lease (no other stream's pages): reset that stream before real frames use it.
 
         Returns:
             The key of that layout's graph.
         """
-        cache = self._cache
-        spare = cache.page_table.num_patch_pages * cache.page_size
-        self._index.copy_(cache.storage.frame_index(0, spare))
-        return self._attention.set_placeholder(keyframe)
+        table = kv.table
+        self._index.copy_(self._pool.storage.frame_index(table.first_page, table.special_base))
+        return self._attention.set_placeholder(keyframe, table.first_page, table.special_base)
 
     def write(self, block_idx: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write the staged frame's K and V ``[P, H, D]`` of ``block_idx`` (capturable)."""
-        self._cache.storage.write(block_idx, self._index, k, v)
+        self._pool.storage.write(block_idx, self._index, k, v)
 
     def attend(self, block_idx: int, key: StagedKey, q: torch.Tensor) -> torch.Tensor:
         """Attend ``q: [Q, H, D]`` to the staged run of ``block_idx`` (capturable).
@@ -127,24 +118,16 @@ class StagedFrames:
         Returns:
             ``[Q, H, D]`` in the storage dtype.
         """
-        storage = self._cache.storage
+        storage = self._pool.storage
         return self._attention.attend(key, q, storage.k[block_idx], storage.v[block_idx])
 
-    def finish(self) -> None:
-        """End the staged frame: a non-keyframe is rolled back in every block.
+    def finish(self, failed: bool = False) -> None:
+        """End the staged frame: a non-keyframe (or a failed frame) is rolled back.
 
         Raises:
             CacheStateError: no frame is staged.
         """
-        if self._keyframe is None:
+        if self._frame is None:
             raise CacheStateError('finish without a staged frame')
-        keyframe, self._keyframe = self._keyframe, None
-        if not keyframe:
-            for block_idx in range(self._cache.num_blocks):
-                _check_no_moves(self._cache.advance(block_idx, 'rollback'))
-
-
-def _check_no_moves(logged: LoggedStep) -> None:
-    if logged.step.moves:
-        raise CacheStateError(f'staged {logged.step.kind} would move pages {logged.step.moves}; '
-                              'stage only keyframe/non-keyframe appends')
+        (kv, plan), self._frame = self._frame, None
+        kv.end_frame(plan, failed)

@@ -11,10 +11,11 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""new_stream_cache: the KV cache a streaming session owns, sized for one image size.
+"""new_kv_pool: the engine's KV page pool for one image size.
 
-The session (``engine/pipeline.py``) builds it at the first frame of a size and hands it to the
-model, which only reads and writes it; resets go through the session.
+The engine (``engine/engine.py``) builds it at the first frame of a size, sized for
+``cache.streams`` streams (or ``cache.pool_pages``), and its streams lease pages of it
+(``stream_kv.py``). The model only reads and writes the pages a stream hands it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import logging
 
 import torch
 
-from .manager import FlashInferKVCacheManager
+from .capacity import pool_pages
+from .kv_pool import KVPool
 from ..frames import NUM_SPECIAL_TOKENS
 from ...config import CacheConfig, ModelConfig
 
@@ -36,14 +38,13 @@ def tokens_per_frame(model: ModelConfig, image_hw: tuple[int, int]) -> int:
     return NUM_SPECIAL_TOKENS + (image_hw[0] // patch) * (image_hw[1] // patch)
 
 
-def new_stream_cache(model: ModelConfig, cache: CacheConfig, kv_dtype: torch.dtype,
-                     image_hw: tuple[int, int],
-                     device: torch.device | str) -> FlashInferKVCacheManager:
-    """Build the global-attention KV cache for frames of processed size ``image_hw``.
+def new_kv_pool(model: ModelConfig, cache: CacheConfig, kv_dtype: torch.dtype,
+                image_hw: tuple[int, int], device: torch.device | str) -> KVPool:
+    """Build the global-attention KV page pool for frames of processed size ``image_hw``.
 
     Args:
-        model: network shape (depth, heads, RoPE table length).
-        cache: N_s, W, capacity and attention backend.
+        model: network shape (depth, heads).
+        cache: N_s, W, capacity, streams / pool pages and attention backend.
         kv_dtype: K/V attention dtype (bf16 on the GPU path; float32 or float64 on CPU); the
             storage is FP8 instead when ``cache.dtype`` is 'float8_e4m3fn'.
         image_hw: processed (H, W), multiples of the patch size.
@@ -52,15 +53,15 @@ def new_stream_cache(model: ModelConfig, cache: CacheConfig, kv_dtype: torch.dty
     Raises:
         ImportError: the FlashInfer backend was asked for and is not installed.
     """
-    tokens = tokens_per_frame(model, image_hw)
-    manager = FlashInferKVCacheManager(
-        num_blocks=model.depth, max_num_frames=model.max_frame_num, tokens_per_frame=tokens,
-        num_heads=model.num_heads, head_dim=model.head_dim, dtype=kv_dtype, device=device,
-        num_special_tokens=NUM_SPECIAL_TOKENS, scale_frames=cache.scale_frames,
-        sliding_window=cache.sliding_window, max_total_frames=cache.max_total_frames,
-        backend=cache.backend,
-        # FP8 is a storage format only: attention runs in ``kv_dtype`` (docs/gpu_memory.md).
-        storage_dtype=torch.float8_e4m3fn if cache.dtype == 'float8_e4m3fn' else None)
-    logger.info('KV cache: %d tokens/frame, N_s=%d, W=%d, %s, backend %s', tokens,
-                cache.scale_frames, cache.sliding_window, manager.storage_dtype, cache.backend)
-    return manager
+    page_size = tokens_per_frame(model, image_hw) - NUM_SPECIAL_TOKENS
+    pool = KVPool(num_layers=model.depth, num_pages=pool_pages(cache, page_size),
+                  page_size=page_size, num_heads=model.num_heads, head_dim=model.head_dim,
+                  num_special_tokens=NUM_SPECIAL_TOKENS, dtype=kv_dtype,
+                  device=torch.device(device), backend=cache.backend,
+                  # FP8 is a storage format only: attention runs in ``kv_dtype``.
+                  storage_dtype=torch.float8_e4m3fn if cache.dtype == 'float8_e4m3fn' else None,
+                  full_patch_pages=cache.scale_frames + cache.sliding_window)
+    logger.info('KV page pool: %d pages of %d tokens (+%d specials per frame), N_s=%d, W=%d, '
+                '%s, backend %s', pool.num_pages, page_size, NUM_SPECIAL_TOKENS,
+                cache.scale_frames, cache.sliding_window, pool.storage_dtype, pool.backend_name)
+    return pool

@@ -24,9 +24,12 @@ Special:
   camera/registers and the other frames variant 1; the scale token is variant 0 for every scale
   frame. Every streaming frame uses variant 1 of all three.
 - Frame blocks attend within a frame with the 2-D RoPE. Global blocks attend across frames with
-  the 3-D video RoPE through the paged KV cache (FlashInfer semantics, golden README §2.3):
-  scale pass = bidirectional attention over all S*P tokens, then each frame is appended;
-  keyframe = append, evict, attend; non-keyframe = append, attend, roll back.
+  the 3-D video RoPE through the paged KV cache of the stream handed in with the call
+  (``cache/stream_kv.py``; FlashInfer semantics, golden README §2.3). The call's cache work is
+  planned once for every layer: scale pass = bidirectional attention over all S*P tokens, every
+  frame written; keyframe = written (evicting the oldest window frame when the window is full)
+  and attended; non-keyframe = written, attended and rolled back at the end of the call. The
+  module holds no stream state: two streams can take turns on one aggregator.
 - The time index is passed in by the caller (the session owns the counters); it is checked
   against the RoPE table before any cache is touched.
 - Taps at ``tap_layers`` are ``concat([after frame block i, after global block i])`` [S, P, 2C].
@@ -45,7 +48,7 @@ from torch import nn
 from .dino import DinoTrunk
 from .layers import Attend, Block, dense_attention, wide_dtype
 from .layers.rope import FrameRope, rotate_half_2d, rotate_interleaved, VideoRope
-from ..cache import FlashInferKVCacheManager
+from ..cache.stream_kv import FramePlan, StreamKV
 from ..errors import (CachePoolExhaustedError, CacheStateError, InvalidFrameError,
                       ResolutionChangedError, TimeIndexLimitError)
 from ..frames import NUM_SPECIAL_TOKENS, Role
@@ -124,57 +127,25 @@ class Aggregator(nn.Module):
         self.frame_rope = FrameRope(config.head_dim, NUM_SPECIAL_TOKENS)
         self.video_rope = VideoRope(config.head_dim, config.max_frame_num,
                                     num_special=NUM_SPECIAL_TOKENS)
-        self._cache: FlashInferKVCacheManager | None = None
 
-    # ---- KV cache (owned by the session, handed in) -------------------------------------------
+    # ---- the stream's KV cache (handed in per call) -------------------------------------------
 
-    def attach_cache(self, cache: FlashInferKVCacheManager | None) -> None:
-        """Use ``cache`` for the next calls (its owner builds and resets it; None detaches)."""
-        self._cache = cache
-
-    @property
-    def kv_dtype(self) -> torch.dtype:
-        """Storage dtype of the cached K/V.
-
-        Raises:
-            CacheStateError: no cache attached.
-        """
-        return self._attached().dtype
-
-    @property
-    def kv_cache(self) -> FlashInferKVCacheManager | None:
-        """Return the attached paged cache manager, or None."""
-        return self._cache
-
-    def cache_stats(self) -> dict | None:
-        """Return the cache occupancy counters; None without a cache."""
-        return None if self._cache is None else self._cache.get_cache_stats()
-
-    def remaining_frames(self) -> int:
-        """Keyframes the attached cache can still take."""
-        return int(self._attached().remaining_frames())
-
-    def _attached(self) -> FlashInferKVCacheManager:
-        if self._cache is None:
-            raise CacheStateError('no KV cache: start the stream with one (the session builds '
-                                  'it with engine.cache.new_stream_cache)')
-        return self._cache
-
-    def _cache_used(self) -> bool:
-        cache = self._attached()
-        return cache.remaining_frames() != cache.max_total_frames
-
-    def _check_cache(self, tokens_per_frame: int, device: torch.device) -> None:
-        cache = self._attached()
-        if not _same_device(cache.device, device):
-            raise CacheStateError(f'frame on {device} but the KV cache is on {cache.device}; '
+    def _check_cache(self, kv: StreamKV | None, tokens_per_frame: int,
+                     device: torch.device) -> StreamKV:
+        if kv is None:
+            raise CacheStateError('no KV cache: the call needs a stream (Engine.open_stream; '
+                                  'its first frame leases pages of the engine pool)')
+        if not _same_device(kv.device, device):
+            raise CacheStateError(f'frame on {device} but the KV cache is on {kv.device}; '
                                   'reset the stream first')
-        if cache.tokens_per_frame != tokens_per_frame:
+        if kv.tokens_per_frame != tokens_per_frame:
             raise ResolutionChangedError(
                 f'frame has {tokens_per_frame} tokens but the cache holds frames of '
-                f'{cache.tokens_per_frame}; reset the stream to change resolution')
+                f'{kv.tokens_per_frame}; reset the stream to change resolution')
+        return kv
 
-    def _check_state(self, num_frames: int, time_index: int, mode: Role) -> None:
+    def _check_state(self, kv: StreamKV, num_frames: int, time_index: int,
+                     mode: Role) -> None:
         if mode not in ('scale', 'keyframe', 'non-keyframe'):
             raise ValueError(f"mode='{mode}' is not 'scale', 'keyframe' or 'non-keyframe'")
         if mode != 'scale' and num_frames != 1:
@@ -186,23 +157,25 @@ class Aggregator(nn.Module):
             raise TimeIndexLimitError(
                 f'time index {last} reaches model.max_frame_num={self.config.max_frame_num}; '
                 'reset the stream')
-        used = self._cache_used()
+        used = kv.num_frames > 0
         if mode == 'scale' and used:
             raise CacheStateError('scale pass on a cache that already holds frames; reset first')
         if mode != 'scale' and not used:
             raise CacheStateError(f'{mode} frame before the scale pass')
         # A non-keyframe needs a free slot too: its specials stay until it is rolled back.
-        remaining = self.remaining_frames()
+        remaining = kv.remaining_frames()
         if remaining < num_frames:
             raise CachePoolExhaustedError(
                 f'KV cache has room for {remaining} more frames, {num_frames} needed '
-                f'(cache.max_total_frames={self._attached().max_total_frames}); reset')
+                f'(cache.max_total_frames={kv.max_total_frames}); reset')
 
-    def global_attention(self, block_idx: int, mode: Role, num_frames: int,
-                         tokens_per_frame: int) -> Attend:
-        """Attention of global block ``block_idx`` through the paged cache, for one call."""
-        cache = self._attached()
-        kv_dtype = cache.dtype
+    def global_attention(self, block_idx: int, kv: StreamKV, plan: FramePlan) -> Attend:
+        """Attention of global block ``block_idx`` through the stream's cache, for one call.
+
+        The call's cache work was planned once for every block (``StreamKV.plan_frame``): the
+        block writes its K/V where the plan says and attends what the plan says.
+        """
+        kv_dtype = kv.dtype
 
         def per_token(t: torch.Tensor) -> torch.Tensor:
             # [1, H, N, D] -> [N, H, D] in the KV dtype. The segment runner hands over views of
@@ -214,20 +187,12 @@ class Aggregator(nn.Module):
             return tokens.to(kv_dtype, memory_format=torch.contiguous_format)
 
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            if mode == 'scale':
+            if plan.role == 'scale':
                 out = dense_attention(q.to(kv_dtype), k.to(kv_dtype), v.to(kv_dtype))
-                keys, values = per_token(k), per_token(v)
-                for f in range(num_frames):
-                    rows = slice(f * tokens_per_frame, (f + 1) * tokens_per_frame)
-                    cache.append_frame(block_idx, keys[rows], values[rows], keyframe=True)
+                kv.write(plan, block_idx, per_token(k), per_token(v))
                 return out
-            keyframe = mode == 'keyframe'
-            cache.append_frame(block_idx, per_token(k), per_token(v), keyframe=keyframe)
-            if keyframe:
-                cache.evict_frames(block_idx, cache.scale_frames, cache.sliding_window)
-            out = cache.compute_attention(block_idx, per_token(q))
-            if not keyframe:
-                cache.rollback_last_frame(block_idx)
+            kv.write(plan, block_idx, per_token(k), per_token(v))
+            out = kv.attend(plan, block_idx, per_token(q))
             return out.transpose(0, 1).unsqueeze(0)
 
         return attend
@@ -276,8 +241,9 @@ class Aggregator(nn.Module):
                             self.scale_token[0, scale]], dim=1)
         return tokens.to(dtype)
 
-    def prepare(self, images: torch.Tensor, time_index: int, mode: Role) -> tuple[int, int]:
-        """Check a call of the streaming schedule against the attached cache.
+    def prepare(self, images: torch.Tensor, time_index: int, mode: Role,
+                kv: StreamKV | None) -> tuple[int, int]:
+        """Check a call of the streaming schedule against the stream's cache.
 
         Returns:
             The (h, w) patch grid.
@@ -286,11 +252,12 @@ class Aggregator(nn.Module):
             See :meth:`forward`; nothing is cached when it raises.
         """
         h, w = self._check_images(images)
-        self._check_cache(NUM_SPECIAL_TOKENS + h * w, images.device)
-        self._check_state(images.shape[0], time_index, mode)
+        kv = self._check_cache(kv, NUM_SPECIAL_TOKENS + h * w, images.device)
+        self._check_state(kv, images.shape[0], time_index, mode)
         return h, w
 
-    def forward(self, images: torch.Tensor, time_index: int, mode: Role) -> AggregatorOutput:
+    def forward(self, images: torch.Tensor, time_index: int, mode: Role,
+                kv: StreamKV | None) -> AggregatorOutput:
         """Run one call of the streaming schedule eagerly (:meth:`prepare`, then :meth:`run`).
 
         Args:
@@ -298,6 +265,7 @@ class Aggregator(nn.Module):
             time_index: 3-D RoPE time of the first frame (scale frames use
                 time_index .. time_index+S-1); keyframes cached so far, excluding this one.
             mode: 'scale' (phase 1), 'keyframe' or 'non-keyframe'.
+            kv: the stream's KV cache (``StreamKV``).
 
         Returns:
             The taps and DINO tokens of the S frames.
@@ -307,15 +275,30 @@ class Aggregator(nn.Module):
             ValueError: bad mode, frame count or time index.
             TimeIndexLimitError: a time index at or past ``max_frame_num``.
             CachePoolExhaustedError: no room for another keyframe.
-            CacheStateError: no cache attached, a scale pass on a used cache, a frame before
+            CacheStateError: no cache, a scale pass on a used cache, a frame before
                 the scale pass, or a frame on another device than the cache.
             ResolutionChangedError: the frame size differs from the cached frames'.
         """
-        return self.run(images, time_index, mode, self.prepare(images, time_index, mode))
+        return self.run(images, time_index, mode, self.prepare(images, time_index, mode, kv), kv)
 
     def run(self, images: torch.Tensor, time_index: int, mode: Role,
-            patch_hw: tuple[int, int]) -> AggregatorOutput:
-        """Run the layer loop of a call that :meth:`prepare` accepted (arguments as there)."""
+            patch_hw: tuple[int, int], kv: StreamKV) -> AggregatorOutput:
+        """Run the layer loop of a call that :meth:`prepare` accepted (arguments as there).
+
+        The call's cache work is planned once, before the first layer, and ended after the
+        last (``StreamKV.plan_frame`` / ``end_frame``).
+        """
+        plan = kv.plan_frame(mode, images.shape[0])
+        try:
+            out = self._layers(images, time_index, mode, patch_hw, kv, plan)
+        except BaseException:
+            kv.end_frame(plan, failed=True)
+            raise
+        kv.end_frame(plan)
+        return out
+
+    def _layers(self, images: torch.Tensor, time_index: int, mode: Role,
+                patch_hw: tuple[int, int], kv: StreamKV, plan: FramePlan) -> AggregatorOutput:
         h, w = patch_hw
         s, p = images.shape[0], NUM_SPECIAL_TOKENS + h * w
         dino = self.patch_embed(self.normalize(images))
@@ -330,7 +313,7 @@ class Aggregator(nn.Module):
             frame_out = frame_step(frame_block, x, frame_cos, frame_sin)
             x = frame_out.reshape(1, s * p, -1)
             q, k, v = global_qkv(global_block, x, video_cos, video_sin)
-            o = self.global_attention(i, mode, s, p)(q, k, v)
+            o = self.global_attention(i, kv, plan)(q, k, v)
             x = global_finish(global_block, x, o).reshape(s, p, -1)
             if i in self.config.tap_layers:
                 taps.append(tap_features(frame_out, x))

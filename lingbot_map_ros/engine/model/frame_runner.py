@@ -18,7 +18,10 @@ graphs: the aggregator checks a call and runs the eager layer loop; the heads ex
 one-frame work as fixed-shape steps (``CameraHead.frame_step``, ``DPTHead.frame_step``). This
 runner sits above them and owns the fast path: which mode is in effect, the segment runner of
 each resolution (``graphed.py``) keyed by :class:`CaptureKey`, the heads' captured steps keyed
-by :class:`HeadKey`, and one fallback that logs once and is counted in :meth:`FrameRunner.stats`.
+by :class:`HeadKey`, and one fallback that logs once and is counted in :meth:`FrameRunner.stats`
+(with the attention backend's own step-downs). The engine (``engine/engine.py``) builds one
+runner for its model and pool; the model does not build it. Every call brings its stream's KV
+cache, so the runner serves any number of streams of the engine.
 
 Modes (``stream.fast_path``: the mode asked for is an upper bound; the cache backend's
 ``graph_support`` caps it and a fallback lowers it; :attr:`FrameRunner.mode` is the one in effect):
@@ -44,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 import logging
+from typing import Any
 
 import torch
 
@@ -52,7 +56,9 @@ from .captured import CapturedCall
 from .graphed import FrameGraphs
 from .heads.camera_head import CameraHead
 from .heads.dpt_head import DPTHead
+from ..cache.kv_pool import KVPool
 from ..cache.staged_frames import can_stage, StagedFrames
+from ..cache.stream_kv import StreamKV
 from ..frames import Role
 from ...config import FastPath
 
@@ -71,8 +77,8 @@ class CaptureKey:
     """Storage of the aggregator's weights: moving the module re-allocates what graphs read."""
     capture: bool
     compiled: bool
-    cache: object | None
-    """The cache a whole-frame runner writes into (None for segments)."""
+    pool: object | None
+    """The KV pool a whole-frame runner writes into (None for segments)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,8 @@ class HeadKey:
     """Frames of the camera-head cache buffer (it grows by reallocation)."""
     cache_generation: int = 0
     """Which allocation of that buffer the step reads (``CameraKVCache.generation``)."""
+    cache: object | None = None
+    """The stream's camera-head cache the step reads and writes (compared by identity)."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +127,9 @@ class FrameRunner:
         self._agg = aggregator
         self._camera = camera_head
         self._depth = depth_head
-        self._head_steps: dict[str, tuple[HeadKey, CapturedCall]] = {}
+        self._head_steps: dict[tuple[str, int], tuple[HeadKey, CapturedCall]] = {}
+        """Built head steps by (part, id of the stream's camera cache; 0 for the depth head)."""
+        self._pool: KVPool | None = None
         self._heads_on: set[str] = set()
         """Heads that run their step as built here; one that fails to build leaves the set."""
         self._head_compile = False
@@ -132,6 +142,11 @@ class FrameRunner:
         self._graphs: tuple[CaptureKey, FrameGraphs] | None = None
         self._fallbacks = 0
         self._logged: set[str] = set()
+
+    @classmethod
+    def for_model(cls, model: Any) -> 'FrameRunner':
+        """Return a runner over ``model``'s aggregator and heads, fast path off."""
+        return cls(model.aggregator, model.camera_head, model.depth_head)
 
     def set_fast_path(self, mode: FastPath, compile: bool) -> None:  # noqa: A002
         """Choose the fast path's upper bound and ``torch.compile`` for the streaming frames.
@@ -148,6 +163,18 @@ class FrameRunner:
         self._head_compile = compile
         self._heads_on = set() if mode == 'eager' else {'camera head', 'depth head'}
 
+    def bind_pool(self, pool: KVPool | None) -> None:
+        """Plan for ``pool`` (the engine's, once built): its backend caps the mode."""
+        if pool is not self._pool:
+            self._graphs = None  # graphs of another pool write into its storage
+            if self._pool is not None:  # the old backend's step-downs stay counted
+                self._fallbacks += self._pool.backend.fallbacks
+        self._pool = pool
+
+    def release_stream(self, camera_cache: object) -> None:
+        """Drop the head steps captured against a closed stream's camera cache."""
+        self._head_steps.pop(('camera head', id(camera_cache)), None)
+
     @property
     def graphs(self) -> FrameGraphs | None:
         """Return the segment runner built for the latest resolution, if any."""
@@ -157,7 +184,7 @@ class FrameRunner:
     def mode(self) -> FastPath:
         """Return the mode in effect now; before the first streaming frame, the one expected.
 
-        Whole frames need the cache (its backend's ``graph_support``): until it exists, a
+        Whole frames need the pool (its backend's ``graph_support``): until it exists, a
         fast path reads 'segments'.
         """
         if self._upper == 'eager':
@@ -165,15 +192,16 @@ class FrameRunner:
         graphs = self.graphs
         if graphs is not None:
             return 'whole_frame' if graphs.staged else 'segments'
-        cache = self._agg.kv_cache
-        staged = self._upper == 'whole_frame' and cache is not None and can_stage(cache)
+        pool = self._pool
+        staged = self._upper == 'whole_frame' and pool is not None and can_stage(pool)
         return 'whole_frame' if staged else 'segments'
 
     def stats(self) -> FastPathStats:
         """Return the fast path in effect now."""
         mode = self.mode
+        backend = 0 if self._pool is None else self._pool.backend.fallbacks
         return FastPathStats(mode=mode, compiled=self.compile and mode != 'eager',
-                             fallbacks=self._fallbacks)
+                             fallbacks=self._fallbacks + backend)
 
     def head_fast_path(self, part: str) -> bool:
         """Whether head ``part`` ('camera head', 'depth head') runs its step as built here."""
@@ -186,17 +214,19 @@ class FrameRunner:
             self._logged.add(what)
             logger.warning('%s (%s: %s)', what, type(exc).__name__, exc)
 
-    def __call__(self, images: torch.Tensor, time_index: int, mode: Role) -> AggregatorOutput:
-        """Run one call of the streaming schedule (see ``Aggregator.forward``)."""
+    def __call__(self, images: torch.Tensor, time_index: int, mode: Role,
+                 kv: StreamKV) -> AggregatorOutput:
+        """Run one call of the streaming schedule on stream ``kv`` (``Aggregator.forward``)."""
         agg = self._agg
-        patch_hw = agg.prepare(images, time_index, mode)
+        patch_hw = agg.prepare(images, time_index, mode, kv)
+        self.bind_pool(kv.pool)
         segmented = self._upper != 'eager'
-        graphs = self._graphs_for(images) if mode != 'scale' and segmented else None
+        graphs = self._graphs_for(images, kv.pool) if mode != 'scale' and segmented else None
         if graphs is None:
-            return agg.run(images, time_index, mode, patch_hw)
-        return graphs.run(images, time_index, mode)
+            return agg.run(images, time_index, mode, patch_hw, kv)
+        return graphs.run(images, time_index, mode, kv)
 
-    def _graphs_for(self, images: torch.Tensor) -> FrameGraphs | None:
+    def _graphs_for(self, images: torch.Tensor, pool: KVPool) -> FrameGraphs | None:
         """Return the segment runner of this resolution, dtype and device (built once).
 
         Returns None, and lowers the mode to 'eager', when the runner cannot be built (e.g. a
@@ -205,18 +235,17 @@ class FrameRunner:
         no Triton) turns :attr:`compile` off and builds the uncompiled runner.
         """
         agg = self._agg
-        cache = agg.kv_cache
         capture = images.device.type == 'cuda'
-        staged = self._upper == 'whole_frame' and can_stage(cache)
-        key = CaptureKey(tuple(images.shape), images.device, agg.kv_dtype,
+        staged = self._upper == 'whole_frame' and can_stage(pool)
+        key = CaptureKey(tuple(images.shape), images.device, pool.dtype,
                          agg.camera_token.dtype, agg.camera_token.data_ptr(), capture,
-                         self.compile, cache if staged else None)
+                         self.compile, pool if staged else None)
         if self._graphs is not None and self._graphs[0] == key:
             return self._graphs[1]
         self._graphs = None  # release the old graphs' memory first
         try:
-            staging = StagedFrames(cache, self.compile) if staged else None
-            runner = FrameGraphs(agg, images, capture, self.compile, staging,
+            staging = StagedFrames(pool, self.compile) if staged else None
+            runner = FrameGraphs(agg, images, pool.dtype, capture, self.compile, staging,
                                  self.fall_back)
         except Exception as exc:  # noqa: BLE001 - Inductor/Triton raise many kinds
             if not self.compile:
@@ -226,18 +255,18 @@ class FrameRunner:
             self.fall_back('torch.compile of the frame segments failed; running them '
                            'uncompiled', exc)
             self.compile = False
-            return self._graphs_for(images)
+            return self._graphs_for(images, pool)
         self._graphs = (key, runner)
         return runner
 
     @torch.no_grad()
-    def prepare_full_window(self) -> None:
+    def prepare_full_window(self, kv: StreamKV) -> None:
         """Capture the full-window frame graphs now (see ``FrameGraphs.prepare_full_window``).
 
-        Writes placeholders into the cache: reset it before the next stream.
+        Writes placeholders into stream ``kv``'s pages: reset it before its next frame.
         """
         if self._graphs is not None:
-            self._graphs[1].prepare_full_window()
+            self._graphs[1].prepare_full_window(kv)
 
     # ---- heads ---------------------------------------------------------------------------------
 
@@ -251,10 +280,14 @@ class FrameRunner:
         key = HeadKey('camera head', (tuple(camera.shape),), camera.dtype, camera.device,
                       weight.dtype, weight.data_ptr(), camera.is_cuda, False,
                       cache_capacity=head.cache.capacity,
-                      cache_generation=head.cache.generation)
-        at = torch.full((), slot, dtype=torch.long, device=camera.device)
+                      cache_generation=head.cache.generation, cache=head.cache)
+
+        def examples() -> list[torch.Tensor]:
+            # The slot's static buffer: a 0-d tensor, made only when the step is built.
+            return [camera, torch.full((), slot, dtype=torch.long, device=camera.device)]
+
         with torch.autocast(device_type=camera.device.type, enabled=False):
-            step = self._head_step(key, head.frame_step, [camera, at])
+            step = self._head_step(key, head.frame_step, examples)
             if step is None:
                 return head(tokens, mode)
             iters = step(camera, slot)[0]
@@ -283,31 +316,33 @@ class FrameRunner:
             return head.frame_step(frame_taps, grid_hw, image_size_hw, uv)
 
         with torch.autocast(device_type=taps[0].device.type, enabled=False):
-            call = self._head_step(key, step, taps)
+            call = self._head_step(key, step, lambda: list(taps))
             if call is None:
                 return head(taps, image_size_hw)
             depth, conf = call(*taps)
         return depth, conf
 
     def _head_step(self, key: HeadKey, fn: Callable[..., tuple[torch.Tensor, ...]],
-                   example_inputs: Sequence[torch.Tensor]) -> CapturedCall | None:
+                   example_inputs: Callable[[], Sequence[torch.Tensor]]) -> CapturedCall | None:
         """Return the head step of ``key``, built (compiled, captured) on first use.
 
-        None when it cannot be built here: that head then runs eagerly (one fallback).
+        One step per head and stream (the camera head's reads the stream's cache). None when
+        it cannot be built here: that head then runs eagerly (one fallback).
         """
-        held = self._head_steps.get(key.part)
+        slot = (key.part, id(key.cache) if key.cache is not None else 0)
+        held = self._head_steps.get(slot)
         if held is not None and held[0] == key:
             return held[1]
-        self._head_steps.pop(key.part, None)  # release the old graph's memory first
+        self._head_steps.pop(slot, None)  # release the old graph's memory first
         try:
-            call = CapturedCall(fn, example_inputs, key.capture, key.compiled)
+            call = CapturedCall(fn, example_inputs(), key.capture, key.compiled)
         except Exception as exc:  # noqa: BLE001 - capture/Inductor/Triton raise many kinds
             self.fall_back(f'{key.part} fast path unavailable; running it eagerly', exc)
             self._heads_on.discard(key.part)
             return None
-        self._head_steps[key.part] = (key, call)
+        self._head_steps[slot] = (key, call)
         return call
 
     def head_step_built(self, part: str) -> bool:
-        """Whether head ``part`` has a built step (for tests and diagnostics)."""
-        return part in self._head_steps
+        """Whether head ``part`` has a built step, for any stream (tests and diagnostics)."""
+        return any(built == part for built, _ in self._head_steps)

@@ -19,12 +19,14 @@ I camera-head iterations.
 Special:
 - State-dict names are exactly the official ones (``aggregator.*``, ``camera_head.*``,
   ``depth_head.*``; 1342 tensors for the official config, no ``point_head``).
-- The model is stateful: the paged KV cache it is handed and the camera head's K/V cache persist
-  between calls. The caller owns the KV cache (``engine.cache.new_stream_cache``; the session
-  builds it) and drives the schedule: :meth:`start_stream` with the cache, one
+- The model holds no stream state: every call brings its stream (:class:`StreamState`: the
+  stream's KV cache on the engine's page pool and its camera-head cache), so several streams
+  take turns on one model (weights loaded once). The caller drives the schedule: one
   :meth:`forward_scale` with the N_s scale frames, then :meth:`forward_frame` per frame with the
-  time index it owns (keyframes cached so far, scale frames included). To restart, the caller
-  resets its KV cache and calls :meth:`reset_stream`.
+  time index it owns (keyframes cached so far, scale frames included); it resets or releases
+  the stream's caches itself (``engine/engine.py`` does all of this for a session).
+- The fast path (CUDA graphs, ``torch.compile``) is the caller's too: a call runs through the
+  ``FrameRunner`` it is given (the engine's), or eagerly without one.
 - Precision: weights are float32 as loaded. :meth:`cast_aggregator` puts the aggregator (DINO
   included) in bf16 for the GPU path; the heads always run in their own dtype (float32), on
   float32 features. ``model.double()`` plus a float64 KV dtype gives a float64 reference run.
@@ -32,18 +34,23 @@ Special:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+import contextlib
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 from torch.nn.attention import sdpa_kernel, SDPBackend
 
 from .aggregator import Aggregator
-from .frame_runner import FrameRunner
-from .heads.camera_head import CameraHead
+from .heads.camera_head import CameraHead, CameraKVCache
 from .heads.dpt_head import DPTHead
-from ..cache import FlashInferKVCacheManager
+from .stream_state import StreamState
 from ..frames import Role
-from ..stats import CacheStats
-from ...config import FastPath, ModelConfig
+from ...config import ModelConfig
+
+if TYPE_CHECKING:
+    from .frame_runner import FrameRunner
 
 # NOTE: cuDNN's SDPA builds an execution plan per new sequence length, and the global blocks'
 # key count changes every frame: on the H200 that cost ~0.8 ms of host time per call
@@ -67,9 +74,6 @@ class LingbotMapModel(nn.Module):
         self.aggregator = Aggregator(self.config)
         self.camera_head = CameraHead.from_config(self.config)
         self.depth_head = DPTHead.from_config(self.config) if self.config.enable_depth else None
-        self.frame_runner = FrameRunner(self.aggregator, self.camera_head, self.depth_head)
-        """Runs a call's aggregator and heads: eager, segments or whole frames
-        (``frame_runner.py``)."""
 
     @classmethod
     def empty(cls, config: ModelConfig | None = None, device: str | torch.device = 'cpu',
@@ -113,70 +117,53 @@ class LingbotMapModel(nn.Module):
         self.aggregator.to(dtype)
         return self
 
-    def set_fast_path(self, mode: FastPath, compile: bool = False) -> None:  # noqa: A002
-        """Choose how streaming frames run (outputs equal the plain path's to rounding).
-
-        Args:
-            mode: 'eager', 'segments' or 'whole_frame' (an upper bound, see
-                ``frame_runner.py``); on CUDA the fast path's steps are replayed as CUDA graphs,
-                on the CPU they run directly.
-            compile: ``torch.compile`` the fast path's fixed-shape work (Inductor fusion).
-        """
-        self.frame_runner.set_fast_path(mode, compile)
-
     # ---- stream state ---------------------------------------------------------------------
 
-    def start_stream(self, kv_cache: FlashInferKVCacheManager) -> None:
-        """Start a stream on ``kv_cache`` (empty; its owner resets it) with an empty camera cache.
+    def new_camera_cache(self) -> CameraKVCache:
+        """Return an empty camera-head K/V cache for a new stream (no memory until its frame)."""
+        config = self.config
+        return CameraKVCache(config.camera_num_iterations, config.camera_trunk_depth,
+                             config.camera_num_heads,
+                             2 * config.embed_dim // config.camera_num_heads)
 
-        Args:
-            kv_cache: the global-attention cache for this stream's frame size
-                (``engine.cache.new_stream_cache``).
+    @contextlib.contextmanager
+    def _bound(self, stream: StreamState) -> Iterator[None]:
+        """Point the camera head at ``stream``'s cache for one call.
+
+        The head reads ``head.cache``; its own, always empty, cache is back afterwards.
         """
-        self.aggregator.attach_cache(kv_cache)
-        self.camera_head.reset_cache()
-
-    def stop_stream(self) -> None:
-        """Let go of the KV cache (its owner is about to free it for a new frame size)."""
-        self.aggregator.attach_cache(None)
-
-    def reset_stream(self) -> None:
-        """Empty the camera-head cache, keeping its memory (the KV cache's owner resets that)."""
-        self.camera_head.reset_cache(keep_memory=True)
-
-    def cache_stats(self) -> CacheStats | None:
-        """Occupancy of the global KV cache and of the camera-head cache.
-
-        Returns:
-            None before a KV cache is handed in (``start_stream``).
-        """
-        stats = self.aggregator.cache_stats()
-        if stats is None:
-            return None
-        camera = self.camera_head.cache_stats()
-        return CacheStats.from_manager(stats, camera.num_frames, camera.allocated_bytes)
+        own = self.camera_head.cache
+        self.camera_head.cache = stream.camera
+        try:
+            yield
+        finally:
+            self.camera_head.cache = own
 
     # ---- forward --------------------------------------------------------------------------
 
     @torch.no_grad()
-    def forward_scale(self, images: torch.Tensor, with_depth: bool = False,
-                      return_taps: bool = False) -> dict[str, torch.Tensor | list[torch.Tensor]]:
+    def forward_scale(self, images: torch.Tensor, stream: StreamState, with_depth: bool = False,
+                      return_taps: bool = False, runner: FrameRunner | None = None,
+                      ) -> dict[str, torch.Tensor | list[torch.Tensor]]:
         """Phase 1: run the N_s scale frames together (time indices 0 .. N_s-1) and cache them.
 
         Args:
             images: [S, 3, H, W] in [0, 1], S = N_s frames of a freshly reset stream.
+            stream: the stream's caches.
             with_depth: also run the depth head.
             return_taps: also return 'taps' (list of [S, P, 2C]) and 'dino_tokens' [S, h*w, C].
+            runner: the fast path to run through; None runs eagerly.
 
         Returns:
             See :meth:`forward`.
         """
-        return self(images, 0, 'scale', with_depth, return_taps)
+        return self(images, 0, 'scale', stream, with_depth, return_taps, runner)
 
     @torch.no_grad()
     def forward_frame(self, image: torch.Tensor, time_index: int, keyframe: bool,
-                      with_depth: bool = False,
-                      return_taps: bool = False) -> dict[str, torch.Tensor | list[torch.Tensor]]:
+                      stream: StreamState, with_depth: bool = False, return_taps: bool = False,
+                      runner: FrameRunner | None = None,
+                      ) -> dict[str, torch.Tensor | list[torch.Tensor]]:
         """Phase 2: one streaming frame; a keyframe is cached, a non-keyframe is not.
 
         Args:
@@ -184,25 +171,31 @@ class LingbotMapModel(nn.Module):
             time_index: keyframes cached so far (scale frames included); a non-keyframe uses
                 the index the next keyframe will get.
             keyframe: cache the frame (global KV window + camera-head cache).
+            stream: the stream's caches.
             with_depth: also run the depth head.
             return_taps: also return 'taps' and 'dino_tokens'.
+            runner: the fast path to run through; None runs eagerly.
 
         Returns:
             See :meth:`forward`.
         """
         mode: Role = 'keyframe' if keyframe else 'non-keyframe'
-        return self(image, time_index, mode, with_depth, return_taps)
+        return self(image, time_index, mode, stream, with_depth, return_taps, runner)
 
-    def forward(self, images: torch.Tensor, time_index: int, mode: Role, with_depth: bool = False,
-                return_taps: bool = False) -> dict[str, torch.Tensor | list[torch.Tensor]]:
-        """Run aggregator and heads for one call of the schedule.
+    def forward(self, images: torch.Tensor, time_index: int, mode: Role, stream: StreamState,
+                with_depth: bool = False, return_taps: bool = False,
+                runner: FrameRunner | None = None,
+                ) -> dict[str, torch.Tensor | list[torch.Tensor]]:
+        """Run aggregator and heads for one call of the schedule on ``stream``.
 
         Args:
             images: [S, 3, H, W] in [0, 1].
             time_index: RoPE time of the first frame.
             mode: 'scale', 'keyframe' or 'non-keyframe'.
+            stream: the stream's caches (KV cache and camera-head cache), read and written.
             with_depth: also run the depth head.
             return_taps: also return the aggregator features.
+            runner: the fast path (``FrameRunner``) to run through; None runs eagerly.
 
         Returns:
             'pose_enc' [S, 9] and 'pose_enc_iters' [S, I, 9] (float32, ``[t, q_xyzw, fov_h,
@@ -215,14 +208,19 @@ class LingbotMapModel(nn.Module):
         """
         if with_depth and self.depth_head is None:
             raise ValueError('with_depth=True but the model was built with enable_depth=False')
-        runner = self.frame_runner
-        with sdpa_kernel(_SDPA_BACKENDS):
-            features = runner(images, time_index, mode)
-            pose_enc, pose_enc_iters = runner.camera(features.taps[-1][:, 0], mode)
+        with sdpa_kernel(_SDPA_BACKENDS), self._bound(stream):
+            if runner is None:
+                features = self.aggregator(images, time_index, mode, stream.kv)
+                pose_enc, pose_enc_iters = self.camera_head(features.taps[-1][:, 0], mode)
+            else:
+                features = runner(images, time_index, mode, stream.kv)
+                pose_enc, pose_enc_iters = runner.camera(features.taps[-1][:, 0], mode)
         out: dict[str, torch.Tensor | list[torch.Tensor]] = {
             'pose_enc': pose_enc, 'pose_enc_iters': pose_enc_iters}
         if with_depth:
-            out['depth'], out['depth_conf'] = runner.depth(features.taps, images.shape[-2:])
+            out['depth'], out['depth_conf'] = (
+                self.depth_head(features.taps, images.shape[-2:]) if runner is None
+                else runner.depth(features.taps, images.shape[-2:]))
         if return_taps:
             out['taps'] = features.taps
             out['dino_tokens'] = features.dino_tokens

@@ -30,7 +30,7 @@ Segments, each one CUDA graph (``g`` = global block, ``f`` = frame block)::
     seg L      o_{L-1} -> rest of g_{L-1}
     between    o_i = paged-cache attention of g_i over (q_i, k_i, v_i)   (eager)
 
-Whole frames (``staging``, a backend with ``graph_support == 'whole_frame'``): the cache keeps the
+Whole frames (``staging``, a backend with ``graph_support == 'whole_frame'``): the pool keeps the
 frame's key range and write slots in device tensors (``cache/staged_frames.py``), so the attention
 between the segments needs no host decision either, and the whole frame, segments and 24 cache
 writes + attentions, is captured as one graph per kind of frame: window filling (flash varlen over
@@ -42,7 +42,7 @@ them.
 
 The segments are compositions of the aggregator's per-layer steps (``aggregator.py``:
 ``frame_step``, ``global_qkv``, ``global_finish``, ``tap_features``; the cache attention between
-them is ``Aggregator.global_attention`` or the staged cache), the same steps
+them is ``Aggregator.global_attention`` over the frame's plan, or the staged cache), the same steps
 :meth:`Aggregator.run` loops over, so results are identical; ``capture=False`` runs them
 eagerly (CPU tests of the segmentation). Inputs that change per frame (the image, the 3-D RoPE
 table of the frame's time index, the attention output) are copied into static buffers before
@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from .dino import DinoTrunk
     from ..attention.staged import StagedKey
     from ..cache.staged_frames import StagedFrames
+    from ..cache.stream_kv import StreamKV
 
 logger = logging.getLogger(__name__)
 
@@ -140,23 +141,26 @@ class _Bodies:
 class FrameGraphs:
     """Runs a streaming frame (S = 1) of an aggregator at one resolution, graph by graph."""
 
-    def __init__(self, aggregator: Aggregator, image: torch.Tensor, capture: bool,
-                 compile_bodies: bool = False, staging: StagedFrames | None = None,
+    def __init__(self, aggregator: Aggregator, image: torch.Tensor, kv_dtype: torch.dtype,
+                 capture: bool, compile_bodies: bool = False,
+                 staging: StagedFrames | None = None,
                  fall_back: FallBack = _log_fallback) -> None:
         """Build the static buffers and (with ``capture``) capture the segments.
 
         Args:
-            aggregator: the model's aggregator (its cache already attached).
+            aggregator: the model's aggregator.
             image: a [1, 3, H, W] frame of the resolution to capture (used for warm-up).
+            kv_dtype: attention dtype of the KV pool.
             capture: capture CUDA graphs (CUDA only); False runs the segments eagerly.
             compile_bodies: ``torch.compile`` the segment bodies (compiled during the first,
                 warm-up run of each segment, before capture).
-            staging: run whole frames with this staged view of the aggregator's cache; with
+            staging: run whole frames with this staged view of the KV pool; with
                 ``capture`` each kind of frame is one CUDA graph, captured on first use. Here
                 the segments then only run once (compilation).
             fall_back: told when whole frames give way to segments.
         """
         self._agg = agg = aggregator
+        self._kv_dtype = kv_dtype
         device = image.device
         self._h, self._w = image.shape[-2] // agg.config.patch_size, \
             image.shape[-1] // agg.config.patch_size
@@ -169,7 +173,7 @@ class FrameGraphs:
         heads, dim = agg.config.num_heads, agg.config.head_dim
         # Token-major like the attention output, so filling it is a plain copy; the blocks see
         # the [1, H, N, D] view.
-        self._o = torch.zeros(self.num_tokens, heads, dim, dtype=agg.kv_dtype,
+        self._o = torch.zeros(self.num_tokens, heads, dim, dtype=kv_dtype,
                               device=device).transpose(0, 1).unsqueeze(0)
         # Parameters do not change between frames: the streaming special tokens are a constant.
         self._specials = agg.special_tokens(1, 'keyframe', torch.float32)
@@ -198,7 +202,7 @@ class FrameGraphs:
     # ---- segments --------------------------------------------------------------------------
 
     def _tables(self) -> tuple[Any, ...]:
-        return (*self._frame_rope, self._video_cos, self._video_sin, self._agg.kv_dtype)
+        return (*self._frame_rope, self._video_cos, self._video_sin, self._kv_dtype)
 
     def _run_segment(self, i: int, prev: tuple[torch.Tensor, ...],
                      o: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -272,17 +276,17 @@ class FrameGraphs:
             self._whole[key] = capture_graph(lambda: self._whole_frame(key), self._pool)
         return self._whole[key]
 
-    def prepare_full_window(self) -> None:
-        """Capture the full-window graphs now (keyframe and non-keyframe), not mid-stream.
+    def prepare_full_window(self, kv: StreamKV) -> None:
+        """Capture the full-window graphs of stream ``kv``'s lease now, not mid-stream.
 
-        Writes placeholder keys into the cache: the caller resets it before real frames. A
-        capture that fails turns whole frames off (see ``_fall_back_to_segments``).
+        Writes placeholder keys into that stream's pages: the caller resets it before real
+        frames. A capture that fails turns whole frames off (see ``_fall_back_to_segments``).
         """
         if not (self._staged and self._capture and self._staging is not None):
             return
         try:
             for keyframe in (True, False):
-                self._whole_graph(self._staging.stage_placeholder(keyframe))
+                self._whole_graph(self._staging.stage_placeholder(kv, keyframe))
         except RuntimeError as exc:
             self._fall_back_to_segments(exc)
 
@@ -297,13 +301,15 @@ class FrameGraphs:
 
     # ---- one frame --------------------------------------------------------------------------
 
-    def run(self, images: torch.Tensor, time_index: int, mode: Role) -> AggregatorOutput:
+    def run(self, images: torch.Tensor, time_index: int, mode: Role,
+            kv: StreamKV) -> AggregatorOutput:
         """Run one streaming frame: one whole-frame graph (staged), or segment by segment.
 
         Args:
             images: [1, 3, H, W] in [0, 1] at the captured resolution.
             time_index: the frame's 3-D RoPE time index (already checked by the caller).
             mode: 'keyframe' or 'non-keyframe'.
+            kv: the stream's KV cache (its pool is the one staged on).
 
         Returns:
             The frame's taps and DINO tokens (fresh tensors).
@@ -315,41 +321,52 @@ class FrameGraphs:
         self._video_cos.copy_(cos)
         self._video_sin.copy_(sin)
         if self._staged:
-            outputs = self._run_staged(mode == 'keyframe')
+            outputs = self._run_staged(mode == 'keyframe', kv)
         else:
-            outputs = self._run_segments(mode)
+            outputs = self._run_segments(mode, kv)
         taps = [outputs[i][0].clone() for i in range(1, len(outputs))
                 if i - 1 in agg.config.tap_layers]
         dino = outputs[0][0].clone()
         return AggregatorOutput(taps=taps, dino_tokens=dino, patch_hw=(self._h, self._w))
 
-    def _run_staged(self, keyframe: bool) -> list[tuple[torch.Tensor, ...]]:
+    def _run_staged(self, keyframe: bool, kv: StreamKV) -> list[tuple[torch.Tensor, ...]]:
         staging = self._staged_cache()
-        key = staging.stage_frame(keyframe)
+        key = staging.stage_frame(kv, keyframe)
         try:
-            if not self._capture:
-                return self._whole_frame(key)
-            try:
-                graph, outputs = self._whole_graph(key)
-            except RuntimeError as exc:
-                # The next frames go segment by segment. This one is already staged: it runs
-                # eagerly, with flash over the whole run (no cuDNN, the likeliest culprit),
-                # making the same cache writes the failed warm-up made.
-                self._fall_back_to_segments(exc)
-                return self._whole_frame(('range',))
-            graph.replay()
-            return outputs
-        finally:
-            staging.finish()
+            outputs = self._staged_outputs(key)
+        except BaseException:
+            staging.finish(failed=True)
+            raise
+        staging.finish()
+        return outputs
 
-    def _run_segments(self, mode: Role) -> list[tuple[torch.Tensor, ...]]:
+    def _staged_outputs(self, key: StagedKey) -> list[tuple[torch.Tensor, ...]]:
+        if not self._capture:
+            return self._whole_frame(key)
+        try:
+            graph, outputs = self._whole_graph(key)
+        except RuntimeError as exc:
+            # The next frames go segment by segment. This one is already staged: it runs
+            # eagerly, with flash over the whole run (no cuDNN, the likeliest culprit),
+            # making the same cache writes the failed warm-up made.
+            self._fall_back_to_segments(exc)
+            return self._whole_frame(('range',))
+        graph.replay()
+        return outputs
+
+    def _run_segments(self, mode: Role, kv: StreamKV) -> list[tuple[torch.Tensor, ...]]:
         agg = self._agg
-        for i, step in enumerate(self._graphs):
-            if i > 0:
-                _, q, k, v = self._outputs[i - 1][-4:]
-                attend = agg.global_attention(i - 1, mode, 1, self.num_tokens)
-                self._o.copy_(attend(q, k, v))
-            outputs = step.replay() if self._capture else step()  # type: ignore[operator]
-            outputs = self._outputs[i] if self._capture else outputs
-            self._outputs[i] = outputs
+        plan = kv.plan_frame(mode)
+        try:
+            for i, step in enumerate(self._graphs):
+                if i > 0:
+                    _, q, k, v = self._outputs[i - 1][-4:]
+                    self._o.copy_(agg.global_attention(i - 1, kv, plan)(q, k, v))
+                outputs = step.replay() if self._capture else step()  # type: ignore[operator]
+                outputs = self._outputs[i] if self._capture else outputs
+                self._outputs[i] = outputs
+        except BaseException:
+            kv.end_frame(plan, failed=True)
+            raise
+        kv.end_frame(plan)
         return self._outputs
