@@ -220,6 +220,10 @@ sys.exit(node.main(['lingbot_map_node'] + sys.argv[1:]))
 """
 
 
+_EXIT_BOUND_S = 10.0
+"""Longest exit accepted after SIGINT (the node aims at 4 s; see the test)."""
+
+
 def test_sigint_during_a_long_frame_exits_within_seconds_and_quietly(graph):
     params_file = Path(__file__).resolve().parents[2] / 'config' / 'demo_tiny_cpu.yaml'
     namespace = f'/f{next(_ns)}'
@@ -249,7 +253,9 @@ def test_sigint_during_a_long_frame_exits_within_seconds_and_quietly(graph):
             proc.wait()
     output = ''.join(lines)
     assert 'FRAME STARTED' in output
-    assert elapsed < 5.0, output
+    # The node's own budget is 4 s (docs/ros_interface.md: the frame gets 3 s, then is abandoned);
+    # a loaded CI machine stretches it, so the test holds the shutdown tests' bound.
+    assert elapsed < _EXIT_BOUND_S, (elapsed, output)
     assert proc.returncode == 0, output
     assert 'Traceback' not in output and 'Failed to publish log message' not in output, output
     assert 'abandoned' in output
