@@ -197,6 +197,8 @@ _INT_RANGES: dict[str, tuple[int, int, int]] = {
     'cache.scale_frames': (1, 1024, 0),
     'cache.sliding_window': (1, 100_000, 0),
     'cache.max_total_frames': (2, 10_000_000, 0),
+    'cache.streams': (1, 1024, 0),
+    'cache.pool_pages': (0, 100_000_000, 0),
     'stream.image_width': (14, 4088, 14),
     'stream.keyframe_interval': (1, 10_000, 0),
     'stream.session_keyframes': (2, 1_000_000, 0),

@@ -342,7 +342,7 @@ def components_report(session: Any, step: Callable[[int], Any], count: int,
     """
     ceilings = measure_ceilings(device)
     graphed = _graphed_ms(step, count, device)
-    runner = session.engine.runner
+    runner = session.session.engine.runner
     mode, compiled = runner.requested, runner.compile
     runner.set_fast_path('eager', False)
     try:

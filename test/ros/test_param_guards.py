@@ -42,6 +42,7 @@ ACCEPTED: frozenset[tuple[str, str]] = frozenset({
     ('model.num_dino_registers', 'zero'),    # a model without registers
     ('model.tap_layers', 'zero'),            # every head reads layer 0
     ('frames.base_to_camera', 'negative'),   # (-1, -1, -1) m, quaternion normalised
+    ('cache.pool_pages', 'zero'),            # the pool's size derived from the configuration
     ('metric.max_range_m', 'zero'),          # no range limit on the sensor depth
     ('metric.depth_wait_s', 'zero'),         # a colour frame never waits for its depth
 })

@@ -91,7 +91,7 @@ class SdpaBackend:
 
     @property
     def fallbacks(self) -> int:
-        """Times the split stepped down to plain SDPA."""
+        """Return how often the split stepped down to plain SDPA."""
         return self._split.fallbacks
 
     def staged_attention(self, page_size: int, full_patch_pages: int, num_special_tokens: int,

@@ -108,7 +108,7 @@ class StreamKV:
 
     @property
     def lease(self) -> PageLease | None:
-        """The pool pages the stream holds; None once released."""
+        """Return the pool pages the stream holds; None once released."""
         return self._lease
 
     @property
