@@ -179,15 +179,16 @@ class _Counter(TorchDispatchMode):
         return out
 
 
-def _instrument(model: Any, counter: _Counter) -> Callable[[], None]:
+def _instrument(model: Any, kv: Any, counter: _Counter) -> Callable[[], None]:
     """Wrap the calls that no module hook sees; return a function that undoes it.
 
-    The cache attention is counted by its layout and timed as one range; the cache's K/V
-    appends and evictions (page copies) are their own part; the aggregator's layer loop, which
-    the frame runner calls without the module's ``__call__``, is put on the module stack.
+    The cache attention (``kv``: the stream's ``StreamKV``) is counted by its layout and timed
+    as one range; the cache's K/V writes (page copies) are their own part; the aggregator's
+    layer loop, which the frame runner calls without the module's ``__call__``, is put on the
+    module stack.
     """
-    cache, aggregator = model.aggregator.kv_cache, model.aggregator
-    compute = cache.compute_attention
+    aggregator = model.aggregator
+    attend = kv.attend
     originals = {}
 
     def in_part(part: str, fn: Callable[..., Any], fixed: bool) -> Callable[..., Any]:
@@ -206,15 +207,15 @@ def _instrument(model: Any, counter: _Counter) -> Callable[[], None]:
                     counter.fixed = None
         return call
 
-    def compute_attention(block_idx: int, q: torch.Tensor) -> torch.Tensor:
-        keys = cache.layout(block_idx).num_tokens
+    def cache_attention(plan: Any, layer: int, q: torch.Tensor) -> torch.Tensor:
+        keys = plan.layout.num_tokens
         num_q, heads, dim = q.shape
-        kv_size = torch.empty((), dtype=cache.storage_dtype).element_size()
+        kv_size = torch.empty((), dtype=kv.pool.storage_dtype).element_size()
         counter.flops['cache attention'] += 4 * num_q * heads * dim * keys
         counter.bytes['cache attention'] += heads * dim * (
             2 * num_q * q.element_size() + 2 * keys * kv_size)
         counter.keys = keys
-        return in_part('cache attention', compute, fixed=True)(block_idx, q)
+        return in_part('cache attention', attend, fixed=True)(plan, layer, q)
 
     def run(*args: Any, **kwargs: Any) -> Any:
         counter.stack.append('aggregator')
@@ -223,9 +224,8 @@ def _instrument(model: Any, counter: _Counter) -> Callable[[], None]:
         finally:
             counter.stack.pop()
 
-    wrappers = {(cache, 'compute_attention'): compute_attention, (aggregator, 'run'): run}
-    for name in ('append_frame', 'evict_frames'):
-        wrappers[(cache, name)] = in_part('cache K/V writes', getattr(cache, name), fixed=False)
+    wrappers = {(kv, 'attend'): cache_attention, (aggregator, 'run'): run,
+                (kv, 'write'): in_part('cache K/V writes', kv.write, fixed=False)}
     for (obj, name), wrapper in wrappers.items():
         originals[(obj, name)] = getattr(obj, name)
         setattr(obj, name, wrapper)
@@ -271,7 +271,7 @@ def _profile_parts(session: Any, step: Callable[[int], Any], count: int,
     counter = _Counter(stack)
     cuda = device.type == 'cuda'
     handles = _module_hooks(model, stack)
-    undo = _instrument(model, counter)
+    undo = _instrument(model, session.session.stream.state.kv, counter)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     try:
         with profile(activities=activities) as prof:
