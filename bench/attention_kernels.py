@@ -228,7 +228,11 @@ def fa3_candidates(checks, timed, flops):
 def fast_fn(cfg, kv_fp8=False):
     """Our Triton kernel's variants (``triton_fp8.attend_run_fast``) with config ``cfg``."""
     from lingbot_map_ros.engine.attention.triton_fp8 import attend_run_fast
+    return run_fn(attend_run_fast, cfg, kv_fp8)
 
+
+def run_fn(attend, cfg, kv_fp8):
+    """A builder of ``attend`` over the whole key run with config ``cfg`` (K/V in e4m3)."""
     def build(t):
         q, k, v = t
         if kv_fp8:
@@ -236,7 +240,7 @@ def fast_fn(cfg, kv_fp8=False):
         bounds = torch.tensor([0, k.shape[0]], dtype=torch.int32, device=q.device)
         out = torch.full_like(q, float('nan'))
         scratch = split_scratch(cfg, q)
-        return lambda: attend_run_fast(q, k, v, bounds, out=out, scratch=scratch, **cfg)
+        return lambda: attend(q, k, v, bounds, out=out, scratch=scratch, **cfg)
     return build
 
 
@@ -277,16 +281,7 @@ def split_scratch(cfg, q):
 
 def triton_fn(cfg, kv_fp8=False):
     from lingbot_map_ros.engine.attention.triton_attention import attend_run
-
-    def build(t):
-        q, k, v = t
-        if kv_fp8:
-            k, v = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
-        bounds = torch.tensor([0, k.shape[0]], dtype=torch.int32, device=q.device)
-        out = torch.full_like(q, float('nan'))
-        scratch = split_scratch(cfg, q)
-        return lambda: attend_run(q, k, v, bounds, out=out, scratch=scratch, **cfg)
-    return build
+    return run_fn(attend_run, cfg, kv_fp8)
 
 
 def cfg_name(cfg):

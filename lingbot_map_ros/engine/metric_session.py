@@ -46,11 +46,10 @@ import math
 from typing import Literal
 
 import numpy as np
-import torch
 
 from .errors import InvalidFrameError
 from .metric_scale import estimate_scale, ScaleEstimate
-from .prediction import FramePrediction
+from .prediction import FramePrediction, host_maps
 from .sensor_depth import to_processed
 from .stitching import Sim3Alignment, with_scale
 from ..config import MetricConfig
@@ -235,8 +234,8 @@ class MetricSession:
                 # One host copy per batch of keyframes, only until the scale is locked.
                 conf = [p.depth_conf for p, _ in usable]
                 estimate = estimate_scale(
-                    _host([p.depth for p, _ in usable]), np.stack([s for _, s in usable]),
-                    confidence=_host(conf) if all(c is not None for c in conf) else None,
+                    host_maps([p.depth for p, _ in usable]), np.stack([s for _, s in usable]),
+                    confidence=host_maps(conf) if all(c is not None for c in conf) else None,
                     min_valid_fraction=self._config.min_valid_fraction,
                     max_range_m=self._config.max_range_m or None)
                 self._last = estimate
@@ -267,8 +266,3 @@ class MetricSession:
             session_keyframes=self._keyframes, frames_with_depth=self._counts['with'],
             frames_without_depth=self._counts['without'], sim3_scale=self._sim3_scale,
             degenerate_sessions=self._counts['degenerate'])
-
-
-def _host(maps: list[torch.Tensor]) -> np.ndarray:
-    """``[N, H, W]`` float32 on the host from the predictions' device tensors, in one copy."""
-    return torch.stack(maps).float().cpu().numpy()

@@ -148,3 +148,8 @@ class FramePrediction:
         host = torch.cat(parts, dim=-1).cpu().numpy()
         rgb = host[..., 4:7].astype(np.uint8) if self.image is not None else None
         return host[..., :3], rgb, host[..., 3] > 0
+
+
+def host_maps(maps: list[torch.Tensor]) -> np.ndarray:
+    """Return ``[N, H, W]`` float32 on the host from per-frame device maps, in one copy."""
+    return torch.stack(maps).float().cpu().numpy()

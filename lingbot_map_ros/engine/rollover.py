@@ -60,7 +60,7 @@ import torch
 from .frames import FrameTag
 from .metric_session import MetricSession
 from .pipeline import StreamingSession
-from .prediction import FramePrediction
+from .prediction import FramePrediction, host_maps
 from .preprocess import preprocess_image, PreprocessInfo
 from .stats import RolloverStats, SessionStats
 from .stitching import fit_rollover, Sim3Alignment
@@ -200,9 +200,11 @@ class RolloverSession:
         # Upstream's choice when depth runs: the scale from the depth ratio over the overlap,
         # robust to pose noise and defined for a still camera (docs/odometry.md); an
         # implausible scale change is refused (stitching.fit_rollover).
-        depths = (_host([kf.depth for kf in overlap]), _host([p.depth for p in preds])) if all(
-            kf.depth is not None and p.depth is not None for kf, p in zip(overlap, preds)) \
-            else None
+        depths = None
+        if all(kf.depth is not None and p.depth is not None for kf, p in zip(overlap, preds)):
+            # One host copy each (a rollover already waits).
+            depths = (list(host_maps([kf.depth for kf in overlap])),
+                      list(host_maps([p.depth for p in preds])))
         self._alignment = fit_rollover(reference, ses, previous, depths)
         # Metric hook: the session's metric scale replaces the fitted one (kept as a check).
         self.metric.start_session(preds, reference, ses, self._alignment)
@@ -245,8 +247,3 @@ class RolloverSession:
                                   session_c2w=pred.c2w)
         self._frames_out += 1
         return out
-
-
-def _host(depths: list[torch.Tensor]) -> list[np.ndarray]:
-    """Depth maps of the overlap on the host, in one copy (a rollover already waits)."""
-    return list(torch.stack(depths).cpu().numpy())
