@@ -225,6 +225,79 @@ def fa3_candidates(checks, timed, flops):
            version, bound=8e-2)
 
 
+def fp8_kv_candidates(checks, timed, flops):
+    """FP8 K/V storage as the cache backends read it: ours and FA3's, beside bf16 (``--fp8``).
+
+    Rows: our Triton kernel at ``KERNEL_CONFIG`` in bf16, with FP8 K/V (widened to fp16), and
+    with FP8 K/V read straight into an FP8 QK product (``qk_fp8``; V still widened); FA3 through
+    the ``fa3`` backend's own kernel object (``Fa3RunAttention``: varlen over the device bounds,
+    bf16 and FP8 pools, queries cast per head by ``triton_quant``), the per-head query cast
+    alone, and checks that FA3's run bounds and a CUDA graph replay with moved bounds give what
+    a plain call on the slice gives.
+    """
+    from lingbot_map_ros.engine.attention.triton_backend import KERNEL_CONFIG
+    cfg = dict(KERNEL_CONFIG)
+    record(f'Triton bf16: {cfg_name(cfg)}', triton_fn(cfg), checks, timed, flops)
+    record(f'Triton FP8 KV: {cfg_name(cfg)}', triton_fn(cfg, kv_fp8=True), checks, timed, flops,
+           'K/V e4m3 in memory, widened to fp16 in registers', bound=8e-2)
+    c8 = dict(cfg, qk_fp8=True)
+    record(f'Triton FP8 KV, FP8 QK: {cfg_name(c8)}', triton_fn(c8, kv_fp8=True), checks,
+           timed, flops, 'K read as e4m3 into QK, V widened to fp16', bound=8e-2)
+    try:
+        from lingbot_map_ros.engine.attention.fa3 import Fa3RunAttention
+        fa3 = Fa3RunAttention()
+    except ImportError as exc:
+        ROWS.append({'name': 'FA3 run kernel', 'error': str(exc)})
+        print(format_row(ROWS[-1]), flush=True)
+        return
+    for kv_fp8, bound, label in ((False, 2e-2, 'bf16'), (True, 8e-2, 'FP8 pool')):
+        record(f'FA3 run kernel ({label}), as backend fa3',
+               run_fn(lambda q, k, v, bounds, **_: fa3(q, k, v, bounds), {'splits': 1}, kv_fp8),
+               checks, timed, flops, 'varlen over device bounds, auto splits', bound=bound)
+    from lingbot_map_ros.engine.attention.triton_quant import quantize_queries
+    q = checks[0][0][0]
+    q8, descale = quantize_queries(q)
+    back = q8.float() * descale[0][None, :, None]
+    err = ((back - q.float()).norm() / q.float().norm()).item()
+    ms = bench_ms(lambda: quantize_queries(q, q8, descale))
+    row = {'name': 'per-head query cast to e4m3 (triton_quant)', 'note': 'one launch',
+           'bound': 8e-2, 'rel_err': err, 'max_err': 0.0, 'nan': 0, 'ms': ms, 'tflops': 0.0}
+    ROWS.append(row)
+    print(format_row(row), flush=True)
+    fa3_bounds_check(fa3, checks)
+
+
+def fa3_bounds_check(fa3, checks):
+    """FA3 over bounds [s, e) of the pool == FA3 over the slice; also inside a CUDA graph."""
+    (q, k, v), _ = checks[0]
+    n = k.shape[0]
+    row = {'name': 'FA3 run kernel: bounds and graph replay', 'note': '', 'bound': 1e-3}
+    try:
+        worst = 0.0
+        for kv_fp8 in (False, True):
+            kk, vv = ((k, v) if not kv_fp8 else
+                      (k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)))
+            bounds = torch.tensor([0, n], dtype=torch.int32, device=q.device)
+            graph = torch.cuda.CUDAGraph()
+            fa3(q, kk, vv, bounds)  # warm
+            torch.cuda.synchronize()
+            with torch.cuda.graph(graph):
+                out = fa3(q, kk, vv, bounds)
+            for lo, hi in ((977, n - 5000), (0, n // 3), (n // 2, n)):
+                bounds.copy_(torch.tensor([lo, hi], dtype=torch.int32))
+                graph.replay()
+                sl = torch.tensor([0, hi - lo], dtype=torch.int32, device=q.device)
+                want = fa3(q, kk[lo:hi].contiguous(), vv[lo:hi].contiguous(), sl)
+                torch.cuda.synchronize()
+                worst = max(worst, ((out.double() - want.double()).norm()
+                                    / want.double().norm()).item())
+        row.update(rel_err=worst, max_err=0.0, nan=0)
+    except Exception as exc:  # noqa: BLE001 - reported as a row
+        row['error'] = f'{type(exc).__name__}: {str(exc)[:300]}'
+    ROWS.append(row)
+    print(format_row(row), flush=True)
+
+
 def fast_fn(cfg, kv_fp8=False):
     """Our Triton kernel's variants (``triton_fp8.attend_run_fast``) with config ``cfg``."""
     from lingbot_map_ros.engine.attention.triton_fp8 import attend_run_fast
@@ -373,6 +446,8 @@ def main():
     parser.add_argument('--configs', default=None, metavar='JSON',
                         help='a JSON list of Triton configs: time only these, each with bf16 '
                              'and with FP8 K/V storage (no other candidates, no sweep)')
+    parser.add_argument('--fp8', action='store_true',
+                        help='FP8 K/V rows only (fp8_kv_candidates) and the FA3 rows')
     parser.add_argument('--patches', type=int, default=PATCHES, help='patch tokens per frame')
     parser.add_argument('--window', type=int, default=72, help='patch frames visible (N_s + W)')
     args = parser.parse_args()
@@ -395,7 +470,12 @@ def main():
     gpu = torch.cuda.get_device_name(dev) if dev.type == 'cuda' else 'cpu (dry run)'
     print(f'{gpu}; torch {torch.version.__version__}; '
           f'Q={n_q} K={n_k} H={HEADS} D={DIM}: {flops / 1e9:.1f} GFLOP per call', flush=True)
-    if args.configs:
+    fast_best = None
+    if args.fp8:
+        best = None
+        fp8_kv_candidates(checks, timed, flops)
+        fa3_candidates(checks, timed, flops)
+    elif args.configs:
         best = None
         for cfg in json.loads(args.configs):
             record(f'Triton {cfg_name(cfg)}', triton_fn(cfg), checks, timed, flops)
@@ -410,7 +490,8 @@ def main():
         best = triton_candidates(checks, timed, flops, args.quick)
     if best is not None:
         graph_check(best, checks)
-    fast_best = fast_candidates(checks, timed, flops, args.quick)
+    if not args.fp8:
+        fast_best = fast_candidates(checks, timed, flops, args.quick)
     summary = {'shape': {'q': n_q, 'k': n_k, 'heads': HEADS, 'dim': DIM}, 'gflop': flops / 1e9,
                'gpu': gpu, 'torch': torch.__version__,
                'triton_best': best, 'triton_best_fp8': FP8_BEST[0],

@@ -35,6 +35,11 @@
 #     without, for Triton + FP8 KV and for SDPA + bf16 KV. Logs in one tarball,
 #     memory_logs.tar.gz, and every run's JSON line on stdout.
 #   STAGE=memory_fp8: the second call of issue #25, ~1.5 min (see the stage below).
+#   STAGE=fp8kv: issues #21/#25, FP8 K/V at bf16 speed: the FP8 kernel table
+#     (bench/attention_kernels.py --fp8: our Triton kernel bf16/FP8, FA3 as backend fa3 runs
+#     it), golden set A with FP8 K/V through fa3, `bench memory --depth` with FP8 K/V at 504 and
+#     518 width, `bench model --compile` with FP8 K/V (auto -> fa3) pose and depth and the bf16
+#     defaults (+ fa3 in bf16 if time is left). Needs fa3-fwd in .whl/. ~5.5 min.
 #   STAGE=issue13b: the `triton` cache backend: golden set A (bf16 KV and FP8 KV) and `bench
 #     model` (pose; depth with FP8 KV and 330 keyframes). About 4 minutes.
 set -uo pipefail
@@ -62,7 +67,8 @@ torch.version.cuda, 'triton', triton.__version__, 'flashinfer', flashinfer.__ver
 } > "$out/env.txt" 2>&1
 # Random (golden-formula) weights written once, so each benchmark only loads them.
 # The formula runs in numpy, one tensor per process (single-threaded, ~1 min for 1.16 B values).
-[ "$stage" = kernels ] || [ -f /tmp/bench_weights.safetensors ] || python3 - <<'PY'
+make_weights() {
+  [ -f /tmp/bench_weights.safetensors ] || python3 - <<'PY'
 from multiprocessing import Pool
 from safetensors.torch import save_file
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
@@ -76,6 +82,9 @@ with Pool() as pool:
     arrays = pool.map(one, shapes, chunksize=1)
 save_file({k: torch.from_numpy(a) for k, a in arrays}, '/tmp/bench_weights.safetensors')
 PY
+}
+# STAGE=fp8kv makes them in the background, beside its kernel table.
+[ "$stage" = kernels ] || [ "$stage" = fp8kv ] || make_weights
 bench="python3 -m lingbot_map_ros.tools.bench model --weights /tmp/bench_weights.safetensors"
 golden="python3 -m lingbot_map_ros.tools.golden .gpu_data/stream_A.safetensors --device cuda"
 if [ "$stage" = check ]; then
@@ -197,6 +206,41 @@ elif [ "$stage" = memory_fp8 ]; then
     --checks 1 --rotate 2 --configs '[{"block_m": 128, "block_n": 64, "num_warps": 4,
     "num_stages": 3, "splits": 2}, {"block_m": 128, "block_n": 128, "num_warps": 8,
     "num_stages": 3, "splits": 2}]' > "$out/attention_kernels_fp8.txt" 2>&1
+elif [ "$stage" = fp8kv ]; then
+  # FP8 K/V through FlashAttention-3 (backend fa3, chosen by `auto` for FP8 pools) against the
+  # bf16 defaults. Needs the fa3-fwd wheel in .whl/ (bench/results/README.md says how to fetch
+  # it). ~5.5 min; FP8KV_BUDGET_S (default 300): no optional run starts after that many seconds.
+  logs=/tmp/fp8kv && mkdir -p $logs
+  pack() { tar czf "$out/fp8kv_logs.tar.gz" -C $logs .; }
+  mem="python3 -m lingbot_map_ros.tools.bench memory --weights /tmp/bench_weights.safetensors"
+  make_weights > $logs/weights.txt 2>&1 &
+  wpid=$!
+  # 1. Kernels alone on the GPU (the weights are made on the CPU meanwhile).
+  timeout 100 python3 bench/attention_kernels.py --fp8 > $logs/attention_kernels.txt 2>&1
+  cp "$out/attention_kernels.json" $logs/ 2>/dev/null; pack
+  # 2. Timings not used: golden set A (FP8 K/V through fa3, robot path), the GPU tests of the
+  # FP8 path, and the peak memory with depth (rollover included) at 504x378 and 518x392.
+  timeout 150 $golden --dtype bfloat16 --backend fa3 --fast-path whole_frame --compile \
+    --kv-dtype float8_e4m3fn > $logs/golden_A_fa3_fp8.txt 2>&1 &
+  timeout 100 python3 -m pytest -q -p no:cacheprovider test/engine/test_fa3_fp8.py \
+    test/engine/test_triton_attention.py > $logs/gpu_tests_fp8kv.txt 2>&1 &
+  wait $wpid
+  timeout 150 $mem --depth --set cache.dtype=float8_e4m3fn > $logs/memory_fp8_depth.txt 2>&1 &
+  timeout 150 $mem --depth --set cache.dtype=float8_e4m3fn --width 518 --height 392 \
+    > $logs/memory_fp8_518_depth.txt 2>&1 &
+  wait; pack
+  # 3. Speed, one run at a time: FP8 K/V (auto -> fa3) pose and depth, then the bf16 defaults.
+  timeout 90 $bench --compile --kv-dtype float8_e4m3fn > $logs/model_fp8_pose.txt 2>&1; pack
+  timeout 90 $bench --compile --kv-dtype float8_e4m3fn --depth > $logs/model_fp8_depth.txt 2>&1
+  pack
+  timeout 90 $bench --compile > $logs/model_bf16_pose.txt 2>&1; pack
+  [ $SECONDS -ge "${FP8KV_BUDGET_S:-300}" ] || \
+    timeout 90 $bench --compile --backend fa3 > $logs/model_fa3_bf16_pose.txt 2>&1
+  pack
+  tail -n 28 $logs/attention_kernels.txt | cut -c1-170
+  tail -n 4 $logs/gpu_tests_fp8kv.txt $logs/weights.txt
+  for f in $logs/golden_*.txt $logs/memory_*.txt $logs/model_*.txt; do
+    echo "== $f"; tail -n 1 "$f" | cut -c1-1600; done
 elif [ "$stage" = kernels ]; then
   timeout 300 python3 bench/attention_kernels.py > "$out/attention_kernels.txt" 2>&1
 elif [ "$stage" = fp8 ]; then

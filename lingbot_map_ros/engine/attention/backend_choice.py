@@ -11,16 +11,23 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Backend ``auto``: the fastest cache attention this device runs, else a safe fallback.
+"""Backend ``auto``: the fastest cache attention this device runs for the KV dtype, or a fallback.
 
-Why: the fastest kernel at our cache shape on Hopper is our Triton kernel (one contiguous run,
-its bounds on the device: no cuDNN/flash split, no merge; docs/performance.md), but it needs
-CUDA, a GPU Triton generates tensor-core code for (compute capability 8.0 or newer), bf16/fp16
-attention and the ``triton`` package. ``auto`` picks ``triton`` where all of these hold and
-``sdpa`` (any device, any dtype) otherwise, and logs why. An explicit ``triton`` on a device that
-cannot run it is refused with the reason (:func:`triton_refusal`), never silently replaced; so is
-an explicit ``fa3`` (FlashAttention-3, Hopper only: :func:`fa3_refusal`), which ``auto`` does not
-pick (not measured end to end yet).
+Why: at our cache shape on Hopper (docs/performance.md) the fastest bf16 path end to end is our
+Triton kernel (one contiguous run, its bounds on the device: no cuDNN/flash split, no merge),
+and the fastest FP8 one FlashAttention-3's FP8 forward (``fa3``: QK and PV on the FP8 tensor
+cores, K/V read as stored), which our Triton kernel is not (it widens FP8 K/V to fp16 through
+shared memory). So ``auto`` picks, in order:
+
+* FP8 K/V storage, a Hopper GPU (9.x) and the ``fa3-fwd`` package installed: ``fa3``;
+* else, where Triton runs (CUDA, compute capability >= 8.0, bf16/fp16, ``triton`` installed):
+  ``triton``; with FP8 storage the log line says that FA3 is missing and what that costs;
+* else ``sdpa`` (any device, any dtype).
+
+It logs its choice and why. An explicit ``triton`` on a device that cannot run it is refused with
+the reason (:func:`triton_refusal`), never silently replaced; so is an explicit ``fa3``
+(:func:`fa3_refusal`; without its package, ``fa3.import_fa3`` raises ImportError saying what to
+install).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 
+from lingbot_map_ros.engine.attention.fp8 import FP8_KV_DTYPES
 import torch
 
 logger = logging.getLogger(__name__)
@@ -80,11 +88,27 @@ def fa3_refusal(device_type: str, capability: tuple[int, int] | None,
 
 
 def choose_backend(device_type: str, capability: tuple[int, int] | None, dtype: torch.dtype,
-                   triton_installed: bool) -> tuple[str, str]:
-    """Resolve ``auto``: ``('triton', why)`` where it can run, else ``('sdpa', why)``."""
+                   triton_installed: bool, storage_dtype: torch.dtype | None = None,
+                   fa3_installed: bool = False) -> tuple[str, str]:
+    """Resolve ``auto`` for a cache attending in ``dtype`` with K/V stored in ``storage_dtype``.
+
+    Returns:
+        ``(backend, why)``: ``fa3`` for FP8 storage on Hopper with ``fa3-fwd`` installed, else
+        ``triton`` where it runs, else ``sdpa`` (module docstring).
+    """
+    fp8 = storage_dtype in FP8_KV_DTYPES
+    if fp8 and fa3_installed and fa3_refusal(device_type, capability, dtype) is None:
+        return 'fa3', 'FP8 K/V on Hopper: FlashAttention-3 FP8 (fastest measured for FP8 K/V)'
     refusal = triton_refusal(device_type, capability, dtype, triton_installed)
     if refusal is None:
-        return 'triton', 'the Triton kernel runs here (fastest measured at the cache shape)'
+        if not fp8:
+            return 'triton', 'the Triton kernel runs here (fastest measured at the cache shape)'
+        why = ('the fa3-fwd package is not installed' if not fa3_installed else
+               fa3_refusal(device_type, capability, dtype).split(';')[0])
+        return 'triton', (f'FP8 K/V through the Triton kernel, which widens them to fp16 '
+                          f'(slower than FA3 FP8 and than bf16 K/V, docs/performance.md): '
+                          f'{why}; pip install fa3-fwd on a Hopper GPU for the FP8 speed, or '
+                          'set cache.dtype: bfloat16')
     return 'sdpa', refusal.split(';')[0].replace("backend 'triton' needs", 'Triton needs')
 
 
@@ -94,8 +118,20 @@ def device_facts(device: torch.device) -> tuple[str, tuple[int, int] | None, boo
     return device.type, capability, importlib.util.find_spec('triton') is not None
 
 
-def resolve_backend(name: str, device: torch.device, dtype: torch.dtype) -> str:
+def fa3_installed() -> bool:
+    """Whether the ``fa3-fwd`` package (module ``fa3_fwd_interface``) is installed."""
+    return importlib.util.find_spec('fa3_fwd_interface') is not None
+
+
+def resolve_backend(name: str, device: torch.device, dtype: torch.dtype,
+                    storage_dtype: torch.dtype | None = None) -> str:
     """Return the concrete backend for ``name`` on ``device`` (``auto`` resolved, logged).
+
+    Args:
+        name: ``cache.backend``.
+        device: Device of the cache.
+        dtype: Dtype attention runs in.
+        storage_dtype: K/V storage dtype (FP8 or None: ``dtype``); ``auto`` depends on it.
 
     Raises:
         ValueError: ``triton`` or ``fa3`` asked for explicitly where it cannot run (the message
@@ -114,6 +150,9 @@ def resolve_backend(name: str, device: torch.device, dtype: torch.dtype) -> str:
         if refusal is not None:
             raise ValueError(refusal)
         return name
-    chosen, why = choose_backend(kind, capability, dtype, installed)
-    logger.info("cache.backend 'auto' -> '%s' (%s)", chosen, why)
+    chosen, why = choose_backend(kind, capability, dtype, installed, storage_dtype,
+                                 fa3_installed() if kind == 'cuda' else False)
+    log = logger.warning if chosen == 'triton' and storage_dtype in FP8_KV_DTYPES \
+        else logger.info
+    log("cache.backend 'auto' -> '%s' (%s)", chosen, why)
     return chosen

@@ -23,12 +23,15 @@ inputs). It runs as the ``triton`` backend does (``TritonBackend``: one launch p
 the whole-frame graph), with FA3's varlen entry: ``cu_seqlens_k = bounds`` makes it read keys
 ``[start, stop)`` of the whole pool, so no shape depends on the frame.
 
-FP8 pools (``cache.dtype: float8_e4m3fn``, unit scale) run FA3's FP8 kernel: the queries are
-scaled into e4m3 by their max (one device reduction), K/V descales are 1.
+FP8 pools (``cache.dtype: float8_e4m3fn``, unit scale) run FA3's FP8 kernel: QK and PV on the
+FP8 tensor cores, K and V read as stored (no widening pass, no copy). The queries are cast to
+e4m3 with one scale per head (``triton_quant.quantize_queries``: one launch, the head's max at
+448), the K/V descales are 1 (the storage's unit scale, ``fp8.py``); FA3 rounds the softmax
+probabilities to e4m3 for PV itself. Its output is bf16.
 
-Not measured end to end (golden set A, ``bench model``) in the round that added it; ``auto``
-never picks it. Hopper only (FA3 is built for sm_90); the wheel is not a dependency (built for
-torch 2.10, ran under 2.11 on the H200).
+Hopper only (FA3 is built for sm_90); the wheel is not a dependency (built for torch 2.10, runs
+under 2.11 on the H200). ``auto`` picks it for FP8 pools where it is installed
+(``backend_choice.py``); measured end to end in docs/performance.md.
 """
 
 from __future__ import annotations
@@ -37,8 +40,6 @@ from typing import Any
 
 from lingbot_map_ros.engine.attention.triton_backend import TritonBackend
 import torch
-
-E4M3_MAX = 448.0
 
 
 def import_fa3() -> Any:
@@ -68,6 +69,7 @@ class Fa3RunAttention:
         self._num_splits = num_splits
         self._cu_q: torch.Tensor | None = None
         self._cu_q_len = -1
+        self._ones: torch.Tensor | None = None
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  bounds: torch.Tensor) -> torch.Tensor:
@@ -79,11 +81,13 @@ class Fa3RunAttention:
         extra: dict[str, Any] = {}
         out_dtype = q.dtype
         if k.dtype == torch.float8_e4m3fn:
-            scale = q.abs().amax().float().clamp(min=1e-12) / E4M3_MAX
-            q = (q / scale).to(torch.float8_e4m3fn)
-            ones = torch.ones(1, heads, dtype=torch.float32, device=q.device)
-            extra = {'q_descale': scale.reshape(1, 1).expand(1, heads).contiguous(),
-                     'k_descale': ones, 'v_descale': ones}
+            from lingbot_map_ros.engine.attention.triton_quant import quantize_queries
+            if self._ones is None or self._ones.shape[1] != heads \
+                    or self._ones.device != q.device:
+                self._ones = torch.ones(1, heads, dtype=torch.float32, device=q.device)
+            q, q_descale = quantize_queries(q)
+            extra = {'q_descale': q_descale, 'k_descale': self._ones,
+                     'v_descale': self._ones}
         # The bounds are int32 [start, stop] on the device: sequence 0's keys start at
         # cu_seqlens_k[0]. max_seqlen_k is an upper bound fixed per pool, so the launch (and a
         # graph of it) does not depend on the frame.

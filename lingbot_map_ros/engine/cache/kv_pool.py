@@ -100,7 +100,7 @@ class KVPool:
         self.dtype = dtype
         self.device = torch.device(device)
         # 'auto' -> the fastest backend this device runs; 'triton' refused where it cannot run.
-        backend = resolve_backend(backend, self.device, dtype)
+        backend = resolve_backend(backend, self.device, dtype, storage_dtype)
         self.backend_name = backend
         self.storage_dtype = check_storage_dtype(storage_dtype, dtype, backend)
         self.full_patch_pages = full_patch_pages

@@ -1,0 +1,80 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""FP8 attention through backend ``fa3``: the per-head query cast and FA3 over a device run.
+
+GPU only: the query cast needs Triton on CUDA (``triton_quant.py``); the FA3 tests also need a
+Hopper GPU and the ``fa3-fwd`` package, and are skipped without them.
+"""
+
+import math
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip('needs CUDA', allow_module_level=True)
+pytest.importorskip('triton')
+
+from lingbot_map_ros.engine.attention.triton_quant import quantize_queries  # noqa: E402,I100
+
+FP8 = torch.float8_e4m3fn
+
+
+def test_query_cast_keeps_each_head_within_e4m3_rounding():
+    gen = torch.Generator(device='cuda').manual_seed(3)
+    q = torch.randn(333, 4, 64, device='cuda', generator=gen).to(torch.bfloat16)
+    q[:, 1] *= 40.0          # heads of very different size get their own scale
+    q[:, 2] = 0.0            # an all-zero head: no NaN, zeros stay zeros
+    q8, descale = quantize_queries(q)
+    assert q8.dtype == FP8 and descale.shape == (1, 4)
+    back = q8.float() * descale[0][None, :, None]
+    assert torch.isfinite(back).all()
+    assert back[:, 2].abs().max().item() == pytest.approx(0.0, abs=1e-30)
+    for h in (0, 1, 3):
+        top = q[:, h].float().abs().max().item()
+        assert descale[0, h].item() == pytest.approx(top / 448.0, rel=1e-6)
+        err = ((back[:, h] - q[:, h].float()).norm() / q[:, h].float().norm()).item()
+        assert err < 4e-2  # e4m3: 3 mantissa bits, relative rounding <= 2^-4
+
+
+def _fa3():
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip('FA3 needs a Hopper GPU')
+    pytest.importorskip('fa3_fwd_interface')
+    from lingbot_map_ros.engine.attention.fa3 import Fa3RunAttention
+    return Fa3RunAttention()
+
+
+def _reference(q, k, v):
+    q, k, v = (t.double() for t in (q, k, v))
+    s = torch.einsum('qhd,khd->hqk', q, k) / math.sqrt(q.shape[-1])
+    return torch.einsum('hqk,khd->qhd', s.softmax(-1), v)
+
+
+@pytest.mark.parametrize('fp8,bound', [(False, 2e-2), (True, 8e-2)])
+def test_fa3_attends_to_the_device_run_only(fp8, bound):
+    attend = _fa3()
+    gen = torch.Generator(device='cuda').manual_seed(5)
+    q, k, v = (torch.randn(n, 4, 64, device='cuda', generator=gen).to(torch.bfloat16)
+               for n in (200, 3000, 3000))
+    k[:500] = 1e3  # outside the run: any read of it would wreck the output
+    if fp8:
+        k, v = k.to(FP8), v.to(FP8)
+    bounds = torch.tensor([500, 2700], dtype=torch.int32, device='cuda')
+    out = attend(q, k, v, bounds)
+    assert out.dtype == torch.bfloat16 and out.shape == q.shape
+    ref = _reference(q, k[500:2700].to(torch.bfloat16), v[500:2700].to(torch.bfloat16))
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    assert err < bound
