@@ -37,9 +37,10 @@
 #   STAGE=memory_fp8: the second call of issue #25, ~1.5 min (see the stage below).
 #   STAGE=fp8kv: issues #21/#25, FP8 K/V at bf16 speed: the FP8 kernel table
 #     (bench/attention_kernels.py --fp8: our Triton kernel bf16/FP8, FA3 as backend fa3 runs
-#     it), golden set A with FP8 K/V through fa3, `bench memory --depth` with FP8 K/V at 504 and
-#     518 width, `bench model --compile` with FP8 K/V (auto -> fa3) pose and depth and the bf16
-#     defaults (+ fa3 in bf16 if time is left). Needs fa3-fwd in .whl/. ~5.5 min.
+#     it where fa3-fwd is in .whl/), golden set A with FP8 K/V (backend FP8KV_BACKEND, default
+#     auto), `bench memory --depth` with FP8 K/V at 504 and 518 width, `bench model --compile`
+#     with FP8 K/V pose and depth and with bf16 K/V (+ fa3 in bf16 if time is left). ~5.5 min.
+#     FP8KV_QUICK=1: the kernel table and golden set A only (~2 min).
 #   STAGE=issue13b: the `triton` cache backend: golden set A (bf16 KV and FP8 KV) and `bench
 #     model` (pose; depth with FP8 KV and 330 keyframes). About 4 minutes.
 set -uo pipefail
@@ -213,29 +214,34 @@ elif [ "$stage" = fp8kv ]; then
   logs=/tmp/fp8kv && mkdir -p $logs
   pack() { tar czf "$out/fp8kv_logs.tar.gz" -C $logs .; }
   mem="python3 -m lingbot_map_ros.tools.bench memory --weights /tmp/bench_weights.safetensors"
-  make_weights > $logs/weights.txt 2>&1 &
+  [ -n "${FP8KV_QUICK:-}" ] || make_weights > $logs/weights.txt 2>&1 &
   wpid=$!
   # 1. Kernels alone on the GPU (the weights are made on the CPU meanwhile).
   timeout 100 python3 bench/attention_kernels.py --fp8 > $logs/attention_kernels.txt 2>&1
   cp "$out/attention_kernels.json" $logs/ 2>/dev/null; pack
-  # 2. Timings not used: golden set A (FP8 K/V through fa3, robot path), the GPU tests of the
-  # FP8 path, and the peak memory with depth (rollover included) at 504x378 and 518x392.
-  timeout 150 $golden --dtype bfloat16 --backend fa3 --fast-path whole_frame --compile \
-    --kv-dtype float8_e4m3fn > $logs/golden_A_fa3_fp8.txt 2>&1 &
+  # 2. Timings not used: golden set A (FP8 K/V through FP8KV_BACKEND, default auto, robot
+  # path), the GPU tests of the FP8 path, and the peak memory with depth (rollover included)
+  # at 504x378 and 518x392. FP8KV_QUICK=1: the kernel table and golden set A only.
+  timeout 150 $golden --dtype bfloat16 --backend "${FP8KV_BACKEND:-auto}" --fast-path \
+    whole_frame --compile --kv-dtype float8_e4m3fn > $logs/golden_A_fp8.txt 2>&1 &
   timeout 100 python3 -m pytest -q -p no:cacheprovider test/engine/test_fa3_fp8.py \
     test/engine/test_triton_attention.py > $logs/gpu_tests_fp8kv.txt 2>&1 &
+  [ -z "${FP8KV_QUICK:-}" ] || { wait; pack; tail -n 14 $logs/attention_kernels.txt | \
+    cut -c1-170; tail -n 3 $logs/gpu_tests_fp8kv.txt; tail -n 1 $logs/golden_A_fp8.txt | \
+    cut -c1-1600; exit 0; }
   wait $wpid
   timeout 150 $mem --depth --set cache.dtype=float8_e4m3fn > $logs/memory_fp8_depth.txt 2>&1 &
   timeout 150 $mem --depth --set cache.dtype=float8_e4m3fn --width 518 --height 392 \
     > $logs/memory_fp8_518_depth.txt 2>&1 &
   wait; pack
-  # 3. Speed, one run at a time: FP8 K/V (auto -> fa3) pose and depth, then the bf16 defaults.
+  # 3. Speed, one run at a time: FP8 K/V (auto) pose and depth, then bf16 K/V.
   timeout 90 $bench --compile --kv-dtype float8_e4m3fn > $logs/model_fp8_pose.txt 2>&1; pack
   timeout 90 $bench --compile --kv-dtype float8_e4m3fn --depth > $logs/model_fp8_depth.txt 2>&1
   pack
-  timeout 90 $bench --compile > $logs/model_bf16_pose.txt 2>&1; pack
+  timeout 90 $bench --compile --kv-dtype bfloat16 > $logs/model_bf16_pose.txt 2>&1; pack
   [ $SECONDS -ge "${FP8KV_BUDGET_S:-300}" ] || \
-    timeout 90 $bench --compile --backend fa3 > $logs/model_fa3_bf16_pose.txt 2>&1
+    timeout 90 $bench --compile --kv-dtype bfloat16 --backend fa3 \
+      > $logs/model_fa3_bf16_pose.txt 2>&1
   pack
   tail -n 28 $logs/attention_kernels.txt | cut -c1-170
   tail -n 4 $logs/gpu_tests_fp8kv.txt $logs/weights.txt

@@ -98,28 +98,17 @@ def test_explicit_fa3_on_the_cpu_and_without_its_package():
 FP8 = torch.float8_e4m3fn
 
 
-def test_auto_picks_fa3_for_fp8_kv_on_hopper_with_its_package():
-    chosen, why = choose_backend('cuda', (9, 0), BF16, True, FP8, fa3_installed=True)
-    assert chosen == 'fa3' and 'FP8' in why
-    # bf16 K/V keep the Triton kernel (fastest measured in bf16).
-    assert choose_backend('cuda', (9, 0), BF16, True, BF16, fa3_installed=True)[0] == 'triton'
-    assert choose_backend('cuda', (9, 0), BF16, True, None, fa3_installed=True)[0] == 'triton'
-
-
-@pytest.mark.parametrize('capability,installed,why', [
-    ((9, 0), False, 'fa3-fwd package is not installed'),
-    ((8, 9), True, "'fa3' needs a Hopper GPU (compute capability 9.x), got compute "
-                   'capability 8.9')])
-def test_auto_with_fp8_kv_falls_back_to_triton_and_says_what_it_costs(capability, installed,
-                                                                      why):
-    chosen, reason = choose_backend('cuda', capability, BF16, True, FP8,
-                                    fa3_installed=installed)
-    assert chosen == 'triton'
-    assert why in reason and 'pip install fa3-fwd' in reason
-    assert 'cache.dtype: bfloat16' in reason
-
-
-def test_auto_with_fp8_kv_on_the_cpu_is_sdpa():
-    chosen, reason = choose_backend('cpu', None, torch.float32, True, FP8, fa3_installed=True)
-    assert chosen == 'sdpa' and 'CUDA device' in reason
-    assert resolve_backend('auto', torch.device('cpu'), torch.float32, FP8) == 'sdpa'
+def test_auto_keeps_triton_for_fp8_kv_and_says_so_and_sdpa_off_cuda(caplog):
+    chosen, why = choose_backend('cuda', (9, 0), BF16, True, FP8)
+    assert chosen == 'triton' and 'FP8 QK product' in why
+    assert choose_backend('cuda', (9, 0), BF16, True, BF16)[1] == \
+        choose_backend('cuda', (9, 0), BF16, True)[1]
+    # Where Triton cannot run, FP8 K/V go to sdpa (which widens them on read), with the reason.
+    for kind, capability, installed, reason in (('cuda', (7, 5), True, 'compute capability'),
+                                                ('cuda', (9, 0), False, 'triton package'),
+                                                ('cpu', None, True, 'CUDA device')):
+        chosen, why = choose_backend(kind, capability, BF16, installed, FP8)
+        assert chosen == 'sdpa' and reason in why
+    with caplog.at_level('INFO'):
+        assert resolve_backend('auto', torch.device('cpu'), torch.float32, FP8) == 'sdpa'
+    assert "cache.backend 'auto' -> 'sdpa'" in caplog.text

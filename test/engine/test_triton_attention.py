@@ -32,6 +32,9 @@ from lingbot_map_ros.engine.attention.triton_attention import attend_run  # noqa
 
 DEV = 'cuda' if ON_GPU else 'cpu'
 DTYPE = torch.bfloat16 if ON_GPU else torch.float16
+# FP8 products: e4m3's rounding (the benchmark's bound); the interpreter rounds to e4m3 less
+# accurately than the GPU's converter (as in test_triton_fp8.py).
+FP8_BOUND = 8e-2 if ON_GPU else 1.5e-1
 
 
 def _reference(q, k, v):
@@ -59,7 +62,7 @@ def test_fp8_keys_and_values_are_widened_in_registers():
     k, v = (torch.randn(200, 2, 64, generator=gen).to(DEV, torch.float8_e4m3fn)
             for _ in range(2))
     bounds = torch.tensor([0, 200], dtype=torch.int32, device=DEV)
-    out = attend_run(q, k, v, bounds, splits=2, block_m=32, block_n=32)
+    out = attend_run(q, k, v, bounds, splits=2, block_m=32, block_n=32, qk_fp8=False)
     ref = _reference(q, k.to(DTYPE), v.to(DTYPE))
     assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
 
@@ -73,17 +76,42 @@ def test_fp8_kv_with_bf16_queries_runs_in_fp16_without_loss(splits):
     k, v = (torch.randn(200, 2, 64, generator=gen).to(DEV, torch.float8_e4m3fn)
             for _ in range(2))
     bounds = torch.tensor([3, 197], dtype=torch.int32, device=DEV)
-    out = attend_run(q, k, v, bounds, splits=splits, block_m=32, block_n=32)
+    out = attend_run(q, k, v, bounds, splits=splits, block_m=32, block_n=32, qk_fp8=False)
     ref = _reference(q, k[3:197].double(), v[3:197].double())
     assert out.dtype == torch.bfloat16
     # bf16 output rounding (2^-9) dominates: the widening itself is exact.
     assert ((out.double() - ref).norm() / ref.norm()).item() < 5e-3
     # A query value past fp16's range is clamped to 65504, never inf: no NaN in the output.
     q[0, 0, 0] = 1e6
-    out = attend_run(q, k, v, bounds, splits=splits, block_m=32, block_n=32)
+    out = attend_run(q, k, v, bounds, splits=splits, block_m=32, block_n=32, qk_fp8=False)
     assert not out.isnan().any()
     ref = _reference(q.double().clamp(-65504, 65504), k[3:197].double(), v[3:197].double())
     assert ((out.double() - ref).norm() / ref.norm()).item() < 5e-3
+
+
+@pytest.mark.parametrize('splits', [1, 2])
+def test_fp8_keys_go_as_stored_into_an_fp8_qk_product_with_row_scaled_queries(splits):
+    # The default for FP8 keys. Queries of 1e-3 (e4m3 subnormals at unit scale: most would
+    # round to 0 or +-2^-9) next to rows of 0.1: each row gets its own scale, so every row keeps
+    # e4m3's relative rounding (<= 2^-4 per value) and the output stays within the FP8 bound.
+    gen = torch.Generator().manual_seed(10 + splits)
+    q = torch.randn(40, 2, 64, generator=gen) * 0.1  # scores of std ~4 with these keys
+    q[::2] *= 1e-2
+    q = q.to(DEV, torch.bfloat16)
+    k = (torch.randn(200, 2, 64, generator=gen) * 40).to(DEV, torch.float8_e4m3fn)
+    v = torch.randn(200, 2, 64, generator=gen).to(DEV, torch.float8_e4m3fn)
+    bounds = torch.tensor([5, 190], dtype=torch.int32, device=DEV)
+    out = attend_run(q, k, v, bounds, splits=splits, block_m=32, block_n=32)
+    assert out.dtype == torch.bfloat16 and not out.isnan().any()
+    k64, v64 = k[5:190].double(), v[5:190].double()
+    ref = _reference(q, k64, v64)
+    small = _reference(q[::2], k64, v64)
+    err_small = ((out[::2].double() - small).norm() / small.norm()).item()
+    assert ((out.double() - ref).norm() / ref.norm()).item() < FP8_BOUND
+    assert err_small < FP8_BOUND
+    # Unit-scale e4m3 queries lose the small rows: the row scale is what keeps them.
+    unit = _reference(q.float().to(torch.float8_e4m3fn).double()[::2], k64, v64)
+    assert ((unit - small).norm() / small.norm()).item() > 2 * err_small
 
 
 def test_refuses_what_it_cannot_run():

@@ -13,16 +13,16 @@
 # limitations under the License.
 """Backend ``auto``: the fastest cache attention this device runs for the KV dtype, or a fallback.
 
-Why: at our cache shape on Hopper (docs/performance.md) the fastest bf16 path end to end is our
-Triton kernel (one contiguous run, its bounds on the device: no cuDNN/flash split, no merge),
-and the fastest FP8 one FlashAttention-3's FP8 forward (``fa3``: QK and PV on the FP8 tensor
-cores, K/V read as stored), which our Triton kernel is not (it widens FP8 K/V to fp16 through
-shared memory). So ``auto`` picks, in order:
+Why: at our cache shape on Hopper (docs/performance.md, bench/results/h200_round6/) the
+fastest path end to end is our Triton kernel for both K/V storage dtypes: bf16 (one contiguous
+run, its bounds on the device: no cuDNN/flash split, no merge) and FP8 (K read as stored into
+an FP8 QK product, at the bf16 kernel's speed). FlashAttention-3 (``fa3``, the ``fa3-fwd``
+wheel) was measured slower through the robot path in both (its varlen entry, which the
+whole-frame graph needs, loses its KV-split speed), so ``auto`` never picks it:
 
-* FP8 K/V storage, a Hopper GPU (9.x) and the ``fa3-fwd`` package installed: ``fa3``;
-* else, where Triton runs (CUDA, compute capability >= 8.0, bf16/fp16, ``triton`` installed):
-  ``triton``; with FP8 storage the log line says that FA3 is missing and what that costs;
-* else ``sdpa`` (any device, any dtype).
+* where Triton runs (CUDA, compute capability >= 8.0, bf16/fp16, ``triton`` installed):
+  ``triton``, for bf16 and FP8 K/V alike (no extra wheel);
+* else ``sdpa`` (any device, any dtype; it widens FP8 K/V on read).
 
 It logs its choice and why. An explicit ``triton`` on a device that cannot run it is refused with
 the reason (:func:`triton_refusal`), never silently replaced; so is an explicit ``fa3``
@@ -88,27 +88,19 @@ def fa3_refusal(device_type: str, capability: tuple[int, int] | None,
 
 
 def choose_backend(device_type: str, capability: tuple[int, int] | None, dtype: torch.dtype,
-                   triton_installed: bool, storage_dtype: torch.dtype | None = None,
-                   fa3_installed: bool = False) -> tuple[str, str]:
+                   triton_installed: bool,
+                   storage_dtype: torch.dtype | None = None) -> tuple[str, str]:
     """Resolve ``auto`` for a cache attending in ``dtype`` with K/V stored in ``storage_dtype``.
 
     Returns:
-        ``(backend, why)``: ``fa3`` for FP8 storage on Hopper with ``fa3-fwd`` installed, else
-        ``triton`` where it runs, else ``sdpa`` (module docstring).
+        ``('triton', why)`` where it can run, else ``('sdpa', why)`` (module docstring).
     """
-    fp8 = storage_dtype in FP8_KV_DTYPES
-    if fp8 and fa3_installed and fa3_refusal(device_type, capability, dtype) is None:
-        return 'fa3', 'FP8 K/V on Hopper: FlashAttention-3 FP8 (fastest measured for FP8 K/V)'
     refusal = triton_refusal(device_type, capability, dtype, triton_installed)
     if refusal is None:
-        if not fp8:
-            return 'triton', 'the Triton kernel runs here (fastest measured at the cache shape)'
-        why = ('the fa3-fwd package is not installed' if not fa3_installed else
-               fa3_refusal(device_type, capability, dtype).split(';')[0])
-        return 'triton', (f'FP8 K/V through the Triton kernel, which widens them to fp16 '
-                          f'(slower than FA3 FP8 and than bf16 K/V, docs/performance.md): '
-                          f'{why}; pip install fa3-fwd on a Hopper GPU for the FP8 speed, or '
-                          'set cache.dtype: bfloat16')
+        if storage_dtype in FP8_KV_DTYPES:
+            return 'triton', ('the Triton kernel runs here; FP8 K/V go as stored into its FP8 '
+                              'QK product (fastest measured for FP8 K/V)')
+        return 'triton', 'the Triton kernel runs here (fastest measured at the cache shape)'
     return 'sdpa', refusal.split(';')[0].replace("backend 'triton' needs", 'Triton needs')
 
 
@@ -116,11 +108,6 @@ def device_facts(device: torch.device) -> tuple[str, tuple[int, int] | None, boo
     """Return ``(device type, compute capability or None, triton installed)`` of ``device``."""
     capability = torch.cuda.get_device_capability(device) if device.type == 'cuda' else None
     return device.type, capability, importlib.util.find_spec('triton') is not None
-
-
-def fa3_installed() -> bool:
-    """Whether the ``fa3-fwd`` package (module ``fa3_fwd_interface``) is installed."""
-    return importlib.util.find_spec('fa3_fwd_interface') is not None
 
 
 def resolve_backend(name: str, device: torch.device, dtype: torch.dtype,
@@ -150,9 +137,6 @@ def resolve_backend(name: str, device: torch.device, dtype: torch.dtype,
         if refusal is not None:
             raise ValueError(refusal)
         return name
-    chosen, why = choose_backend(kind, capability, dtype, installed, storage_dtype,
-                                 fa3_installed() if kind == 'cuda' else False)
-    log = logger.warning if chosen == 'triton' and storage_dtype in FP8_KV_DTYPES \
-        else logger.info
-    log("cache.backend 'auto' -> '%s' (%s)", chosen, why)
+    chosen, why = choose_backend(kind, capability, dtype, installed, storage_dtype)
+    logger.info("cache.backend 'auto' -> '%s' (%s)", chosen, why)
     return chosen

@@ -29,9 +29,12 @@ e4m3 with one scale per head (``triton_quant.quantize_queries``: one launch, the
 448), the K/V descales are 1 (the storage's unit scale, ``fp8.py``); FA3 rounds the softmax
 probabilities to e4m3 for PV itself. Its output is bf16.
 
-Hopper only (FA3 is built for sm_90); the wheel is not a dependency (built for torch 2.10, runs
-under 2.11 on the H200). ``auto`` picks it for FP8 pools where it is installed
-(``backend_choice.py``); measured end to end in docs/performance.md.
+Measured (bench/results/h200_round6/): through this varlen entry FA3 is slower than through
+its plain entry (bf16 0.855 ms against 0.687, FP8 0.745 with the query cast against 0.553), and
+end to end slower than our Triton kernel (FP8 K/V 29.12 ms per frame, bf16 30.85, against
+27.20 for Triton in bf16), so ``auto`` does not pick it; it stays selectable for comparison.
+Hopper only (FA3 is built for sm_90); the wheel is not a dependency (built for torch 2.10,
+runs under 2.11 on the H200).
 """
 
 from __future__ import annotations
