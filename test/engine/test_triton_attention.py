@@ -148,4 +148,6 @@ def test_triton_backend_matches_the_reference_backend_through_the_window_fill(st
                     cache.evict_frames(b)
             got = triton_cache.compute_attention(b, q).double()
             want = reference.compute_attention(b, q).double()
-            assert ((got - want).norm() / want.norm()).item() < 1e-2
+            # FP8 keys go into an FP8 QK product: the queries' e4m3 rounding (~2.5e-2 seen).
+            bound = 1e-2 if storage is None else FP8_BOUND
+            assert ((got - want).norm() / want.norm()).item() < bound
