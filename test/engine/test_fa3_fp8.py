@@ -13,28 +13,34 @@
 # limitations under the License.
 """FP8 attention through backend ``fa3``: the per-head query cast and FA3 over a device run.
 
-GPU only: the query cast needs Triton on CUDA (``triton_quant.py``); the FA3 tests also need a
-Hopper GPU and the ``fa3-fwd`` package, and are skipped without them.
+The query cast (``triton_quant.py``) runs where triton is installed: on CUDA, or on the CPU with
+``TRITON_INTERPRET=1``. The FA3 tests need a Hopper GPU and the ``fa3-fwd`` package, and are
+skipped without them.
 """
 
 import math
+import os
 
 import pytest
 import torch
 
-pytestmark = pytest.mark.gpu
-if not torch.cuda.is_available():
-    pytest.skip('needs CUDA', allow_module_level=True)
 pytest.importorskip('triton')
+ON_GPU = torch.cuda.is_available()
+if not ON_GPU and os.environ.get('TRITON_INTERPRET') != '1':
+    pytest.skip('no CUDA and TRITON_INTERPRET is not 1', allow_module_level=True)
 
 from lingbot_map_ros.engine.attention.triton_quant import quantize_queries  # noqa: E402,I100
 
 FP8 = torch.float8_e4m3fn
+DEV = 'cuda' if ON_GPU else 'cpu'
+# e4m3 keeps 3 mantissa bits (relative rounding <= 2^-4, ~2.6e-2 in L2 on the GPU); the
+# interpreter rounds to e4m3 less accurately than the GPU's converter (test_triton_fp8.py).
+CAST_BOUND = 4e-2 if ON_GPU else 1e-1
 
 
 def test_query_cast_keeps_each_head_within_e4m3_rounding():
-    gen = torch.Generator(device='cuda').manual_seed(3)
-    q = torch.randn(333, 4, 64, device='cuda', generator=gen).to(torch.bfloat16)
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(333, 4, 64, generator=gen).to(DEV, torch.bfloat16)
     q[:, 1] *= 40.0          # heads of very different size get their own scale
     q[:, 2] = 0.0            # an all-zero head: no NaN, zeros stay zeros
     q8, descale = quantize_queries(q)
@@ -46,11 +52,11 @@ def test_query_cast_keeps_each_head_within_e4m3_rounding():
         top = q[:, h].float().abs().max().item()
         assert descale[0, h].item() == pytest.approx(top / 448.0, rel=1e-6)
         err = ((back[:, h] - q[:, h].float()).norm() / q[:, h].float().norm()).item()
-        assert err < 4e-2  # e4m3: 3 mantissa bits, relative rounding <= 2^-4
+        assert err < CAST_BOUND
 
 
 def _fa3():
-    if torch.cuda.get_device_capability()[0] != 9:
+    if not ON_GPU or torch.cuda.get_device_capability()[0] != 9:
         pytest.skip('FA3 needs a Hopper GPU')
     pytest.importorskip('fa3_fwd_interface')
     from lingbot_map_ros.engine.attention.fa3 import Fa3RunAttention
@@ -63,6 +69,7 @@ def _reference(q, k, v):
     return torch.einsum('hqk,khd->qhd', s.softmax(-1), v)
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize('fp8,bound', [(False, 2e-2), (True, 8e-2)])
 def test_fa3_attends_to_the_device_run_only(fp8, bound):
     attend = _fa3()

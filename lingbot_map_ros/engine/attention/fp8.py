@@ -19,8 +19,9 @@ no scale is needed; the cost is the rounding (3 mantissa bits; docs/gpu_memory.m
 measured effect on golden set A). Torch's SDPA kernels do not take FP8 operands, so the
 ``sdpa`` and ``reference`` backends widen the visible run to the attention dtype before the
 kernel (one extra pass over those bytes); a kernel that reads FP8 itself
-(``triton_attention.py``) needs no copy. It widens each loaded tile in registers, to
-the dtype :func:`kernel_operand_dtype` names.
+(``triton_attention.py``) needs no copy: it feeds the keys as stored to an FP8 QK product
+(queries rounded to e4m3 with a per-row scale) and widens each value tile in registers, to the
+dtype :func:`kernel_operand_dtype` names.
 
 The scale is 1 everywhere: stored = e4m3(value), read = widen(stored). There is no per-tensor
 or per-page scale to multiply in, in any backend.
@@ -51,9 +52,10 @@ def attention_dtype(q: torch.Tensor, pages: torch.Tensor) -> torch.dtype:
 
 def kernel_operand_dtype(q_dtype: torch.dtype, k_dtype: torch.dtype,
                          v_dtype: torch.dtype) -> torch.dtype:
-    """Return the dtype our Triton kernel runs both matrix products in (``triton_attention``).
+    """Return the dtype our Triton kernel widens K/V tiles to (``triton_attention``).
 
-    FP8 K and V with bf16 or fp16 queries: float16. Every e4m3 value is exact in fp16 (range
+    FP8 K and V with bf16 or fp16 queries: float16 (V always; K and the queries too where the
+    QK product is not run in FP8, ``qk_fp8=False``). Every e4m3 value is exact in fp16 (range
     +-448, 3 mantissa bits, subnormals down to 2^-9), so the widening loses nothing, and on
     Hopper it is one instruction per two values where bf16 needs more; bf16 queries are
     exact in fp16 between 2^-14 and 65504. Otherwise (bf16/fp16 storage, or only one of K
