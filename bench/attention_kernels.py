@@ -255,6 +255,14 @@ def fp8_kv_candidates(checks, timed, flops):
         record(f'FA3 run kernel ({label}), as backend fa3',
                run_fn(lambda q, k, v, bounds, **_: fa3(q, k, v, bounds), {'splits': 1}, kv_fp8),
                checks, timed, flops, 'varlen over device bounds, auto splits', bound=bound)
+    # The varlen entry ran 0.17-0.19 ms slower than the plain one in round 6 with automatic
+    # splits: fixed split counts, to see whether its heuristic is what differs.
+    for splits in (2, 3, 4, 8):
+        fixed = Fa3RunAttention(num_splits=splits)
+        record(f'FA3 run kernel (FP8 pool), {splits} KV splits',
+               run_fn(lambda q, k, v, bounds, f=fixed, **_: f(q, k, v, bounds), {'splits': 1},
+                      True), checks[:1], timed, flops, 'varlen over device bounds',
+               bound=8e-2)
     from lingbot_map_ros.engine.attention.triton_quant import quantize_queries
     q = checks[0][0][0]
     q8, descale = quantize_queries(q)
