@@ -162,6 +162,8 @@ def step_batch(sessions: Sequence, frames: Sequence[tuple[torch.Tensor, object, 
         job = session.frame_job(tensor, info, tag)
         if job is None:
             preds[k] = session.step_tensor(tensor, info, tag)
+            if stats is not None:
+                stats.alone_frames += 1
         else:
             planned.append((k, job))
     outcomes = run_jobs([job for _, job in planned], stats)
