@@ -24,9 +24,11 @@ stream's cache attention stays its own). Each frame goes through three phases:
    frame before it, a frame the stamp checks stop, a stream in its scale phase, at its first
    frame or a new size, a rollover due, an image preprocessing refuses.
 2. **Run** (:func:`run_jobs`): the planned frames of one engine, depth setting and size run as
-   one batch under the engine's lock. Each frame is first checked against its stream's limits
-   (``Aggregator.prepare``); a refused frame leaves the batch with its error and the others
-   go on. A batch of one runs the stream's own single-frame call (its fast path: CUDA graphs).
+   one batch under the engine's lock (on CUDA with the fast path on, the batch's fixed-shape
+   segments replay as CUDA graphs per batch size: ``BatchGraphs``). Each frame is first
+   checked against its stream's limits (``Aggregator.prepare``); a refused frame leaves the
+   batch with its error and the others go on. A batch of one runs the stream's own
+   single-frame call (its fast path: whole-frame CUDA graphs).
 3. **Finish**, in the feeders' order: the session takes its frame's output, or its error, as
    its own step would have (``finish_job``), inside the feeder's policy (``complete``): a
    session limit resets the stream and the frame runs again alone, a bad pose resets it.
@@ -42,14 +44,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 import functools
 import time
+import weakref
 
 import torch
 
+from .engine import Engine
 from .frame_job import FrameJob
 from .frames import frame_tag, FrameTag
-from .model.batched import BatchCall
+from .model.batched import BatchCall, BatchGraphs
 from .prediction import FramePrediction
 from .stream_feeder import FeedResult, Image, StreamFeeder
+
+
+_GRAPHS: weakref.WeakKeyDictionary[Engine, BatchGraphs] = weakref.WeakKeyDictionary()
+"""Each engine's captured batch segments (CUDA, fast path on), built on first use."""
 
 
 class BatchFeedError(Exception):
@@ -216,6 +224,14 @@ def _plan(feeder: StreamFeeder, image: Image, tag: FrameTag
     return job or functools.partial(session.step_tensor, tensor, info, tag, preprocess_ms)
 
 
+def _graphs(engine: Engine) -> BatchGraphs:
+    graphs = _GRAPHS.get(engine)
+    if graphs is None:
+        capture = engine.device.type == 'cuda' and engine.runner.mode != 'eager'
+        graphs = _GRAPHS[engine] = BatchGraphs(capture)
+    return graphs
+
+
 def _run_group(jobs: list[FrameJob]) -> list[JobOutcome]:
     """Run jobs of one engine, depth setting and size as one batch (module docstring, 2)."""
     engine = jobs[0].stream.engine
@@ -244,7 +260,8 @@ def _run_group(jobs: list[FrameJob]) -> list[JobOutcome]:
                          for i, state in zip(ready, states)]
                 images = torch.cat([jobs[i].image for i in ready])
                 batch = engine.model.forward_batch(images, calls, patch_hw,
-                                                   jobs[ready[0]].with_depth, engine.runner)
+                                                   jobs[ready[0]].with_depth, engine.runner,
+                                                   _graphs(engine))
                 outs.update(zip(ready, batch))
         except Exception as exc:  # noqa: BLE001 - every frame of the batch failed with it
             outs.update((i, exc) for i in ready)

@@ -68,7 +68,7 @@ def _alone(frames: list, stamps: list[int], rollover: bool = True, **overrides) 
 
 
 def _assert_same(got: list, want: list) -> None:
-    """Same feed results: predictions (values within tolerance), drops, resets, holds."""
+    """Check the feed results: predictions (values within tolerance), drops, resets, holds."""
     assert len(got) == len(want)
     for a, b in zip(got, want):
         assert (a.accepted, a.drop, a.held, a.held_drop) == (b.accepted, b.drop, b.held,

@@ -26,20 +26,33 @@ rows instead of P.
 The calls must have passed ``Aggregator.prepare`` (the caller isolates a refused frame there).
 The cache work is planned for every stream before the first layer and ended after the last;
 when the loop raises, every stream's frame is rolled back (``StreamKV.end_frame(failed=True)``).
+
+The fixed-shape work between two cache attentions is one segment, as in ``graphed.py``
+(seg 0: DINO, specials, frame block 0, global block 0 up to q, k, v; seg i: the rest of global
+block i-1, frame block i, global block i up to q, k, v; seg L: the rest of the last global
+block). :class:`BatchGraphs` replays each segment as a CUDA graph per batch shape, captured
+the first time that shape runs; without it (CPU, fast path off, a failed capture) the same
+segment functions run eagerly, so the CPU tests check the segmentation the GPU replays.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+import logging
+from typing import Any
 
 import torch
 
 from .aggregator import (Aggregator, AggregatorOutput, frame_step, global_finish, global_qkv,
                          tap_features, with_specials)
+from .captured import capture_graph
 from .layers import wide_dtype
 from ..cache.stream_kv import FramePlan, StreamKV
 from ..frames import Role
+
+_LOG = logging.getLogger(__name__)
+Segment = Callable[..., tuple[torch.Tensor, ...]]
 
 
 @dataclass(frozen=True)
@@ -54,9 +67,64 @@ class BatchCall:
     """'keyframe' or 'non-keyframe' (a scale pass never batches)."""
 
 
+class BatchGraphs:
+    """The segments of batched frames as CUDA graphs, one set per batch shape (engine-wide)."""
+
+    def __init__(self, capture: bool) -> None:
+        """Replay captured segments when ``capture`` (CUDA); otherwise run them eagerly."""
+        self.capture = capture
+        self._pool: Any = None
+        self._sets: dict[tuple, list[_Replay]] = {}
+
+    def run(self, key: tuple, index: int, fn: Segment,
+            *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Run segment ``index`` of the batch shape ``key`` on ``inputs``.
+
+        Captured the first time (segments are built in order); a capture that fails turns
+        capture off for good, logged once, and the segment runs eagerly.
+        """
+        if not self.capture:
+            return fn(*inputs)
+        replays = self._sets.setdefault(key, [])
+        if index == len(replays):
+            try:
+                if self._pool is None:
+                    self._pool = torch.cuda.graph_pool_handle()
+                replays.append(_Replay(fn, inputs, self._pool))
+            except Exception as exc:  # noqa: BLE001 - capture raises many kinds
+                _LOG.warning('CUDA graphs of batched frames unavailable; running them eagerly '
+                             '(%s: %s)', type(exc).__name__, exc)
+                self.capture = False
+                self._sets.clear()
+                return fn(*inputs)
+        return replays[index](*inputs)
+
+
+class _Replay:
+    """One captured segment: inputs copied into static buffers, outputs cloned."""
+
+    def __init__(self, fn: Segment, inputs: Sequence[torch.Tensor], pool: Any) -> None:
+        self._static = [t.detach().clone() for t in inputs]
+        self._graph, self._outputs = capture_graph(lambda: fn(*self._static), pool)
+
+    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        for static, value in zip(self._static, inputs):
+            static.copy_(value)
+        self._graph.replay()
+        return tuple(out.clone() for out in self._outputs)
+
+
 def run_batched(agg: Aggregator, images: torch.Tensor, calls: Sequence[BatchCall],
-                patch_hw: tuple[int, int]) -> AggregatorOutput:
+                patch_hw: tuple[int, int], graphs: BatchGraphs | None = None
+                ) -> AggregatorOutput:
     """Run the frames ``images`` [B, 3, H, W] of ``calls`` (one per stream) through ``agg``.
+
+    Args:
+        agg: the aggregator.
+        images: row b is ``calls[b]``'s frame.
+        calls: the streams' calls, each accepted by ``Aggregator.prepare``.
+        patch_hw: the (h, w) patch grid.
+        graphs: the engine's captured segments; None runs them eagerly.
 
     Returns:
         The B frames' taps ([B, P, 2C] each) and DINO tokens, row b for ``calls[b]``.
@@ -72,7 +140,7 @@ def run_batched(agg: Aggregator, images: torch.Tensor, calls: Sequence[BatchCall
     try:
         for call in calls:
             plans.append(call.kv.plan_frame(call.mode, 1))
-        out = _layers(agg, images, calls, plans, patch_hw)
+        out = _layers(agg, images, calls, plans, patch_hw, graphs or BatchGraphs(False))
     except BaseException:
         for call, plan in zip(calls, plans):
             call.kv.end_frame(plan, failed=True)
@@ -82,28 +150,79 @@ def run_batched(agg: Aggregator, images: torch.Tensor, calls: Sequence[BatchCall
     return out
 
 
+def _token_major(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Return ``t`` [B, H, N, D] in ``dtype``, as a view of a contiguous [B, N, H, D].
+
+    Row b's ``[0].transpose(0, 1)`` is then the contiguous [N, H, D] the cache takes (no copy).
+    """
+    return t.transpose(1, 2).to(dtype, memory_format=torch.contiguous_format).transpose(1, 2)
+
+
+def _frame_qkv(agg: Aggregator, i: int, x: torch.Tensor, kv_dtype: torch.dtype,
+               *tables: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    frame_cos, frame_sin, video_cos, video_sin = tables
+    frame_out = frame_step(agg.frame_blocks[i], x, frame_cos, frame_sin)
+    q, k, v = global_qkv(agg.global_blocks[i], frame_out, video_cos, video_sin)
+    return frame_out, _token_major(q, kv_dtype), _token_major(k, kv_dtype), \
+        _token_major(v, kv_dtype)
+
+
+def _segments(agg: Aggregator, kv_dtype: torch.dtype) -> list[Segment]:
+    """Return the L + 1 segment functions (module docstring)."""
+    depth = agg.config.depth
+
+    def first(images: torch.Tensor, specials: torch.Tensor,
+              *tables: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        trunk = agg.patch_embed
+        x = trunk.embed(agg.normalize(images))
+        for block in trunk.blocks:
+            x = block(x)
+        dino = trunk.finish(x)
+        return (dino,) + _frame_qkv(agg, 0, with_specials(specials, dino), kv_dtype, *tables)
+
+    def middle(i: int) -> Segment:
+        def segment(frame_out: torch.Tensor, o: torch.Tensor,
+                    *tables: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            x = global_finish(agg.global_blocks[i - 1], frame_out, o)
+            return (x,) + _frame_qkv(agg, i, x, kv_dtype, *tables)
+        return segment
+
+    def last(frame_out: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (global_finish(agg.global_blocks[depth - 1], frame_out, o),)
+
+    return [first] + [middle(i) for i in range(1, depth)] + [last]
+
+
 def _layers(agg: Aggregator, images: torch.Tensor, calls: Sequence[BatchCall],
-            plans: Sequence[FramePlan], patch_hw: tuple[int, int]) -> AggregatorOutput:
+            plans: Sequence[FramePlan], patch_hw: tuple[int, int],
+            graphs: BatchGraphs) -> AggregatorOutput:
     h, w = patch_hw
-    b = images.shape[0]
-    dino = agg.patch_embed(agg.normalize(images))
+    b, depth = images.shape[0], agg.config.depth
+    kv_dtype = calls[0].kv.dtype
+    weights = agg.camera_token
+    key = (tuple(images.shape), images.dtype, images.device, kv_dtype, weights.dtype,
+           weights.data_ptr())
     # Streaming frames all take variant 1 of every special token, keyframe or not.
-    x = with_specials(agg.special_tokens(b, 'keyframe', dino.dtype), dino)
-    rope_dtype = wide_dtype(agg.camera_token.dtype)
+    specials = agg.special_tokens(b, 'keyframe', weights.dtype)
+    rope_dtype = wide_dtype(weights.dtype)
     frame_cos, frame_sin = agg.frame_rope.tables(h, w, images.device, rope_dtype)
     # Each frame's own time index: [B, 1, P, D/2] tables broadcast over the heads.
-    tables = [agg.video_rope.tables(call.time_index, 1, h, w, images.device, rope_dtype)
-              for call in calls]
-    video_cos = torch.stack([cos for cos, _ in tables])[:, None]
-    video_sin = torch.stack([sin for _, sin in tables])[:, None]
+    video = [agg.video_rope.tables(call.time_index, 1, h, w, images.device, rope_dtype)
+             for call in calls]
+    tables = (frame_cos, frame_sin, torch.stack([cos for cos, _ in video])[:, None],
+              torch.stack([sin for _, sin in video])[:, None])
+    segments = _segments(agg, kv_dtype)
+    dino, frame_out, q, k, v = graphs.run(key, 0, segments[0], images, specials, *tables)
     taps = []
-    for i, (frame_block, global_block) in enumerate(zip(agg.frame_blocks, agg.global_blocks)):
-        frame_out = frame_step(frame_block, x, frame_cos, frame_sin)
-        q, k, v = global_qkv(global_block, frame_out, video_cos, video_sin)
-        o = torch.cat([agg.global_attention(i, call.kv, plan)(q[j:j + 1], k[j:j + 1],
-                                                              v[j:j + 1])
+    for i in range(1, depth + 1):
+        o = torch.cat([agg.global_attention(i - 1, call.kv, plan)(q[j:j + 1], k[j:j + 1],
+                                                                  v[j:j + 1])
                        for j, (call, plan) in enumerate(zip(calls, plans))])
-        x = global_finish(global_block, frame_out, o)
-        if i in agg.config.tap_layers:
+        if i < depth:
+            x, next_out, q, k, v = graphs.run(key, i, segments[i], frame_out, o, *tables)
+        else:
+            (x,), next_out = graphs.run(key, i, segments[i], frame_out, o), frame_out
+        if i - 1 in agg.config.tap_layers:
             taps.append(tap_features(frame_out, x))
+        frame_out = next_out
     return AggregatorOutput(taps=taps, dino_tokens=dino, patch_hw=(h, w))

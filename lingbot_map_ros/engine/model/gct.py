@@ -43,7 +43,7 @@ from torch import nn
 from torch.nn.attention import sdpa_kernel, SDPBackend
 
 from .aggregator import Aggregator
-from .batched import BatchCall, run_batched
+from .batched import BatchCall, BatchGraphs, run_batched
 from .heads.camera_head import CameraHead, CameraKVCache
 from .heads.dpt_head import DPTHead
 from .stream_state import StreamState
@@ -230,7 +230,8 @@ class LingbotMapModel(nn.Module):
     @torch.no_grad()
     def forward_batch(self, images: torch.Tensor, calls: Sequence[tuple[StreamState, BatchCall]],
                       patch_hw: tuple[int, int], with_depth: bool = False,
-                      runner: FrameRunner | None = None) -> list[dict[str, torch.Tensor]]:
+                      runner: FrameRunner | None = None, graphs: BatchGraphs | None = None,
+                      ) -> list[dict[str, torch.Tensor]]:
         """Run one streaming frame of each of B streams, the frame-wise work as one batch.
 
         The aggregator runs batched (``batched.py``: the cache attention per stream); the
@@ -242,6 +243,7 @@ class LingbotMapModel(nn.Module):
             patch_hw: the (h, w) patch grid ``prepare`` returned.
             with_depth: also run the depth head.
             runner: the fast path of the camera head steps; None runs them eagerly.
+            graphs: the aggregator segments' CUDA graphs; None runs them eagerly.
 
         Returns:
             Per row, what :meth:`forward` returns for a single frame (B = 1 tensors).
@@ -249,7 +251,8 @@ class LingbotMapModel(nn.Module):
         if with_depth and self.depth_head is None:
             raise ValueError('with_depth=True but the model was built with enable_depth=False')
         with sdpa_kernel(_SDPA_BACKENDS):
-            features = run_batched(self.aggregator, images, [c for _, c in calls], patch_hw)
+            features = run_batched(self.aggregator, images, [c for _, c in calls], patch_hw,
+                                   graphs)
             outs: list[dict[str, torch.Tensor]] = []
             for row, (stream, call) in enumerate(calls):
                 tokens = features.taps[-1][row:row + 1, 0]
