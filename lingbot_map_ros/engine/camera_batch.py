@@ -224,7 +224,8 @@ def _plan(feeder: StreamFeeder, image: Image, tag: FrameTag
     return job or functools.partial(session.step_tensor, tensor, info, tag, preprocess_ms)
 
 
-def _graphs(engine: Engine) -> BatchGraphs:
+def batch_graphs(engine: Engine) -> BatchGraphs:
+    """Return the engine's batch segments (CUDA graphs on CUDA with the fast path on)."""
     graphs = _GRAPHS.get(engine)
     if graphs is None:
         capture = engine.device.type == 'cuda' and engine.runner.mode != 'eager'
@@ -261,7 +262,7 @@ def _run_group(jobs: list[FrameJob]) -> list[JobOutcome]:
                 images = torch.cat([jobs[i].image for i in ready])
                 batch = engine.model.forward_batch(images, calls, patch_hw,
                                                    jobs[ready[0]].with_depth, engine.runner,
-                                                   _graphs(engine))
+                                                   batch_graphs(engine))
                 outs.update(zip(ready, batch))
         except Exception as exc:  # noqa: BLE001 - every frame of the batch failed with it
             outs.update((i, exc) for i in ready)

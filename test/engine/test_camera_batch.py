@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 
 from lingbot_map_ros.config import EngineConfig
-from lingbot_map_ros.engine.camera_batch import BatchStats, feed_batch, step_batch
+from lingbot_map_ros.engine.camera_batch import batch_graphs, BatchStats, feed_batch, step_batch
 from lingbot_map_ros.engine.engine import Engine
 from lingbot_map_ros.engine.pipeline import StreamingSession
 from lingbot_map_ros.engine.reasons import Reason
@@ -33,6 +33,7 @@ from lingbot_map_ros.engine.rollover import RolloverSession
 from lingbot_map_ros.engine.stream_feeder import StreamFeeder
 import numpy as np
 import pytest
+import torch
 
 N_S, WINDOW, FRAMES = 2, 2, 16
 STEP_NS = 100_000_000
@@ -190,3 +191,33 @@ def test_step_batch_of_preprocessed_frames_equals_step_tensor():
         for p, q in zip(preds[1], want):
             np.testing.assert_allclose(p.pose_enc, q.pose_enc, rtol=1e-5, atol=1e-6)
     assert stats.batches == count - N_S
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_batched_cuda_graphs_equal_each_stream_alone_in_bf16():
+    # bf16, whole-frame fast path: batches of two replay captured segments; each stream alone
+    # runs the plain eager forward. Batched GEMMs pick other kernels (B*P rows): bf16 noise.
+    count = N_S + 6
+    frames = [_frames(count, seed=s) for s in (1, 2)]
+    cuda = {'stream.device': 'cuda', 'stream.dtype': 'bfloat16', 'cache.dtype': 'bfloat16',
+            'stream.fast_path': 'whole_frame'}
+    engine = Engine.load(_config(**cuda), allow_random_weights=True, seed=5)
+    sessions = [StreamingSession(engine.config, engine=engine) for _ in range(2)]
+    stats = BatchStats()
+    got = [[], []]
+    for i in range(count):
+        inputs = [s.preprocess(f[i])[:2] + (i,) for s, f in zip(sessions, frames)]
+        for k, preds in enumerate(step_batch(sessions, inputs, stats)):
+            got[k] += preds
+    assert stats.batches == count - N_S
+    graphs = batch_graphs(engine)
+    assert graphs.capture and graphs.captured == engine.config.model.depth + 1
+    for k in range(2):
+        alone = StreamingSession(_config(**dict(cuda, **{'stream.fast_path': 'eager'})),
+                                 allow_random_weights=True, seed=5)
+        want = [p for i, f in enumerate(frames[k]) for p in alone.step(f, i)]
+        assert [p.role for p in got[k]] == [p.role for p in want]
+        for p, q in zip(got[k], want):
+            np.testing.assert_allclose(p.pose_enc, q.pose_enc, rtol=2e-2, atol=2e-2)
+            torch.testing.assert_close(p.depth, q.depth, rtol=2e-2, atol=2e-2)

@@ -76,6 +76,11 @@ class BatchGraphs:
         self._pool: Any = None
         self._sets: dict[tuple, list[_Replay]] = {}
 
+    @property
+    def captured(self) -> int:
+        """Return the segments captured so far, over every batch shape."""
+        return sum(len(replays) for replays in self._sets.values())
+
     def run(self, key: tuple, index: int, fn: Segment,
             *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Run segment ``index`` of the batch shape ``key`` on ``inputs``.
