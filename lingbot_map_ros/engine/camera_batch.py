@@ -157,7 +157,7 @@ def step_batch(sessions: Sequence, frames: Sequence[tuple[torch.Tensor, object, 
     """Step preprocessed frames of several sessions, batched where they can (benchmarks).
 
     ``sessions[k].step_tensor(*frames[k])`` for each k, without a feeder's policy: the first
-    error is raised after every frame was run.
+    error is raised after every other frame was run (the benchmark stops on it).
 
     Args:
         sessions: ``StreamingSession`` or ``RolloverSession``, one per stream.
@@ -166,23 +166,26 @@ def step_batch(sessions: Sequence, frames: Sequence[tuple[torch.Tensor, object, 
     """
     preds: list[list[FramePrediction]] = [[] for _ in sessions]
     planned: list[tuple[int, FrameJob]] = []
+    failed: list[Exception] = []
     for k, (session, (tensor, info, tag)) in enumerate(zip(sessions, frames)):
-        job = session.frame_job(tensor, info, tag)
-        if job is None:
-            preds[k] = session.step_tensor(tensor, info, tag)
-            if stats is not None:
-                stats.alone_frames += 1
-        else:
-            planned.append((k, job))
+        try:
+            job = session.frame_job(tensor, info, tag)
+            if job is None:
+                preds[k] = session.step_tensor(tensor, info, tag)
+                if stats is not None:
+                    stats.alone_frames += 1
+            else:
+                planned.append((k, job))
+        except Exception as exc:  # noqa: BLE001 - the first one is raised below
+            failed.append(exc)
     outcomes = run_jobs([job for _, job in planned], stats)
-    failed: Exception | None = None
     for (k, job), outcome in zip(planned, outcomes):
         try:
             preds[k] = sessions[k].finish_job(job, outcome.out, outcome.model_ms)
         except Exception as exc:  # noqa: BLE001 - the first one is raised below
-            failed = failed or exc
-    if failed is not None:
-        raise failed
+            failed.append(exc)
+    if failed:
+        raise failed[0]
     return preds
 
 
