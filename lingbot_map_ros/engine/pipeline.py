@@ -54,6 +54,7 @@ import logging
 from pathlib import Path
 import threading
 import time
+from typing import Callable
 
 import numpy as np
 import torch
@@ -61,8 +62,9 @@ import torch
 from . import geometry
 from .device import gpu_memory
 from .engine import Engine, EngineStream
-from .errors import (CachePoolExhaustedError, NonFiniteOutputError, ResolutionChangedError,
-                     TimeIndexLimitError)
+from .errors import (CachePoolExhaustedError, CacheStateError, NonFiniteOutputError,
+                     ResolutionChangedError, TimeIndexLimitError)
+from .frame_job import FrameJob
 from .frames import frame_tag, FrameTag, Role
 from .model.gct import LingbotMapModel
 from .prediction import FramePrediction
@@ -136,10 +138,20 @@ class StreamingSession:
             InvalidFrameError: the image cannot be used (session unchanged).
             SessionLimitError: see the module docstring.
         """
+        tensor, info, preprocess_ms = self.preprocess(image)
+        return self.step_tensor(tensor, info, tag, preprocess_ms)
+
+    def preprocess(self, image: np.ndarray | str | Path
+                   ) -> tuple[torch.Tensor, PreprocessInfo, float]:
+        """Preprocess ``image`` as :meth:`step` does: tensor, info and the time it took (ms).
+
+        Raises:
+            InvalidFrameError: the image cannot be used.
+        """
         start = time.perf_counter()
         tensor, info = preprocess_image(image, self.config.stream.image_width,
                                         self.config.model.patch_size)
-        return self.step_tensor(tensor, info, tag, (time.perf_counter() - start) * 1e3)
+        return tensor, info, (time.perf_counter() - start) * 1e3
 
     def step_tensor(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag | int,
                     preprocess_ms: float = 0.0) -> list[FramePrediction]:
@@ -173,12 +185,42 @@ class StreamingSession:
                 if len(self._pending) < self.config.cache.scale_frames:
                     return []
                 return self._run_scale(preprocess_ms)
-            self._frames_in += 1
-            try:
-                return [self._run_frame(tensor, info, frame_tag(tag), preprocess_ms)]
-            except (TimeIndexLimitError, CachePoolExhaustedError):
-                self._frames_in -= 1
-                raise
+            job = self._job(tensor, info, frame_tag(tag), preprocess_ms)
+            return self._take(job, lambda: self._forward(job))
+
+    def frame_job(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag | int,
+                  preprocess_ms: float = 0.0) -> FrameJob | None:
+        """Plan a streaming frame that runs in a batch across streams (``camera_batch.py``).
+
+        Nothing changes until :meth:`finish_job` takes the job's model output.
+
+        Returns:
+            The frame's model call, or None where the frame must go through
+            :meth:`step_tensor` alone: the scale phase, the first frame of a size, a new size.
+        """
+        with self._lock:
+            if self._frames_out == 0 or info.image_size_hw != self._size_hw:
+                return None
+            return self._job(tensor, info, frame_tag(tag), preprocess_ms)
+
+    def finish_job(self, job: FrameJob, out: dict | BaseException,
+                   model_ms: float) -> list[FramePrediction]:
+        """Take a job's model output, or raise its error, as :meth:`step_tensor` would.
+
+        Raises:
+            CacheStateError: the job is not this session's next frame.
+            SessionLimitError: as :meth:`step_tensor` (``out`` itself when it is an error).
+        """
+        with self._lock:
+            if job.session is not self or job.index != self._frames_out:
+                raise CacheStateError('finish_job: the job is not the next frame of this '
+                                      'session (reset or stepped since frame_job)')
+
+            def result() -> tuple[dict, float]:
+                if isinstance(out, BaseException):
+                    raise out
+                return out, model_ms
+            return self._take(job, result)
 
     def flush(self) -> list[FramePrediction]:
         """Run the buffered scale frames now (a stream shorter than N_s)."""
@@ -261,24 +303,36 @@ class StreamingSession:
         self._check_finite(preds)
         return preds
 
-    def _run_frame(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag,
-                   prep_ms: float) -> FramePrediction:
+    def _job(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag,
+             prep_ms: float) -> FrameJob:
         index = self._frames_out
         interval = self.config.stream.keyframe_interval
         keyframe = interval <= 1 or (index - self.config.cache.scale_frames) % interval == 0
-        time_index = self._keyframes
+        return FrameJob(self, tensor.to(self._device)[None], info, tag, prep_ms, index,
+                        keyframe, self._keyframes, self._with_depth)
+
+    def _forward(self, job: FrameJob) -> tuple[dict, float]:
         start = time.perf_counter()
-        image = tensor.to(self._device)[None]
-        out = self._stream.forward_frame(image, time_index, keyframe,
-                                         with_depth=self._with_depth)
-        model_ms = self._elapsed_ms(start)
+        out = self._stream.forward_frame(job.image, job.time_index, job.keyframe,
+                                         with_depth=job.with_depth)
+        return out, self._elapsed_ms(start)
+
+    def _take(self, job: FrameJob, run: Callable[[], tuple[dict, float]]
+              ) -> list[FramePrediction]:
+        """Run (or collect) the job's model call and make its prediction; counters follow."""
+        self._frames_in += 1
+        try:
+            out, model_ms = run()
+        except (TimeIndexLimitError, CachePoolExhaustedError):
+            self._frames_in -= 1
+            raise
         self._frames_out += 1
-        self._keyframes += int(keyframe)
-        role: Role = 'keyframe' if keyframe else 'non-keyframe'
-        pred = self._prediction(out, 0, index, role, time_index, info, tag, image[0],
-                                {'preprocess': prep_ms, 'model': model_ms})
+        self._keyframes += int(job.keyframe)
+        pred = self._prediction(out, 0, job.index, job.role, job.time_index, job.info, job.tag,
+                                job.image[0], {'preprocess': job.preprocess_ms,
+                                               'model': model_ms})
         self._check_finite([pred])
-        return pred
+        return [pred]
 
     @property
     def model(self) -> LingbotMapModel:

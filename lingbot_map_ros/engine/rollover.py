@@ -57,11 +57,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from .frame_job import FrameJob
 from .frames import FrameTag
 from .metric_session import MetricSession
 from .pipeline import StreamingSession
 from .prediction import FramePrediction, host_maps
-from .preprocess import preprocess_image, PreprocessInfo
+from .preprocess import PreprocessInfo
 from .stats import RolloverStats, SessionStats
 from .stitching import fit_rollover, Sim3Alignment
 from ..config import MetricConfig
@@ -130,10 +131,13 @@ class RolloverSession:
     def step(self, image: np.ndarray | str | Path, tag: FrameTag | int
              ) -> list[FramePrediction]:
         """As ``StreamingSession.step``, rolling over first when the session is full."""
-        start = time.perf_counter()
-        tensor, info = preprocess_image(image, self.config.stream.image_width,
-                                        self.config.model.patch_size)
-        return self.step_tensor(tensor, info, tag, (time.perf_counter() - start) * 1e3)
+        tensor, info, preprocess_ms = self._session.preprocess(image)
+        return self.step_tensor(tensor, info, tag, preprocess_ms)
+
+    def preprocess(self, image: np.ndarray | str | Path
+                   ) -> tuple[torch.Tensor, PreprocessInfo, float]:
+        """Preprocess as :meth:`step` does (``StreamingSession.preprocess``)."""
+        return self._session.preprocess(image)
 
     def step_tensor(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag | int,
                     preprocess_ms: float = 0.0) -> list[FramePrediction]:
@@ -141,16 +145,29 @@ class RolloverSession:
         with self._lock:
             if self._due():
                 self._rollover()
-            preds = self._session.step_tensor(tensor, info, tag, preprocess_ms)
-            self.metric.observe(preds)  # metric hook: before any is stitched
-            return [self._stitch(pred) for pred in preds]
+            return self._publish(self._session.step_tensor(tensor, info, tag, preprocess_ms))
+
+    # Batched frames across streams (engine/camera_batch.py): the session's two phases.
+    def frame_job(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag | int,
+                  preprocess_ms: float = 0.0) -> FrameJob | None:
+        """As ``StreamingSession.frame_job``; None also when a rollover is due."""
+        with self._lock:
+            return None if self._due() else self._session.frame_job(tensor, info, tag,
+                                                                    preprocess_ms)
+
+    def finish_job(self, job: FrameJob, out: Any, model_ms: float) -> list[FramePrediction]:
+        """As ``StreamingSession.finish_job``, the predictions stitched as :meth:`step`'s."""
+        with self._lock:
+            return self._publish(self._session.finish_job(job, out, model_ms))
 
     def flush(self) -> list[FramePrediction]:
         """Run buffered scale frames now (end of a short stream)."""
         with self._lock:
-            preds = self._session.flush()
-            self.metric.observe(preds)  # metric hook
-            return [self._stitch(pred) for pred in preds]
+            return self._publish(self._session.flush())
+
+    def _publish(self, preds: list[FramePrediction]) -> list[FramePrediction]:
+        self.metric.observe(preds)  # metric hook: before any is stitched
+        return [self._stitch(pred) for pred in preds]
 
     def reset(self) -> dict[str, int]:
         """Reset the session and the stitching: the next frame starts a new origin."""

@@ -212,7 +212,43 @@ class StreamFeeder:
             held[1].tag)
         return FeedResult(self._session.flush(), held_drop=drop)
 
+    @property
+    def session(self) -> StreamingSession:
+        """Return the session this feeder feeds."""
+        return self._session
+
+    # Batched frames across streams (engine/camera_batch.py): feed() in two phases.
+    def admit(self, image: Image, tag: FrameTag | int) -> FeedResult | tuple[SessionReset, ...]:
+        """Phase one of a batched feed: the stamp checks of :meth:`feed`.
+
+        Returns:
+            The result when the frame stops here (dropped, held), else the resets the stamp
+            made (a clock jump); then :meth:`complete` feeds the frame.
+
+        Raises:
+            ValueError: a frame is held (:meth:`feed` decides on both frames).
+        """
+        if self._held is not None:
+            raise ValueError('admit with a held frame; feed this frame with feed()')
+        return self._admit(image, frame_tag(tag))
+
+    def complete(self, image: Image, tag: FrameTag | int, resets: tuple[SessionReset, ...],
+                 first_step: Callable[[], list[FramePrediction]]) -> FeedResult:
+        """Phase two: feed an admitted frame, ``first_step`` standing for its first step.
+
+        A reset's retry steps the frame alone (``session.step``), as :meth:`feed` does.
+        """
+        return self._complete(image, frame_tag(tag), list(resets), first_step)
+
     def _feed_one(self, image: Image, tag: FrameTag, confirmed: bool = False) -> FeedResult:
+        admitted = self._admit(image, tag, confirmed)
+        if isinstance(admitted, FeedResult):
+            return admitted
+        return self._complete(image, tag, list(admitted),
+                              lambda: self._session.step(image, tag))
+
+    def _admit(self, image: Image, tag: FrameTag, confirmed: bool = False
+               ) -> FeedResult | tuple[SessionReset, ...]:
         resets: list[SessionReset] = []
         if confirmed:  # a held frame the next one vouched for: its stamp becomes the reference
             verdict, self._last_stamp_ns = None, tag.stamp_ns
@@ -221,10 +257,14 @@ class StreamFeeder:
         if isinstance(verdict, FrameHeld):
             return FeedResult([], held=verdict)
         if verdict is not None:
-            return FeedResult([], drop=verdict)
+            return FeedResult([], tuple(resets), drop=verdict)
+        return tuple(resets)
+
+    def _complete(self, image: Image, tag: FrameTag, resets: list[SessionReset],
+                  first_step: Callable[[], list[FramePrediction]]) -> FeedResult:
         for attempt in range(2):
             try:
-                preds = self._session.step(image, tag)
+                preds = first_step() if attempt == 0 else self._session.step(image, tag)
                 self.resolution_guard.clear()
                 return FeedResult(preds, tuple(resets), accepted=True)
             except errors.InvalidFrameError as exc:

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .bench_cameras import run_cameras, synthetic_frames as _synthetic_frames
 from .bench_components import components_report, format_report
 from .bench_rollover import block_report
 from .fast_path_flags import add_fast_path_flags
@@ -118,6 +119,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='after the timed run, time N more streaming frames on the host: '
                              'wall time, time before the first CUDA-graph launch, time inside '
                              'the launches (CUDA)')
+    parser.add_argument('--cameras', type=int, default=0, metavar='N', help='N streams on one '
+                        'engine, synced frames batched (bench_cameras.py); 0: one session')
     parser.add_argument('--profile', type=int, default=0, metavar='N',
                         help='after the timed run, profile N more streaming frames with '
                              'torch.profiler and print the top operators by device time')
@@ -125,19 +128,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark described by ``args``; print the table and return the JSON dict."""
-    # Sessions roll over, so the RoPE table and the cache only need to hold one session.
-    config = EngineConfig(
-        model=ModelConfig.from_preset(args.preset),
-        cache=CacheConfig(backend=args.backend, scale_frames=args.scale_frames,
-                          sliding_window=args.window,
-                          max_total_frames=args.max_total_frames,
-                          dtype=args.kv_dtype or args.dtype),
-        stream=StreamConfig(device=args.device, dtype=args.dtype, image_width=args.width,
-                            keyframe_interval=args.keyframe_interval, enable_depth=args.depth,
-                            fast_path=args.fast_path, compile=args.compile,
-                            camera_head_dtype=args.camera_head_dtype,
-                            session_keyframes=args.session_keyframes,
-                            overlap_keyframes=args.overlap_keyframes))
+    if args.cameras:  # several streams on one engine
+        return run_cameras(args, engine_config(args))
+    config = engine_config(args)
     session = RolloverSession(StreamingSession(config, args.weights,
                                                allow_random_weights=args.weights is None,
                                                seed=args.seed))
@@ -167,6 +160,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(format_report(result['floors']))
     _print_table(result)
     return result
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    """Return the engine configuration of ``args`` (sessions roll over: one session's room)."""
+    return EngineConfig(
+        model=ModelConfig.from_preset(args.preset),
+        cache=CacheConfig(backend=args.backend, scale_frames=args.scale_frames,
+                          sliding_window=args.window, max_total_frames=args.max_total_frames,
+                          dtype=args.kv_dtype or args.dtype),
+        stream=StreamConfig(device=args.device, dtype=args.dtype, image_width=args.width,
+                            keyframe_interval=args.keyframe_interval, enable_depth=args.depth,
+                            fast_path=args.fast_path, compile=args.compile,
+                            camera_head_dtype=args.camera_head_dtype,
+                            session_keyframes=args.session_keyframes,
+                            overlap_keyframes=args.overlap_keyframes))
 
 
 def _profile(session: StreamingSession, frames: list[torch.Tensor], info: PreprocessInfo,
@@ -278,18 +286,6 @@ def _host_timing(session: StreamingSession, frames: list[torch.Tensor], info: Pr
     return {name: round(total / count * 1e3, 3) for name, total in totals.items()}
 
 
-def _synthetic_frames(height: int, width: int,
-                      device: torch.device) -> tuple[list[torch.Tensor], PreprocessInfo]:
-    """Make a pool of 16 distinct [3, H, W] frames on the device (smooth noise in [0, 1])."""
-    gen = torch.Generator().manual_seed(1234)
-    low = torch.rand(16, 3, height // 14 + 1, width // 14 + 1, generator=gen)
-    frames = torch.nn.functional.interpolate(low, size=(height, width), mode='bilinear',
-                                             align_corners=False).clamp(0, 1)
-    info = PreprocessInfo(original_size_hw=(height, width), resized_size_hw=(height, width),
-                          image_size_hw=(height, width), crop_top=0)
-    return [f.to(device) for f in frames], info
-
-
 def _stream(session: StreamingSession, frames: list[torch.Tensor], info: PreprocessInfo,
             count: int, device: torch.device,
             progress: int = 0, peaks: list[float] | None = None
@@ -347,12 +343,10 @@ def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str]
     result: dict[str, Any] = {
         'mode': 'model', 'preset': args.preset, 'height': args.height, 'width': args.width,
         'frames': total_frames, 'scale_frames': args.scale_frames, 'window': args.window,
-        'keyframe_interval': args.keyframe_interval, 'backend': args.backend,
-        'dtype': args.dtype, 'depth': args.depth,
-        'camera_head_dtype': args.camera_head_dtype,
+        'keyframe_interval': args.keyframe_interval, 'backend': args.backend, 'dtype': args.dtype,
+        'depth': args.depth, 'camera_head_dtype': args.camera_head_dtype,
         'cuda_graphs': stats.cuda_graphs, 'compile': stats.compiled,
-        'fast_path': stats.fast_path,
-        'phase1_ms': round(phase1_ms, 3),
+        'fast_path': stats.fast_path, 'phase1_ms': round(phase1_ms, 3),
         'global_fps': round(total_frames / ((phase1_ms + stream_ms.sum()) / 1e3), 3),
     }
     if len(stream_ms):

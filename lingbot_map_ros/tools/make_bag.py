@@ -139,16 +139,8 @@ def write_frames(spec: BagSpec, frames: Iterable[np.ndarray], k: np.ndarray | No
             elif size != (h, w):
                 raise ValueError(f'frame {count} is {w}x{h}, the first was {size[1]}x{size[0]}')
             stamp = start_ns + int(round(count * 1e9 / fps))
-            if depth_iter is not None:
-                bag.write(spec.depth_topic, stamp,
-                          depth_message(next(depth_iter), stamp, spec.frame_id))
-            if spec.compressed:
-                msg = bag_io.compressed_message(rgb, stamp, spec.frame_id)
-            else:
-                msg = bag_io.image_message(rgb, stamp, spec.frame_id, spec.encoding)
-            bag.write(spec.image_topic, stamp, msg)
-            bag.write(spec.camera_info_topic, stamp,
-                      bag_io.camera_info_message(k, w, h, stamp, spec.frame_id))
+            write_frame(bag, spec, rgb, k, stamp,
+                        None if depth_iter is None else next(depth_iter))
             count += 1
     if count == 0:
         raise ValueError('no frames to write')
@@ -158,6 +150,21 @@ def write_frames(spec: BagSpec, frames: Iterable[np.ndarray], k: np.ndarray | No
     if depth_iter is not None:
         _LOG.info('wrote the depth images (16UC1, mm) on %s', spec.depth_topic)
     return count
+
+
+def write_frame(bag: bag_io.BagWriter, spec: BagSpec, rgb: np.ndarray, k: np.ndarray,
+                stamp: int, depth: np.ndarray | None = None) -> None:
+    """Write one frame: its depth first (when given), the image, its CameraInfo."""
+    h, w = rgb.shape[:2]
+    if depth is not None:
+        bag.write(spec.depth_topic, stamp, depth_message(depth, stamp, spec.frame_id))
+    if spec.compressed:
+        msg = bag_io.compressed_message(rgb, stamp, spec.frame_id)
+    else:
+        msg = bag_io.image_message(rgb, stamp, spec.frame_id, spec.encoding)
+    bag.write(spec.image_topic, stamp, msg)
+    bag.write(spec.camera_info_topic, stamp,
+              bag_io.camera_info_message(k, w, h, stamp, spec.frame_id))
 
 
 def _resized(rgb: np.ndarray, width: int | None) -> np.ndarray:
@@ -302,6 +309,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument('--depth-topic', default='',
                    help='synthetic: topic of the depth images (default: depth/image_raw '
                         'beside --topic)')
+    p.add_argument('--cameras', type=int, default=1,
+                   help='synthetic: a rig of N cameras with fixed offsets, on /cam_<i>/image_raw '
+                        '(tools/synthetic_rig.py; default: one camera on --topic)')
     p.add_argument('--map-axes', choices=('flu', 'optical'), default='flu',
                    help="synthetic: map axes of the ground truth, as the node's "
                         'frames.map_axes (default: %(default)s)')
@@ -336,7 +346,11 @@ def run(args: argparse.Namespace) -> int:
         scene = SceneConfig(width=int(width), height=int(height), num_frames=args.frames,
                             fps=args.fps or 10.0, seed=args.seed, start_ns=start_ns)
         gt = args.gt or spec.out.parent / f'{spec.out.name}_gt.tum'
-        write_synthetic(spec, scene, gt, args.map_axes)
+        if args.cameras > 1:  # a rig of cameras
+            from lingbot_map_ros.tools.synthetic_rig import write_rig
+            write_rig(spec, scene, args.cameras, gt, args.map_axes)
+        else:
+            write_synthetic(spec, scene, gt, args.map_axes)
         return 0
     k = _explicit_k(args)
     if args.images:

@@ -244,11 +244,14 @@ def _render(c2w_room: np.ndarray, k_inv: np.ndarray, size_hw: tuple[int, int],
     return rgb.reshape(h, w, 3), t.reshape(h, w)
 
 
-def render_sequence(config: SceneConfig = SceneConfig()) -> SyntheticSequence:
+def render_sequence(config: SceneConfig = SceneConfig(),
+                    mount: np.ndarray | None = None) -> SyntheticSequence:
     """Render the loop: images, exact poses (world = first camera), intrinsics and stamps.
 
     Args:
         config: size, length, field of view, seed and stamps.
+        mount: [4, 4] pose of this camera in the path's camera frame (a rig's other camera,
+            ``synthetic_rig.py``); the world stays the path's first camera. None: identity.
 
     Returns:
         The rendered :class:`SyntheticSequence`.
@@ -259,7 +262,8 @@ def render_sequence(config: SceneConfig = SceneConfig()) -> SyntheticSequence:
     k_render[:2] *= s
     k_inv = np.linalg.inv(k_render)
     textures = _Textures(config.seed, 6 + 6 * len(_BOXES))
-    poses_room = camera_path(config.num_frames)
+    path_room = camera_path(config.num_frames)
+    poses_room = path_room if mount is None else path_room @ mount
     size_hw = (config.height * s, config.width * s)
     images = np.zeros((config.num_frames, config.height, config.width, 3), np.uint8)
     depth = np.zeros((config.num_frames, config.height, config.width), np.float32)
@@ -269,7 +273,7 @@ def render_sequence(config: SceneConfig = SceneConfig()) -> SyntheticSequence:
                            interpolation=cv2.INTER_AREA)
         images[i] = np.clip(np.rint(small * 255.0), 0, 255).astype(np.uint8)
         depth[i] = z[s // 2::s, s // 2::s]
-    world_from_room = np.linalg.inv(poses_room[0])
+    world_from_room = np.linalg.inv(path_room[0])
     step_ns = 1e9 / config.fps
     stamps = config.start_ns + np.rint(np.arange(config.num_frames) * step_ns).astype(np.int64)
     return SyntheticSequence(images=images, c2w=world_from_room @ poses_room, intrinsics=k,

@@ -34,7 +34,7 @@ Special:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 import contextlib
 from typing import TYPE_CHECKING
 
@@ -43,6 +43,7 @@ from torch import nn
 from torch.nn.attention import sdpa_kernel, SDPBackend
 
 from .aggregator import Aggregator
+from .batched import BatchCall, BatchGraphs, run_batched
 from .heads.camera_head import CameraHead, CameraKVCache
 from .heads.dpt_head import DPTHead
 from .stream_state import StreamState
@@ -225,3 +226,42 @@ class LingbotMapModel(nn.Module):
             out['taps'] = features.taps
             out['dino_tokens'] = features.dino_tokens
         return out
+
+    @torch.no_grad()
+    def forward_batch(self, images: torch.Tensor, calls: Sequence[tuple[StreamState, BatchCall]],
+                      patch_hw: tuple[int, int], with_depth: bool = False,
+                      runner: FrameRunner | None = None, graphs: BatchGraphs | None = None,
+                      ) -> list[dict[str, torch.Tensor]]:
+        """Run one streaming frame of each of B streams, the frame-wise work as one batch.
+
+        The aggregator runs batched (``batched.py``: the cache attention per stream); the
+        camera head runs per stream on its own cache, the depth head on the batch.
+
+        Args:
+            images: [B, 3, H, W] in [0, 1]; row b is ``calls[b]``'s frame.
+            calls: per row, the stream and its call; each passed ``Aggregator.prepare``.
+            patch_hw: the (h, w) patch grid ``prepare`` returned.
+            with_depth: also run the depth head.
+            runner: the fast path of the camera head steps; None runs them eagerly.
+            graphs: the aggregator segments' CUDA graphs; None runs them eagerly.
+
+        Returns:
+            Per row, what :meth:`forward` returns for a single frame (B = 1 tensors).
+        """
+        if with_depth and self.depth_head is None:
+            raise ValueError('with_depth=True but the model was built with enable_depth=False')
+        with sdpa_kernel(_SDPA_BACKENDS):
+            features = run_batched(self.aggregator, images, [c for _, c in calls], patch_hw,
+                                   graphs)
+            outs: list[dict[str, torch.Tensor]] = []
+            for row, (stream, call) in enumerate(calls):
+                tokens = features.taps[-1][row:row + 1, 0]
+                with self._bound(stream):
+                    pose_enc, iters = (self.camera_head(tokens, call.mode) if runner is None
+                                       else runner.camera(tokens, call.mode))
+                outs.append({'pose_enc': pose_enc, 'pose_enc_iters': iters})
+        if with_depth:
+            depth, conf = self.depth_head(features.taps, images.shape[-2:])
+            for row, out in enumerate(outs):
+                out['depth'], out['depth_conf'] = depth[row:row + 1], conf[row:row + 1]
+        return outs
