@@ -18,11 +18,10 @@ Engine parameters are exactly the fields of :class:`~lingbot_map_ros.config.Engi
 dataclasses (``config.field_docs``). ``model.preset`` is declared first and the other
 ``model.*`` defaults come from that preset, so a parameter file that only sets
 ``model.preset: tiny`` gets the whole tiny model. Node parameters (weights, outputs, diagnostics,
-and
-the inputs, cameras and frames of :mod:`~lingbot_map_ros.ros.input_params`) are listed in
-:data:`NODE_PARAMS`; the ``map.*`` and ``metric.*`` parameters are
-the fields of :class:`~lingbot_map_ros.config.MapConfig` and
-:class:`~lingbot_map_ros.config.MetricConfig`, declared the same way.
+and the inputs, cameras and frames of :mod:`~lingbot_map_ros.ros.input_params`) are listed in
+:data:`NODE_PARAMS`; the ``map.*`` and ``metric.*`` parameters are the fields of
+:class:`~lingbot_map_ros.config.MapConfig` and :class:`~lingbot_map_ros.config.MetricConfig`,
+declared the same way.
 
 Everything that sizes GPU memory or the model is read-only. Of the engine fields only
 :data:`LIVE_ENGINE_PARAMS` may change at run time; they take effect at the next session reset.
