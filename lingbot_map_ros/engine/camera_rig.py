@@ -137,7 +137,7 @@ class CameraRig:
             KeyError: an unknown camera.
             ValueError: a pose that is not a finite [4, 4].
         """
-        pose = np.asarray(base_pose, dtype=np.float64)
+        pose = np.array(base_pose, dtype=np.float64)  # a copy: the history keeps it
         if pose.shape != (4, 4) or not np.isfinite(pose).all():
             raise ValueError(f'camera {name}: the base pose must be a finite [4, 4]')
         cam = self._cams[name]

@@ -48,8 +48,10 @@ MOUNTS = {'front': _mount(0.0, (0.0, 0.0, 0.0)), 'left': _mount(90.0, (0.0, 0.1,
 
 def _base_poses(num: int, seeds: dict[str, int], noise: float = 0.002
                 ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-    """Each camera's base trajectory in its own odom (anchored at its first pose), and the
-    scale of its session; every frame at the same stamp."""
+    """Return each camera's base trajectory in its own odom, and its session's scale.
+
+    The odom is anchored at the camera's first pose; every frame has the same stamp in both.
+    """
     gt_base = ground_truth(num + 10)
     out, scales = {}, {}
     for name, seed in seeds.items():
