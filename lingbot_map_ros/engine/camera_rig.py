@@ -25,11 +25,12 @@ start together anchor their odoms at the same base pose, only the scale differs)
 
 **One odometry.** ``odom -> base_frame`` follows one camera, the *source*: the first camera, in
 priority order (the primary, then the others as listed), that is live, i.e. had a posed frame
-within ``stale_after_s``. The fused pose is ``K_s A_s(t)``, with ``K`` the identity for the
-primary as long as it is the source. **Failover:** when the source changes from ``a`` to ``b``,
-``K_b = K_a A_a(t*) A_b(t*)^-1`` at their latest common stamp ``t*``, so the fused trajectory
-continues from where ``a`` left it with ``b``'s motion since ``t*``: no jump beyond the
-alignment's residual. Without a common stamp, ``K_b = K_a``.
+within ``stale_after_s`` (a camera with no pose yet counts as live for the first
+``stale_after_s`` after the rig's first pose). The fused pose is ``K_s A_s(t)``, with ``K``
+the identity for the primary as long as it is the source. **Failover:** when the source
+changes from ``a`` to ``b``, ``K_b = K_a A_a(t*) A_b(t*)^-1`` at their latest common stamp
+``t*``, so the fused trajectory continues from where ``a`` left it with ``b``'s motion since
+``t*``: no jump beyond the alignment's residual. Without a common stamp, ``K_b = K_a``.
 
 Pure numpy, no ROS.
 """
@@ -129,6 +130,7 @@ class CameraRig:
         self.source = primary
         self._correction = np.eye(4)
         self.switches = 0
+        self._start_s: float | None = None
 
     def add(self, name: str, stamp_ns: int, base_pose: np.ndarray, now_s: float) -> RigUpdate:
         """Take camera ``name``'s base pose in its own odom at ``stamp_ns``, received ``now_s``.
@@ -141,6 +143,8 @@ class CameraRig:
         if pose.shape != (4, 4) or not np.isfinite(pose).all():
             raise ValueError(f'camera {name}: the base pose must be a finite [4, 4]')
         cam = self._cams[name]
+        if self._start_s is None:
+            self._start_s = now_s
         if cam.stamps and stamp_ns <= cam.stamps[-1]:
             cam.clear()  # a new session of this camera: its odom starts again
         cam.stamps.append(int(stamp_ns))
@@ -177,8 +181,16 @@ class CameraRig:
                                    cam.frames))
         return out
 
+    def similarity(self, name: str) -> np.ndarray:
+        """Return ``S_i`` of camera ``name`` as a [4, 4] matrix (identity before a fit)."""
+        fit = self._cams[name].fit
+        return np.eye(4) if fit is None else fit.matrix
+
     def _live(self, cam: _Camera, now_s: float) -> bool:
-        return cam.last_seen_s is not None and now_s - cam.last_seen_s <= self.stale_after_s
+        # A camera without a pose yet is live for the first stale_after_s of the rig: the
+        # first frames of the cameras arrive in any order, and need not switch the source.
+        seen = cam.last_seen_s if cam.last_seen_s is not None else self._start_s
+        return seen is not None and now_s - seen <= self.stale_after_s
 
     def _matches(self, cam: _Camera) -> tuple[np.ndarray, np.ndarray]:
         """Return the indices into the primary's and ``cam``'s histories of their common stamps."""
