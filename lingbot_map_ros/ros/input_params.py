@@ -127,6 +127,9 @@ def check_cameras(values: dict[str, Any]) -> str | None:
         if name in seen:
             return f"input.cameras lists '{name}' twice: camera names must be unique"
         seen.add(name)
+    if names and values.get('metric.source', 'none') != 'none':
+        return ("metric.source 'depth' pairs one depth camera with one colour camera: it "
+                'is not available with input.cameras')
     primary = values.get('input.primary_camera') or ''
     if primary and primary not in seen:
         return (f"input.primary_camera '{primary}' is not one of input.cameras "
