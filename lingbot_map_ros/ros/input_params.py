@@ -157,12 +157,12 @@ def declare_mounts(node: Any, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def declare_names(node: Any, spec: ParamSpec) -> tuple[str, ...]:
-    """Declare a string-array spec whose default is empty and return its value as a tuple.
+def declare_names(node: Any, spec: ParamSpec) -> list[str]:
+    """Declare a string-array spec whose default is empty and return its value as a list.
 
     rclpy types an empty list as a byte array, so it is declared by type, unset; unset reads
     as the empty default.
     """
     value = node.declare_parameter(spec.name, Parameter.Type.STRING_ARRAY,
                                    spec.descriptor()).value
-    return tuple(value or ())
+    return list(value or [])
