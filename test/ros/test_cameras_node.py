@@ -226,3 +226,36 @@ def test_bad_camera_settings_are_refused_with_a_reason(graph, values, message):
     with pytest.raises(ValueError, match=message):
         LingbotMapNode(context=graph.context, namespace=f'/rig_bad{next(_ns)}',
                        parameter_overrides=overrides)
+
+
+def _item(camera: str, index: int) -> Any:
+    from lingbot_map_ros.ros.session_runner import InputFrame
+
+    msg = image_msg(make_image(0, 4, 4), _STAMP0 + index * _PERIOD_NS)
+    return InputFrame(msg, False, 0.0, camera)
+
+
+def test_live_queue_keeps_the_newest_frame_of_each_camera():
+    from lingbot_map_ros.ros.camera_group import CameraQueue
+
+    queue = CameraQueue(2, capacity=64, block_when_full=False)
+    assert queue.put(_item('a', 0)) == 0
+    assert queue.put(_item('b', 0)) == 0
+    assert queue.put(_item('a', 1)) == 1  # replaces a's waiting frame, not b's
+    taken = [queue.get(0.1) for _ in range(2)]
+    assert [(i.camera, stamp_ns(i.msg)) for i in taken] == [
+        ('b', _STAMP0), ('a', _STAMP0 + _PERIOD_NS)]
+
+
+def test_synced_frames_are_taken_in_each_cameras_order():
+    from lingbot_map_ros.ros.camera_group import CameraQueue
+
+    queue = CameraQueue(3, capacity=64, block_when_full=True)
+    for item in (_item('b', 0), _item('b', 1), _item('c', 5), _item('a', 1)):
+        queue.put(item)
+    first = queue.get(0.1)  # b at 0
+    # Candidates: the oldest frame of each other camera (c at 500 ms, a at 100 ms).
+    assert [i.camera for i in queue.take_synced(first, 10_000_000)] == []
+    assert [i.camera for i in queue.take_synced(first, 100_000_000)] == ['a']
+    assert [(i.camera, stamp_ns(i.msg)) for i in (queue.get(0.1), queue.get(0.1))] == [
+        ('b', _STAMP0 + _PERIOD_NS), ('c', _STAMP0 + 5 * _PERIOD_NS)]
