@@ -113,8 +113,8 @@ def _sent(num: int) -> list[int]:
     return [_STAMP0 + i * _PERIOD_NS for i in range(num)]
 
 
-def test_two_cameras_every_frame_posed_one_engine_and_diagnostics(graph):
-    names = ['front', 'left']
+@pytest.mark.parametrize('names', [['front', 'left'], ['front', 'left', 'rear']])
+def test_every_frame_of_every_camera_posed_one_engine_and_diagnostics(graph, names):
     node, probe = start(graph, names)
     num = 8
     for i in range(num):
@@ -140,12 +140,14 @@ def test_two_cameras_every_frame_posed_one_engine_and_diagnostics(graph):
     assert len(engines) == 1  # the weights were loaded once
     fqn = node.get_fully_qualified_name().lstrip('/')
     rig = wait_for(lambda: (s := probe.status(f'{fqn}: cameras')) and
-                   s['left.frames'] == str(num) and s, 30.0, 'the cameras status')
+                   all(s[f'{n}.frames'] == str(num) for n in names) and s, 30.0,
+                   'the cameras status')
     assert rig['source'] == 'front' and rig['switches'] == '0'
-    assert rig['pool_streams'] == '2'
-    assert int(rig['left.matched']) == num
-    assert np.isfinite(float(rig['left.scale'])) and float(rig['left.scale']) > 0
-    assert float(rig['left.residual']) >= 0.0
+    assert rig['pool_streams'] == str(len(names))
+    for name in names[1:]:
+        assert int(rig[f'{name}.matched']) == num
+        assert np.isfinite(float(rig[f'{name}.scale'])) and float(rig[f'{name}.scale']) > 0
+        assert float(rig[f'{name}.residual']) >= 0.0
     for name in names:
         status = probe.status(f'{fqn}/{name}: input')
         assert status is not None and status['received_total'] == str(num)
