@@ -167,7 +167,7 @@ class OfflineRunner:
 
     @property
     def segments(self) -> list[dict[str, Any]]:
-        """The map segments so far: index, reason, start stamp, poses (the first: 'start')."""
+        """Return the map segments so far: index, reason, start stamp, poses (first: start)."""
         return self._segments
 
     @property
