@@ -36,7 +36,7 @@ import pytest
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import Image, PointCloud2
 
 _ns = itertools.count()
 _TIMEOUT_S = 240.0
@@ -57,7 +57,7 @@ class RigProbe(Node):
         self.pubs = {n: self.create_publisher(Image, f'{n}/image', qos) for n in names}
         self.records: dict[str, list] = {}
         topics = [('pose', PoseStamped), ('odometry', Odometry)]
-        per_camera = (('pose', PoseStamped), ('odometry', Odometry))
+        per_camera = (('pose', PoseStamped), ('odometry', Odometry), ('cloud', PointCloud2))
         topics += [(f'{n}/{t}', m) for n in names for t, m in per_camera]
         for topic, msg_type in topics:
             store = self.records.setdefault(topic, [])
@@ -158,7 +158,7 @@ def test_every_frame_of_every_camera_posed_one_engine_and_diagnostics(graph, nam
 
 def test_three_cameras_a_garbage_camera_never_disturbs_the_others(graph):
     names = ['front', 'left', 'rear']
-    node, probe = start(graph, names, **{'stream.enable_depth': True,
+    node, probe = start(graph, names, **{'stream.enable_depth': True, 'publish.cloud': True,
                                          'map.voxel_size': 0.001})
     num = 6
     for i in range(num):
@@ -172,6 +172,12 @@ def test_three_cameras_a_garbage_camera_never_disturbs_the_others(graph):
         assert probe.stamps(f'{name}/pose') == _sent(num)
     assert probe.stamps('pose') == _sent(num)
     assert probe.stamps('rear/pose') == []
+    for name in ('front', 'left'):  # each camera's cloud, in odom
+        wait_for(lambda n=name: len(probe.stamps(f'{n}/cloud')) >= num, 30.0, f'{name} cloud')
+        with probe.lock:
+            clouds = list(probe.records[f'{name}/cloud'])
+        assert [stamp_ns(c) for c in clouds] == _sent(num)
+        assert {c.header.frame_id for c in clouds} == {'odom'} and clouds[-1].width > 0
     fqn = node.get_fully_qualified_name().lstrip('/')
     rear = wait_for(lambda: (s := probe.status(f'{fqn}/rear: input')) and
                     s['drops.step'] == str(num) and s, 30.0, 'rear drops')
