@@ -86,6 +86,7 @@ class _Camera:
         self.poses: collections.deque[np.ndarray] = collections.deque(maxlen=history)
         self.fit: Sim3Alignment | None = None
         self.matched = 0
+        self.fitted_until: int | None = None
         self.last_seen_s: float | None = None
         self.frames = 0
 
@@ -202,10 +203,12 @@ class CameraRig:
 
     def _fit(self, cam: _Camera) -> None:
         ref_idx, cam_idx = self._matches(cam)
-        if len(ref_idx) == cam.matched and cam.fit is not None:
-            return  # no new common stamp
         if len(ref_idx) == 0:
             return
+        newest = self._cams[self.primary].stamps[ref_idx[-1]]
+        if cam.fit is not None and newest == cam.fitted_until:
+            return  # no new common stamp since the last fit
+        cam.fitted_until = newest
         ref = np.stack(self._cams[self.primary].poses)[ref_idx]
         own = np.stack(cam.poses)[cam_idx]
         previous = 1.0 if cam.fit is None else cam.fit.scale

@@ -165,6 +165,21 @@ def test_a_primary_reset_starts_every_alignment_again():
     assert state.matched == 0 and state.scale == 1.0
 
 
+def test_the_fit_follows_the_history_once_it_is_full():
+    rig = CameraRig(['a', 'b'], 'a', sync_tolerance_ns=0, stale_after_s=1.0, history=4)
+    pose = np.eye(4)
+    for i in range(12):
+        pose[0, 3], pose[1, 3] = i, i * i * 0.1
+        scale = 2.0 if i < 6 else 4.0  # b's scale changes: the last 4 common stamps decide
+        b = pose.copy()
+        b[:3, 3] *= scale
+        rig.add('a', i, pose, 0.0)
+        rig.add('b', i, b, 0.0)
+    state = rig.states(0.0)[1]
+    assert state.matched == 4
+    assert state.scale == pytest.approx(0.25)
+
+
 def test_match_stamps_pairs_each_stamp_once_within_the_tolerance():
     a = np.array([0, 10, 20, 30])
     b = np.array([1, 2, 19, 45])
