@@ -17,10 +17,17 @@ Example:
     ros2 launch lingbot_map_ros lingbot_map.launch.py image_topic:=/camera/color/image_raw \
         weights:=/data/lingbot-map.pt base_frame:=base_link rviz:=true
 
-Topic names stay relative, so ``namespace`` moves the inputs and outputs together; the camera_info
-topic is taken next to the image topic (``.../image_raw`` -> ``.../camera_info``). Arguments whose
-default is empty keep the value of ``params_file``. ``lifecycle:=true`` starts the managed node
-and, with ``autostart:=true``, configures and activates it (as nav2's lifecycle manager would).
+Several cameras (README "Several cameras", config/two_cameras.yaml):
+    ros2 launch lingbot_map_ros lingbot_map.launch.py cameras:=front,left \
+        params_file:=config/two_cameras.yaml weights:=/data/lingbot-map.pt
+
+Topic names stay relative, so ``namespace`` moves the inputs and outputs together; the
+camera_info topic is taken next to the image topic (``.../image_raw`` -> ``.../camera_info``).
+With ``cameras:=a,b`` the node subscribes ``a/image``, ``a/camera_info``, ``b/image``, ... in
+its namespace (``image_topic`` is not used); ``cameras:=a=/cam_a/image_raw,b=/cam_b/image_raw``
+remaps each camera's image (and the camera_info beside it). Arguments whose default is empty
+keep the value of ``params_file``. ``lifecycle:=true`` starts the managed node and, with
+``autostart:=true``, configures and activates it (as nav2's lifecycle manager would).
 """
 
 import os
@@ -63,6 +70,9 @@ def arguments():
         ('camera_frame', '', "Camera optical frame; empty keeps the images' frame_id"),
         ('publish_tf', '', 'true/false: broadcast odom_frame -> base_frame (publish.tf)'),
         ('transport', '', 'Input transport: raw or compressed (input.transport)'),
+        ('cameras', '', 'Comma-separated camera names (input.cameras), each optionally '
+         'name=image_topic: one stream per camera on <name>/image and <name>/camera_info; '
+         'empty: one camera on image_topic'),
         ('depth_topic', '', 'Set: depth image aligned to the image (16UC1 mm / 32FC1 m) for '
          'metric outputs (metric.source depth, stream.enable_depth true)'),
         ('lifecycle', 'false', 'true: start the managed (lifecycle) node instead'),
@@ -76,9 +86,29 @@ def _overrides(arg):
     typed = {'true': True, 'false': False}
     values = {param: typed.get(arg(name).lower(), arg(name))
               for name, param in OVERRIDES.items() if arg(name)}
+    names = list(camera_topics(arg('cameras')))
+    if names:  # several cameras, one model (README "Several cameras")
+        values['input.cameras'] = names
     if arg('depth_topic'):  # metric scale from a depth camera (docs/odometry.md)
         values.update({'metric.source': 'depth', 'stream.enable_depth': True})
     return values
+
+
+def camera_topics(text):
+    """``'a=/cam_a/image_raw,b'`` -> ``{'a': '/cam_a/image_raw', 'b': ''}`` (order kept)."""
+    pairs = (item.strip().partition('=') for item in text.split(',') if item.strip())
+    return {name.strip(): topic.strip() for name, _, topic in pairs}
+
+
+def _camera_remaps(text):
+    """Remap ``<name>/image`` and ``<name>/camera_info`` of each camera given a topic."""
+    remaps = []
+    for name, topic in camera_topics(text).items():
+        if topic:
+            remaps += [(f'{name}/image', topic),
+                       (f'{name}/camera_info', os.path.join(os.path.dirname(topic),
+                                                            'camera_info'))]
+    return remaps
 
 
 def _actions(context, *_args, **_kwargs):
@@ -95,7 +125,8 @@ def _actions(context, *_args, **_kwargs):
         executable='lingbot_map_lifecycle_node' if managed else 'lingbot_map_node',
         output='screen', parameters=[arg('params_file'), _overrides(arg)],
         remappings=[('image', image_topic), ('camera_info', info_topic)] +
-        ([('depth', arg('depth_topic'))] if arg('depth_topic') else []),
+        ([('depth', arg('depth_topic'))] if arg('depth_topic') else []) +
+        _camera_remaps(arg('cameras')),
         arguments=['--ros-args', '--log-level', arg('log_level')])
     actions = [node]
     if managed and arg('autostart').lower() == 'true':

@@ -198,8 +198,9 @@ def _counts(prefix: str, known: tuple[str, ...], totals: dict[str, int]) -> dict
     return {f'{prefix}.{k}': totals.get(k, 0) for k in sorted(set(known) | set(totals))}
 
 
-def _stat(name: str, level: bytes, message: str, hardware_id: str,
-          values: dict[str, Any]) -> DiagnosticStatus:
+def status(name: str, level: bytes, message: str, hardware_id: str,
+           values: dict[str, Any]) -> DiagnosticStatus:
+    """Build one status; floats rendered with 3 decimals, None as ``n/a``."""
     return DiagnosticStatus(level=level, name=name, message=message, hardware_id=hardware_id,
                             values=_kv(values))
 
@@ -237,7 +238,7 @@ def input_status(node_name: str, report: PeriodReport, info: dict[str, Any],
     else:
         level, msg = OK, f'{values["input_rate_hz"]:.1f} Hz in, ' \
             f'{values["processed_rate_hz"]:.1f} Hz processed'
-    return _stat(f'{node_name}: input', level, msg, info.get('topic', ''), values)
+    return status(f'{node_name}: input', level, msg, info.get('topic', ''), values)
 
 
 def engine_status(node_name: str, report: PeriodReport, session: SessionStats,
@@ -274,7 +275,7 @@ def engine_status(node_name: str, report: PeriodReport, session: SessionStats,
         level, msg = OK, f'tracking: frame {session.frames_out}, {session.keyframes} keyframes'
     if report.errors or auto:
         values['last_problem'] = report.last_problem
-    return _stat(f'{node_name}: engine', level, msg, session.device, values)
+    return status(f'{node_name}: engine', level, msg, session.device, values)
 
 
 def cache_status(node_name: str, cache: CacheStats | None, time_index: int,
@@ -318,4 +319,4 @@ def cache_status(node_name: str, cache: CacheStats | None, time_index: int,
     else:
         live = cache.live_pages if cache is not None else 0
         level, msg = OK, f'{frames} frames, {live} live pages'
-    return _stat(f'{node_name}: cache', level, msg, '', values)
+    return status(f'{node_name}: cache', level, msg, '', values)

@@ -22,6 +22,7 @@ inference thread. :meth:`FramePipeline.warm_up` is the node's one warm-up.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from typing import Any, Callable
@@ -29,9 +30,11 @@ from typing import Any, Callable
 from lingbot_map_ros.config import EngineConfig, MetricConfig
 from lingbot_map_ros.engine.pipeline import StreamingSession
 from lingbot_map_ros.engine.rollover import RolloverSession
-from lingbot_map_ros.ros import conversions, depth_input, diagnostics, params
+from lingbot_map_ros.ros import conversions, depth_input, diagnostics, input_params, params
+from lingbot_map_ros.ros.camera_group import CameraGroup
 from lingbot_map_ros.ros.map_output import MapOutput
 from lingbot_map_ros.ros.node_options import NodeOptions
+from lingbot_map_ros.ros.odom_frames import OdomFrames
 from lingbot_map_ros.ros.outputs import Outputs
 from lingbot_map_ros.ros.service_qos import service_qos
 from lingbot_map_ros.ros.session_runner import SessionRunner
@@ -61,6 +64,35 @@ def make_session(values: dict[str, Any], config: EngineConfig) -> RolloverSessio
     return RolloverSession(StreamingSession(config, weights, allow_random_weights=random_ok,
                                             seed=values['seed']),
                            MetricConfig.from_flat(values))
+
+
+def make_sessions(values: dict[str, Any], config: EngineConfig
+                  ) -> dict[str, RolloverSession]:
+    """Build one session per camera of ``input.cameras``, all streams of one engine.
+
+    The weights are loaded once, by the first session; the others open streams on its engine
+    (its model, fast path and page pool).
+
+    Raises:
+        ValueError, WeightsError: as :func:`make_session`.
+    """
+    names = input_params.camera_names(values)
+    first = make_session(values, config)
+    engine = first.session.engine
+    sessions = {names[0]: first}
+    for name in names[1:]:
+        sessions[name] = RolloverSession(StreamingSession(config, engine=engine),
+                                         MetricConfig.from_flat(values))
+    return sessions
+
+
+def pipeline_config(values: dict[str, Any]) -> EngineConfig:
+    """Return the engine configuration; the pool holds a stream per camera at least."""
+    config = params.engine_config(values)
+    streams = max(config.cache.streams, len(input_params.camera_names(values)))
+    if streams == config.cache.streams:
+        return config
+    return dataclasses.replace(config, cache=dataclasses.replace(config.cache, streams=streams))
 
 
 def release_memory() -> None:
@@ -104,19 +136,27 @@ class FramePipeline:
             ImportError: the configured attention backend is not installed.
         """
         self._log = node.get_logger()
-        self.config = params.engine_config(values)
-        self.session: RolloverSession | None = make_session(values, self.config)
+        self.config = pipeline_config(values)
+        self.cameras: CameraGroup | None = None
+        if input_params.camera_names(values):
+            sessions = make_sessions(values, self.config)
+            self.session: RolloverSession | None = sessions[input_params.primary_camera(values)]
+        else:
+            self.session = make_session(values, self.config)
         self.stats = diagnostics.NodeStats()
         self.outputs: Outputs | None = None
         self.map_output: MapOutput | None = None
         try:
-            self.outputs = Outputs(node, values, self.stats)
             options = NodeOptions.from_values(values)
+            bridge = CvBridge() if CvBridge is not None else None
+            self.has_bridge = bridge is not None
+            if input_params.camera_names(values):
+                self._build_cameras(node, values, options, raw_converter(bridge), sessions)
+                return
+            self.outputs = Outputs(node, values, self.stats)
             self.map_output = MapOutput(node, options, self.config.stream.device,
                                         self.outputs.frames, self.outputs.frames_info(),
                                         service_qos=service_qos())
-            bridge = CvBridge() if CvBridge is not None else None
-            self.has_bridge = bridge is not None
             depth = depth_input.from_values(values, self.stats, self._log)
             self.runner: SessionRunner | None = SessionRunner(
                 self.session, self.outputs, self.stats, self._log, options,
@@ -124,6 +164,33 @@ class FramePipeline:
         except BaseException:
             self.destroy()
             raise
+
+    def _build_cameras(self, node: Any, values: dict[str, Any], options: NodeOptions,
+                       convert: Callable[[Any], np.ndarray],
+                       sessions: dict[str, RolloverSession]) -> None:
+        """Build the outputs and runners of several cameras (``camera_group.py``)."""
+        frame_ids = {'odom_frame': values['frames.odom_frame'],
+                     'base_frame': values['frames.base_frame'], 'mounting': 'per camera'}
+        self.map_output = MapOutput(node, options, self.config.stream.device,
+                                    OdomFrames(values['frames.base_to_camera']), frame_ids,
+                                    service_qos=service_qos())
+        self.cameras = CameraGroup(node, values, sessions, options, convert, self.map_output)
+        primary = self.cameras.primary
+        self.outputs = self.cameras.fused
+        self.runner = self.cameras.runners[primary]
+        self.stats = self.cameras.stats[primary]
+
+    @property
+    def runners(self) -> list[SessionRunner]:
+        """Return every camera's runner (the one runner with one camera)."""
+        if self.cameras is not None:
+            return list(self.cameras.runners.values())
+        return [] if self.runner is None else [self.runner]
+
+    @property
+    def resetter(self) -> Any:
+        """Return what ``~/reset`` and a clock jump reset: the camera group or the runner."""
+        return self.cameras if self.cameras is not None else self.runner
 
     def warm_up(self, cancelled: Callable[[], bool]) -> None:
         """Run gray frames of ``stream.image_width`` (4:3) through the model, then reset it.
@@ -154,11 +221,15 @@ class FramePipeline:
     def set_options(self, values: dict[str, Any], changed: set[str]) -> None:
         """Hand changed parameter values to the runner and the map (from their next frame)."""
         options = NodeOptions.from_values(values)
-        self.runner.set_options(options)
+        if self.cameras is not None:
+            self.cameras.set_options(options, values['diagnostics.stale_after_s'])
+        else:
+            self.runner.set_options(options)
         self.map_output.set_options(options)
         live = changed & params.LIVE_ENGINE_PARAMS
         if live:
-            self.runner.set_pending_config(params.engine_config(values))
+            for runner in self.runners:
+                runner.set_pending_config(pipeline_config(values))
             self._log.info(f'{", ".join(sorted(live))} take effect at the next reset '
                            '(call ~/reset)')
 
@@ -193,8 +264,10 @@ class FramePipeline:
         A frame still running on an abandoned inference thread keeps its own references; the
         session is freed when that thread ends.
         """
-        if self.outputs is not None:
+        if self.cameras is not None:
+            self.cameras.destroy()
+        elif self.outputs is not None:
             self.outputs.destroy()
         if self.map_output is not None:
             self.map_output.destroy()
-        self.outputs = self.map_output = self.runner = self.session = None
+        self.outputs = self.map_output = self.runner = self.session = self.cameras = None

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from lingbot_map_ros.config import MapConfig
 from lingbot_map_ros.engine.map_accumulator import MapAccumulator
@@ -172,9 +172,14 @@ class MapOutput:
 
         Runs after ``Outputs.publish``, which anchored the odom frame on the first pose.
         """
+        self.log_pose(pred, camera_frame, self._frames.base_in_odom(pred.c2w), opts)
+        self.add_keyframe(pred, self._frames.odom_from_world, opts)
+
+    def log_pose(self, pred: FramePrediction, camera_frame: str, base_in_odom: np.ndarray,
+                 opts: NodeOptions) -> None:
+        """Log the pose ``~/pose`` carried for ``pred``, for ``~/save``."""
         with self._lock:
-            fell_out = self._poses.append(pred.stamp_ns, self._frames.base_in_odom(pred.c2w),
-                                          opts.max_poses)
+            fell_out = self._poses.append(pred.stamp_ns, base_in_odom, opts.max_poses)
             self._camera = CameraEstimate(camera_frame, pred.stamp_ns, pred.intrinsics_original,
                                           pred.original_size_hw, pred.intrinsics,
                                           pred.image_size_hw)
@@ -182,15 +187,27 @@ class MapOutput:
             self._log.warning(f'~/save keeps the last {opts.max_poses} poses '
                               f'(output.max_poses): {self._poses.dropped} older poses dropped '
                               'from the saved trajectory so far', throttle_duration_sec=60.0)
+
+    def add_keyframe(self, pred: FramePrediction, odom_from_world: Callable[[], np.ndarray],
+                     opts: NodeOptions) -> None:
+        """Add a keyframe's depth to the map (map enabled, depth on), its points in odom.
+
+        Args:
+            pred: the prediction.
+            odom_from_world: returns ``T_odom_world`` of the prediction's camera (a similarity
+                for a camera of several), called only for a keyframe that is added.
+            opts: the node options (``map.*``).
+        """
         if not (opts.map_config.enable and pred.is_keyframe and pred.depth is not None):
             return
         try:
-            self._add(pred, opts.map_config)
+            self._add(pred, opts.map_config, odom_from_world())
         except (ValueError, RuntimeError) as exc:  # a bad frame must not stop the node
             self._log.error(f'map: keyframe at stamp {pred.stamp_ns} not added: {exc}',
                             throttle_duration_sec=5.0)
 
-    def _add(self, pred: FramePrediction, config: MapConfig) -> None:
+    def _add(self, pred: FramePrediction, config: MapConfig, odom_from_world: np.ndarray
+             ) -> None:
         if config != self._map.config:
             self._map.config = config
         if self._map.num_keyframes == 0:  # once per map: a host sync is fine here
@@ -200,7 +217,7 @@ class MapOutput:
                            f'units, map.voxel_size {config.voxel_size:g} = 1/'
                            f'{median / config.voxel_size:.0f} of it')
         start = time.perf_counter()
-        update = self._map.add_points(pred.points(self._frames.odom_from_world()), pred.depth,
+        update = self._map.add_points(pred.points(odom_from_world), pred.depth,
                                       pred.depth_conf, pred.image)
         self._add_ms.append((time.perf_counter() - start) * 1e3)
         with self._lock:

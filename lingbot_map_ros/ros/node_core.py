@@ -241,7 +241,7 @@ class LingbotMapCore:
 
     def _on_clock_jump(self, _jump: Any) -> None:
         pipeline = self.pipeline
-        runner = pipeline.runner if pipeline is not None else None
+        runner = pipeline.resetter if pipeline is not None else None
         if runner is not None:
             runner.request_reset('clock_jump')
 

@@ -84,7 +84,7 @@ class NodeServices:
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response
                   ) -> Trigger.Response:
-        runner = self._pipeline.runner
+        runner = self._pipeline.resetter  # every camera's runner with several
         if runner is None:  # cleaned up while the request waited
             response.success, response.message = False, 'reset failed: the node is not configured'
             return response
@@ -136,4 +136,8 @@ class NodeServices:
             odometry_status(name, runner.rollover_stats(), pipeline.outputs.frames_info(),
                             config.stream.session_keyframes, pipeline.session.metric.stats(),
                             getattr(runner.depth_input, 'drops_total', 0))]
+        if pipeline.cameras is not None:  # each camera's input and engine, the rig, the pool
+            msg.status += pipeline.cameras.statuses(name, values, report,
+                                                    pipeline.session.session.engine.pool_stats(),
+                                                    config.cache.scale_frames)
         return msg

@@ -59,7 +59,8 @@ _CLOUD_FIELDS = [PointField(name=n, offset=4 * i, datatype=PointField.FLOAT32, c
 class Outputs:
     """Owns the output publishers, the bounded path and the previous pose (for the twist)."""
 
-    def __init__(self, node: Any, values: dict[str, Any], stats: Any = None) -> None:
+    def __init__(self, node: Any, values: dict[str, Any], stats: Any = None, *,
+                 prefix: str = '~/', broadcast_tf: bool = True, aligner: Any = None) -> None:
         """Create every output publisher (optional outputs are created too and stay silent).
 
         Args:
@@ -67,6 +68,11 @@ class Outputs:
             values: parameter values; ``frames.*`` are read once here.
             stats: the node's ``NodeStats``, counting the non-finite numbers kept off the
                 topics (``count_nonfinite``); None counts nothing (tools, tests).
+            prefix: of the topics (``~/<camera>/`` for one camera of several).
+            broadcast_tf: broadcast ``odom -> base_frame`` (and ``map -> odom``); the cameras
+                of several leave it to the fused odometry.
+            aligner: with several cameras, maps this camera's base pose into the node's odom
+                (``aligned(pred, base_pose)``, ``odom_from_own_odom()``); None: identity.
 
         Raises:
             ValueError: a bad ``frames.base_to_camera``.
@@ -77,23 +83,28 @@ class Outputs:
         self._base_frame = values['frames.base_frame']
         self._frames = OdomFrames(values['frames.base_to_camera'])
         self._tf_buffer = None
+        self._aligner = aligner
         reliable = QoSProfile(depth=10)
-        self._pose_pub = node.create_publisher(PoseStamped, '~/pose', reliable)
-        self._odom_pub = node.create_publisher(Odometry, '~/odometry', reliable)
-        self._path_pub = node.create_publisher(Path, '~/path', QoSProfile(depth=1))
-        # '~/depth/image' beside '~/depth/camera_info': the pair image_transport tools expect.
-        self._depth_pub = node.create_publisher(Image, '~/depth/image', QoSProfile(depth=2))
-        self._info_pub = node.create_publisher(CameraInfo, '~/depth/camera_info',
+        self._pose_pub = node.create_publisher(PoseStamped, prefix + 'pose', reliable)
+        self._odom_pub = node.create_publisher(Odometry, prefix + 'odometry', reliable)
+        self._path_pub = node.create_publisher(Path, prefix + 'path', QoSProfile(depth=1))
+        # 'depth/image' beside 'depth/camera_info': the pair image_transport tools expect.
+        self._depth_pub = node.create_publisher(Image, prefix + 'depth/image',
+                                                QoSProfile(depth=2))
+        self._info_pub = node.create_publisher(CameraInfo, prefix + 'depth/camera_info',
                                                QoSProfile(depth=2))
-        self._cloud_pub = node.create_publisher(PointCloud2, '~/cloud', QoSProfile(depth=2))
-        self._tf = TransformBroadcaster(node) if TransformBroadcaster is not None else None
-        if self._tf is not None:
+        self._cloud_pub = node.create_publisher(PointCloud2, prefix + 'cloud',
+                                                QoSProfile(depth=2))
+        self._tf = TransformBroadcaster(node) \
+            if TransformBroadcaster is not None and broadcast_tf else None
+        if TransformBroadcaster is not None:
             self._tf_buffer = Buffer()
             try:  # only /tf_static where tf2_ros offers it: the mounting is static
                 self._tf_listener = TransformListener(self._tf_buffer, node, spin_thread=False,
                                                       static_only=True)
             except TypeError:  # pragma: no cover - older tf2_ros
                 self._tf_listener = TransformListener(self._tf_buffer, node, spin_thread=False)
+        if self._tf is not None:
             self._static_tf = StaticTransformBroadcaster(node)
             if values['frames.map_frame']:
                 identity = TransformStamped(child_frame_id=self._odom_frame)
@@ -158,22 +169,38 @@ class Outputs:
         if not self._frames.anchored:
             self._read_mount(camera_frame)
         c2w = self._frames.base_in_odom(pred.c2w)
+        if self._aligner is not None:
+            c2w = self._aligner.aligned(pred, c2w)
+        header = self.publish_base(c2w, pred.stamp_ns, opts)
+        if pred.depth is not None and opts.publish_depth:
+            self._publish_depth(pred, header, camera_frame)
+        if pred.depth is not None and opts.publish_cloud:
+            self._publish_cloud(pred, header, opts.cloud_stride)
+
+    def publish_base(self, c2w: np.ndarray, stamp_ns: int, opts: NodeOptions) -> Any:
+        """Publish pose, odometry, path and TF of a ``base_frame`` pose in odom.
+
+        Returns:
+            The header of the published pose.
+        """
         position, quat = conversions.c2w_to_pose(c2w)
         pose = PoseStamped()
         pose.header.frame_id = self._odom_frame
-        conversions.fill_stamp(pose.header.stamp, pred.stamp_ns)
+        conversions.fill_stamp(pose.header.stamp, stamp_ns)
         p, o = pose.pose.position, pose.pose.orientation
         p.x, p.y, p.z = position
         o.x, o.y, o.z, o.w = quat
         self._pose_pub.publish(pose)
-        self._publish_odometry(pose, c2w, pred.stamp_ns)
+        self._publish_odometry(pose, c2w, stamp_ns)
         self._publish_path(pose, opts.path_max_poses)
         if opts.publish_tf and self._tf is not None:
             self._publish_tf(pose)
-        if pred.depth is not None and opts.publish_depth:
-            self._publish_depth(pred, pose.header, camera_frame)
-        if pred.depth is not None and opts.publish_cloud:
-            self._publish_cloud(pred, pose.header, opts.cloud_stride)
+        return pose.header
+
+    def odom_from_world(self) -> np.ndarray:
+        """``T_odom_world`` of this camera's engine world (a similarity with several cameras)."""
+        own = self._frames.odom_from_world()
+        return own if self._aligner is None else self._aligner.odom_from_own_odom() @ own
 
     def _read_mount(self, camera_frame: str) -> None:
         """Take the mounting from /tf_static when it is there (once, before the first anchor).
@@ -262,7 +289,7 @@ class Outputs:
 
     def _publish_cloud(self, pred: FramePrediction, header: Any, stride: int) -> None:
         # The unprojection into odom is the prediction's one, shared with ~/map (map_output).
-        points, rgb, valid = pred.host_cloud(self._frames.odom_from_world(), stride)
+        points, rgb, valid = pred.host_cloud(self.odom_from_world(), stride)
         num, data = conversions.xyz_rgb_cloud(points, rgb, 1, valid=valid)
         cloud = PointCloud2(header=header, height=1, width=num, fields=_CLOUD_FIELDS,
                             is_bigendian=False, point_step=16, row_step=16 * num,

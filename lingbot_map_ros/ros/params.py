@@ -17,10 +17,11 @@ Engine parameters are exactly the fields of :class:`~lingbot_map_ros.config.Engi
 ``model.*``, ``cache.*`` and ``stream.*``; their defaults and descriptions come from the
 dataclasses (``config.field_docs``). ``model.preset`` is declared first and the other
 ``model.*`` defaults come from that preset, so a parameter file that only sets
-``model.preset: tiny`` gets the whole tiny model. Node parameters (topics, frames, QoS, outputs,
-diagnostics) are listed in :data:`NODE_PARAMS`; the ``map.*`` and ``metric.*`` parameters are
-the fields of :class:`~lingbot_map_ros.config.MapConfig` and
-:class:`~lingbot_map_ros.config.MetricConfig`, declared the same way.
+``model.preset: tiny`` gets the whole tiny model. Node parameters (weights, outputs, diagnostics,
+and the inputs, cameras and frames of :mod:`~lingbot_map_ros.ros.input_params`) are listed in
+:data:`NODE_PARAMS`; the ``map.*`` and ``metric.*`` parameters are the fields of
+:class:`~lingbot_map_ros.config.MapConfig` and :class:`~lingbot_map_ros.config.MetricConfig`,
+declared the same way.
 
 Everything that sizes GPU memory or the model is read-only. Of the engine fields only
 :data:`LIVE_ENGINE_PARAMS` may change at run time; they take effect at the next session reset.
@@ -30,15 +31,14 @@ Everything that sizes GPU memory or the model is read-only. Of the engine fields
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 import typing
 from typing import Any
 
 from lingbot_map_ros import config
-from lingbot_map_ros.ros import param_checks
+from lingbot_map_ros.ros import input_params, param_checks
 from lingbot_map_ros.ros.map_save import DEFAULT_DIRECTORY
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
-from rcl_interfaces.msg import ParameterType
+from lingbot_map_ros.ros.param_spec import LIVE as _LIVE, ParamSpec, RO as _RO
 
 ENGINE_SECTIONS: tuple[str, ...] = ('model', 'cache', 'stream')
 
@@ -60,54 +60,6 @@ METRIC_SECTION = 'metric'
 """``metric.*`` (metric scale from a depth camera): all read-only (they pick subscriptions)."""
 
 
-@dataclass(frozen=True)
-class ParamSpec:
-    """One declared parameter: default, description, limits."""
-
-    name: str
-    default: Any
-    description: str
-    read_only: bool = True
-    choices: tuple[str, ...] = ()
-    int_range: tuple[int, int, int] | None = None
-    """(from, to, step); step 0 means any value in the range."""
-    float_range: tuple[float, float] | None = None
-
-    def descriptor(self) -> ParameterDescriptor:
-        """Build the ``ParameterDescriptor`` announced to ``ros2 param describe``."""
-        desc = ParameterDescriptor(name=self.name, description=self.description,
-                                   read_only=self.read_only)
-        desc.type = _param_type(self.default)
-        if self.choices:
-            desc.additional_constraints = 'one of: ' + ', '.join(self.choices)
-        if self.int_range:
-            lo, hi, step = self.int_range
-            desc.integer_range = [IntegerRange(from_value=lo, to_value=hi, step=step)]
-        if self.float_range:
-            lo_f, hi_f = self.float_range
-            desc.floating_point_range = [FloatingPointRange(from_value=lo_f, to_value=hi_f,
-                                                            step=0.0)]
-        return desc
-
-
-def _param_type(value: Any) -> int:
-    if isinstance(value, bool):
-        return ParameterType.PARAMETER_BOOL
-    if isinstance(value, int):
-        return ParameterType.PARAMETER_INTEGER
-    if isinstance(value, float):
-        return ParameterType.PARAMETER_DOUBLE
-    if isinstance(value, str):
-        return ParameterType.PARAMETER_STRING
-    if isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value):
-        return ParameterType.PARAMETER_INTEGER_ARRAY
-    if isinstance(value, (list, tuple)) and all(isinstance(v, float) for v in value):
-        return ParameterType.PARAMETER_DOUBLE_ARRAY
-    raise TypeError(f'no ROS parameter type for {value!r}')
-
-
-_RO, _LIVE = True, False
-
 NODE_PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec('weights', '', 'Checkpoint file (.pt / .safetensors). Required unless '
               'allow_random_weights is true.', _RO),
@@ -115,44 +67,7 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
               'model (demos and tests only; the poses are meaningless).', _RO),
     ParamSpec('seed', 0, 'Seed of the random initialisation (with allow_random_weights).', _RO,
               int_range=(0, 2**31 - 1, 0)),
-    ParamSpec('input.transport', 'raw', "'raw': sensor_msgs/Image on 'image'; 'compressed': "
-              "sensor_msgs/CompressedImage on '<image>/compressed' (JPEG or PNG).", _RO,
-              choices=('raw', 'compressed')),
-    ParamSpec('input.queue_mode', 'live', "'live': keep only the newest frame, drop older ones "
-              "(counted as queue_overflow); 'bag': process every frame in order, blocking the "
-              'subscription when the queue is full (use reliable QoS with a deep history).', _RO,
-              choices=('live', 'bag')),
-    ParamSpec('input.queue_size', 64, 'Frames held between the subscription and the worker in '
-              'bag mode (live mode holds one).', _RO, int_range=(1, 10000, 0)),
-    ParamSpec('input.qos.reliability', 'best_effort', 'Image subscription reliability: '
-              "'best_effort' (sensor data, default) or 'reliable'.", _RO,
-              choices=('best_effort', 'reliable')),
-    ParamSpec('input.qos.depth', 5, 'Image subscription history depth (keep last).', _RO,
-              int_range=(1, 10000, 0)),
-    ParamSpec('input.backwards_reset_s', 1.0, 'A stamp this many seconds older than the last '
-              'one is a clock jump (bag loop, simulator reset) and resets the session; a '
-              'smaller step back is a reordered frame and is dropped.', _LIVE,
-              float_range=(0.0, 3600.0)),
-    ParamSpec('input.forward_jump_s', 0.1, 'A stamp more than this (or 4 frame periods, if '
-              'longer) ahead of the last is held back: fed when the next frame comes after it, '
-              'else dropped as an outlier; 0 turns the check off.', _LIVE,
-              float_range=(0.0, 3600.0)),
-    ParamSpec('input.resolution_change_frames', 3, 'Consecutive frames of a new image size '
-              'needed before the session restarts at that size; fewer are dropped.', _LIVE,
-              int_range=(1, 1000, 0)),
-    ParamSpec('frames.odom_frame', 'odom', 'Continuous frame of the poses, path, odometry, TF '
-              'and cloud (REP 105): base_frame at start or at the last reset; rollovers do '
-              'not move it.', _RO),
-    ParamSpec('frames.base_frame', 'base_link', 'Frame whose pose is published (TF odom_frame '
-              '-> base_frame, odometry child_frame_id).', _RO),
-    ParamSpec('frames.base_to_camera', [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0], 'Camera mounting: '
-              'x y z qx qy qz qw of the camera body frame (x forward, z up) in base_frame; the '
-              'optical rotation is applied on top. Replaced by base_frame -> camera frame from '
-              '/tf_static when tf2_ros finds it.', _RO),
-    ParamSpec('frames.map_frame', '', 'Optional: broadcast a static identity map_frame -> '
-              "odom_frame; '' (default) leaves map to a localisation node.", _RO),
-    ParamSpec('frames.camera_frame', '', 'Camera optical frame of the outputs; empty: the '
-              'frame_id of each input image.', _RO),
+) + input_params.INPUT_PARAMS + (
     ParamSpec('publish.tf', True, 'Broadcast odom_frame -> base_frame on /tf (needs tf2_ros).',
               _LIVE),
     ParamSpec('publish.depth', False, 'Publish ~/depth/image (32FC1: metres with '
@@ -300,6 +215,8 @@ def check_value(spec: ParamSpec, value: Any) -> str | None:
     Returns:
         None when acceptable, else the reason it is refused.
     """
+    if spec.default == ():  # names: input_params.check_cameras
+        return None
     if spec.choices and value not in spec.choices:
         return f"{spec.name}='{value}' is not one of {', '.join(spec.choices)}"
     bounds = spec.float_range or (spec.int_range[:2] if spec.int_range else None)
@@ -342,15 +259,16 @@ def declare_all(node: Any) -> dict[str, Any]:
     values = {first.name: preset}
     specs = [s for s in all_specs(preset) if s.name != first.name]
     for spec in specs:
-        values[spec.name] = node.declare_parameter(spec.name, spec.default,
-                                                   spec.descriptor()).value
+        values[spec.name] = input_params.declare_names(node, spec) if spec.default == () \
+            else node.declare_parameter(spec.name, spec.default, spec.descriptor()).value
     for spec in [first] + specs:
         reason = check_value(spec, values[spec.name])
         if reason:
             raise ValueError(reason)
-    reason = param_checks.check_frames(values)
+    reason = param_checks.check_frames(values) or input_params.check_cameras(values)
     if reason:
         raise ValueError(reason)
+    values.update(input_params.declare_mounts(node, values))
     engine_config(values)
     config.MapConfig.from_flat(values)
     problem = metric_problem(values)
@@ -379,7 +297,7 @@ def check_changes(changes: dict[str, Any], current: dict[str, Any]) -> str | Non
         if reason:
             return reason
     merged = {**current, **changes}
-    reason = param_checks.check_frames(merged)
+    reason = param_checks.check_frames(merged) or input_params.check_cameras(merged)
     if reason:
         return reason
     try:

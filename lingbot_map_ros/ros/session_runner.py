@@ -44,11 +44,12 @@ always agree; the reset service waits at most one frame for it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.frames import FrameTag
@@ -74,6 +75,8 @@ class InputFrame:
     compressed: bool
     received_s: float
     """``time.monotonic()`` at reception, for the end-to-end latency."""
+    camera: str = ''
+    """The camera's name (``input.cameras``); '' with one camera."""
 
 
 class SessionRunner:
@@ -181,22 +184,40 @@ class SessionRunner:
 
     def handle(self, item: InputFrame) -> None:
         """Process one queued frame (worker thread)."""
+        with self.busy():
+            opts = self._options
+            prepared = self.prepare(item, opts)
+            if prepared is None:
+                return
+            with self.lock:
+                fed = self.begin(opts).feed(*prepared)
+                self.finish(fed, opts)
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """Mark a frame in progress for :meth:`busy_s` (the stall watch) while in the block."""
         self._busy_since = time.monotonic()
         try:
-            self._handle(item)
+            yield
         finally:
             self._busy_since = None
 
-    def _handle(self, item: InputFrame) -> None:
-        opts = self._options
+    @property
+    def lock(self) -> threading.Lock:
+        """Return the lock :meth:`begin` and :meth:`finish` run under (with ``reset``)."""
+        return self._lock
+
+    def prepare(self, item: InputFrame, opts: NodeOptions
+                ) -> tuple[np.ndarray, FrameTag] | None:
+        """Convert and tag a frame; None when it was dropped (counted and logged)."""
         image = self._convert(item)
         if image is None:
-            return
+            return None
         try:
             stamp_ns = conversions.stamp_to_ns(item.msg.header.stamp)
         except conversions.InvalidStampError as exc:
             self._drop(Reason.STAMP_INVALID, str(exc))
-            return
+            return None
         frame_id = opts.camera_frame or item.msg.header.frame_id
         if not frame_id:
             frame_id = DEFAULT_CAMERA_FRAME
@@ -204,17 +225,22 @@ class SessionRunner:
                               'frames.camera_frame)', throttle_duration_sec=60.0)
         if self.depth_input is not None:  # metric scale: the frame's depth, before it is fed
             self.depth_input.pair(stamp_ns, image.shape[:2], self._session.metric)
-        tag = FrameTag(stamp_ns, frame_id, item.received_s)
-        with self._lock:
-            if self._pending_reset is not None:
-                self._reset_locked(self._pending_reset, 'requested')
-            self._feeder.backwards_reset_s = opts.backwards_reset_s
-            self._feeder.jump_guard.forward_jump_s = opts.forward_jump_s
-            self._feeder.resolution_guard.change_frames = opts.resolution_change_frames
-            fed = self._feeder.feed(image, tag)
-            self._report(fed)
-            self._publish(fed.predictions, opts)
-            self._take_snapshot()
+        return image, FrameTag(stamp_ns, frame_id, item.received_s)
+
+    def begin(self, opts: NodeOptions) -> StreamFeeder:
+        """Run a pending reset and return the feeder set to ``opts`` (hold :attr:`lock`)."""
+        if self._pending_reset is not None:
+            self._reset_locked(self._pending_reset, 'requested')
+        self._feeder.backwards_reset_s = opts.backwards_reset_s
+        self._feeder.jump_guard.forward_jump_s = opts.forward_jump_s
+        self._feeder.resolution_guard.change_frames = opts.resolution_change_frames
+        return self._feeder
+
+    def finish(self, fed: FeedResult, opts: NodeOptions) -> None:
+        """Count, log and publish what a feed gave (hold :attr:`lock`)."""
+        self._report(fed)
+        self._publish(fed.predictions, opts)
+        self._take_snapshot()
 
     def _convert(self, item: InputFrame) -> np.ndarray | None:
         try:

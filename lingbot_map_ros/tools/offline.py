@@ -166,6 +166,11 @@ class OfflineRunner:
         return cls(make_session(values), options, out_dir)
 
     @property
+    def segments(self) -> list[dict[str, Any]]:
+        """Return the map segments so far: index, reason, start stamp, poses (first: start)."""
+        return self._segments
+
+    @property
     def trajectory(self) -> Trajectory:
         """Every pose so far, in the map axes, in output order."""
         return Trajectory(np.array(self._stamps, dtype=np.int64),

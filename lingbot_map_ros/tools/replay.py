@@ -26,6 +26,8 @@ Subcommands:
   Frames are handled as the node handles them: unreadable images and frames the engine refuses
   are counted drops, a stamp that is not newer is dropped, a stamp jump back or a session limit
   resets the session and starts a new map segment (listed in the summary and the TUM header).
+- ``run BAG --cameras front=/cam_front/image_raw,left=/cam_left/image_raw``: several cameras
+  on one engine, one TUM per camera and the fused odometry (see ``replay_cameras.py``).
 - ``play BAG``: publish the image and camera_info topics into a live ROS graph with the recorded
   timing, like ``ros2 bag play --clock`` (see ``player.py``).
 - ``make-bag``: write a bag from an image folder, a video or the synthetic scene
@@ -47,7 +49,7 @@ from typing import Any
 
 from lingbot_map_ros.config import EngineConfig, load_yaml, MapConfig, MetricConfig
 from lingbot_map_ros.engine.errors import LingbotMapError
-from lingbot_map_ros.tools import bag_io, make_bag, trajectory
+from lingbot_map_ros.tools import bag_io, make_bag, replay_cameras, trajectory
 from lingbot_map_ros.tools.config_files import find_config, parse_set
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
 import torch
@@ -121,6 +123,12 @@ def run_bag(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
+    if args.cameras:  # several cameras on one engine, fused (replay_cameras.py)
+        result = replay_cameras.run_cameras(args.bag, replay_cameras.parse_cameras(args.cameras),
+                                            values, options, out)
+        _LOG.info('fused odometry: %d poses, %d source switches; wrote %s',
+                  result['fused_poses'], result['switches'], out / 'trajectory.tum')
+        return 0 if result['fused_poses'] else 1
     with bag_io.open_bag(args.bag) as reader:
         info = _pick_topic(reader, args.topic, options.depth_topic)
         topics = [info.name]
@@ -207,6 +215,10 @@ def _add_run_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument('--depth-topic', default=None,
                    help='depth images aligned to the colour images (16UC1 mm or 32FC1 m): '
                         'metric outputs, as the node with metric.source:=depth')
+    p.add_argument('--cameras', default=None, metavar='NAME=TOPIC,...',
+                   help='several cameras, one engine: one TUM per camera in OUT/NAME/, the '
+                        'fused odometry in OUT/trajectory.tum (README "Several cameras"; '
+                        'mountings from frames.cameras.NAME.base_to_camera of the YAML)')
     p.add_argument('--max-frames', type=int, default=None, help='stop after this many images')
     p.add_argument('--torch-threads', type=int, default=0,
                    help='CPU threads of torch (0: torch default; 1 is fastest on a busy '

@@ -44,7 +44,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / 'launch' / 'lingbot_map.launch.py'
 DOCUMENTED = ['namespace', 'params_file', 'use_sim_time', 'log_level', 'image_topic', 'weights',
               'allow_random_weights', 'odom_frame', 'base_frame', 'map_frame', 'camera_frame',
-              'publish_tf', 'transport', 'depth_topic', 'lifecycle', 'autostart', 'rviz']
+              'publish_tf', 'transport', 'cameras', 'depth_topic', 'lifecycle', 'autostart',
+              'rviz']
 EXECUTABLES = {'lingbot_map_node': 'lingbot_map_ros.ros.entry',
                'lingbot_map_lifecycle_node': 'lingbot_map_ros.ros.lifecycle_node'}
 _TIMEOUT_S = 120.0  # a node process importing torch on a loaded 2-core machine
@@ -239,6 +240,45 @@ def test_launch_lifecycle_autostart_configures_and_activates(prefix, params_file
     check_outputs(got, namespace, 'odom')
     check_clean_stop(stops)
     assert got['params']['allow_random_weights'] is True
+
+
+def probe_cameras(namespace, names, num_images):
+    """Publish ``num_images`` to each camera's topic (``{name: topic}``); collect the poses."""
+    from geometry_msgs.msg import PoseStamped
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from sensor_msgs.msg import Image
+    graph = Graph()
+    try:
+        probe = graph.add(graph_node(graph, namespace))
+        reliable = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+        pubs = [probe.create_publisher(Image, topic, reliable) for topic in names.values()]
+        poses = {topic: [] for topic in ['pose'] + [f'{n}/pose' for n in names]}
+        subs = [probe.create_subscription(PoseStamped, f'lingbot_map/{topic}', store.append,
+                                          reliable) for topic, store in poses.items()]
+        wait_for(lambda: all(p.get_subscription_count() > 0 for p in pubs) and
+                 all(s.get_publisher_count() > 0 for s in subs), _TIMEOUT_S, 'the node')
+        stamps = [2_000_000_000 + i * 100_000_000 for i in range(num_images)]
+        for i, stamp in enumerate(stamps):
+            for k, pub in enumerate(pubs):
+                pub.publish(image_msg(make_image(i + 20 * k), stamp))
+        wait_for(lambda: all(len(v) >= num_images for v in poses.values()), _TIMEOUT_S,
+                 'poses of every camera')
+        return {topic: [p.header.stamp.sec * 1_000_000_000 + p.header.stamp.nanosec
+                        for p in store] for topic, store in poses.items()}, stamps
+    finally:
+        graph.close()
+
+
+def test_launch_cameras_argument_starts_one_node_for_several_cameras(prefix, params_file):
+    namespace = f'/launch{next(_ns)}'
+    (got, stamps), stops = launch({'namespace': namespace, 'params_file': str(params_file),
+                                   'cameras': 'front,left=cam_left/image_raw',
+                                   'allow_random_weights': 'true', 'log_level': 'warn'},
+                                  lambda: probe_cameras(namespace, {'front': 'front/image',
+                                                                    'left': 'cam_left/image_raw'},
+                                                        3))
+    check_clean_stop(stops)
+    assert got == {'pose': stamps, 'front/pose': stamps, 'left/pose': stamps}
 
 
 def test_rviz_is_skipped_with_a_message_when_rviz2_is_missing(prefix, monkeypatch):

@@ -45,6 +45,7 @@ ACCEPTED: frozenset[tuple[str, str]] = frozenset({
     ('cache.pool_pages', 'zero'),            # the pool's size derived from the configuration
     ('metric.max_range_m', 'zero'),          # no range limit on the sensor depth
     ('metric.depth_wait_s', 'zero'),         # a colour frame never waits for its depth
+    ('input.sync_tolerance_s', 'zero'),      # only frames of equal stamps are one group
 })
 """(parameter, hostile value) pairs that are valid settings (docs/parameters.md)."""
 

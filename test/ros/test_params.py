@@ -20,7 +20,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from lingbot_map_ros import config
-from lingbot_map_ros.ros import params
+from lingbot_map_ros.ros import input_params, params
 import pytest
 import rclpy
 from rclpy.node import Node
@@ -48,13 +48,17 @@ def context():
 
 
 def test_both_parameter_files_are_shipped():
-    assert {p.name for p in YAMLS} == {'lingbot_map.yaml', 'demo_tiny_cpu.yaml', 'small_gpu.yaml'}
+    assert {p.name for p in YAMLS} == {'lingbot_map.yaml', 'demo_tiny_cpu.yaml', 'small_gpu.yaml',
+                                       'two_cameras.yaml'}
 
 
 @pytest.mark.parametrize('path', YAMLS, ids=lambda p: p.name)
 def test_yaml_keys_equal_declared_parameters_and_dataclass_fields(path):
-    keys = set(config.load_yaml(path))
+    flat = config.load_yaml(path)
+    keys = set(flat)
     declared = {s.name for s in params.all_specs()}
+    # With several cameras, one mounting per camera too (config/two_cameras.yaml).
+    declared |= {input_params.mount_param(n) for n in flat['input.cameras']}
     assert keys == declared
     assert {k for k in keys if k.partition('.')[0] in params.ENGINE_SECTIONS} == \
         engine_fields()
