@@ -36,6 +36,7 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
+from lingbot_map_ros.engine.camera_batch import BatchFeedError, BatchStats, feed_batch
 from lingbot_map_ros.engine.camera_rig import CameraRig
 from lingbot_map_ros.engine.frames import FrameTag
 from lingbot_map_ros.engine.prediction import FramePrediction
@@ -51,9 +52,18 @@ import numpy as np
 
 
 def feed_group(feeders: Sequence[StreamFeeder], images: Sequence[np.ndarray],
-               tags: Sequence[FrameTag]) -> list[FeedResult]:
-    """Feed one group of synchronised frames, one per camera, and return each one's result."""
-    return [feeder.feed(image, tag) for feeder, image, tag in zip(feeders, images, tags)]
+               tags: Sequence[FrameTag], stats: BatchStats | None = None
+               ) -> tuple[list[FeedResult | None], dict[int, Exception]]:
+    """Feed one group of synchronised frames, one per camera, the model work as one batch.
+
+    Returns:
+        Each camera's result (None where it raised) and the errors by position: a camera that
+        raises never costs the others their frames.
+    """
+    try:
+        return feed_batch(feeders, images, tags, stats), {}
+    except BatchFeedError as exc:
+        return exc.results, dict(exc.errors)
 
 
 def camera_options(options: NodeOptions) -> NodeOptions:
@@ -176,6 +186,7 @@ class CameraGroup:
         self.map_output = map_output
         self._options = options
         self.stats = {name: NodeStats() for name in self.names}
+        self.batch_stats = BatchStats()
         self.fused = Outputs(node, values, self.stats[self.primary])
         self.outputs: dict[str, Outputs] = {}
         self.runners: dict[str, SessionRunner] = {}
@@ -217,8 +228,12 @@ class CameraGroup:
             for runner, _ in ready:
                 stack.enter_context(runner.lock)
             feeders = [runner.begin(opts) for runner, _ in ready]
-            results = feed_group(feeders, [p[0] for _, p in ready], [p[1] for _, p in ready])
-            for (runner, _), fed in zip(ready, results):
+            results, errors = feed_group(feeders, [p[0] for _, p in ready],
+                                         [p[1] for _, p in ready], self.batch_stats)
+            for k, ((runner, _), fed) in enumerate(zip(ready, results)):
+                if k in errors:
+                    self._camera_error(runner, errors[k])
+                    continue
                 try:
                     runner.finish(fed, opts)
                 except Exception as exc:  # noqa: BLE001 - one camera never stops the others
@@ -315,7 +330,10 @@ class CameraGroup:
                                       'switches': switches, 'cameras': ','.join(self.names),
                                       'pool_pages': pool.pool_pages_total,
                                       'pool_free': pool.pool_pages_free,
-                                      'pool_streams': pool.pool_streams}
+                                      'pool_streams': pool.pool_streams,
+                                      'batches': self.batch_stats.batches,
+                                      'batched_frames': self.batch_stats.batched_frames,
+                                      'alone_frames': self.batch_stats.alone_frames}
         for state in states:
             values_out.update({f'{state.name}.scale': state.scale,
                                f'{state.name}.residual': state.residual,

@@ -144,6 +144,9 @@ def test_every_frame_of_every_camera_posed_one_engine_and_diagnostics(graph, nam
                    'the cameras status')
     assert rig['source'] == 'front' and rig['switches'] == '0'
     assert rig['pool_streams'] == str(len(names))
+    # Every frame reached the model once, in a batch of cameras or alone.
+    assert int(rig['batched_frames']) + int(rig['alone_frames']) == num * len(names)
+    assert int(rig['batched_frames']) >= 2 * int(rig['batches'])
     for name in names[1:]:
         assert int(rig[f'{name}.matched']) == num
         assert np.isfinite(float(rig[f'{name}.scale'])) and float(rig[f'{name}.scale']) > 0
