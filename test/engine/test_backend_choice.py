@@ -17,6 +17,7 @@ Run: ``python -m pytest test/engine/test_backend_choice.py`` (CPU, instant).
 """
 
 from lingbot_map_ros.config import CacheConfig
+from lingbot_map_ros.engine.attention import backend_choice
 from lingbot_map_ros.engine.attention.backend import BACKEND_NAMES
 from lingbot_map_ros.engine.attention.backend_choice import choose_backend, fa3_refusal, \
     resolve_backend, triton_refusal
@@ -112,3 +113,13 @@ def test_auto_keeps_triton_for_fp8_kv_and_says_so_and_sdpa_off_cuda(caplog):
     with caplog.at_level('INFO'):
         assert resolve_backend('auto', torch.device('cpu'), torch.float32, FP8) == 'sdpa'
     assert "cache.backend 'auto' -> 'sdpa'" in caplog.text
+
+
+def test_fp8_products_only_where_fp8_tensor_cores_exist(monkeypatch):
+    assert backend_choice.fp8_products(torch.device('cpu'))  # the interpreter emulates them
+    for capability, expected in [((8, 0), False), ((8, 7), False), ((8, 9), True),
+                                 ((9, 0), True)]:
+        backend_choice.fp8_products.cache_clear()
+        monkeypatch.setattr(torch.cuda, 'get_device_capability', lambda _d, c=capability: c)
+        assert backend_choice.fp8_products(torch.device('cuda', 0)) is expected, capability
+    backend_choice.fp8_products.cache_clear()

@@ -32,6 +32,7 @@ install).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 
@@ -42,6 +43,17 @@ logger = logging.getLogger(__name__)
 
 TRITON_MIN_CAPABILITY = (8, 0)
 """Oldest CUDA compute capability the Triton kernel is built for (Ampere: bf16 tensor cores)."""
+
+FP8_MMA_CAPABILITY = (8, 9)
+"""Oldest compute capability with FP8 tensor-core products (Ada, Hopper); Ampere widens K."""
+
+
+@functools.lru_cache(maxsize=None)
+def fp8_products(device: torch.device) -> bool:
+    """Return True where an FP8 QK product runs: CUDA >= 8.9, or the CPU interpreter."""
+    if device.type != 'cuda':
+        return True
+    return torch.cuda.get_device_capability(device) >= FP8_MMA_CAPABILITY
 
 
 def triton_refusal(device_type: str, capability: tuple[int, int] | None, dtype: torch.dtype,

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 
+from lingbot_map_ros.engine.attention.backend_choice import fp8_products
 from lingbot_map_ros.engine.attention.fp8 import kernel_operand_dtype
 import torch
 import triton
@@ -206,8 +207,9 @@ def attend_run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: torch.
         num_warps: Warps per CTA.
         num_stages: Software-pipelining depth of the key loop.
         qk_fp8: Run the QK product in FP8 e4m3 (queries rounded to it with one scale per
-            row, keys as stored or rounded). None: exactly when ``k`` is FP8, so FP8 keys go
-            to the FP8 tensor cores as they are (module docstring).
+            row, keys as stored or rounded). None: when ``k`` is FP8 and the device has FP8
+            tensor cores (``fp8_products``), so FP8 keys go to them as they are (module
+            docstring); on Ampere FP8 keys are widened.
         out: Optional ``[Q, H, D]`` output buffer.
         scratch: Optional ``(parts [splits, Q, H, D] fp32, lse [splits, H, Q] fp32)``.
 
@@ -220,7 +222,7 @@ def attend_run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: torch.
     num_q, heads, dim = q.shape
     _check(q, k, v, bounds, splits)
     if qk_fp8 is None:
-        qk_fp8 = k.dtype == torch.float8_e4m3fn
+        qk_fp8 = k.dtype == torch.float8_e4m3fn and fp8_products(k.device)
     mma_fp16 = kernel_operand_dtype(q.dtype, k.dtype, v.dtype) == torch.float16 \
         and q.dtype != torch.float16
     if out is None:
