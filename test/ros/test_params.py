@@ -89,6 +89,7 @@ def test_robot_defaults_and_demo_overrides():
     robot = config.load_yaml(CONFIG_DIR / 'lingbot_map.yaml')
     assert (robot['cache.backend'], robot['stream.device']) == ('auto', 'cuda')
     assert robot['stream.camera_head_dtype'] == 'bfloat16'
+    assert robot['cache.dtype'] == 'float8_e4m3fn'  # docs/gpu_memory.md: measured default
     assert robot['weights'] == '' and robot['allow_random_weights'] is False
     demo = config.load_yaml(CONFIG_DIR / 'demo_tiny_cpu.yaml')
     assert (demo['model.preset'], demo['stream.device'], demo['cache.backend']) == \
