@@ -29,6 +29,7 @@ from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine import geometry
 from lingbot_map_ros.engine.errors import CachePoolExhaustedError, TimeIndexLimitError
 from lingbot_map_ros.engine.pipeline import StreamingSession
+from lingbot_map_ros.engine.scale_steps import scale_units
 import numpy as np
 import torch
 
@@ -75,9 +76,12 @@ class OracleModel(torch.nn.Module):
         self.depth_noise = depth_noise
         self.rng = np.random.default_rng(seed)
         self.max_frame_num = config.model.max_frame_num
+        self.depth_layers = config.model.depth
         self.capacity = config.cache.max_total_frames
         self.cached = 0
         self.sessions: list[tuple[float, np.ndarray, np.ndarray]] = []
+        self.siblings: list[OracleModel] = []
+        self.scale_passes: list[OracleScalePass] = []
         self.reset()
 
     def start(self, size_hw) -> None:
@@ -139,12 +143,68 @@ class OracleModel(torch.nn.Module):
         self._take(len(images))
         return self._outputs(images, with_depth)
 
+    def sibling(self) -> 'OracleModel':
+        """A second stream (a rollover's next session): same ground truth, same random draws."""
+        other = OracleModel.__new__(OracleModel)
+        torch.nn.Module.__init__(other)
+        other.__dict__.update({k: v for k, v in self.__dict__.items() if not k.startswith('_')
+                               and k not in ('cached', 'sessions')})
+        other.cached, other.sessions = 0, []
+        other.reset()
+        self.siblings.append(other)
+        return other
+
+    def scale_pass(self, images: torch.Tensor, with_depth: bool = False) -> 'OracleScalePass':
+        """The scale pass as ``engine.scale_steps.ScalePass`` runs it: unit by unit."""
+        return OracleScalePass(self, images, with_depth)
+
     def forward_frame(self, image: torch.Tensor, time_index: int, keyframe: bool,
                       with_depth: bool = False) -> dict:
         if time_index >= self.max_frame_num:
             raise TimeIndexLimitError(f'oracle: time index {time_index} past the RoPE table')
         self._take(int(keyframe))
         return self._outputs(image, with_depth)
+
+
+class OracleScalePass:
+    """``ScalePass``'s protocol over the oracle: the same unit count, the outputs at the end."""
+
+    def __init__(self, stream: OracleModel, images: torch.Tensor, with_depth: bool) -> None:
+        stream.reset()  # a new session frame
+        self.stream = stream
+        self.units = scale_units(len(images), stream.depth_layers, with_depth)
+        self.done_units = 0
+        self.step_ms = 0.0
+        self.installed = False
+        self._images, self._with_depth = images, with_depth
+        self._out: dict | None = None
+        stream.scale_passes.append(self)
+
+    @property
+    def done(self) -> bool:
+        return self._out is not None
+
+    def step(self) -> None:
+        if self.done:
+            return
+        self.done_units += 1
+        if self.done_units == self.units:
+            self.stream._take(len(self._images))
+            self._out = self.stream._outputs(self._images, self._with_depth)
+
+    def run_all(self) -> int:
+        left = self.units - self.done_units
+        while not self.done:
+            self.step()
+        return left
+
+    def install(self) -> dict:
+        self.run_all()
+        self.installed = True
+        return self._out
+
+    def cancel(self) -> None:
+        self.stream.reset()
 
 
 def oracle_session(gt_c2w: np.ndarray, noise: float = 0.0, seed: int = 0,
