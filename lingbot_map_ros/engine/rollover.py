@@ -99,12 +99,13 @@ class _Keyframe:
     """Published (continuous-scale) depth on the device, when depth runs."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class _Preparation:
     overlap: list[_Keyframe]
-    """The ring when the preparation started: the next session's overlap."""
-    scale: Any
-    """Its scale pass on the next stream (``scale_steps.ScalePass``)."""
+    """The ring when the preparation was due: the next session's overlap (also when the pass
+    itself has to wait for the switch, so the trajectory does not depend on the pool)."""
+    scale: Any = None
+    """Its scale pass on the next stream (``scale_steps.ScalePass``); None until it runs."""
 
 
 class RolloverSession:
@@ -224,20 +225,20 @@ class RolloverSession:
 
     def _prepare_due(self) -> bool:
         stream = self.config.stream
-        return (not self._prep_failed and len(self._ring) >= stream.overlap_keyframes
-                and self._stats.session_keyframes >= stream.session_keyframes
+        return (len(self._ring) >= stream.overlap_keyframes
+                # The frame that fills the session runs the last unit (K = 1; sooner with K > 1).
+                and self._stats.session_keyframes > stream.session_keyframes
                 - self.lead_keyframes)
 
-    def _start_preparation(self) -> _Preparation:
-        """Freeze the ring as the next overlap and start its scale pass on the spare stream."""
-        overlap = list(self._ring)
+    def _start_scale(self, overlap: list[_Keyframe]) -> Any:
+        """Start the scale pass of ``overlap``'s first N_s frames on the spare stream."""
         stream = self._spare if self._spare is not None else self._session.stream.sibling()
         self._spare = stream  # until the pass holds it
         images = torch.stack([kf.tensor for kf in overlap[:self.config.cache.scale_frames]])
         with_depth = self.config.stream.enable_depth and self.config.model.enable_depth
-        prep = _Preparation(overlap, stream.scale_pass(images, with_depth))
+        scale = stream.scale_pass(images, with_depth)
         self._spare = None
-        return prep
+        return scale
 
     def _advance(self) -> float | None:
         """Start or advance the preparation by one unit; its host ms, None when idle.
@@ -245,30 +246,39 @@ class RolloverSession:
         A preparation that fails is dropped (logged): the switch then runs the pass itself and
         raises what it raises, so no frame is lost here.
         """
-        try:
-            if self._prep is None:
-                if not self._prepare_due():
-                    return None
-                self._prep = self._start_preparation()
-            scale = self._prep.scale
-            if scale.done:
+        if self._prep is None:
+            if not self._prepare_due():
                 return None
+            self._prep = _Preparation(list(self._ring))
+        prep = self._prep
+        if self._prep_failed or (prep.scale is not None and prep.scale.done):
+            return None
+        try:
+            if prep.scale is None:
+                prep.scale = self._start_scale(prep.overlap)
+            scale = prep.scale
             scale.step()
-        except Exception as exc:  # noqa: BLE001 - reported, and retried at the switch
+        except Exception as exc:  # noqa: BLE001 - reported, and run again at the switch
             _LOG.warning('rollover: preparing the next session failed (%s: %s); the switch '
                          'will run its scale pass', type(exc).__name__, exc)
-            self._cancel_preparation()
+            self._cancel_scale()
             self._prep_failed = True
             return None
         self._stats.preparation = 'ready' if scale.done else 'preparing'
         return scale.step_ms
 
-    def _cancel_preparation(self) -> None:
-        if self._prep is not None:
-            self._prep.scale.cancel()
-            self._spare = self._prep.scale.stream
-            self._prep = None
+    def _cancel_scale(self) -> None:
+        """Drop the preparation's scale pass (its pages back); the frozen overlap stays."""
+        prep = self._prep
+        if prep is not None and prep.scale is not None:
+            prep.scale.cancel()
+            self._spare = prep.scale.stream
+            prep.scale = None
         self._stats.preparation = 'idle'
+
+    def _cancel_preparation(self) -> None:
+        self._cancel_scale()
+        self._prep = None
 
     # ---- rollover -----------------------------------------------------------------------------
 
@@ -281,11 +291,12 @@ class RolloverSession:
         """Switch to the prepared session and align it (module docstring)."""
         start = time.perf_counter()
         old = self._session.stream
-        if self._prep is None:
+        prep = self._prep if self._prep is not None else _Preparation(list(self._ring))
+        self._prep = None
+        if prep.scale is None:
             # Unprepared: the ending stream's pages go back first (a pool without headroom).
             self._session.reset()
-            self._prep = self._start_preparation()
-        prep, self._prep = self._prep, None
+            prep.scale = self._start_scale(prep.overlap)
         left = prep.scale.run_all()
         self._session.reset()  # the ending stream's pages back to the pool
         try:

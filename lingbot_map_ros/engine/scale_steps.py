@@ -44,6 +44,7 @@ import torch
 
 from .cache.kv_pool import KVPool
 from .cache.stream_kv import StreamKV
+from .errors import PoolExhaustedError
 from .frames import Role
 
 if TYPE_CHECKING:
@@ -101,16 +102,27 @@ class _ScalePages:
     def write(self, plan: Any, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         self.pool.storage.write(layer, self.index, k, v)
 
-    def copy_to(self, kv: StreamKV) -> None:
+    def _tokens(self) -> list[torch.Tensor]:
+        """Flat token views ``[N*T, H, D]`` of every layer's K and V (bytes for FP8)."""
+        storage = self.pool.storage
+        views = []
+        for pages in (*storage.k, *storage.v):
+            tokens = pages.view(-1, storage.num_heads, storage.head_dim)
+            views.append(tokens.view(torch.uint8) if tokens.element_size() == 1 else tokens)
+        return views
+
+    def take(self) -> list[torch.Tensor]:
+        """Copy the scale K/V out of the pool and give the pages back (a pool without room)."""
+        held = [tokens.index_select(0, self.index) for tokens in self._tokens()]
+        self.release()
+        return held
+
+    def copy_to(self, kv: StreamKV, held: list[torch.Tensor] | None = None) -> None:
         """Cache the scale frames in ``kv`` (an empty stream): its plan, our K/V."""
         plan = kv.plan_frame('scale', self._frames)
-        storage = self.pool.storage
-        for layer in range(storage.num_layers):
-            for pages in (storage.k[layer], storage.v[layer]):
-                tokens = pages.view(-1, storage.num_heads, storage.head_dim)
-                if tokens.element_size() == 1:  # FP8: no index kernels, copy the bytes
-                    tokens = tokens.view(torch.uint8)
-                tokens.index_copy_(0, plan.index, tokens.index_select(0, self.index))
+        for i, tokens in enumerate(self._tokens()):
+            tokens.index_copy_(0, plan.index, held[i] if held is not None
+                               else tokens.index_select(0, self.index))
         kv.end_frame(plan)
 
     def release(self) -> None:
@@ -189,15 +201,23 @@ class ScalePass:
         ``LingbotMapModel.forward_scale``.
 
         Raises:
-            PoolExhaustedError: no room for the stream's extent (the pass is kept).
+            PoolExhaustedError: no room for the stream's extent.
         """
         self.run_all()
         engine = self._stream.engine
         config = engine.config.cache
         with engine.lock:
-            kv = StreamKV(self._pages.pool, config.scale_frames, config.sliding_window,
-                          config.max_total_frames)
-            self._pages.copy_to(kv)
+            pool, held = self._pages.pool, None
+            try:
+                kv = StreamKV(pool, config.scale_frames, config.sliding_window,
+                              config.max_total_frames)
+            except PoolExhaustedError:
+                # No room beside the scale pages (a pool without headroom, or one the pages
+                # cut in two): hold the K/V aside for a moment and free the pages first.
+                held = self._pages.take()
+                kv = StreamKV(pool, config.scale_frames, config.sliding_window,
+                              config.max_total_frames)
+            self._pages.copy_to(kv, held)
             self._pages.release()
             self._stream.state.kv = kv
         return self._out

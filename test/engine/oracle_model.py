@@ -144,7 +144,7 @@ class OracleModel(torch.nn.Module):
         return self._outputs(images, with_depth)
 
     def sibling(self) -> 'OracleModel':
-        """A second stream (a rollover's next session): same ground truth, same random draws."""
+        """Return a second stream (a rollover's next session) with the same ground truth."""
         other = OracleModel.__new__(OracleModel)
         torch.nn.Module.__init__(other)
         other.__dict__.update({k: v for k, v in self.__dict__.items() if not k.startswith('_')
@@ -155,7 +155,7 @@ class OracleModel(torch.nn.Module):
         return other
 
     def scale_pass(self, images: torch.Tensor, with_depth: bool = False) -> 'OracleScalePass':
-        """The scale pass as ``engine.scale_steps.ScalePass`` runs it: unit by unit."""
+        """Return the scale pass, run unit by unit as ``engine.scale_steps.ScalePass`` does."""
         return OracleScalePass(self, images, with_depth)
 
     def forward_frame(self, image: torch.Tensor, time_index: int, keyframe: bool,
