@@ -104,6 +104,8 @@ class _Preparation:
     overlap: list[_Keyframe]
     """The ring when the preparation was due: the next session's overlap (also when the pass
     itself has to wait for the switch, so the trajectory does not depend on the pool)."""
+    sensors: list[np.ndarray | None]
+    """The overlap's sensor depths (``MetricSession.overlap``), frozen with it."""
     scale: Any = None
     """Its scale pass on the next stream (``scale_steps.ScalePass``); None until it runs."""
 
@@ -230,6 +232,9 @@ class RolloverSession:
                 and self._stats.session_keyframes > stream.session_keyframes
                 - self.lead_keyframes)
 
+    def _freeze_overlap(self) -> _Preparation:
+        return _Preparation(list(self._ring), self.metric.overlap())
+
     def _start_scale(self, overlap: list[_Keyframe]) -> Any:
         """Start the scale pass of ``overlap``'s first N_s frames on the spare stream."""
         stream = self._spare if self._spare is not None else self._session.stream.sibling()
@@ -249,7 +254,7 @@ class RolloverSession:
         if self._prep is None:
             if not self._prepare_due():
                 return None
-            self._prep = _Preparation(list(self._ring))
+            self._prep = self._freeze_overlap()
         prep = self._prep
         if self._prep_failed or (prep.scale is not None and prep.scale.done):
             return None
@@ -291,7 +296,7 @@ class RolloverSession:
         """Switch to the prepared session and align it (module docstring)."""
         start = time.perf_counter()
         old = self._session.stream
-        prep = self._prep if self._prep is not None else _Preparation(list(self._ring))
+        prep = self._prep if self._prep is not None else self._freeze_overlap()
         self._prep = None
         if prep.scale is None:
             # Unprepared: the ending stream's pages go back first (a pool without headroom).
@@ -312,7 +317,7 @@ class RolloverSession:
         self._spare = old
         for kf in overlap[num_scale:]:
             preds += self._session.step_tensor(kf.tensor, kf.info, kf.tag)
-        self._align(overlap, preds)
+        self._align(prep, preds)
         stats = self._stats
         stats.preparation = 'idle'
         stats.last_switch_units = left
@@ -324,8 +329,9 @@ class RolloverSession:
         stats.last_rollover_ms = self._rollover_ms
         stats.max_rollover_ms = max(stats.max_rollover_ms, self._rollover_ms)
 
-    def _align(self, overlap: list[_Keyframe], preds: list[FramePrediction]) -> None:
+    def _align(self, prep: _Preparation, preds: list[FramePrediction]) -> None:
         """Fit the new session's overlap poses to the published ones; count the session."""
+        overlap = prep.overlap
         if len(preds) != len(overlap):
             raise RuntimeError(f'rollover: {len(overlap)} overlap frames gave {len(preds)} '
                                'predictions')
@@ -343,7 +349,7 @@ class RolloverSession:
                       list(host_maps([p.depth for p in preds])))
         self._alignment = fit_rollover(reference, ses, previous, depths)
         # Metric hook: the session's metric scale replaces the fitted one (kept as a check).
-        self.metric.start_session(preds, reference, ses, self._alignment)
+        self.metric.start_session(preds, reference, ses, self._alignment, prep.sensors)
         stats = self._stats
         stats.sessions += 1
         stats.rollovers += 1
