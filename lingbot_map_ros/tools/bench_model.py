@@ -151,9 +151,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     peaks: list[float] = []  # peak GPU memory (GiB) of each progress block
     times_ms, roles = _stream(session, frames, info, args.frames, device, args.progress, peaks)
     result = _summarise(args, times_ms, roles, session, device, peaks)
-    rollover_at = [i for i, role in enumerate(roles) if role.endswith('+rollover')]
+    rollover_at = [i for i, role in enumerate(roles) if '+rollover' in role]
+    prepare_at = [i for i, role in enumerate(roles) if '+prepare' in role]
     result['long_run'] = block_report(times_ms, rollover_at, args.window,
-                                      args.progress or 100, peaks)
+                                      args.progress or 100, peaks, prepare_at)
+    # The rollover's figures at the top level too (bench/results/h200_summary.json's keys).
+    for key in ('rollover_over_median', 'max_streaming_over_median', 'flatness_steady',
+                'prepare_over_median', 'prepare_ms_mean', 'peak_gib_with_rollover',
+                'peak_gib_without_rollover'):
+        result[key] = result['long_run'].get(key)
     if args.components and device.type == 'cuda':
         result['components_ms'] = _components(session, frames, info, args.components, device)
     if args.host_timing and device.type == 'cuda':
@@ -317,7 +323,9 @@ def _stream(session: StreamingSession, frames: list[torch.Tensor], info: Preproc
         if preds:
             times_ms.append(elapsed)
             role = preds[0].role if len(preds) == 1 else f'scale x{len(preds)}'
-            roles.append(role + ('+rollover' if 'rollover' in preds[0].timings_ms else ''))
+            timings = preds[0].timings_ms
+            roles.append(role + ('+rollover' if 'rollover' in timings else '')
+                         + ('+prepare' if 'prepare' in timings else ''))
         if progress and (i + 1) % progress == 0:
             _progress_line(i, progress, times_ms, roles, device, peaks)
     return times_ms, roles
@@ -333,7 +341,7 @@ def _progress_line(i: int, progress: int, times_ms: list[float], roles: list[str
             peaks.append(gib)
         torch.cuda.reset_peak_memory_stats(device)
         peak = f', peak {gib:.3f} GiB'
-    rolls = sum(r.endswith('+rollover') for r in roles[-progress:])
+    rolls = sum('+rollover' in r for r in roles[-progress:])
     print(f'frames {i + 1 - progress}..{i}: {np.mean(times_ms[-progress:]):.2f} ms/frame'
           f'{peak}, {rolls} rollover(s)', flush=True)
 
