@@ -305,7 +305,7 @@ class RolloverSession:
         left = prep.scale.run_all()
         self._session.reset()  # the ending stream's pages back to the pool
         try:
-            out = prep.scale.install()
+            out = prep.scale.install(old)
         except BaseException:
             self._prep = prep
             self._cancel_preparation()

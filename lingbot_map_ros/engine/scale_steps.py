@@ -194,11 +194,13 @@ class ScalePass:
             self.step()
         return left
 
-    def install(self) -> dict[str, Any]:
+    def install(self, ending: EngineStream | None = None) -> dict[str, Any]:
         """Lease the stream's extent, cache the scale frames in it; return the pass's outputs.
 
-        Call it after the ending stream gave its pages back. Outputs as
-        ``LingbotMapModel.forward_scale``.
+        Call it after the ending stream gave its pages back. With ``ending`` (that stream,
+        reset), the two swap camera-head caches, the scale frames moved into the ending one's:
+        the serving stream keeps the cache its captured camera-head step reads, so the first
+        frame after the switch captures nothing. Outputs as ``LingbotMapModel.forward_scale``.
 
         Raises:
             PoolExhaustedError: no room for the stream's extent.
@@ -219,7 +221,12 @@ class ScalePass:
                               config.max_total_frames)
             self._pages.copy_to(kv, held)
             self._pages.release()
-            self._stream.state.kv = kv
+            state = self._stream.state
+            state.kv = kv
+            if ending is not None:
+                ending.state.camera.take_frames(state.camera)
+                state.camera, ending.state.camera = ending.state.camera, state.camera
+                ending.state.camera.reset(keep_memory=True)
         return self._out
 
     def cancel(self) -> None:

@@ -211,7 +211,7 @@ class OracleScalePass:
             self.step()
         return left
 
-    def install(self) -> dict:
+    def install(self, ending: OracleModel | None = None) -> dict:
         self.run_all()
         self.installed = True
         return self._out

@@ -97,10 +97,15 @@ def _run_rollover(num: int, **overrides) -> tuple[list, RolloverSession, list]:
     session = StreamingSession(_config(**overrides), allow_random_weights=True, seed=5)
     rollover = RolloverSession(session)
     out, pools = [], []
+    info = preprocess_image(np.zeros((64, 128, 3), np.uint8), 112, 14)[1]
     for i, image in enumerate(_images(num, seed=4)):
-        info = preprocess_image(np.zeros((64, 128, 3), np.uint8), 112, 14)[1]
         out += rollover.step_tensor(image, info, i)
         pools.append((session.engine.pool_stats(), rollover.rollover_stats()))
+        if i == 0:
+            camera = session.stream.state.camera
+    # The serving stream keeps one camera-head cache (the one its captured step reads): the
+    # next session's scale frames move into it at the switch.
+    assert session.stream.state.camera is camera and camera.num_frames > 0
     return out, rollover, pools
 
 
