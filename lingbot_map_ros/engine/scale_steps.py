@@ -46,6 +46,7 @@ from .cache.kv_pool import KVPool
 from .cache.stream_kv import StreamKV
 from .errors import PoolExhaustedError
 from .frames import Role
+from .model.heads.camera_head import CameraKVCache
 
 if TYPE_CHECKING:
     from .engine import EngineStream
@@ -129,6 +130,19 @@ class _ScalePages:
         if self._lease is not None:
             self.pool.release(self._lease)
             self._lease = None
+
+
+def _move_camera_frames(dst: CameraKVCache, src: CameraKVCache) -> None:
+    """Move ``src``'s cached frames into ``dst``'s buffer (kept: its ``generation`` stays).
+
+    A step captured against ``dst``'s buffer stays valid, so the serving stream's camera head
+    replays its graph across switches; ``src`` is left empty, its memory kept.
+    """
+    num = src.num_frames
+    dst.reserve(num, src._buffer.device, src._buffer.dtype)  # noqa: SLF001 - same layout
+    dst._buffer[..., :num, :] = src._buffer[..., :num, :]  # noqa: SLF001
+    dst.num_frames = num
+    src.reset(keep_memory=True)
 
 
 class ScalePass:
@@ -224,9 +238,8 @@ class ScalePass:
             state = self._stream.state
             state.kv = kv
             if ending is not None:
-                ending.state.camera.take_frames(state.camera)
+                _move_camera_frames(ending.state.camera, state.camera)
                 state.camera, ending.state.camera = ending.state.camera, state.camera
-                ending.state.camera.reset(keep_memory=True)
         return self._out
 
     def cancel(self) -> None:

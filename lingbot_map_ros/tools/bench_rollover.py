@@ -33,6 +33,13 @@ from typing import Any
 import numpy as np
 
 
+HEADLINE_KEYS: tuple[str, ...] = (
+    'rollover_over_median', 'max_streaming_over_median', 'flatness_steady',
+    'prepare_over_median', 'prepare_ms_mean', 'peak_gib_with_rollover',
+    'peak_gib_without_rollover')
+"""Keys of the report that ``bench model`` also puts at its JSON's top level (issue #24)."""
+
+
 def block_report(times_ms: list[float], rollover_at: list[int], window: int,
                  block: int = 100, peaks_gib: list[float] | None = None,
                  prepare_at: list[int] | None = None) -> dict[str, Any]:

@@ -203,20 +203,6 @@ class CameraKVCache:
         if not keep_memory:
             self._buffer = None
 
-    def take_frames(self, other: 'CameraKVCache') -> None:
-        """Hold ``other``'s cached frames instead of ours, in our buffer where they fit.
-
-        The buffer (and its ``generation``) stays when it is large enough, so a step captured
-        against it stays valid: a rollover's next session moves its scale frames into the
-        ending stream's cache this way (engine/scale_steps.py).
-        """
-        num = other.num_frames
-        if num:
-            src = other._buffer
-            self.reserve(num, src.device, src.dtype)
-            self._buffer[..., :num, :] = src[..., :num, :]
-        self.num_frames = num
-
     def stats(self) -> CameraCacheStats:
         """Frame counts and bytes of the cache."""
         per_frame = 0
