@@ -20,7 +20,13 @@
 #   STAGE=long20k: issue #12's run: 20,000 frames at K=1 through rollovers (compiled, pose path,
 #     progress every 100 frames), started with setsid so it outlives one 10-minute call; the
 #     call returns after LONG_WAIT_S (default 585) with the log so far. STAGE=collect, called
-#     while the machine is still warm, waits for the run to end and returns the whole log.
+#     while the machine is still warm, waits for the run to end and returns the whole log and
+#     rollover_20k.json: the run's rollover keys (issue #24: rollover_over_median,
+#     max_streaming_over_median, flatness_steady, prepare_*, peak memory with and without
+#     rollovers) for bench/results/h200_summary.json.
+#   STAGE=rollover: issue #24's short check: ROLLOVER_FRAMES (default 1100) frames at K=1 with
+#     the next session prepared ahead (3 rollovers at 320 keyframes), progress every 100
+#     frames; ROLLOVER_COMPILE=0 skips torch.compile (a shorter warm-up). ~2 min.
 #   STAGE=final: one call that checks a release on the H200: every GPU test, golden set A in
 #     bf16 through the robot path, `bench model` pose and depth with per-part timings, the map
 #     accumulator at 504x378 (`bench map`), and the Triton kernel against the others (--quick).
@@ -87,6 +93,21 @@ PY
 # STAGE=fp8kv makes them in the background, beside its kernel table.
 [ "$stage" = kernels ] || [ "$stage" = fp8kv ] || make_weights
 bench="python3 -m lingbot_map_ros.tools.bench model --weights /tmp/bench_weights.safetensors"
+# The rollover figures of a `bench model` log's JSON line (issue #24), as one JSON object.
+rollover_keys() {
+  python3 - "$1" <<'PY'
+import json, sys
+doc = next((json.loads(line) for line in reversed(open(sys.argv[1]).read().splitlines())
+            if line.startswith('{')), {})
+keys = ('rollover_over_median', 'max_streaming_over_median', 'flatness_steady',
+        'prepare_over_median', 'prepare_ms_mean', 'peak_gib_with_rollover',
+        'peak_gib_without_rollover', 'peak_gpu_memory_gib', 'ms_p50', 'frames')
+out = {k: doc.get(k) for k in keys}
+out['rollovers'] = (doc.get('long_run') or {}).get('rollovers')
+out['rollover'] = doc.get('rollover')
+print(json.dumps(out))
+PY
+}
 golden="python3 -m lingbot_map_ros.tools.golden .gpu_data/stream_A.safetensors --device cuda"
 if [ "$stage" = check ]; then
   python3 -m pytest -q -m gpu -p no:cacheprovider test/engine/test_staged_frames.py \
@@ -104,6 +125,13 @@ elif [ "$stage" = long20k ] || [ "$stage" = collect ]; then
   end=$((SECONDS + ${LONG_WAIT_S:-585}))
   while [ $SECONDS -lt $end ] && kill -0 "$(cat /tmp/long20k.pid)" 2>/dev/null; do sleep 5; done
   cp "$log" "$out/"
+  rollover_keys "$log" > "$out/rollover_20k.json"
+elif [ "$stage" = rollover ]; then
+  log="$out/model_sdpa_rollover_${ROLLOVER_FRAMES:-1100}.txt"
+  compile=--compile; [ "${ROLLOVER_COMPILE:-1}" = 0 ] && compile=
+  timeout "${ROLLOVER_RUN_S:-400}" $bench --backend sdpa $compile \
+    --frames "${ROLLOVER_FRAMES:-1100}" --progress 100 > "$log" 2>&1
+  rollover_keys "$log" | tee "$out/rollover.json"
 elif [ "$stage" = final ]; then
   # BENCH_ONLY=1: the three benchmarks alone (after a fix that touched only them).
   if [ -z "${BENCH_ONLY:-}" ]; then

@@ -151,11 +151,12 @@ class CacheConfig:
     ('sdpa', 'reference') or read as FP8 ('triton'); 'flashinfer' refuses it. See
     docs/gpu_memory.md."""
     streams: int = 1
-    """Streams the engine's page pool holds at once (a camera's session; a rollover's next
-    session while the old one still serves). Sizes the pool when ``pool_pages`` is 0."""
+    """Streams the engine's page pool holds at once (a camera's session; each also gets room for
+    its rollover's next session's scale pages). Sizes the pool when ``pool_pages`` is 0."""
     pool_pages: int = 0
     """Pages of the engine's KV page pool, per layer (patch and special pages). 0 derives it:
-    ``streams`` x (N_s + W + 1 patch pages + the special pages of ``max_total_frames``).
+    ``streams`` x (N_s + W + 1 patch pages + the special pages of ``max_total_frames`` + the
+    N_s scale pages and special page of the next session a rollover prepares).
     A stream that finds no room is refused (PoolExhaustedError) before anything is written."""
 
     def __post_init__(self) -> None:

@@ -46,6 +46,7 @@ from .model.gct import LingbotMapModel
 from .model.golden_weights import fill_golden_weights
 from .model.stream_state import StreamState
 from .model.weights import load_checkpoint, load_weights
+from .scale_steps import ScalePass
 from .stats import CacheStats
 from ..config import EngineConfig
 
@@ -265,6 +266,19 @@ class EngineStream:
             self.state.camera.reset()
             self.engine.runner.release_stream(self.state.camera)
             self._closed = True
+
+    # ---- a rollover's next session, prepared beside this stream (engine/scale_steps.py) ----
+
+    def sibling(self) -> EngineStream:
+        """Return a new stream on the same engine (a rollover's next session)."""
+        return self.engine.open_stream()
+
+    def scale_pass(self, images: torch.Tensor, with_depth: bool = False) -> ScalePass:
+        """Return the scale pass of ``images`` on this stream, to run unit by unit.
+
+        The stream must hold no pages (a new or reset stream); see ``scale_steps.ScalePass``.
+        """
+        return ScalePass(self, images, with_depth)
 
     def cache_stats(self) -> CacheStats | None:
         """Occupancy of the stream's caches and of the pool; None before its first frame."""

@@ -165,8 +165,13 @@ class MetricSession:
                 sensors.append(sensor)
         self._update([p for p in preds if p.is_keyframe], sensors)
 
+    def overlap(self) -> list[np.ndarray | None]:
+        """Return the sensor depths of the last overlap keyframes (a rollover freezes them)."""
+        return list(self._ring)
+
     def start_session(self, preds: list[FramePrediction], reference_c2w: np.ndarray,
-                      session_c2w: np.ndarray, fit: Sim3Alignment) -> None:
+                      session_c2w: np.ndarray, fit: Sim3Alignment,
+                      overlap: list[np.ndarray | None] | None = None) -> None:
         """Begin the session a rollover started on the overlap keyframes.
 
         Args:
@@ -174,13 +179,15 @@ class MetricSession:
             reference_c2w: their published (continuous) poses.
             session_c2w: their poses in the new session.
             fit: the rollover's own alignment (Sim(3) or depth-ratio scale).
+            overlap: their sensor depths, as :meth:`overlap` gave them when the overlap was
+                frozen; default the last ones.
         """
         if not self.enabled:
             return
         self._new_session()
         self._anchor = (fit, reference_c2w, session_c2w)
         self._sim3_scale = fit.scale
-        self._update(preds, list(self._ring)[-len(preds):])
+        self._update(preds, (self.overlap() if overlap is None else overlap)[-len(preds):])
 
     def alignment(self, fallback: Sim3Alignment | None) -> Sim3Alignment | None:
         """Return the session -> continuous mapping to use (``fallback`` without a scale)."""

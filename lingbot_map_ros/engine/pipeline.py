@@ -286,6 +286,24 @@ class StreamingSession:
         with self._lock:
             self._stream.close()
 
+    # ---- a scale phase run ahead on another stream (rollover.py, scale_steps.py) --------------
+
+    def adopt(self, stream: EngineStream, frames: list[tuple[torch.Tensor, PreprocessInfo,
+                                                             FrameTag]],
+              out: dict) -> list[FramePrediction]:
+        """Continue on ``stream``, whose scale pass over ``frames`` already ran (``out``).
+
+        The session starts over as if ``frames`` had been its scale phase; its previous stream
+        is left as it is (the caller reset it and keeps it). Returns their predictions.
+        """
+        with self._lock:
+            self._stream = stream
+            self._pending = list(frames)
+            self._size_hw = frames[0][1].image_size_hw
+            self._frames_in = len(frames)
+            images = torch.stack([t for t, _, _ in frames]).to(self._device)
+            return self._scale_predictions(out, images, {'preprocess': 0.0, 'model': 0.0})
+
     # ---- phases -----------------------------------------------------------------------------
 
     def _run_scale(self, prep_ms: float) -> list[FramePrediction]:
@@ -293,9 +311,14 @@ class StreamingSession:
         start = time.perf_counter()
         images = torch.stack([t for t, _, _ in self._pending]).to(self._device)
         out = self._stream.forward_scale(images, with_depth=self._with_depth)
-        model_ms = self._elapsed_ms(start)
-        preds = [self._prediction(out, i, i, 'scale', i, info, tag, images[i],
-                                  {'preprocess': prep_ms, 'model': model_ms / num})
+        return self._scale_predictions(out, images, {'preprocess': prep_ms,
+                                                     'model': self._elapsed_ms(start) / num})
+
+    def _scale_predictions(self, out: dict, images: torch.Tensor,
+                           timings: dict[str, float]) -> list[FramePrediction]:
+        """Turn the scale pass over the pending frames into their predictions."""
+        num = len(self._pending)
+        preds = [self._prediction(out, i, i, 'scale', i, info, tag, images[i], timings)
                  for i, (_, info, tag) in enumerate(self._pending)]
         self._pending.clear()
         self._keyframes = num

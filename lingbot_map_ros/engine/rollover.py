@@ -20,35 +20,46 @@ the model (about 320 views). This layer wraps it with the same public API (``ste
 limit, so the node and the offline replay (both through ``StreamFeeder``) and the benchmark
 see one stream:
 
-1. It keeps the preprocessed images and the published poses of the last
-   ``stream.overlap_keyframes`` keyframes in a ring buffer: the very device tensors the session
-   ran on (``FramePrediction.network_input``), so nothing is uploaded again.
-2. When the session holds ``stream.session_keyframes`` keyframes, the next frame first rolls
-   over: the session is reset and the buffered keyframes run again as the new session's scale
-   phase (their new poses are not published again), then the frame runs in the new session.
-3. :func:`~lingbot_map_ros.engine.stitching.align_sim3` fits the new session's overlap poses to
-   the published ones; every later pose of that session is mapped through that Sim(3), which
-   already contains all earlier ones (the reference poses are continuous). When depth runs,
-   the scale is the median depth ratio over the overlap instead (upstream's choice); without
-   depth, when the overlap cannot observe scale (a still camera), the previous one is kept.
-4. With a depth camera (``metric.source: depth``) :class:`~.metric_session.MetricSession`
-   gives each session its scale in metres, and the mapping uses it instead of the fitted
-   scale (which stays in the statistics as a check).
+1. A ring keeps the last ``stream.overlap_keyframes`` keyframes' device tensors (the session's
+   own ``network_input``: nothing is uploaded again) and published poses.
+2. **Preparation.** ``lead`` keyframes before the limit (``lead`` = the units of a scale pass,
+   ``scale_steps.scale_units``: 33 for the official model, 41 with depth) the ring is frozen as
+   the next session's overlap, and the next session's scale pass over its first N_s frames
+   starts on a second stream of the engine (``scale_steps.ScalePass``, on N_s pages of the
+   pool's headroom). After each frame the ending session serves, one unit of it runs (a DINO
+   frame, a block pair, a head), so it is ``ready`` before the limit.
+3. **Switch.** When the session holds ``stream.session_keyframes`` keyframes, the next frame
+   first switches: the ending stream gives its pages back, the prepared one takes its extent
+   (the scale K/V copied in), overlap keyframes beyond N_s (when ``overlap_keyframes`` >
+   ``cache.scale_frames``) run as its first streaming keyframes, and the frame runs in the new
+   session. The two streams alternate from then on (each keeps its captured camera-head step).
+4. :func:`~lingbot_map_ros.engine.stitching.align_sim3` fits the new session's overlap poses to
+   the published (continuous) ones; that Sim(3) maps every later pose of the session. With
+   depth the scale is the overlap's median depth ratio (upstream's choice); a still camera
+   keeps the previous scale; a depth camera (``metric.source: depth``) gives each session its
+   scale in metres (:class:`~.metric_session.MetricSession`; the fit stays as a check).
 
-Predictions carry the continuous pose in ``c2w`` (``session_c2w`` keeps the session's own),
-a depth map scaled by the same factor (translation and depth keep one scale), ``frame_index``
-counted since the last reset, and the session number. ``pose_enc`` stays the network's, and
-``tag`` the caller's: a prediction finds its frame by what it carries, not by its stamp.
+Every input frame gets exactly one prediction: the ending session publishes every frame up to
+the switch, the frames served during the preparation included (they are not in the next
+session: its cache goes from the overlap straight to the first frame after the switch, a gap
+like a longer keyframe interval); the overlap frames' new poses only align the sessions; the
+new session publishes every frame from the switch on. A preparation that cannot run (no
+headroom in ``cache.pool_pages``, a session shorter than the lead) leaves the rest of the
+scale pass to the switch (``unprepared_switches``): slower, never wrong.
 
-Every input frame gets exactly one prediction: the overlap frames were already published by
-the ending session. Only :meth:`reset` (or an error the caller resets on) starts a new
-origin.
+Predictions carry the continuous pose in ``c2w`` (``session_c2w``: the session's own), depth
+at the same scale, ``frame_index`` since the last reset, the session number, the network's
+``pose_enc`` and the caller's ``tag``; ``timings_ms['rollover']`` marks the switch (its
+latency), ``timings_ms['prepare']`` a frame that ran a unit of the preparation.
+
+Only :meth:`reset` (or an error the caller resets on) starts a new origin.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 from pathlib import Path
 import threading
 import time
@@ -63,9 +74,12 @@ from .metric_session import MetricSession
 from .pipeline import StreamingSession
 from .prediction import FramePrediction, host_maps
 from .preprocess import PreprocessInfo
+from .scale_steps import scale_units
 from .stats import RolloverStats, SessionStats
 from .stitching import fit_rollover, Sim3Alignment
 from ..config import MetricConfig
+
+_LOG = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -78,6 +92,17 @@ class _Keyframe:
     """Published (continuous) pose."""
     depth: torch.Tensor | None
     """Published (continuous-scale) depth on the device, when depth runs."""
+
+
+@dataclasses.dataclass(slots=True)
+class _Preparation:
+    overlap: list[_Keyframe]
+    """The ring when the preparation was due: the next session's overlap (also when the pass
+    itself has to wait for the switch, so the trajectory does not depend on the pool)."""
+    sensors: list[np.ndarray | None]
+    """The overlap's sensor depths (``MetricSession.overlap``), frozen with it."""
+    scale: Any = None
+    """Its scale pass on the next stream (``scale_steps.ScalePass``); None until it runs."""
 
 
 class RolloverSession:
@@ -97,6 +122,10 @@ class RolloverSession:
         self._frames_out = 0
         self._rollover_ms: float | None = None
         self._stats = RolloverStats()
+        self._prep: _Preparation | None = None
+        self._prep_failed = False
+        self._spare: Any = None
+        """The stream of the session before: the next preparation's (no pages)."""
         # Metric scale hook (engine/metric_session.py): callers hand depth to ``metric``.
         self.metric = MetricSession(metric or MetricConfig(), session.config.stream
                                     .overlap_keyframes, session.config.cache.scale_frames)
@@ -128,6 +157,13 @@ class RolloverSession:
         """Return the wrapped session."""
         return self._session
 
+    @property
+    def lead_keyframes(self) -> int:
+        """Keyframes before the limit at which the next session's preparation starts."""
+        config = self.config
+        with_depth = config.stream.enable_depth and config.model.enable_depth
+        return scale_units(config.cache.scale_frames, config.model.depth, with_depth)
+
     def step(self, image: np.ndarray | str | Path, tag: FrameTag | int
              ) -> list[FramePrediction]:
         """As ``StreamingSession.step``, rolling over first when the session is full."""
@@ -141,11 +177,11 @@ class RolloverSession:
 
     def step_tensor(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag | int,
                     preprocess_ms: float = 0.0) -> list[FramePrediction]:
-        """As ``StreamingSession.step_tensor``; raises what it raises (the rollover too)."""
+        """As ``StreamingSession.step_tensor``; raises what it raises (the switch too)."""
         with self._lock:
             if self._due():
-                self._rollover()
-            return self._publish(self._session.step_tensor(tensor, info, tag, preprocess_ms))
+                self._switch()
+            return self._served(self._session.step_tensor(tensor, info, tag, preprocess_ms))
 
     # Batched frames across streams (engine/camera_batch.py): the session's two phases.
     def frame_job(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag | int,
@@ -158,7 +194,7 @@ class RolloverSession:
     def finish_job(self, job: FrameJob, out: Any, model_ms: float) -> list[FramePrediction]:
         """As ``StreamingSession.finish_job``, the predictions stitched as :meth:`step`'s."""
         with self._lock:
-            return self._publish(self._session.finish_job(job, out, model_ms))
+            return self._served(self._session.finish_job(job, out, model_ms))
 
     def flush(self) -> list[FramePrediction]:
         """Run buffered scale frames now (end of a short stream)."""
@@ -169,9 +205,20 @@ class RolloverSession:
         self.metric.observe(preds)  # metric hook: before any is stitched
         return [self._stitch(pred) for pred in preds]
 
+    def _served(self, preds: list[FramePrediction]) -> list[FramePrediction]:
+        """Publish a served frame's predictions, then advance the preparation by one unit."""
+        out = self._publish(preds)
+        prepare_ms = self._advance()
+        if prepare_ms is not None:
+            out = [dataclasses.replace(p, timings_ms=dict(p.timings_ms, prepare=prepare_ms))
+                   for p in out]
+        return out
+
     def reset(self) -> dict[str, int]:
         """Reset the session and the stitching: the next frame starts a new origin."""
         with self._lock:
+            self._cancel_preparation()
+            self._prep_failed = False
             cleared = self._session.reset()
             self._ring.clear()
             self._alignment = None
@@ -191,22 +238,115 @@ class RolloverSession:
         with self._lock:
             return dataclasses.replace(self._stats)
 
-    # ---- rollover -------------------------------------------------------------------------------
+    # ---- preparation ------------------------------------------------------------------------
+
+    def _prepare_due(self) -> bool:
+        stream = self.config.stream
+        return (len(self._ring) >= stream.overlap_keyframes
+                # The frame that fills the session runs the last unit (K = 1; sooner with K > 1).
+                and self._stats.session_keyframes > stream.session_keyframes
+                - self.lead_keyframes)
+
+    def _freeze_overlap(self) -> _Preparation:
+        return _Preparation(list(self._ring), self.metric.overlap())
+
+    def _start_scale(self, overlap: list[_Keyframe]) -> Any:
+        """Start the scale pass of ``overlap``'s first N_s frames on the spare stream."""
+        stream = self._spare if self._spare is not None else self._session.stream.sibling()
+        self._spare = stream  # until the pass holds it
+        images = torch.stack([kf.tensor for kf in overlap[:self.config.cache.scale_frames]])
+        with_depth = self.config.stream.enable_depth and self.config.model.enable_depth
+        scale = stream.scale_pass(images, with_depth)
+        self._spare = None
+        return scale
+
+    def _advance(self) -> float | None:
+        """Start or advance the preparation by one unit; its host ms, None when idle.
+
+        A preparation that fails is dropped (logged): the switch then runs the pass itself and
+        raises what it raises, so no frame is lost here.
+        """
+        if self._prep is None:
+            if not self._prepare_due():
+                return None
+            self._prep = self._freeze_overlap()
+        prep = self._prep
+        if self._prep_failed or (prep.scale is not None and prep.scale.done):
+            return None
+        try:
+            if prep.scale is None:
+                prep.scale = self._start_scale(prep.overlap)
+            scale = prep.scale
+            scale.step()
+        except Exception as exc:  # noqa: BLE001 - reported, and run again at the switch
+            _LOG.warning('rollover: preparing the next session failed (%s: %s); the switch '
+                         'will run its scale pass', type(exc).__name__, exc)
+            self._cancel_scale()
+            self._prep_failed = True
+            return None
+        self._stats.preparation = 'ready' if scale.done else 'preparing'
+        return scale.step_ms
+
+    def _cancel_scale(self) -> None:
+        """Drop the preparation's scale pass (its pages back); the frozen overlap stays."""
+        prep = self._prep
+        if prep is not None and prep.scale is not None:
+            prep.scale.cancel()
+            self._spare = prep.scale.stream
+            prep.scale = None
+        self._stats.preparation = 'idle'
+
+    def _cancel_preparation(self) -> None:
+        self._cancel_scale()
+        self._prep = None
+
+    # ---- rollover -----------------------------------------------------------------------------
 
     def _due(self) -> bool:
         stream = self.config.stream
         return (self._stats.session_keyframes >= stream.session_keyframes
                 and len(self._ring) >= stream.overlap_keyframes)
 
-    def _rollover(self) -> None:
-        """Start the next session on the overlap keyframes and align it (module docstring)."""
+    def _switch(self) -> None:
+        """Switch to the prepared session and align it (module docstring)."""
         start = time.perf_counter()
-        overlap = list(self._ring)
-        self._session.reset()
-        preds: list[FramePrediction] = []
-        for kf in overlap:
+        old = self._session.stream
+        prep = self._prep if self._prep is not None else self._freeze_overlap()
+        self._prep = None
+        if prep.scale is None:
+            # Unprepared: the ending stream's pages go back first (a pool without headroom).
+            self._session.reset()
+            prep.scale = self._start_scale(prep.overlap)
+        left = prep.scale.run_all()
+        self._session.reset()  # the ending stream's pages back to the pool
+        try:
+            out = prep.scale.install(old)
+        except BaseException:
+            self._prep = prep
+            self._cancel_preparation()
+            raise
+        num_scale = self.config.cache.scale_frames
+        overlap = prep.overlap
+        preds = self._session.adopt(prep.scale.stream, [
+            (kf.tensor, kf.info, kf.tag) for kf in overlap[:num_scale]], out)
+        self._spare = old
+        for kf in overlap[num_scale:]:
             preds += self._session.step_tensor(kf.tensor, kf.info, kf.tag)
-        preds += self._session.flush()
+        self._align(prep, preds)
+        stats = self._stats
+        stats.preparation = 'idle'
+        stats.last_switch_units = left
+        stats.unprepared_switches += int(left > 0)
+        self._prep_failed = False
+        if preds[0].network_input.is_cuda:
+            torch.cuda.synchronize(preds[0].network_input.device)
+        self._rollover_ms = (time.perf_counter() - start) * 1e3
+        stats.last_rollover_ms = self._rollover_ms
+        stats.max_rollover_ms = max(stats.max_rollover_ms, self._rollover_ms)
+
+    def _align(self, prep: _Preparation, preds: list[FramePrediction]) -> None:
+        """Fit the new session's overlap poses to the published ones; count the session."""
+        overlap = prep.overlap
         if len(preds) != len(overlap):
             raise RuntimeError(f'rollover: {len(overlap)} overlap frames gave {len(preds)} '
                                'predictions')
@@ -219,12 +359,12 @@ class RolloverSession:
         # implausible scale change is refused (stitching.fit_rollover).
         depths = None
         if all(kf.depth is not None and p.depth is not None for kf, p in zip(overlap, preds)):
-            # One host copy each (a rollover already waits).
+            # One host copy each (the switch waits for them; a few small maps).
             depths = (list(host_maps([kf.depth for kf in overlap])),
                       list(host_maps([p.depth for p in preds])))
         self._alignment = fit_rollover(reference, ses, previous, depths)
         # Metric hook: the session's metric scale replaces the fitted one (kept as a check).
-        self.metric.start_session(preds, reference, ses, self._alignment)
+        self.metric.start_session(preds, reference, ses, self._alignment, prep.sensors)
         stats = self._stats
         stats.sessions += 1
         stats.rollovers += 1
@@ -235,11 +375,6 @@ class RolloverSession:
         stats.degenerate_alignments += int(self._alignment.degenerate)
         stats.last_rejected_scale = self._alignment.rejected_scale
         stats.rejected_scales += int(self._alignment.rejected_scale is not None)
-        if preds[0].network_input.is_cuda:
-            torch.cuda.synchronize(preds[0].network_input.device)
-        self._rollover_ms = (time.perf_counter() - start) * 1e3
-        stats.last_rollover_ms = self._rollover_ms
-        stats.max_rollover_ms = max(stats.max_rollover_ms, self._rollover_ms)
 
     def _stitch(self, pred: FramePrediction) -> FramePrediction:
         """Map a session prediction into the continuous frame; remember it if it is a keyframe."""

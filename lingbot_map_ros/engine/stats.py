@@ -152,9 +152,18 @@ class RolloverStats:
     last_rejected_scale: float | None = None
     """The scale the last alignment refused, None when it took its fit."""
     last_rollover_ms: float = 0.0
-    """Extra time the last rollover added to its frame (scale phase + fit)."""
+    """Extra time the last rollover added to its frame: the switch latency (what was left of
+    the next session's scale pass, the page copy and the fit; docs/odometry.md)."""
     max_rollover_ms: float = 0.0
     """Largest such time so far."""
+    preparation: str = 'idle'
+    """The next session: 'idle' (not started), 'preparing' (its scale pass runs a unit after
+    each frame) or 'ready' (the switch has nothing left to compute)."""
+    last_switch_units: int = 0
+    """Units of the scale pass the last switch still had to run (0: fully prepared)."""
+    unprepared_switches: int = 0
+    """Switches that found the next session not fully prepared (a short session, a pool
+    without headroom, a flush): they ran the rest of the scale pass at the switch."""
 
 
 CACHE_STATS_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(CacheStats))

@@ -32,7 +32,8 @@ ODOMETRY_KEYS: tuple[str, ...] = (
     'odom_frame', 'base_frame', 'mounting', 'session_age_keyframes', 'session_keyframes',
     'sessions', 'rollovers', 'last_alignment_scale', 'last_alignment_residual',
     'last_alignment_degenerate', 'degenerate_alignments', 'rejected_scales',
-    'last_rejected_scale', 'last_rollover_ms', 'max_rollover_ms') + (
+    'last_rejected_scale', 'last_rollover_ms', 'max_rollover_ms', 'preparation',
+    'last_switch_ms', 'last_switch_units', 'unprepared_switches') + (
     'metric.state', 'metric.scale', 'metric.valid_fraction', 'metric.inlier_fraction',
     'metric.spread', 'metric.depth_drops', 'metric.session_keyframes',
     'metric.frames_with_depth', 'metric.frames_without_depth', 'metric.sim3_scale',
@@ -73,6 +74,12 @@ def odometry_status(node_name: str, rollover: RolloverStats, frames: dict[str, A
         else f'{rollover.last_rejected_scale:.6g}',
         'last_rollover_ms': f'{rollover.last_rollover_ms:.1f}',
         'max_rollover_ms': f'{rollover.max_rollover_ms:.1f}',
+        # The next session (engine/rollover.py): idle, preparing (a unit after each frame) or
+        # ready; the switch latency is what the last rollover added to its frame.
+        'preparation': rollover.preparation,
+        'last_switch_ms': f'{rollover.last_rollover_ms:.1f}',
+        'last_switch_units': rollover.last_switch_units,
+        'unprepared_switches': rollover.unprepared_switches,
         **_metric_values(metric, depth_drops),
     }
     if rollover.last_rejected_scale is not None:
@@ -91,7 +98,7 @@ def odometry_status(node_name: str, rollover: RolloverStats, frames: dict[str, A
     else:
         level = DiagnosticStatus.OK
         message = (f'session {rollover.session_keyframes}/{session_keyframes} keyframes, '
-                   f'{rollover.rollovers} rollovers')
+                   f'{rollover.rollovers} rollovers, next session {rollover.preparation}')
         if metric.state != 'off':
             message += f', metric scale {metric.state}'
     return DiagnosticStatus(level=level, name=f'{node_name}: odometry', message=message,

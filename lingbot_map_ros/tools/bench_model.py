@@ -22,11 +22,10 @@ schedule. Each call is timed with CUDA events and followed by a device sync, so 
 is its full latency (aggregator + camera head + optional depth head + the host work between
 kernels). Image decoding and preprocessing are not timed (the node does them on another path).
 
-Long runs go through the same rollover layer as the node (``engine/rollover.py``): every
-``--session-keyframes`` keyframes the session rolls over, so ``--frames 20000`` runs for as
-long as one likes with bounded memory. ``--progress N`` prints the mean ms and the peak GPU
-memory of every N frames; the JSON gets ``long_run`` (``tools/bench_rollover.py``): block
-means, their flatness with and without the window refills, and the rollover frames' latency.
+Long runs go through the node's rollover layer (``engine/rollover.py``), so ``--frames 20000``
+runs with bounded memory; ``--progress N`` prints each N frames' mean ms and peak GPU memory.
+The JSON's ``long_run`` (``tools/bench_rollover.py``): block means, flatness, the rollover and
+preparation frames' latency; its ``HEADLINE_KEYS`` are also at the JSON's top level.
 
 Reported: global FPS (all frames incl. phase 1 over total time), windowed FPS around 10/50/90 %
 of the run and over the last frames, p50/p90/max ms per streaming frame, peak GPU memory, cache
@@ -48,7 +47,7 @@ import torch
 
 from .bench_cameras import run_cameras, synthetic_frames as _synthetic_frames
 from .bench_components import components_report, format_report
-from .bench_rollover import block_report
+from .bench_rollover import block_report, HEADLINE_KEYS
 from .fast_path_flags import add_fast_path_flags
 from ..config import CacheConfig, EngineConfig, ModelConfig, StreamConfig
 from ..engine.attention.backend import BACKEND_NAMES
@@ -144,9 +143,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     peaks: list[float] = []  # peak GPU memory (GiB) of each progress block
     times_ms, roles = _stream(session, frames, info, args.frames, device, args.progress, peaks)
     result = _summarise(args, times_ms, roles, session, device, peaks)
-    rollover_at = [i for i, role in enumerate(roles) if role.endswith('+rollover')]
-    result['long_run'] = block_report(times_ms, rollover_at, args.window,
-                                      args.progress or 100, peaks)
+    at = {k: [i for i, r in enumerate(roles) if f'+{k}' in r] for k in ('rollover', 'prepare')}
+    result['long_run'] = block_report(times_ms, at['rollover'], args.window,
+                                      args.progress or 100, peaks, at['prepare'])
+    result.update({key: result['long_run'].get(key) for key in HEADLINE_KEYS})
     if args.components and device.type == 'cuda':
         result['components_ms'] = _components(session, frames, info, args.components, device)
     if args.host_timing and device.type == 'cuda':
@@ -312,8 +312,8 @@ def _stream(session: StreamingSession, frames: list[torch.Tensor], info: Preproc
             elapsed = (time.perf_counter() - t0) * 1e3
         if preds:
             times_ms.append(elapsed)
-            role = preds[0].role if len(preds) == 1 else f'scale x{len(preds)}'
-            roles.append(role + ('+rollover' if 'rollover' in preds[0].timings_ms else ''))
+            tags = ''.join(f'+{k}' for k in ('rollover', 'prepare') if k in preds[0].timings_ms)
+            roles.append((preds[0].role if len(preds) == 1 else f'scale x{len(preds)}') + tags)
         if progress and (i + 1) % progress == 0:
             _progress_line(i, progress, times_ms, roles, device, peaks)
     return times_ms, roles
@@ -329,7 +329,7 @@ def _progress_line(i: int, progress: int, times_ms: list[float], roles: list[str
             peaks.append(gib)
         torch.cuda.reset_peak_memory_stats(device)
         peak = f', peak {gib:.3f} GiB'
-    rolls = sum(r.endswith('+rollover') for r in roles[-progress:])
+    rolls = sum('+rollover' in r for r in roles[-progress:])
     print(f'frames {i + 1 - progress}..{i}: {np.mean(times_ms[-progress:]):.2f} ms/frame'
           f'{peak}, {rolls} rollover(s)', flush=True)
 

@@ -17,10 +17,13 @@ Why a flatness number needs care: after every rollover (and at the start) the ne
 sliding window is empty and refills over the next W keyframes, and those frames attend to
 fewer cached tokens, so they are faster (on the H200 at 504x378 the cache attention is ~16 of
 ~29 ms of a full-window frame). A block of frames that holds a window refill therefore has a
-lower mean than one that does not, and the rollover frame itself is slower (it runs the new
-session's scale phase). :func:`block_report` gives the max/min ratio of the block means over
-every block after the first (nothing excluded) and, separately, over the blocks that hold no
-refill and no rollover frame, so both effects are visible rather than averaged away.
+lower mean than one that does not. Before a rollover the next session is prepared: for
+``lead`` frames each frame also runs one unit of its scale pass (``engine/scale_steps.py``), so
+those frames are a little slower, and the rollover frame itself only switches.
+:func:`block_report` gives the max/min ratio of the block means over every block after the
+first (nothing excluded) and, separately, over the blocks that hold no refill, no preparation
+and no rollover frame, so each effect is visible rather than averaged away; the preparation
+frames and the rollover frames are reported against the median frame on their own.
 """
 
 from __future__ import annotations
@@ -30,8 +33,16 @@ from typing import Any
 import numpy as np
 
 
+HEADLINE_KEYS: tuple[str, ...] = (
+    'rollover_over_median', 'max_streaming_over_median', 'flatness_steady',
+    'prepare_over_median', 'prepare_ms_mean', 'peak_gib_with_rollover',
+    'peak_gib_without_rollover')
+"""Keys of the report that ``bench model`` also puts at its JSON's top level (issue #24)."""
+
+
 def block_report(times_ms: list[float], rollover_at: list[int], window: int,
-                 block: int = 100, peaks_gib: list[float] | None = None) -> dict[str, Any]:
+                 block: int = 100, peaks_gib: list[float] | None = None,
+                 prepare_at: list[int] | None = None) -> dict[str, Any]:
     """Summarise a long timed run block by block.
 
     Args:
@@ -40,26 +51,39 @@ def block_report(times_ms: list[float], rollover_at: list[int], window: int,
         window: sliding window W (keyframes): calls ``[r, r + W)`` after a rollover refill it.
         block: calls per block.
         peaks_gib: peak GPU memory of each block (may be empty on the CPU).
+        prepare_at: indices of the calls that also ran a unit of the next session's scale
+            pass.
 
     Returns:
         ``block_ms`` (mean per block), ``flatness_all`` (max/min over blocks 1..),
-        ``flatness_steady`` (the same over blocks with no refill and no rollover, None when
-        there are fewer than 2), the rollover calls' ms against the median call
-        (``rollover_ms_mean``, ``rollover_ms_max``, ``rollover_over_median``), and
-        ``peak_gib_per_block`` with ``peak_flatness`` when peaks are given.
+        ``flatness_steady`` (the same over blocks with no refill, no preparation and no
+        rollover, None when there are fewer than 2), the rollover calls' ms against the median
+        call (``rollover_ms_mean``, ``rollover_ms_max``, ``rollover_over_median``), the
+        preparing calls' (``prepare_frames``, ``prepare_ms_mean``, ``prepare_ms_max``,
+        ``prepare_over_median``), the slowest streaming call after the first block
+        (``max_streaming_over_median``, rollovers included), and ``peak_gib_per_block`` with
+        ``peak_flatness`` when peaks are given, plus the peak of the blocks that hold a
+        preparation or a rollover and of those that do not (``peak_gib_with_rollover``,
+        ``peak_gib_without_rollover``).
     """
     times = np.asarray(times_ms, dtype=np.float64)
     num_blocks = len(times) // block
     means = [float(times[b * block:(b + 1) * block].mean()) for b in range(num_blocks)]
+    prepare_at = prepare_at or []
     refill = np.zeros(len(times), bool)
     refill[:window + 1] = True  # the first session fills its window too
     for r in rollover_at:
         refill[r:r + window + 1] = True
+    rolling = np.zeros(len(times), bool)  # preparing or switching
+    rolling[prepare_at] = True
+    rolling[rollover_at] = True
     steady = [m for b, m in enumerate(means[1:], start=1)
-              if not refill[b * block:(b + 1) * block].any()]
+              if not (refill | rolling)[b * block:(b + 1) * block].any()]
     normal = np.delete(times[1:], [r - 1 for r in rollover_at if r >= 1])
     median = float(np.median(normal)) if len(normal) else float('nan')
     rolls = times[rollover_at] if rollover_at else np.zeros(0)
+    preps = times[prepare_at] if prepare_at else np.zeros(0)
+    after_first = times[block:] if len(times) > block else times[1:]
     report: dict[str, Any] = {
         'block': block,
         'block_ms': [round(m, 3) for m in means],
@@ -71,10 +95,21 @@ def block_report(times_ms: list[float], rollover_at: list[int], window: int,
         'rollover_ms_mean': round(float(rolls.mean()), 3) if len(rolls) else None,
         'rollover_ms_max': round(float(rolls.max()), 3) if len(rolls) else None,
         'rollover_over_median': round(float(rolls.max()) / median, 3) if len(rolls) else None,
+        'prepare_frames': len(prepare_at),
+        'prepare_ms_mean': round(float(preps.mean()), 3) if len(preps) else None,
+        'prepare_ms_max': round(float(preps.max()), 3) if len(preps) else None,
+        'prepare_over_median': round(float(preps.max()) / median, 3) if len(preps) else None,
+        'max_streaming_over_median': round(float(after_first.max()) / median, 3)
+        if len(after_first) else None,
     }
     if peaks_gib:
         report['peak_gib_per_block'] = [round(p, 3) for p in peaks_gib]
         report['peak_flatness'] = _ratio(peaks_gib[1:]) if len(peaks_gib) > 1 else None
+        held = [rolling[b * block:(b + 1) * block].any() for b in range(len(peaks_gib))]
+        with_roll = [p for p, h in zip(peaks_gib[1:], held[1:]) if h]
+        without = [p for p, h in zip(peaks_gib[1:], held[1:]) if not h]
+        report['peak_gib_with_rollover'] = round(max(with_roll), 3) if with_roll else None
+        report['peak_gib_without_rollover'] = round(max(without), 3) if without else None
     return report
 
 

@@ -15,8 +15,10 @@
 
 Each input image encodes its frame number in its colour (red = n % 256, green = n // 256, a
 flat image survives any resize). The oracle answers with the ground-truth camera of that frame,
-seen from a frame of its own that changes at every ``reset`` (a random rotation,
+seen from a frame of its own that each session draws at its first output (a random rotation,
 translation and scale, as a real session picks its own origin and scale), plus pose noise.
+``sibling`` gives a rollover's second stream, which shares the draws (``sessions`` lists every
+session's frame in start order) and runs its scale pass unit by unit as ``ScalePass`` does.
 With depth on it also returns depth maps: the frame's ground-truth depth (a slowly changing
 plane) in the session's scale, with per-pixel noise (``depth_noise``, relative).
 It enforces the RoPE table and the cache capacity like the real model, so a test that never
@@ -29,6 +31,7 @@ from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine import geometry
 from lingbot_map_ros.engine.errors import CachePoolExhaustedError, TimeIndexLimitError
 from lingbot_map_ros.engine.pipeline import StreamingSession
+from lingbot_map_ros.engine.scale_steps import scale_units
 import numpy as np
 import torch
 
@@ -67,7 +70,8 @@ class OracleModel(torch.nn.Module):
     """Implements what ``StreamingSession`` calls on its stream (``engine.EngineStream``)."""
 
     def __init__(self, gt_c2w: np.ndarray, config: EngineConfig, noise: float = 0.0,
-                 seed: int = 0, depth_noise: float = 0.0) -> None:
+                 seed: int = 0, depth_noise: float = 0.0,
+                 outliers: dict[int, float] | None = None) -> None:
         super().__init__()
         self.anchor = torch.nn.Parameter(torch.zeros(1), requires_grad=False)
         self.gt = gt_c2w
@@ -75,10 +79,17 @@ class OracleModel(torch.nn.Module):
         self.depth_noise = depth_noise
         self.rng = np.random.default_rng(seed)
         self.max_frame_num = config.model.max_frame_num
+        self.depth_layers = config.model.depth
         self.capacity = config.cache.max_total_frames
+        self.outliers = outliers or {}
+        """Session number -> factor on its drawn scale (implausible sessions)."""
         self.cached = 0
         self.sessions: list[tuple[float, np.ndarray, np.ndarray]] = []
-        self.reset()
+        """Every session's frame, in the order the sessions started (shared by siblings)."""
+        self.siblings: list[OracleModel] = []
+        self.scale_passes: list[OracleScalePass] = []
+        self.frame: int | None = None
+        """This stream's session frame (index into ``sessions``), drawn at its first output."""
 
     def start(self, size_hw) -> None:
         """Lease the stream's pages (nothing to lease: the oracle keeps no keys)."""
@@ -91,10 +102,18 @@ class OracleModel(torch.nn.Module):
         """End the stream."""
 
     def reset(self) -> None:
-        """Start a new session frame: x_session = s * R @ x_gt + t."""
+        """Empty the stream: its next output starts a new session frame."""
         self.cached = 0
-        self.sessions.append((float(np.exp(self.rng.uniform(-1, 1))),
-                              _random_rotation(self.rng), self.rng.normal(size=3)))
+        self.frame = None
+
+    def _session_frame(self) -> tuple[float, np.ndarray, np.ndarray]:
+        """Return this session's frame x_session = s * R @ x_gt + t (drawn at its start)."""
+        if self.frame is None:
+            scale = float(np.exp(self.rng.uniform(-1, 1)))
+            scale *= self.outliers.get(len(self.sessions), 1.0)
+            self.sessions.append((scale, _random_rotation(self.rng), self.rng.normal(size=3)))
+            self.frame = len(self.sessions) - 1
+        return self.sessions[self.frame]
 
     def cache_stats(self) -> None:
         return None  # the oracle keeps no KV cache
@@ -107,7 +126,7 @@ class OracleModel(torch.nn.Module):
     def _outputs(self, images: torch.Tensor, with_depth: bool) -> dict:
         out = {'pose_enc': self._encode(images)}
         if with_depth:
-            scale = self.sessions[-1][0]
+            scale = self._session_frame()[0]
             maps = []
             for image in images:
                 plane = 2.0 + 0.5 * np.sin(0.05 * self._index(image))
@@ -118,7 +137,7 @@ class OracleModel(torch.nn.Module):
         return out
 
     def _encode(self, images: torch.Tensor) -> torch.Tensor:
-        scale, rot, trans = self.sessions[-1]
+        scale, rot, trans = self._session_frame()
         rows = []
         for image in images:
             gt = self.gt[self._index(image)]
@@ -139,6 +158,19 @@ class OracleModel(torch.nn.Module):
         self._take(len(images))
         return self._outputs(images, with_depth)
 
+    def sibling(self) -> 'OracleModel':
+        """Return a second stream (a rollover's next session) with the same ground truth."""
+        other = OracleModel.__new__(OracleModel)
+        torch.nn.Module.__init__(other)
+        other.__dict__.update({k: v for k, v in self.__dict__.items() if not k.startswith('_')})
+        other.reset()
+        self.siblings.append(other)
+        return other
+
+    def scale_pass(self, images: torch.Tensor, with_depth: bool = False) -> 'OracleScalePass':
+        """Return the scale pass, run unit by unit as ``engine.scale_steps.ScalePass`` does."""
+        return OracleScalePass(self, images, with_depth)
+
     def forward_frame(self, image: torch.Tensor, time_index: int, keyframe: bool,
                       with_depth: bool = False) -> dict:
         if time_index >= self.max_frame_num:
@@ -147,14 +179,56 @@ class OracleModel(torch.nn.Module):
         return self._outputs(image, with_depth)
 
 
+class OracleScalePass:
+    """``ScalePass``'s protocol over the oracle: the same unit count, the outputs at the end."""
+
+    def __init__(self, stream: OracleModel, images: torch.Tensor, with_depth: bool) -> None:
+        stream.reset()  # a new session
+        self.stream = stream
+        self.units = scale_units(len(images), stream.depth_layers, with_depth)
+        self.done_units = 0
+        self.step_ms = 0.0
+        self.installed = False
+        self._images, self._with_depth = images, with_depth
+        self._out: dict | None = None
+        stream.scale_passes.append(self)
+
+    @property
+    def done(self) -> bool:
+        return self._out is not None
+
+    def step(self) -> None:
+        if self.done:
+            return
+        self.done_units += 1
+        if self.done_units == self.units:
+            self.stream._take(len(self._images))
+            self._out = self.stream._outputs(self._images, self._with_depth)
+
+    def run_all(self) -> int:
+        left = self.units - self.done_units
+        while not self.done:
+            self.step()
+        return left
+
+    def install(self, ending: OracleModel | None = None) -> dict:
+        self.run_all()
+        self.installed = True
+        return self._out
+
+    def cancel(self) -> None:
+        self.stream.reset()
+
+
 def oracle_session(gt_c2w: np.ndarray, noise: float = 0.0, seed: int = 0,
-                   depth_noise: float = 0.0, **values) -> tuple[StreamingSession, OracleModel]:
+                   depth_noise: float = 0.0, outliers: dict[int, float] | None = None,
+                   **values) -> tuple[StreamingSession, OracleModel]:
     """Build a real ``StreamingSession`` (tiny preset, CPU) whose network is the oracle."""
     flat = {'model.preset': 'tiny', 'stream.device': 'cpu', 'stream.image_width': 56,
             'cache.backend': 'sdpa', 'cache.scale_frames': 2}
     flat.update(values)
     config = EngineConfig.from_flat(flat)
     session = StreamingSession(config, allow_random_weights=True)
-    oracle = OracleModel(gt_c2w, config, noise, seed, depth_noise)
+    oracle = OracleModel(gt_c2w, config, noise, seed, depth_noise, outliers)
     session._stream = oracle  # the stand-in replaces the stream's network, nothing else
     return session, oracle

@@ -27,12 +27,14 @@ from lingbot_map_ros.engine.cache.stream_kv import stream_pages
 from lingbot_map_ros.engine.engine import Engine
 from lingbot_map_ros.engine.errors import CachePoolExhaustedError, PoolExhaustedError
 from lingbot_map_ros.engine.pipeline import StreamingSession
+from lingbot_map_ros.engine.scale_steps import prep_pages
 import numpy as np
 import pytest
 
 N_S, WINDOW, FRAMES = 2, 2, 16
 PAGE = (56 // 14) * (112 // 14)  # patches of a 56 x 112 frame: one page
 PER_STREAM = stream_pages(PAGE, 6, N_S, WINDOW, FRAMES)
+PREP = prep_pages(PAGE, 6, N_S)  # each stream's headroom for its rollover's next session
 
 
 def _config(**overrides) -> EngineConfig:
@@ -79,14 +81,15 @@ def test_two_streams_interleaved_on_one_pool_equal_each_stream_alone():
         got_b += b.step(frame_b, i)
     assert a.model is b.model  # weights loaded once
     pool = engine.pool
-    assert pool is not None and pool.num_pages == 2 * PER_STREAM
+    assert pool is not None and pool.num_pages == 2 * (PER_STREAM + PREP)
     stats_a, stats_b = a.stats().cache, b.stats().cache
     assert (stats_a.pool_pages_total, stats_a.pool_pages_free, stats_a.pool_streams) == \
-        (2 * PER_STREAM, 0, 2)
+        (2 * (PER_STREAM + PREP), 2 * PREP, 2)
     assert stats_a.live_pages == stats_b.live_pages == WINDOW
     # The two leases are disjoint extents: every page is held by exactly one of them.
     leases = [s.stream.state.kv.lease for s in (a, b)]
-    assert {pool.owner(p) for p in range(pool.num_pages)} == {le.stream for le in leases}
+    assert {pool.owner(p) for p in range(pool.num_pages)} - {-1} == \
+        {le.stream for le in leases}
     assert leases[0].first_page + leases[0].num_pages <= leases[1].first_page
     _assert_same(got_a, _alone(frames_a))
     _assert_same(got_b, _alone(frames_b))
@@ -122,7 +125,7 @@ def test_a_full_pool_refuses_a_stream_before_writing_and_the_others_go_on():
     _assert_same(got_b, _alone(frames_b))
     # A reset returns a stream's pages: the refused stream gets them and runs as if alone.
     a.reset()
-    assert engine.pool_stats().pool_pages_free == PER_STREAM
+    assert engine.pool_stats().pool_pages_free == PER_STREAM + 2 * PREP
     assert a.stats().cache.frame_count == 0 and a.stats().cache.pool_streams == 1
     got_c = [p for i, f in enumerate(frames_c) for p in c.step(f, i)]
     _assert_same(got_c, _alone(frames_c))

@@ -146,19 +146,24 @@ def test_kv_cache_bytes_predicts_what_the_manager_allocates(dtype):
         3, 100, P, H, D, torch.float32 if fp8 else getattr(torch, dtype), 'cpu',
         num_special_tokens=S, scale_frames=2, sliding_window=3,
         max_total_frames=cfg.max_total_frames, backend='sdpa', storage_dtype=FP8 if fp8 else None)
+    # The manager holds one stream; the engine's pool adds that stream's rollover headroom.
+    from lingbot_map_ros.engine.scale_steps import prep_pages
+    stream = stream_pages(P - S, S, 2, 3, cfg.max_total_frames)
+    pool_bytes = cache.kv_bytes * (stream + prep_pages(P - S, S, 2)) // stream
     assert kv_cache_bytes(cfg, P - S, num_layers=3, num_heads=H, head_dim=D,
-                          num_special_tokens=S) == cache.kv_bytes
+                          num_special_tokens=S) == pool_bytes
 
 
 def test_kv_cache_bytes_of_the_official_defaults_and_the_small_gpu_config():
     from lingbot_map_ros.engine.cache.capacity import kv_cache_bytes
     gib = 2 ** 30
-    # 8 + 64 + 1 patch pages + 2 special pages (320 keyframes), bf16; 6.674 GiB on the H200.
-    assert kv_cache_bytes(CacheConfig(), 972) == 2 * 24 * 75 * 972 * 16 * 64 * 2
-    assert kv_cache_bytes(CacheConfig(), 972) / gib == pytest.approx(6.674, abs=1e-3)
+    # 8 + 64 + 1 patch pages + 2 special pages (320 keyframes) + the next session's 8 scale
+    # pages and their special page (rollover headroom), bf16; 6.674 + 0.801 GiB on the H200.
+    assert kv_cache_bytes(CacheConfig(), 972) == 2 * 24 * (75 + 9) * 972 * 16 * 64 * 2
+    assert kv_cache_bytes(CacheConfig(), 972) / gib == pytest.approx(7.475, abs=1e-3)
     small = CacheConfig(sliding_window=24, dtype='float8_e4m3fn')
-    # 8 + 24 + 1 patch pages + 2 special pages, one byte per element.
-    assert kv_cache_bytes(small, 972) == 2 * 24 * 35 * 972 * 16 * 64
+    # 8 + 24 + 1 patch pages + 2 special pages + 9 headroom pages, one byte per element.
+    assert kv_cache_bytes(small, 972) == 2 * 24 * (35 + 9) * 972 * 16 * 64
 
 
 def test_the_triton_kernel_widens_fp8_kv_to_fp16_and_nothing_else():

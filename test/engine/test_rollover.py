@@ -92,14 +92,18 @@ def test_exact_oracle_gives_the_ground_truth_trajectory():
                                         for a, b in zip(preds, preds[1:])])
 
 
-def test_noisy_oracle_stays_within_two_percent_of_the_extent():
+def test_noisy_oracle_stays_within_three_percent_of_the_extent():
     # Pose noise 0.1 % of the session's scale per axis: each rollover estimates a scale from
-    # 4 noisy centres, so the error grows as a random walk over the 14 sessions.
+    # 4 noisy centres, so the error grows as a random walk over the 14 sessions. The overlap
+    # is frozen when the next session's preparation starts, lead = 7 keyframes before the
+    # limit (29 % of these 24-keyframe sessions; 10 % of the official 320), so each fit is
+    # carried 7 frames further: over 6 seeds the largest error was 0.6-2.6 % of the extent
+    # (1.0-1.7 % with the overlap taken at the limit).
     num = 300
     preds, rollover, _ = _run(num, noise=0.001)
     errors, extent = _errors(preds, ground_truth(num))
     assert rollover.rollover_stats().rollovers >= 10
-    assert errors.max() < 0.02 * extent, (errors.max(), extent)
+    assert errors.max() < 0.03 * extent, (errors.max(), extent)
     steps = np.linalg.norm(np.diff(np.stack([p.c2w[:3, 3] for p in preds]), axis=0), axis=1)
     assert steps.max() < 3 * np.median(steps)  # no jump at a rollover
 
@@ -214,3 +218,26 @@ def test_the_overlap_ring_keeps_the_tensor_the_session_ran_on():
         assert kf.tensor is pred.network_input and kf.tag is pred.tag
         assert kf.tensor.device == torch.device('cpu') == pred.network_input.device
         np.testing.assert_array_equal(kf.c2w, pred.c2w)
+
+
+def test_the_next_session_is_prepared_before_the_limit_so_the_switch_runs_nothing():
+    num = 300
+    preds, rollover, _ = _run(num, noise=0.0)
+    stats = rollover.rollover_stats()
+    assert stats.rollovers >= 10
+    assert stats.unprepared_switches == 0 and stats.last_switch_units == 0
+    passes = rollover.session.stream.scale_passes  # every stream's, in order
+    assert len(passes) == stats.rollovers + (stats.preparation != 'idle')
+    lead = rollover.lead_keyframes
+    assert all(p.units == lead and p.installed for p in passes[:stats.rollovers])
+    # One unit after each of the lead frames before a switch; the switch frame runs none.
+    switched = [i for i, p in enumerate(preds) if 'rollover' in p.timings_ms]
+    prepared = {i for i, p in enumerate(preds) if 'prepare' in p.timings_ms}
+    assert len(switched) == stats.rollovers
+    for s in switched:
+        assert set(range(s - lead, s)) <= prepared and s not in prepared
+    # The overlap is the ring when the preparation was due: the lead frames after it are
+    # published by the ending session only, and the new session starts after them.
+    for s in switched:
+        assert preds[s].session == preds[s - 1].session + 1
+        assert {p.session for p in preds[s - lead:s]} == {preds[s - 1].session}

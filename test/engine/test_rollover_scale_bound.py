@@ -34,16 +34,7 @@ def _run_with_outliers(num: int, outliers: dict[int, float], depth: bool) -> tup
     gt = ground_truth(num + 10)
     values = {'stream.session_keyframes': 24, 'stream.overlap_keyframes': 4,
               'model.max_frame_num': 24, 'stream.enable_depth': depth}
-    session, oracle = oracle_session(gt, seed=3, **values)
-    draw = oracle.reset
-
-    def reset_with_outliers() -> None:
-        draw()
-        factor = outliers.get(len(oracle.sessions) - 1)
-        if factor is not None:
-            scale, rot, trans = oracle.sessions[-1]
-            oracle.sessions[-1] = (scale * factor, rot, trans)
-    oracle.reset = reset_with_outliers
+    session, _ = oracle_session(gt, seed=3, outliers=outliers, **values)
     rollover = RolloverSession(session)
     feeder = StreamFeeder(rollover)
     preds = []

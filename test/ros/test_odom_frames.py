@@ -88,6 +88,15 @@ def test_odometry_status_has_every_key_in_every_state():
     values = {kv.key: kv.value for kv in warn.values}
     assert warn.level == b'\x01' and values['last_alignment_scale'] == '0.5'
     assert values['rollovers'] == '3' and values['last_alignment_degenerate'] == 'True'
+    fresh_values = {kv.key: kv.value for kv in fresh.values}
+    assert (fresh_values['preparation'], fresh_values['last_switch_ms']) == ('idle', '0.0')
+    ready = odometry_status('n', RolloverStats(rollovers=2, sessions=3, preparation='ready',
+                                               last_rollover_ms=8.54, last_switch_units=0),
+                            frames, 320)
+    values = {kv.key: kv.value for kv in ready.values}
+    assert (values['preparation'], values['last_switch_ms'], values['last_switch_units'],
+            values['unprepared_switches']) == ('ready', '8.5', '0', '0')
+    assert ready.level == b'\x00' and 'next session ready' in ready.message
 
 
 def test_the_anchoring_pose_is_the_identity_exactly_whatever_the_blas():

@@ -40,3 +40,24 @@ def test_without_rollovers_the_latency_fields_are_none():
     report = block_report([50.0] + [10.0] * 299, [], window=4, block=100)
     assert report['rollovers'] == 0 and report['rollover_ms_max'] is None
     assert report['flatness_all'] == pytest.approx(1.0) and 'peak_gib_per_block' not in report
+
+
+def test_preparation_frames_are_reported_apart_and_kept_out_of_the_steady_blocks():
+    # 10 ms frames; a next session prepared over calls 420..449 (12 ms each), a rollover at
+    # call 450 that only switches (11 ms), its W = 20 refill frames at 8 ms.
+    times = [100.0] + [10.0] * 799
+    times[420:450] = [12.0] * 30
+    times[450] = 11.0
+    times[451:471] = [8.0] * 20
+    report = block_report(times, [450], window=20, block=100,
+                          peaks_gib=[2.0, 2.0, 2.0, 2.0, 2.7, 2.0, 2.0, 2.0],
+                          prepare_at=list(range(420, 450)))
+    assert report['prepare_frames'] == 30
+    assert report['prepare_ms_mean'] == pytest.approx(12.0)
+    assert report['prepare_over_median'] == pytest.approx(1.2)
+    assert report['rollover_over_median'] == pytest.approx(1.1)
+    assert report['max_streaming_over_median'] == pytest.approx(1.2)
+    # Block 4 holds the preparation, the switch and the refill: not steady.
+    assert report['flatness_steady'] == pytest.approx(1.0) and report['steady_blocks'] == 6
+    assert report['peak_gib_with_rollover'] == pytest.approx(2.7)
+    assert report['peak_gib_without_rollover'] == pytest.approx(2.0)

@@ -16,28 +16,35 @@
 The engine's KV page pool is allocated whole when the first frame arrives: ``L`` layers x pool
 pages x ``T`` tokens x ``H`` heads x ``D`` dims x 2 (K and V) x the storage dtype's bytes. The
 pool pages are ``cache.pool_pages``, or by default ``cache.streams`` x (patch pages ``N_s + W + 1``
-+ special pages ``ceil(S * max_total_frames / T)``). At the defaults of the official model
-(504x378 images: ``T`` = 972) that is 6.674 GiB in bf16 (special stream sized for one session,
-``max_total_frames`` = ``stream.session_keyframes`` = 320); docs/gpu_memory.md lists what each
-setting saves.
++ special pages ``ceil(S * max_total_frames / T)`` + the rollover's preparation headroom ``N_s +
+ceil(S * N_s / T)``). At the defaults of the official model (504x378 images: ``T`` = 972) that
+is 7.475 GiB in bf16: 6.674 GiB for the stream (special stream sized for one session,
+``max_total_frames`` = ``stream.session_keyframes`` = 320) and 0.801 GiB for the next session's
+scale pages; docs/gpu_memory.md lists what each setting saves.
 """
 
 from __future__ import annotations
 
 from lingbot_map_ros.config import CacheConfig
 from lingbot_map_ros.engine.cache.stream_kv import stream_pages
+from lingbot_map_ros.engine.scale_steps import prep_pages
 import torch
 
 
 def pool_pages(cache: CacheConfig, page_size: int, num_special_tokens: int = 6) -> int:
     """Return the pages (per layer) of the engine's pool: ``cache.pool_pages`` or derived.
 
-    Derived: ``cache.streams`` leases of one stream each (``stream_kv.stream_pages``).
+    Derived: ``cache.streams`` x (one stream's lease, ``stream_kv.stream_pages``, + the scale
+    pages its next session holds while it is prepared, ``scale_steps.prep_pages``).
     """
     if cache.pool_pages:
         return cache.pool_pages
-    return cache.streams * stream_pages(page_size, num_special_tokens, cache.scale_frames,
-                                        cache.sliding_window, cache.max_total_frames)
+    # Each stream's rollover prepares its next session beside it: the next session's scale
+    # frames take their pages from this headroom until the switch (engine/scale_steps.py).
+    per_stream = stream_pages(page_size, num_special_tokens, cache.scale_frames,
+                              cache.sliding_window, cache.max_total_frames)
+    return cache.streams * (per_stream + prep_pages(page_size, num_special_tokens,
+                                                    cache.scale_frames))
 
 
 def kv_cache_bytes(cache: CacheConfig, patches_per_frame: int, num_layers: int = 24,

@@ -40,6 +40,7 @@ Special:
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
 
 import torch
@@ -299,13 +300,29 @@ class Aggregator(nn.Module):
 
     def _layers(self, images: torch.Tensor, time_index: int, mode: Role,
                 patch_hw: tuple[int, int], kv: StreamKV, plan: FramePlan) -> AggregatorOutput:
-        h, w = patch_hw
-        s, p = images.shape[0], NUM_SPECIAL_TOKENS + h * w
         dino = self.patch_embed(self.normalize(images))
+        steps = self.block_steps(dino, time_index, mode, patch_hw, kv, plan)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    def block_steps(self, dino: torch.Tensor, time_index: int, mode: Role,
+                    patch_hw: tuple[int, int], kv: StreamKV, plan: FramePlan
+                    ) -> Generator[None, None, AggregatorOutput]:
+        """Run the block pairs of a call on its DINO tokens, pausing after each pair.
+
+        A resumable layer loop: the caller can run other work between two block pairs (a
+        rollover's next session spreads its scale pass over frames: engine/scale_steps.py).
+        ``kv`` needs ``dtype`` and ``write`` only for a scale pass. Returns the call's output.
+        """
+        h, w = patch_hw
+        s, p = dino.shape[0], NUM_SPECIAL_TOKENS + h * w
         x = with_specials(self.special_tokens(s, mode, dino.dtype), dino)
         rope_dtype = wide_dtype(self.camera_token.dtype)
-        frame_cos, frame_sin = self.frame_rope.tables(h, w, images.device, rope_dtype)
-        video_cos, video_sin = self.video_rope.tables(time_index, s, h, w, images.device,
+        frame_cos, frame_sin = self.frame_rope.tables(h, w, dino.device, rope_dtype)
+        video_cos, video_sin = self.video_rope.tables(time_index, s, h, w, dino.device,
                                                       rope_dtype)
         taps = []
         for i, (frame_block, global_block) in enumerate(zip(self.frame_blocks,
@@ -317,6 +334,7 @@ class Aggregator(nn.Module):
             x = global_finish(global_block, x, o).reshape(s, p, -1)
             if i in self.config.tap_layers:
                 taps.append(tap_features(frame_out, x))
+            yield
         return AggregatorOutput(taps=taps, dino_tokens=dino, patch_hw=(h, w))
 
 

@@ -140,6 +140,15 @@ class LingbotMapModel(nn.Module):
         finally:
             self.camera_head.cache = own
 
+    @contextlib.contextmanager
+    def call_context(self, stream: StreamState) -> Iterator[None]:
+        """Enter what one call on ``stream`` runs in (SDPA kernels, the stream's camera cache).
+
+        For callers that run a call's parts themselves (engine/scale_steps.py).
+        """
+        with sdpa_kernel(_SDPA_BACKENDS), self._bound(stream):
+            yield
+
     # ---- forward --------------------------------------------------------------------------
 
     @torch.no_grad()
