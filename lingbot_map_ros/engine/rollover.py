@@ -97,8 +97,8 @@ class _Keyframe:
 @dataclasses.dataclass(slots=True)
 class _Preparation:
     overlap: list[_Keyframe]
-    """The ring when the preparation was due: the next session's overlap (also when the pass
-    itself has to wait for the switch, so the trajectory does not depend on the pool)."""
+    """The ring when the preparation was due: the next session's overlap (always: the
+    trajectory must not depend on whether the pool let the pass run early)."""
     sensors: list[np.ndarray | None]
     """The overlap's sensor depths (``MetricSession.overlap``), frozen with it."""
     scale: Any = None
@@ -109,10 +109,7 @@ class RolloverSession:
     """A StreamingSession that rolls over into Sim(3)-stitched sessions (module docstring)."""
 
     def __init__(self, session: StreamingSession, metric: MetricConfig | None = None) -> None:
-        """Wrap ``session``; its config's ``stream.session_keyframes`` / ``overlap_keyframes``.
-
-        ``metric``: the ``metric.*`` settings (default: no depth camera, model units).
-        """
+        """Wrap ``session`` (``metric``: the ``metric.*`` settings; default: model units)."""
         self._session = session
         self._lock = threading.RLock()
         # The overlap is read-only at run time, so the ring's length is fixed at start.
