@@ -342,15 +342,16 @@ def components_report(session: Any, step: Callable[[int], Any], count: int,
     """
     ceilings = measure_ceilings(device)
     graphed = _graphed_ms(step, count, device)
-    runner = session.session.engine.runner
-    mode, compiled = runner.requested, runner.compile
-    runner.set_fast_path('eager', False)
+    fast_path = session.session.engine.fast_path
+    saved = fast_path.mode
+    mode, compiled = saved.requested, saved.segments_compile
+    fast_path.request('eager', False)
     try:
         step(count)  # one eager frame first: one-off costs (eager kernels' plans) stay out
         counter, measured, all_kernels = _profile_parts(
             session, lambda i: step(count + 1 + i), count, device)
     finally:
-        runner.set_fast_path(mode, compiled)
+        fast_path.restore(saved)
     rate = ceilings['gemm_tflops'] * 1e12
     bandwidth = ceilings['copy_gbps'] * 1e9
     parts = []
