@@ -223,7 +223,8 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
             ``stream.camera_head_dtype``; only with ``dtype='bfloat16'``).
 
     Returns:
-        ``{'set', 'dtype', 'backend', 'seconds', 'checks': {...}, 'pass': bool}``.
+        ``{'set', 'dtype', 'backend', 'fast_path', 'fallbacks', 'seconds', 'checks': {...},
+        'pass': bool}``.
 
     Raises:
         ValueError: unknown dtype, or a model whose configuration or dtype does not fit the set.
