@@ -47,7 +47,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-import logging
 from typing import Any
 
 import torch
@@ -63,8 +62,6 @@ from ..cache.staged_frames import can_stage, StagedFrames
 from ..cache.stream_kv import StreamKV
 from ..errors import CacheStateError
 from ..frames import Role
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
