@@ -179,7 +179,6 @@ class FrameGraphs:
         self._pool = torch.cuda.graph_pool_handle() if capture else None
         self._staging = staging
         self._fall_back = fall_back
-        self._whole_failed = False
         self._whole: dict[StagedKey, tuple[Any, list[tuple[torch.Tensor, ...]]]] = {}
         if staging is not None:
             # One eager pass compiles the bodies here, where the caller can still fall back.
@@ -277,7 +276,7 @@ class FrameGraphs:
         Writes placeholder keys into that stream's pages: the caller resets it before real
         frames. A capture that fails is reported (see ``_give_up_whole_frames``).
         """
-        if self._staging is None or not self._capture or self._whole_failed:
+        if self._staging is None or not self._capture:
             return
         try:
             for keyframe in (True, False):
@@ -286,12 +285,7 @@ class FrameGraphs:
             self._give_up_whole_frames(exc)
 
     def _give_up_whole_frames(self, exc: Exception) -> None:
-        """Report that whole frames cannot be captured here and capture none again.
-
-        The frame runner then builds segments; frames that still reach this runner run their
-        staged work eagerly (right, not fast).
-        """
-        self._whole_failed = True
+        """Report that whole frames cannot be captured here (the runner builds segments)."""
         self._whole.clear()
         self._fall_back('whole_frame', exc)
 
@@ -339,8 +333,6 @@ class FrameGraphs:
     def _staged_outputs(self, key: StagedKey) -> list[tuple[torch.Tensor, ...]]:
         if not self._capture:
             return self._whole_frame(key)
-        if self._whole_failed:
-            return self._whole_frame(('range',))
         try:
             graph, outputs = self._whole_graph(key)
         except RuntimeError as exc:
