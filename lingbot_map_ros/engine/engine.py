@@ -13,8 +13,9 @@
 # limitations under the License.
 """Engine: one model, one fast path and one KV page pool per device; streams take turns on them.
 
-The engine loads the weights once, builds the fast path once (``model/frame_runner.py``:
-compile, capture, fallbacks, the mode in effect) and, at the first frame of an image size, the
+The engine loads the weights once, builds the fast path once (``model/fast_path.py``: the mode
+asked for and in effect, the fallback counters; ``model/frame_runner.py``: compile, capture)
+and, at the first frame of an image size, the
 KV page pool (``cache/kv_pool.py``) sized from ``cache.streams`` / ``cache.pool_pages``.
 :meth:`Engine.open_stream` hands out an :class:`EngineStream`: one stream's caches
 (``model/stream_state.py``) and the calls of the streaming schedule on them. A stream leases
@@ -41,6 +42,7 @@ from .cache.stream_cache import new_kv_pool, tokens_per_frame
 from .cache.stream_kv import StreamKV
 from .device import resolve_device, resolve_dtypes
 from .errors import ResolutionChangedError
+from .model.fast_path import FastPathState
 from .model.frame_runner import FrameRunner
 from .model.gct import LingbotMapModel
 from .model.golden_weights import fill_golden_weights
@@ -72,13 +74,14 @@ class Engine:
         self.compute_dtype, self.kv_dtype = resolve_dtypes(config, self.device)
         self.model = model
         self.weights = weights
-        self.runner = FrameRunner.for_model(model)
-        """The fast path of every stream of this engine (one mode state, one fallback count)."""
         # On the CPU there are no graphs to replay: the fast path only pays with compile.
         stream = config.stream
         on_cpu_uncompiled = self.device.type != 'cuda' and not stream.compile
-        self.runner.set_fast_path('eager' if on_cpu_uncompiled else stream.fast_path,
-                                  stream.compile)
+        self.fast_path = FastPathState('eager' if on_cpu_uncompiled else stream.fast_path,
+                                       stream.compile)
+        """The mode of every stream of this engine and its fallback counters."""
+        self.runner = FrameRunner.for_model(model, self.fast_path)
+        """Builds and runs the fast path of every stream (reads and lowers ``fast_path``)."""
         self.lock = threading.RLock()
         """Serialises the calls of every stream (one model, one pool)."""
         self._pool: KVPool | None = None
@@ -173,7 +176,7 @@ class Engine:
         """
         num_scale = self.config.cache.scale_frames
         with self.lock:
-            if size_hw in self._warmed_sizes or self.runner.mode == 'eager' \
+            if size_hw in self._warmed_sizes or self.fast_path.mode.aggregator == 'eager' \
                     or num_scale + 2 > self.config.model.max_frame_num:
                 return
             start = time.perf_counter()

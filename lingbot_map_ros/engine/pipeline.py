@@ -246,9 +246,8 @@ class StreamingSession:
     def stats(self) -> SessionStats:
         """Counters, cache statistics, the fast path in effect and memory, for diagnostics."""
         with self._lock:
-            runner = self._engine.runner
-            fast = runner.stats()
-            graphs = runner.graphs
+            state = self._engine.fast_path
+            fast, fallbacks = state.mode, state.fallbacks()
             return SessionStats(
                 frames_in=self._frames_in, frames_out=self._frames_out,
                 keyframes=self._keyframes, time_index=self._keyframes,
@@ -258,11 +257,12 @@ class StreamingSession:
                 backend=self.config.cache.backend, device=str(self._device),
                 dtype=str(self._compute_dtype).replace('torch.', ''),
                 weights=self.weights, model_preset=self.config.model.preset,
-                image_size_hw=self._size_hw, fast_path=fast.mode,
-                cuda_graphs=fast.mode != 'eager' and self._device.type == 'cuda',
-                compiled=fast.compiled,
-                whole_frame_graphs=graphs is not None and graphs.staged,
-                fast_path_fallbacks=fast.fallbacks, **gpu_memory(self._device))
+                image_size_hw=self._size_hw, fast_path=fast.aggregator,
+                cuda_graphs=fast.aggregator != 'eager' and self._device.type == 'cuda',
+                compiled=fast.compiled, whole_frame_graphs=fast.aggregator == 'whole_frame',
+                fast_path_fallbacks=sum(fallbacks.values()), **gpu_memory(self._device),
+                fast_path_requested=fast.requested, fast_path_reason=fast.reason,
+                fallbacks=fallbacks)
 
     def apply_config(self, config: EngineConfig) -> None:
         """Use ``config`` from the next frame on; only its live fields may differ.

@@ -20,8 +20,13 @@ rather than leaving the key out, so every status has the same keys in every stat
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+FALLBACK_KINDS: tuple[str, ...] = ('attention_kernel', 'backend_refused', 'camera_head',
+                                   'capture', 'compile', 'depth_head', 'whole_frame')
+"""The fast path's step-downs, each counted under its own name (``model/fast_path.py`` says
+what each turns off); the diagnostics publish them as ``fallbacks.<kind>``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +66,8 @@ class CacheStats:
     kv_bytes_used: int
     """K/V bytes of the visible pages, all blocks."""
     backend: str
-    """Attention backend: 'flashinfer', 'sdpa', 'reference' or 'triton'."""
+    """Attention backend: 'flashinfer', 'sdpa', 'reference', 'triton' or 'fa3' ('auto'
+    resolved)."""
     dtype: str
     """K/V storage dtype."""
     camera_frames: int
@@ -126,6 +132,12 @@ class SessionStats:
     """``torch.cuda.memory_allocated`` (0 on the CPU)."""
     gpu_memory_reserved_bytes: int
     """``torch.cuda.memory_reserved`` (0 on the CPU)."""
+    fast_path_requested: str = 'eager'
+    """The mode asked for (``stream.fast_path``; 'eager' on the CPU without compile)."""
+    fast_path_reason: str = ''
+    """Why the fast path in effect is below the one asked for ('' when it is not)."""
+    fallbacks: dict[str, int] = field(default_factory=dict)
+    """``fast_path_fallbacks`` by kind (:data:`FALLBACK_KINDS`, every kind listed)."""
 
 
 @dataclass

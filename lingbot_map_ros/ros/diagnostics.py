@@ -49,8 +49,8 @@ from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from lingbot_map_ros.engine.reasons import node_reasons, POLICY, Reason
-from lingbot_map_ros.engine.stats import (CACHE_STATS_FIELDS, CacheStats, POOL_STATS_FIELDS,
-                                          SESSION_STATS_FIELDS, SessionStats)
+from lingbot_map_ros.engine.stats import (CACHE_STATS_FIELDS, CacheStats, FALLBACK_KINDS,
+                                          POOL_STATS_FIELDS, SESSION_STATS_FIELDS, SessionStats)
 
 OK, WARN, ERROR, STALE = (DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR,
                           DiagnosticStatus.STALE)
@@ -255,7 +255,8 @@ def engine_status(node_name: str, report: PeriodReport, session: SessionStats,
         The ``<node>: engine`` status.
     """
     values: dict[str, Any] = {k: getattr(session, k) for k in SESSION_STATS_FIELDS
-                              if k != 'cache'}
+                              if k not in ('cache', 'fallbacks')}
+    values.update(_counts('fallbacks', FALLBACK_KINDS, session.fallbacks))
     for name, samples in (('latency', report.latency_ms), ('inference', report.inference_ms)):
         values[f'{name}_mean_ms'] = sum(samples) / len(samples) if samples else 0.0
         values[f'{name}_max_ms'] = max(samples) if samples else 0.0

@@ -342,15 +342,15 @@ def components_report(session: Any, step: Callable[[int], Any], count: int,
     """
     ceilings = measure_ceilings(device)
     graphed = _graphed_ms(step, count, device)
-    runner = session.session.engine.runner
-    mode, compiled = runner.requested, runner.compile
-    runner.set_fast_path('eager', False)
+    fast_path = session.session.engine.fast_path
+    saved = fast_path.mode  # put back exactly, step-downs included
+    fast_path.request('eager', False)
     try:
         step(count)  # one eager frame first: one-off costs (eager kernels' plans) stay out
         counter, measured, all_kernels = _profile_parts(
             session, lambda i: step(count + 1 + i), count, device)
     finally:
-        runner.set_fast_path(mode, compiled)
+        fast_path.restore(saved)
     rate = ceilings['gemm_tflops'] * 1e12
     bandwidth = ceilings['copy_gbps'] * 1e9
     parts = []
@@ -371,8 +371,8 @@ def components_report(session: Any, step: Callable[[int], Any], count: int,
     report = {'ceilings': ceilings, 'parts': parts, 'sum_parts_ms': round(total, 3),
               'graphed_frame_ms': round(graphed, 3), 'gaps_ms': round(graphed - total, 3),
               'floor_ms': round(sum(p['floor_ms'] for p in parts), 3),
-              'cache_keys': counter.keys, 'frames': count, 'fast_path': mode,
-              'compile': compiled}
+              'cache_keys': counter.keys, 'frames': count, 'fast_path': saved.requested,
+              'compile': saved.segments_compile}
     if device.type == 'cuda':
         report['unattributed_kernel_ms'] = round(all_kernels / count - total, 3)
     return report

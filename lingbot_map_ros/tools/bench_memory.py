@@ -48,7 +48,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .bench_model import _stream, _synthetic_frames
+from .bench_cameras import synthetic_frames
+from .bench_model import stream_frames
 from .config_files import find_config, parse_set
 from ..config import engine_config_from_yaml, EngineConfig
 from ..engine.pipeline import StreamingSession
@@ -114,12 +115,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.scale_head_chunk is not None and session.model.depth_head is not None:
         session.model.depth_head.frames_chunk_size = args.scale_head_chunk
     _mark(phases, 'weights', device, began)
-    frames, info = _synthetic_frames(args.height, args.width, device)
+    frames, info = synthetic_frames(args.height, args.width, device)
     cache = config.cache
     steps = [('warm-up/capture', 1), ('phase 1', cache.scale_frames - 1),
              ('streaming', cache.sliding_window + args.steady), ('rollover', 2)]
     phased = _Phased(session, steps, lambda name, start: _mark(phases, name, device, start))
-    times_ms, _ = _stream(phased, frames, info, sum(n for _, n in steps), device)
+    times_ms, _ = stream_frames(phased, frames, info, sum(n for _, n in steps), device)
     # Only the call that runs the scale pass and the streaming calls return predictions.
     streaming = cache.sliding_window + args.steady
     times = {'phase 1': times_ms[:1], 'streaming': times_ms[1:1 + streaming],

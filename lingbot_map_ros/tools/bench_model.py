@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .bench_cameras import run_cameras, synthetic_frames as _synthetic_frames
+from .bench_cameras import run_cameras, synthetic_frames
 from .bench_components import components_report, format_report
 from .bench_rollover import block_report, HEADLINE_KEYS
 from .fast_path_flags import add_fast_path_flags
@@ -134,14 +134,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                                allow_random_weights=args.weights is None,
                                                seed=args.seed))
     device = torch.device(args.device)
-    frames, info = _synthetic_frames(args.height, args.width, device)
+    frames, info = synthetic_frames(args.height, args.width, device)
     warmup = args.scale_frames + args.window + 10 if args.warmup is None else args.warmup
-    _stream(session, frames, info, warmup, device)
+    stream_frames(session, frames, info, warmup, device)
     session.reset()
     if device.type == 'cuda':
         torch.cuda.reset_peak_memory_stats(device)
     peaks: list[float] = []  # peak GPU memory (GiB) of each progress block
-    times_ms, roles = _stream(session, frames, info, args.frames, device, args.progress, peaks)
+    times_ms, roles = stream_frames(session, frames, info, args.frames, device, args.progress,
+                                    peaks)
     result = _summarise(args, times_ms, roles, session, device, peaks)
     at = {k: [i for i, r in enumerate(roles) if f'+{k}' in r] for k in ('rollover', 'prepare')}
     result['long_run'] = block_report(times_ms, at['rollover'], args.window,
@@ -186,7 +187,7 @@ def _profile(session: StreamingSession, frames: list[torch.Tensor], info: Prepro
     if device.type == 'cuda':
         activities.append(ProfilerActivity.CUDA)
     with profile(activities=activities) as prof:
-        _stream(session, frames, info, count, device)
+        stream_frames(session, frames, info, count, device)
     sort = 'cuda_time_total' if device.type == 'cuda' else 'cpu_time_total'
     print(prof.key_averages().table(sort_by=sort, row_limit=30, max_name_column_width=60))
 
@@ -219,7 +220,7 @@ def _components(session: RolloverSession, frames: list[torch.Tensor], info: Prep
     runner = engine.runner
     engine.runner = _Bracketed(runner, pre, post)  # type: ignore[assignment]
     try:
-        times_ms, _ = _stream(session, frames, info, count, device)
+        times_ms, _ = stream_frames(session, frames, info, count, device)
     finally:
         engine.runner = runner
     torch.cuda.synchronize(device)
@@ -286,10 +287,9 @@ def _host_timing(session: StreamingSession, frames: list[torch.Tensor], info: Pr
     return {name: round(total / count * 1e3, 3) for name, total in totals.items()}
 
 
-def _stream(session: StreamingSession, frames: list[torch.Tensor], info: PreprocessInfo,
-            count: int, device: torch.device,
-            progress: int = 0, peaks: list[float] | None = None
-            ) -> tuple[list[float], list[str]]:
+def stream_frames(session: StreamingSession, frames: list[torch.Tensor], info: PreprocessInfo,
+                  count: int, device: torch.device, progress: int = 0,
+                  peaks: list[float] | None = None) -> tuple[list[float], list[str]]:
     """Feed ``count`` frames; per call, the elapsed ms and the roles it produced.
 
     With ``progress``, each block's peak GPU memory (GiB) is appended to ``peaks``.
@@ -346,7 +346,8 @@ def _summarise(args: argparse.Namespace, times_ms: list[float], roles: list[str]
         'keyframe_interval': args.keyframe_interval, 'backend': args.backend, 'dtype': args.dtype,
         'depth': args.depth, 'camera_head_dtype': args.camera_head_dtype,
         'cuda_graphs': stats.cuda_graphs, 'compile': stats.compiled,
-        'fast_path': stats.fast_path, 'phase1_ms': round(phase1_ms, 3),
+        'fast_path': stats.fast_path, 'fallbacks': stats.fallbacks,
+        'phase1_ms': round(phase1_ms, 3),
         'global_fps': round(total_frames / ((phase1_ms + stream_ms.sum()) / 1e3), 3),
     }
     if len(stream_ms):

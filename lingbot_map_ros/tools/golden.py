@@ -25,14 +25,10 @@ Everything comes from the set's JSON: the weights salt (golden weights v1), the 
 says: phase 1 on the N_s scale frames, then one call per frame, frame i being a keyframe iff
 ``K <= 1 or (i - N_s) % K == 0``, with time index = keyframes cached so far.
 
-The tool prints the largest error of each output against its tolerance; the last line is one
-JSON document with ``"pass"``. The exit status is 0 only when everything passes.
-
-float32 and float64 runs use the set's own tolerances (10x the observed float32 error).
-``--dtype bfloat16`` runs the GPU path of spec §4.6 (bf16 aggregator GEMMs and KV cache, float32
-residual stream and heads), which the set's float32 tolerances cannot hold; it is judged against
-:data:`BF16_TOLERANCES`, our own bound for that path, set from measured H200 errors (see
-docs/performance.md) with a margin.
+The tool prints the largest error of each output against its tolerance (``golden_compare.py``
+judges the run); the last line is one JSON document with ``"pass"``. The exit status is 0 only
+when everything passes. ``--dtype bfloat16`` runs the GPU path of spec §4.6 (bf16 aggregator
+GEMMs and KV cache, float32 residual stream and heads).
 """
 
 from __future__ import annotations
@@ -48,32 +44,18 @@ from safetensors.torch import load_file
 import torch
 
 from .fast_path_flags import add_fast_path_flags
+from .golden_compare import compare, FP8_KV_TOLERANCES
 from ..config import CacheConfig, FastPath, ModelConfig, StreamConfig
 from ..engine.attention.backend import BACKEND_NAMES
 from ..engine.cache import new_kv_pool, StreamKV
 from ..engine.frames import NUM_SPECIAL_TOKENS
+from ..engine.model.fast_path import FastPathState
 from ..engine.model.frame_runner import FrameRunner
 from ..engine.model.gct import LingbotMapModel
 from ..engine.model.golden_weights import fill_golden_weights
 from ..engine.model.stream_state import StreamState
 
-logger = logging.getLogger(__name__)
-
 DTYPES = {'float32': torch.float32, 'float64': torch.float64, 'bfloat16': torch.bfloat16}
-
-# Bounds for the bf16 GPU path (max abs for pose/taps/dino, max elementwise relative for depth
-# and confidence): about 2x the errors measured on the H200 with golden set A (FlashInfer, bf16
-# KV; bench/results/h200_baseline): pose 0.050, depth 0.019, confidence 0.017, DINO 0.115,
-# taps 0.116. The same path on the CPU measured pose 0.058, DINO 0.115, taps 0.133.
-BF16_TOLERANCES = {'pose_enc': 0.1, 'pose_enc_iters': 0.1, 'depth': 0.05, 'depth_conf': 0.05,
-                   'dino': 0.25, 'taps': 0.25}
-
-# Bounds for an FP8 (e4m3, unit scale) KV cache on the bf16 path: 2x (the bf16 path's H200
-# error above + the error FP8 storage alone adds, measured on the CPU with all else in float32:
-# pose 0.030, depth 0.0026, confidence 0.0019, DINO 0 (no cache), taps 0.014), rounded up; the
-# depth and confidence bounds stay at the bf16 ones, which already cover that sum twice over.
-FP8_KV_TOLERANCES = {'pose_enc': 0.16, 'pose_enc_iters': 0.16, 'depth': 0.05,
-                     'depth_conf': 0.05, 'dino': 0.25, 'taps': 0.3}
 
 
 def model_config_from_json(meta: dict) -> ModelConfig:
@@ -165,8 +147,8 @@ def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, bac
         with_depth: run the depth head.
         kv_dtype: ``cache.dtype``; only 'float8_e4m3fn' changes the run (FP8 KV storage; the
             cache otherwise stores the model's dtype).
-        runner: the fast path to run streaming frames through (``FrameRunner.for_model``);
-            None runs eagerly.
+        runner: the fast path to run streaming frames through (``FrameRunner.for_model`` with a
+            ``FastPathState``); None runs eagerly.
 
     Returns:
         Per-frame outputs stacked over frames ('pose_enc', 'pose_enc_iters', 'depth',
@@ -215,80 +197,6 @@ def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, bac
     return result
 
 
-def _max_abs(x: torch.Tensor, ref: torch.Tensor) -> float:
-    if x.shape != ref.shape:  # a failed check, not a crash: the set does not fit the run
-        logger.error('shape %s differs from the reference %s', list(x.shape), list(ref.shape))
-        return float('inf')
-    return (x.double() - ref.double()).abs().max().item()
-
-
-def _max_rel(x: torch.Tensor, ref: torch.Tensor) -> float:
-    if x.shape != ref.shape:
-        logger.error('shape %s differs from the reference %s', list(x.shape), list(ref.shape))
-        return float('inf')
-    ref = ref.double()
-    return ((x.double() - ref).abs() / ref.abs()).max().item()
-
-
-def _schedule_mismatches(observed: list[dict[str, int]], meta: dict) -> int:
-    mismatches = 0
-    for got, want in zip(observed, meta['schedule'], strict=True):
-        expected = dict(want['cache_after_call'],
-                        attended_keys_global_block=want['attended_keys_global_block'])
-        bad = {k: (got[k], v) for k, v in expected.items() if got[k] != v}
-        if bad:
-            logger.warning('frame %d: cache (got, want) %s', want['frame'], bad)
-            mismatches += 1
-    return mismatches
-
-
-def compare(result: dict[str, object], ref: dict[str, torch.Tensor], meta: dict,
-            low_precision: bool = False, bounds: dict[str, float] | None = None) -> dict:
-    """Compare a run with the stored reference, using the set's tolerances.
-
-    Args:
-        result: output of :func:`drive_stream`.
-        ref: the set's tensors.
-        meta: the set's JSON document.
-        low_precision: judge against :data:`BF16_TOLERANCES` instead of the set's.
-        bounds: judge against these (keys as :data:`BF16_TOLERANCES`) instead.
-
-    Returns:
-        ``{name: {'metric', 'error', 'tol', 'pass'}}`` per output (taps per layer), plus the
-        exact checks 'keyframe_mask' and 'time_index'.
-    """
-    tol = meta['tolerances']
-    if low_precision or bounds:
-        bf16 = bounds or BF16_TOLERANCES
-        tol = {'pose_enc': {'atol': bf16['pose_enc']},
-               'pose_enc_iters': {'atol': bf16['pose_enc_iters']},
-               'depth': {'rtol': bf16['depth']}, 'depth_conf': {'rtol': bf16['depth_conf']},
-               'dino': {'atol': bf16['dino']},
-               'taps': {'atol_per_layer': {str(i): bf16['taps'] for i in meta['tap_layers']}}}
-    checks = {}
-
-    def add(name: str, metric: str, error: float, limit: float) -> None:
-        checks[name] = {'metric': metric, 'error': error, 'tol': limit,
-                        'pass': bool(error <= limit)}
-
-    for key in ('pose_enc', 'pose_enc_iters'):
-        add(key, 'atol', _max_abs(result[key], ref[key]), tol[key]['atol'])
-    for key in ('depth', 'depth_conf'):
-        if key in ref:
-            add(key, 'rtol', _max_rel(result[key], ref[key]), tol[key]['rtol'])
-    add('dino_patch_tokens', 'atol', _max_abs(result['dino'], ref['dino_patch_tokens']),
-        tol['dino']['atol'])
-    for i, layer in enumerate(meta['tap_layers']):
-        add(f'taps_layer{layer}', 'atol', _max_abs(result['taps'][:, i], ref['taps'][:, i]),
-            tol['taps']['atol_per_layer'][str(layer)])
-    for key in ('keyframe_mask', 'time_index'):
-        mismatched = int((torch.tensor(result[key]) != ref[key].cpu()).sum())
-        add(key, 'mismatches', mismatched, 0)
-    if 'schedule' in meta:
-        add('cache_schedule', 'mismatches', _schedule_mismatches(result['schedule'], meta), 0)
-    return checks
-
-
 def run_golden(set_path: str | Path, config_path: str | Path | None = None,
                dtype: str = 'float32', backend: str = 'reference',
                model: LingbotMapModel | None = None, device: str = 'cpu',
@@ -315,7 +223,8 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
             ``stream.camera_head_dtype``; only with ``dtype='bfloat16'``).
 
     Returns:
-        ``{'set', 'dtype', 'backend', 'seconds', 'checks': {...}, 'pass': bool}``.
+        ``{'set', 'dtype', 'backend', 'fast_path', 'fallbacks', 'seconds', 'checks': {...},
+        'pass': bool}``.
 
     Raises:
         ValueError: unknown dtype, or a model whose configuration or dtype does not fit the set.
@@ -336,8 +245,7 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
     if camera_head_dtype == 'bfloat16' and dtype == 'bfloat16':
         model.camera_head.set_compute_dtype(torch.bfloat16)
     built = time.perf_counter()
-    runner = FrameRunner.for_model(model)
-    runner.set_fast_path(fast_path, compile)
+    runner = FrameRunner.for_model(model, FastPathState(fast_path, compile))
     result = drive_stream(model, ref['images'], meta['stream'], backend,
                           ref['tap_frames'].tolist(), config.enable_depth, kv_dtype, runner)
     fp8 = kv_dtype == 'float8_e4m3fn'
@@ -347,8 +255,9 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
             'kv_dtype': kv_dtype if fp8 else dtype,
             'camera_head_dtype': str(model.camera_head.compute_dtype).replace('torch.', ''),
             'device': str(next(model.parameters()).device),
-            'compile': runner.compile,
-            'fast_path': runner.mode,
+            'compile': runner.fast_path.mode.segments_compile,
+            'fast_path': runner.fast_path.mode.aggregator,
+            'fallbacks': runner.fast_path.fallbacks(),
             'seconds': {'build': round(built - start, 1),
                         'run': round(time.perf_counter() - built, 1)},
             'checks': checks, 'pass': all(c['pass'] for c in checks.values())}

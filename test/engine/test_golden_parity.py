@@ -24,8 +24,9 @@ cores. It calls the same code as
 import json
 from pathlib import Path
 
-from lingbot_map_ros.tools.golden import (build_golden_model, compare, DTYPES,
-                                          model_config_from_json, run_golden)
+from lingbot_map_ros.tools.golden import build_golden_model, DTYPES, model_config_from_json, \
+    run_golden
+from lingbot_map_ros.tools.golden_compare import compare
 import pytest
 from safetensors.torch import load_file
 

@@ -28,6 +28,7 @@ import math
 
 from lingbot_map_ros.config import ModelConfig
 from lingbot_map_ros.engine.errors import CacheStateError
+from lingbot_map_ros.engine.model.fast_path import FastPathState
 from lingbot_map_ros.engine.model.frame_runner import FrameRunner
 from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
 from lingbot_map_ros.engine.model.heads.camera_head import CameraHead
@@ -169,8 +170,8 @@ def test_camera_cache_matches_naive_recomputation(fixed_shape: bool) -> None:
     torch.manual_seed(0)
     head = _tiny_camera_head()
     # The camera head as the model runs it: through the frame runner (no aggregator needed).
-    runner = FrameRunner(None, head)  # type: ignore[arg-type]
-    runner.set_fast_path('whole_frame' if fixed_shape else 'eager', False)
+    fast_path = FastPathState('whole_frame' if fixed_shape else 'eager')
+    runner = FrameRunner(None, head, fast_path=fast_path)  # type: ignore[arg-type]
     num_scale, num_stream = 3, 24
     tokens = torch.randn(num_scale + num_stream, 256, dtype=torch.float64)
     # Streaming roles: keyframes with non-keyframes in between, two keyframes in a row at the
@@ -191,7 +192,8 @@ def test_camera_cache_matches_naive_recomputation(fixed_shape: bool) -> None:
             assert head.cache_stats().num_frames == len(kept)
     stats = head.cache_stats()
     assert len(kept) == 20 and stats.capacity_frames == 32
-    assert runner.head_fast_path('camera head') is fixed_shape
+    assert fast_path.mode.head_on('camera head') is fixed_shape
+    assert sum(fast_path.fallbacks().values()) == 0
     assert runner.head_step_built('camera head') is fixed_shape
     if fixed_shape:  # rebuilt for the grown buffer
         assert runner._head_steps[('camera head', id(head.cache))][0].cache_capacity == 32
@@ -218,8 +220,7 @@ def test_fixed_shape_camera_attention_ignores_what_unused_slots_held(monkeypatch
     head = _tiny_camera_head()
     tokens = torch.randn(6, 256, dtype=torch.float64)
     with torch.inference_mode():
-        runner = FrameRunner(None, head)  # type: ignore[arg-type]
-        runner.set_fast_path('whole_frame', False)
+        runner = FrameRunner(None, head, fast_path=FastPathState('whole_frame'))  # type: ignore
         runner.camera(tokens[:3], 'scale')
         fixed = [runner.camera(tokens[i:i + 1], 'keyframe')[1] for i in range(3, 6)]
         assert runner.head_step_built('camera head')

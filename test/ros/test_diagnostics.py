@@ -174,3 +174,24 @@ def test_counter_keys_are_unchanged_and_follow_the_reason_policy():
     assert report.last_problem == 'dropped (stamp_jump_ahead): ahead again'  # manual: no problem
     with pytest.raises(ValueError):
         stats.count_drop('no_such_reason')
+
+
+def test_fast_path_fallbacks_are_counted_by_name_in_every_state():
+    # Every step-down kind of the fast path is its own key, 0 included, before the first
+    # frame as while tracking; the total and the reason ride along.
+    stats = NodeStats()
+    fresh = values(diagnostics.engine_status('n', stats.roll(), FRESH, 8))
+    assert sorted(k for k in fresh if k.startswith('fallbacks.')) == [
+        'fallbacks.attention_kernel', 'fallbacks.backend_refused', 'fallbacks.camera_head',
+        'fallbacks.capture', 'fallbacks.compile', 'fallbacks.depth_head',
+        'fallbacks.whole_frame']
+    assert fresh['fallbacks.capture'] == '0' and 'fallbacks' not in fresh
+    stepped = replace(SESSION, fast_path_requested='whole_frame', fast_path='eager',
+                      fast_path_fallbacks=2, fast_path_reason='CUDA graphs unavailable',
+                      fallbacks={'capture': 1, 'attention_kernel': 1})
+    tracking = values(diagnostics.engine_status('n', stats.roll(), stepped, 8))
+    assert list(tracking) == list(fresh)
+    assert (tracking['fallbacks.capture'], tracking['fallbacks.attention_kernel'],
+            tracking['fallbacks.compile']) == ('1', '1', '0')
+    assert tracking['fast_path_requested'] == 'whole_frame'
+    assert tracking['fast_path_reason'] == 'CUDA graphs unavailable'

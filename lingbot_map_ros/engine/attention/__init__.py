@@ -11,7 +11,11 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Attention backends over the paged KV cache: 'flashinfer', 'sdpa', 'reference', 'triton'."""
+"""Attention backends over the paged KV cache (``backend.py`` describes each).
+
+'flashinfer', 'sdpa', 'reference', 'triton', 'fa3', and 'auto' (resolved to 'triton' or 'sdpa'
+by ``backend_choice.py``).
+"""
 
 from lingbot_map_ros.engine.attention.backend import AttentionBackend, BACKEND_NAMES, \
     make_backend

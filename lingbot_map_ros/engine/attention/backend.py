@@ -26,8 +26,17 @@ and ``run`` once per layer. Backends:
   and dtype; it gathers the visible pages only for a layout that is not contiguous;
 * ``triton``: our Triton kernel over the contiguous run, its bounds on the device (CUDA,
   bf16/fp16 attention, bf16/fp16/FP8 storage; ``triton_backend.py``);
+* ``fa3``: the ``triton`` backend's handling with FlashAttention-3 as the kernel (Hopper;
+  ``fa3.py``);
 * ``reference``: gathers the visible pages, upcasts to float32 (float64 storage stays float64)
-  and runs torch SDPA; the slow, simple check of the other two.
+  and runs torch SDPA; the slow, simple check of the others.
+
+A backend owns its capturable form: with ``graph_support == 'whole_frame'`` its
+``staged_attention`` hands out a ``StagedAttention`` subclass (``staged.py``) whose hooks
+(``attend_device``, ``full_window_key``, ``warm_up``) run its own kernels on the frame's
+device-side numbers; the staged cache and the graph runner call those hooks and nothing
+backend-specific. A backend that steps down to a slower kernel of its own counts it in
+``fallbacks`` (the fast path reports it as the ``attention_kernel`` fallback).
 """
 
 from __future__ import annotations
@@ -55,22 +64,25 @@ class AttentionBackend(Protocol):
     """Attention of one frame's queries over one layer's visible pages."""
 
     name: str
-    """'flashinfer', 'sdpa', 'reference' or 'triton'."""
+    """'flashinfer', 'sdpa', 'reference', 'triton' or 'fa3'."""
 
     graph_support: GraphSupport
     """How far a streaming frame that uses this backend can be captured as CUDA graphs."""
 
     fallbacks: int
-    """Times the backend stepped down to a slower kernel (counted in the fast path's
-    fallbacks)."""
+    """Times the backend stepped down to a slower kernel (the fast path's
+    ``attention_kernel`` fallbacks)."""
 
     def staged_attention(self, page_size: int, full_patch_pages: int, num_special_tokens: int,
                          device: torch.device, compile_merge: bool) -> StagedAttention | None:
         """Return this backend's capturable form (``staged.py``), or None ('segments' only).
 
         With 'whole_frame' support the backend supplies the attention that a whole-frame CUDA
-        graph captures: its numbers on the device, its own kernels (SGLang's per-backend
-        capture hooks). Arguments as ``StagedAttention``.
+        graph captures: a ``StagedAttention`` subclass with its own kernels behind the hooks,
+        reading the frame's numbers on the device (SGLang's per-backend capture hooks).
+        ``compile_merge``: the form may ``torch.compile`` its small ops; others as
+        ``StagedAttention``. None from a 'whole_frame' backend is a refusal: the fast path
+        counts it (``backend_refused``) and runs segments.
         """
 
     def plan(self, layout: PageLayout, num_queries: int) -> None:
@@ -106,7 +118,8 @@ def make_backend(name: str, *, num_heads: int, head_dim: int, page_size: int, nu
     """Build the named backend for pools of ``num_pages`` pages ``[T, H, D]`` in ``dtype``.
 
     Args:
-        name: 'flashinfer', 'sdpa', 'reference' or 'triton'.
+        name: 'flashinfer', 'sdpa', 'reference', 'triton' or 'fa3' ('auto' is resolved by the
+            pool first, ``backend_choice.py``).
         num_heads: Heads ``H``.
         head_dim: Head dim ``D``.
         page_size: Tokens per page ``T``.

@@ -97,9 +97,9 @@ class SdpaBackend:
     def staged_attention(self, page_size: int, full_patch_pages: int, num_special_tokens: int,
                          device: torch.device, compile_merge: bool) -> StagedAttention:
         """Return the capturable form: flash varlen over a device-side range, and the split."""
-        from lingbot_map_ros.engine.attention.staged import StagedAttention
-        return StagedAttention(self._split, page_size, full_patch_pages, num_special_tokens,
-                               device, compile_merge)
+        from lingbot_map_ros.engine.attention.sdpa_staged import SdpaStagedAttention
+        return SdpaStagedAttention(self._split, page_size, full_patch_pages,
+                                   num_special_tokens, device, compile_merge)
 
     def plan(self, layout: PageLayout, num_queries: int) -> None:
         """Nothing to plan: the kernel reads the layout's token range directly."""

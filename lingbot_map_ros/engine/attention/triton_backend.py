@@ -122,9 +122,9 @@ class TritonBackend:
     def staged_attention(self, page_size: int, full_patch_pages: int, num_special_tokens: int,
                          device: torch.device, compile_merge: bool) -> StagedAttention:
         """Return the capturable form: every layout is one run through the kernel, no split."""
-        from lingbot_map_ros.engine.attention.staged import StagedAttention
-        return StagedAttention(None, page_size, full_patch_pages, num_special_tokens, device,
-                               compile_merge, run_kernel=self.kernel)
+        from lingbot_map_ros.engine.attention.staged import RunKernelAttention
+        return RunKernelAttention(self.kernel, page_size, full_patch_pages, num_special_tokens,
+                                  device)
 
     def plan(self, layout: PageLayout, num_queries: int) -> None:
         """Nothing to plan: ``run`` points the bounds at the layout's run."""

@@ -19,8 +19,10 @@ inside it needs no host decision. :meth:`StagedFrames.stage_frame` plans the fra
 and what it sees into device tensors; the graph then calls :meth:`~StagedFrames.write` and
 :meth:`~StagedFrames.attend` per block; :meth:`~StagedFrames.finish` ends the frame. The device
 numbers belong to the pool, not to a stream: one captured graph serves every stream whose run
-has the same key. Only backends whose ``graph_support`` is 'whole_frame' (and, on CUDA,
-bf16/fp16 storage) can stage.
+has the same key. The attention is the pool's backend's own capturable form
+(``AttentionBackend.staged_attention``, ``attention/staged.py``): this protocol knows no
+backend. Only backends whose ``graph_support`` is 'whole_frame' (and, on CUDA, bf16/fp16
+storage) can stage.
 """
 
 from __future__ import annotations
@@ -51,10 +53,12 @@ class StagedFrames:
 
         Args:
             pool: the pool whose storage the frames go through.
-            compile_merge: ``torch.compile`` the split's log-sum-exp merge.
+            compile_merge: let the backend's form ``torch.compile`` its small ops (the sdpa
+                split's log-sum-exp merge).
 
         Raises:
-            CacheStateError: the pool cannot stage (see :func:`can_stage`).
+            CacheStateError: the pool cannot stage (see :func:`can_stage`), or its backend
+                supplies no capturable form (a refusal).
         """
         if not can_stage(pool):
             raise CacheStateError('staged frames need a whole-frame backend (sdpa, triton) '
@@ -72,7 +76,7 @@ class StagedFrames:
         self._frame: tuple[StreamKV, FramePlan] | None = None
 
     def warm_up(self, q: torch.Tensor) -> None:
-        """Compile the staged merge for queries shaped like ``q: [Q, H, D]`` now (CUDA)."""
+        """Prepare the backend's form for queries shaped like ``q: [Q, H, D]`` now."""
         storage = self._pool.storage
         self._attention.warm_up(q, storage.k[0], storage.v[0])
 

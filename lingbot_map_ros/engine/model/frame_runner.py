@@ -16,21 +16,22 @@
 The aggregator (``aggregator.py``) and the heads are plain modules that know nothing about
 graphs: the aggregator checks a call and runs the eager layer loop; the heads expose their
 one-frame work as fixed-shape steps (``CameraHead.frame_step``, ``DPTHead.frame_step``). This
-runner sits above them and owns the fast path: which mode is in effect, the segment runner of
-each resolution (``graphed.py``) keyed by :class:`CaptureKey`, the heads' captured steps keyed
-by :class:`HeadKey`, and one fallback that logs once and is counted in :meth:`FrameRunner.stats`
-(with the attention backend's own step-downs). The engine (``engine/engine.py``) builds one
-runner for its model and pool; the model does not build it. Every call brings its stream's KV
-cache, so the runner serves any number of streams of the engine.
+runner sits above them and builds the fast path: the segment runner of each resolution
+(``graphed.py``) keyed by :class:`CaptureKey`, and the heads' captured steps keyed by
+:class:`HeadKey`. The mode is not its own: it reads it from the :class:`FastPathState`
+(``fast_path.py``) it is given and reports every step-down there. The engine
+(``engine/engine.py``) builds one state and one runner for its model and pool; the model does
+not build either. Every call brings its stream's KV cache, so the runner serves any number of
+streams of the engine.
 
-Modes (``stream.fast_path``: the mode asked for is an upper bound; the cache backend's
-``graph_support`` caps it and a fallback lowers it; :attr:`FrameRunner.mode` is the one in effect):
+Modes (``FastPathMode.aggregator``: the mode asked for is an upper bound; the pool's backend
+caps it and a step-down lowers it):
 
 * ``eager``: the aggregator's own ``forward``, the heads' own ``forward``;
 * ``segments``: the fixed-shape work between cache attentions replayed as CUDA graphs (or
   compiled, or both), the cache attention eager in between;
-* ``whole_frame``: segments plus the cache's staged attention (``cache/staged_frames.py``), one
-  CUDA graph per kind of frame; needs a backend with ``graph_support == 'whole_frame'``.
+* ``whole_frame``: segments plus the backend's capturable attention over the staged cache
+  (``cache/staged_frames.py``), one CUDA graph per kind of frame.
 
 On the CPU nothing is captured: segments and whole frames run their steps directly (compiled
 with ``compile``). ``compile`` is orthogonal to the mode: it ``torch.compile``s the fixed-shape
@@ -46,23 +47,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-import logging
 from typing import Any
 
 import torch
 
 from .aggregator import Aggregator, AggregatorOutput
 from .captured import CapturedCall
+from .fast_path import FastPathState
 from .graphed import FrameGraphs
 from .heads.camera_head import CameraHead
 from .heads.dpt_head import DPTHead
 from ..cache.kv_pool import KVPool
 from ..cache.staged_frames import can_stage, StagedFrames
 from ..cache.stream_kv import StreamKV
+from ..errors import CacheStateError
 from ..frames import Role
-from ...config import FastPath
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -106,70 +105,40 @@ class HeadKey:
     """The stream's camera-head cache the step reads and writes (compared by identity)."""
 
 
-@dataclass(frozen=True)
-class FastPathStats:
-    """The fast path in effect now, for diagnostics."""
-
-    mode: FastPath
-    """'eager', 'segments' or 'whole_frame' (in effect; on CUDA the last two replay graphs)."""
-    compiled: bool
-    """Frame segments run ``torch.compile``d (off after a failed compilation)."""
-    fallbacks: int
-    """Times the fast path stepped down (compile -> plain -> eager, whole frame -> segments)."""
-
-
 class FrameRunner:
     """Runs a call's aggregator and heads, through the fast path where it is on and works."""
 
     def __init__(self, aggregator: Aggregator, camera_head: CameraHead,
-                 depth_head: DPTHead | None = None) -> None:
-        """Start with the fast path off (``set_fast_path`` turns it on)."""
+                 depth_head: DPTHead | None = None,
+                 fast_path: FastPathState | None = None) -> None:
+        """Run through ``fast_path``'s mode (a new state, fast path off, when None)."""
         self._agg = aggregator
         self._camera = camera_head
         self._depth = depth_head
+        self.fast_path = fast_path if fast_path is not None else FastPathState()
+        """The mode in effect and the fallback counters (the engine's)."""
         self._head_steps: dict[tuple[str, int], tuple[HeadKey, CapturedCall]] = {}
         """Built head steps by (part, id of the stream's camera cache; 0 for the depth head)."""
         self._pool: KVPool | None = None
-        self._heads_on: set[str] = set()
-        """Heads that run their step as built here; one that fails to build leaves the set."""
-        self._head_compile = False
-        self.requested: FastPath = 'eager'
-        """The mode asked for (``set_fast_path``)."""
-        self._upper: FastPath = 'eager'
-        """The aggregator's upper bound now: the mode asked for, 'eager' after a failed build."""
-        self.compile = False
-        """``torch.compile`` the streaming frames' fixed-shape work (off after a failure)."""
         self._graphs: tuple[CaptureKey, FrameGraphs] | None = None
-        self._fallbacks = 0
-        self._logged: set[str] = set()
 
     @classmethod
-    def for_model(cls, model: Any) -> 'FrameRunner':
-        """Return a runner over ``model``'s aggregator and heads, fast path off."""
-        return cls(model.aggregator, model.camera_head, model.depth_head)
-
-    def set_fast_path(self, mode: FastPath, compile: bool) -> None:  # noqa: A002
-        """Choose the fast path's upper bound and ``torch.compile`` for the streaming frames.
-
-        Raises:
-            ValueError: an unknown mode.
-        """
-        if mode not in ('eager', 'segments', 'whole_frame'):
-            raise ValueError(f"fast path mode '{mode}' is not 'eager', 'segments' or "
-                             "'whole_frame'")
-        self.requested = self._upper = mode
-        self.compile = compile
-        # The heads keep these settings when the aggregator's fast path steps down.
-        self._head_compile = compile
-        self._heads_on = set() if mode == 'eager' else {'camera head', 'depth head'}
+    def for_model(cls, model: Any, fast_path: FastPathState | None = None) -> 'FrameRunner':
+        """Return a runner over ``model``'s aggregator and heads."""
+        return cls(model.aggregator, model.camera_head, model.depth_head, fast_path)
 
     def bind_pool(self, pool: KVPool | None) -> None:
         """Plan for ``pool`` (the engine's, once built): its backend caps the mode."""
-        if pool is not self._pool:
-            self._graphs = None  # graphs of another pool write into its storage
-            if self._pool is not None:  # the old backend's step-downs stay counted
-                self._fallbacks += self._pool.backend.fallbacks
+        if pool is self._pool:
+            return
+        self._graphs = None  # graphs of another pool write into its storage
         self._pool = pool
+        if pool is None:
+            self.fast_path.bind(None, False)
+            return
+        self.fast_path.bind(pool.backend, can_stage(pool),
+                            f"backend '{pool.backend_name}' with {pool.dtype} on "
+                            f'{pool.device.type} runs segments only')
 
     def release_stream(self, camera_cache: object) -> None:
         """Drop the head steps captured against a closed stream's camera cache."""
@@ -180,82 +149,48 @@ class FrameRunner:
         """Return the segment runner built for the latest resolution, if any."""
         return None if self._graphs is None else self._graphs[1]
 
-    @property
-    def mode(self) -> FastPath:
-        """Return the mode in effect now; before the first streaming frame, the one expected.
-
-        Whole frames need the pool (its backend's ``graph_support``): until it exists, a
-        fast path reads 'segments'.
-        """
-        if self._upper == 'eager':
-            return 'eager'
-        graphs = self.graphs
-        if graphs is not None:
-            return 'whole_frame' if graphs.staged else 'segments'
-        pool = self._pool
-        staged = self._upper == 'whole_frame' and pool is not None and can_stage(pool)
-        return 'whole_frame' if staged else 'segments'
-
-    def stats(self) -> FastPathStats:
-        """Return the fast path in effect now."""
-        mode = self.mode
-        backend = 0 if self._pool is None else self._pool.backend.fallbacks
-        return FastPathStats(mode=mode, compiled=self.compile and mode != 'eager',
-                             fallbacks=self._fallbacks + backend)
-
-    def head_fast_path(self, part: str) -> bool:
-        """Whether head ``part`` ('camera head', 'depth head') runs its step as built here."""
-        return part in self._heads_on
-
-    def fall_back(self, what: str, exc: BaseException) -> None:
-        """Report a step down of the fast path: logged once per kind, counted every time."""
-        self._fallbacks += 1
-        if what not in self._logged:
-            self._logged.add(what)
-            logger.warning('%s (%s: %s)', what, type(exc).__name__, exc)
-
     def __call__(self, images: torch.Tensor, time_index: int, mode: Role,
                  kv: StreamKV) -> AggregatorOutput:
         """Run one call of the streaming schedule on stream ``kv`` (``Aggregator.forward``)."""
         agg = self._agg
         patch_hw = agg.prepare(images, time_index, mode, kv)
         self.bind_pool(kv.pool)
-        segmented = self._upper != 'eager'
+        segmented = self.fast_path.mode.aggregator != 'eager'
         graphs = self._graphs_for(images, kv.pool) if mode != 'scale' and segmented else None
         if graphs is None:
             return agg.run(images, time_index, mode, patch_hw, kv)
         return graphs.run(images, time_index, mode, kv)
 
     def _graphs_for(self, images: torch.Tensor, pool: KVPool) -> FrameGraphs | None:
-        """Return the segment runner of this resolution, dtype and device (built once).
+        """Return the segment runner of this resolution, dtype, device and mode (built once).
 
-        Returns None, and lowers the mode to 'eager', when the runner cannot be built (e.g. a
-        CUDA graph capture this PyTorch/driver refuses): frames then run eagerly, slower but
-        right, instead of failing one after another. A failed ``torch.compile`` (no compiler,
-        no Triton) turns :attr:`compile` off and builds the uncompiled runner.
+        Returns None, after a 'capture' step-down to 'eager', when the runner cannot be built
+        (e.g. a CUDA graph capture this PyTorch/driver refuses): frames then run eagerly,
+        slower but right, instead of failing one after another. A failed ``torch.compile`` (no
+        compiler, no Triton) steps down to uncompiled ('compile'), a backend that supplies no
+        capturable attention to segments ('backend_refused'); the runner is then rebuilt.
         """
-        agg = self._agg
+        agg, state = self._agg, self.fast_path
+        compiled = state.mode.segments_compile
         capture = images.device.type == 'cuda'
-        staged = self._upper == 'whole_frame' and can_stage(pool)
+        staged = state.mode.aggregator == 'whole_frame'
         key = CaptureKey(tuple(images.shape), images.device, pool.dtype,
                          agg.camera_token.dtype, agg.camera_token.data_ptr(), capture,
-                         self.compile, pool if staged else None)
+                         compiled, pool if staged else None)
         if self._graphs is not None and self._graphs[0] == key:
             return self._graphs[1]
         self._graphs = None  # release the old graphs' memory first
         try:
-            staging = StagedFrames(pool, self.compile) if staged else None
-            runner = FrameGraphs(agg, images, pool.dtype, capture, self.compile, staging,
-                                 self.fall_back)
-        except Exception as exc:  # noqa: BLE001 - Inductor/Triton raise many kinds
-            if not self.compile:
-                self.fall_back('CUDA graphs unavailable; running frames eagerly', exc)
-                self._upper = 'eager'
-                return None
-            self.fall_back('torch.compile of the frame segments failed; running them '
-                           'uncompiled', exc)
-            self.compile = False
+            staging = StagedFrames(pool, compiled) if staged else None
+        except CacheStateError as exc:
+            state.fall_back('backend_refused', exc)
             return self._graphs_for(images, pool)
+        try:
+            runner = FrameGraphs(agg, images, pool.dtype, capture, compiled, staging,
+                                 state.fall_back)
+        except Exception as exc:  # noqa: BLE001 - Inductor/Triton raise many kinds
+            state.fall_back('compile' if compiled else 'capture', exc)
+            return self._graphs_for(images, pool) if compiled else None
         self._graphs = (key, runner)
         return runner
 
@@ -263,17 +198,20 @@ class FrameRunner:
     def prepare_full_window(self, kv: StreamKV) -> None:
         """Capture the full-window frame graphs now (see ``FrameGraphs.prepare_full_window``).
 
-        Writes placeholders into stream ``kv``'s pages: reset it before its next frame.
+        Writes placeholders into stream ``kv``'s pages: reset it before its next frame. Where
+        the capture steps down, the segments are built now instead, not at the next frame.
         """
         if self._graphs is not None:
-            self._graphs[1].prepare_full_window(kv)
+            graphs = self._graphs[1]
+            graphs.prepare_full_window(kv)
+            self._graphs_for(graphs.image, kv.pool)
 
     # ---- heads ---------------------------------------------------------------------------------
 
     def camera(self, tokens: torch.Tensor, mode: Role) -> tuple[torch.Tensor, torch.Tensor]:
         """Run the camera head on a call's camera tokens (see ``CameraHead.forward``)."""
         head = self._camera
-        if mode == 'scale' or not self.head_fast_path('camera head'):
+        if mode == 'scale' or not self.fast_path.mode.head_on('camera head'):
             return head(tokens, mode)
         camera, slot = head.begin_frame(tokens, mode)
         weight = head.embed_pose.weight
@@ -300,7 +238,8 @@ class FrameRunner:
         head = self._depth
         if head is None:
             raise ValueError('depth requested but the model was built with enable_depth=False')
-        if not self.head_fast_path('depth head'):
+        fast = self.fast_path.mode
+        if not fast.head_on('depth head'):
             return head(taps, image_size_hw)
         grid_hw = head.check_inputs(taps, image_size_hw)
         if taps[0].shape[0] != 1:
@@ -309,7 +248,7 @@ class FrameRunner:
         weight = head.norm.weight
         key = HeadKey('depth head', tuple(tuple(t.shape) for t in taps), taps[0].dtype,
                       taps[0].device, weight.dtype, weight.data_ptr(),
-                      taps[0].is_cuda, self._head_compile,
+                      taps[0].is_cuda, fast.heads_compile,
                       image_hw=tuple(image_size_hw))
 
         def step(*frame_taps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -337,8 +276,7 @@ class FrameRunner:
         try:
             call = CapturedCall(fn, example_inputs(), key.capture, key.compiled)
         except Exception as exc:  # noqa: BLE001 - capture/Inductor/Triton raise many kinds
-            self.fall_back(f'{key.part} fast path unavailable; running it eagerly', exc)
-            self._heads_on.discard(key.part)
+            self.fast_path.fall_back(key.part.replace(' ', '_'), exc)
             return None
         self._head_steps[slot] = (key, call)
         return call

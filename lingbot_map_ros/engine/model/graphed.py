@@ -36,9 +36,12 @@ between the segments needs no host decision either, and the whole frame, segment
 writes + attentions, is captured as one graph per kind of frame: window filling (flash varlen over
 the run), full window keyframe and full window non-keyframe (cuDNN over the fixed patch run + flash
 over the special stream). The full-window graphs can be captured ahead of time on placeholder
-numbers (``prepare_full_window``, from the session warm-up). Without staging (FlashInfer, whose
-plan is host work) the segments are replayed one by one with the cache attention eager between
-them.
+numbers (``prepare_full_window``, from the session warm-up). The attention inside is the
+backend's own capturable form (``AttentionBackend.staged_attention``). Without staging
+(FlashInfer, whose plan is host work) the segments are replayed one by one with the cache
+attention eager between them. A runner is built for one of the two and stays so: when a
+whole-frame capture fails it says so (``fall_back('whole_frame', ...)``), and the frame runner
+builds a segment runner in its place.
 
 The segments are compositions of the aggregator's per-layer steps (``aggregator.py``:
 ``frame_step``, ``global_qkv``, ``global_finish``, ``tap_features``; the cache attention between
@@ -60,7 +63,6 @@ resolution (DINO block, first tail, middle, last), not 50.
 from __future__ import annotations
 
 from collections.abc import Callable
-import logging
 from typing import Any, TYPE_CHECKING
 
 import torch
@@ -78,15 +80,9 @@ if TYPE_CHECKING:
     from ..cache.staged_frames import StagedFrames
     from ..cache.stream_kv import StreamKV
 
-logger = logging.getLogger(__name__)
-
 Segment = Callable[[], tuple[torch.Tensor, ...]]
 FallBack = Callable[[str, BaseException], None]
-"""Reports a step down of the fast path: (what happens now, why)."""
-
-
-def _log_fallback(what: str, exc: BaseException) -> None:
-    logger.warning('%s (%s: %s)', what, type(exc).__name__, exc)
+"""Reports a step-down of the fast path: (its kind, why); ``FastPathState.fall_back``."""
 
 
 def _token_major(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -142,9 +138,8 @@ class FrameGraphs:
     """Runs a streaming frame (S = 1) of an aggregator at one resolution, graph by graph."""
 
     def __init__(self, aggregator: Aggregator, image: torch.Tensor, kv_dtype: torch.dtype,
-                 capture: bool, compile_bodies: bool = False,
-                 staging: StagedFrames | None = None,
-                 fall_back: FallBack = _log_fallback) -> None:
+                 capture: bool, compile_bodies: bool, staging: StagedFrames | None,
+                 fall_back: FallBack) -> None:
         """Build the static buffers and (with ``capture``) capture the segments.
 
         Args:
@@ -156,8 +151,8 @@ class FrameGraphs:
                 warm-up run of each segment, before capture).
             staging: run whole frames with this staged view of the KV pool; with
                 ``capture`` each kind of frame is one CUDA graph, captured on first use. Here
-                the segments then only run once (compilation).
-            fall_back: told when whole frames give way to segments.
+                the segments then only run once (compilation). None: segments.
+            fall_back: told ('whole_frame') when a whole frame cannot be captured.
         """
         self._agg = agg = aggregator
         self._kv_dtype = kv_dtype
@@ -183,7 +178,6 @@ class FrameGraphs:
         self._outputs: list[tuple[torch.Tensor, ...]] = []
         self._pool = torch.cuda.graph_pool_handle() if capture else None
         self._staging = staging
-        self._staged = staging is not None
         self._fall_back = fall_back
         self._whole: dict[StagedKey, tuple[Any, list[tuple[torch.Tensor, ...]]]] = {}
         if staging is not None:
@@ -195,9 +189,9 @@ class FrameGraphs:
             self._build()
 
     @property
-    def staged(self) -> bool:
-        """Whether frames run whole (staged cache attention), not segment by segment."""
-        return self._staged
+    def image(self) -> torch.Tensor:
+        """Return the static input frame ``[1, 3, H, W]`` (its shape, dtype and device)."""
+        return self._image
 
     # ---- segments --------------------------------------------------------------------------
 
@@ -280,24 +274,20 @@ class FrameGraphs:
         """Capture the full-window graphs of stream ``kv``'s lease now, not mid-stream.
 
         Writes placeholder keys into that stream's pages: the caller resets it before real
-        frames. A capture that fails turns whole frames off (see ``_fall_back_to_segments``).
+        frames. A capture that fails is reported (see ``_give_up_whole_frames``).
         """
-        if not (self._staged and self._capture and self._staging is not None):
+        if self._staging is None or not self._capture:
             return
         try:
             for keyframe in (True, False):
                 self._whole_graph(self._staging.stage_placeholder(kv, keyframe))
         except RuntimeError as exc:
-            self._fall_back_to_segments(exc)
+            self._give_up_whole_frames(exc)
 
-    def _fall_back_to_segments(self, exc: Exception) -> None:
-        """Stop running whole frames: capture the segments, attend eagerly between them."""
-        self._fall_back('whole-frame CUDA graph unavailable; running frames segment by segment',
-                        exc)
-        self._staged = False
+    def _give_up_whole_frames(self, exc: Exception) -> None:
+        """Report that whole frames cannot be captured here (the runner builds segments)."""
         self._whole.clear()
-        self._outputs = []
-        self._build()
+        self._fall_back('whole_frame', exc)
 
     # ---- one frame --------------------------------------------------------------------------
 
@@ -320,7 +310,7 @@ class FrameGraphs:
                                          self._video_cos.dtype)
         self._video_cos.copy_(cos)
         self._video_sin.copy_(sin)
-        if self._staged:
+        if self._staging is not None:
             outputs = self._run_staged(mode == 'keyframe', kv)
         else:
             outputs = self._run_segments(mode, kv)
@@ -347,9 +337,9 @@ class FrameGraphs:
             graph, outputs = self._whole_graph(key)
         except RuntimeError as exc:
             # The next frames go segment by segment. This one is already staged: it runs
-            # eagerly, with flash over the whole run (no cuDNN, the likeliest culprit),
-            # making the same cache writes the failed warm-up made.
-            self._fall_back_to_segments(exc)
+            # eagerly over the whole run as one range (no split: cuDNN is the likeliest
+            # culprit), making the same cache writes the failed warm-up made.
+            self._give_up_whole_frames(exc)
             return self._whole_frame(('range',))
         graph.replay()
         return outputs
