@@ -30,6 +30,12 @@
 #   STAGE=final: one call that checks a release on the H200: every GPU test, golden set A in
 #     bf16 through the robot path, `bench model` pose and depth with per-part timings, the map
 #     accumulator at 504x378 (`bench map`), and the Triton kernel against the others (--quick).
+#   STAGE=round6: the merged code of round 6 at its defaults (FP8 K/V, `auto` -> triton, the
+#     rollover prepared ahead), ~9 min: GPU tests beside the memory-only runs (`bench memory
+#     --depth` at 504x378 and 518x392, small_gpu.yaml) and golden set A (bf16 K/V and FP8 K/V,
+#     robot path); then alone `bench model --compile --kv-dtype float8_e4m3fn` over
+#     ROUND6_FRAMES (default 3000: ~9 rollovers) with per-block peaks, with depth (200 frames),
+#     and `bench model --cameras N` for N = 1..4. Logs in round6_logs.tar.gz.
 #   STAGE=kernels: bench/attention_kernels.py alone (e.g. with flash-attn-4 carried in .fa4/).
 #   STAGE=round5: the merged code of round 5 at its defaults: GPU tests and three memory-only
 #     `bench memory` runs side by side (defaults with depth, bf16 and FP8 KV; small_gpu.yaml with
@@ -90,8 +96,8 @@ with Pool() as pool:
 save_file({k: torch.from_numpy(a) for k, a in arrays}, '/tmp/bench_weights.safetensors')
 PY
 }
-# STAGE=fp8kv makes them in the background, beside its kernel table.
-[ "$stage" = kernels ] || [ "$stage" = fp8kv ] || make_weights
+# STAGE=fp8kv and STAGE=round6 make them later, beside other work.
+[ "$stage" = kernels ] || [ "$stage" = fp8kv ] || [ "$stage" = round6 ] || make_weights
 bench="python3 -m lingbot_map_ros.tools.bench model --weights /tmp/bench_weights.safetensors"
 # The rollover figures of a `bench model` log's JSON line (issue #24), as one JSON object.
 rollover_keys() {
@@ -275,6 +281,36 @@ elif [ "$stage" = fp8kv ]; then
   tail -n 4 $logs/gpu_tests_fp8kv.txt $logs/weights.txt
   for f in $logs/golden_*.txt $logs/memory_*.txt $logs/model_*.txt; do
     echo "== $f"; tail -n 1 "$f" | cut -c1-1600; done
+elif [ "$stage" = round6 ]; then
+  logs=/tmp/r6 && mkdir -p $logs
+  pack() { tar czf "$out/round6_logs.tar.gz" -C $logs .; }
+  mem="python3 -m lingbot_map_ros.tools.bench memory --weights /tmp/bench_weights.safetensors"
+  fp8="--kv-dtype float8_e4m3fn"
+  # 1. Correctness and memory side by side (their times are not used).
+  timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider test/engine \
+    > $logs/gpu_tests.txt 2>&1 &
+  tests=$!
+  make_weights > $logs/weights.txt 2>&1
+  timeout 150 $mem --depth > $logs/memory_default_depth.txt 2>&1 &
+  timeout 150 $mem --depth --width 518 --height 392 > $logs/memory_default_518_depth.txt 2>&1 &
+  timeout 150 $mem --config small_gpu.yaml --depth > $logs/memory_small_gpu_depth.txt 2>&1 &
+  timeout 150 $golden --dtype bfloat16 --backend auto --fast-path whole_frame --compile \
+    > $logs/golden_A_bf16.txt 2>&1 &
+  timeout 150 $golden --dtype bfloat16 --backend auto --fast-path whole_frame --compile $fp8 \
+    > $logs/golden_A_fp8.txt 2>&1 &
+  wait; pack
+  # 2. Speed, one run at a time.
+  timeout 170 $bench --compile $fp8 --frames "${ROUND6_FRAMES:-3000}" --progress 100 \
+    > $logs/model_pose_rollovers.txt 2>&1; pack
+  rollover_keys $logs/model_pose_rollovers.txt > $logs/rollover.json 2>&1
+  timeout 90 $bench --compile $fp8 --depth > $logs/model_depth.txt 2>&1; pack
+  for n in 1 2 3 4; do
+    timeout 60 $bench $fp8 --cameras $n --frames 60 --warmup 20 > $logs/model_cameras$n.txt 2>&1
+  done
+  pack
+  tail -n 3 $logs/gpu_tests.txt
+  for f in $logs/golden_*.txt $logs/memory_*.txt $logs/rollover.json $logs/model_*.txt; do
+    echo "== $f"; tail -n 1 "$f" | cut -c1-1500; done
 elif [ "$stage" = kernels ]; then
   timeout 300 python3 bench/attention_kernels.py > "$out/attention_kernels.txt" 2>&1
 elif [ "$stage" = fp8 ]; then

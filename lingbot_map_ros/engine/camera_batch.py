@@ -231,8 +231,10 @@ def batch_graphs(engine: Engine) -> BatchGraphs:
     """Return the engine's batch segments (CUDA graphs on CUDA with the fast path on)."""
     graphs = _GRAPHS.get(engine)
     if graphs is None:
-        capture = engine.device.type == 'cuda' and engine.runner.mode != 'eager'
-        graphs = _GRAPHS[engine] = BatchGraphs(capture)
+        state = engine.fast_path
+        capture = engine.device.type == 'cuda' and state.mode.aggregator != 'eager'
+        graphs = _GRAPHS[engine] = BatchGraphs(
+            capture, functools.partial(state.fall_back, 'batch_capture'))
     return graphs
 
 

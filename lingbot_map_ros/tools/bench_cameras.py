@@ -134,8 +134,9 @@ def _summarise(args: argparse.Namespace, sessions: list[RolloverSession], engine
         'height': args.height, 'width': args.width, 'frames_per_camera': args.frames,
         'scale_frames': args.scale_frames, 'window': args.window,
         'keyframe_interval': args.keyframe_interval, 'backend': args.backend,
-        'dtype': args.dtype, 'depth': args.depth, 'fast_path': engine.runner.stats().mode,
-        'compile': engine.runner.stats().compiled,
+        'dtype': args.dtype, 'depth': args.depth, 'fast_path': engine.fast_path.mode.aggregator,
+        'compile': engine.fast_path.mode.compiled,
+        'fallbacks': engine.fast_path.fallbacks(),
         'aggregate_fps': round(cameras * args.frames / total_s, 3),
         'per_camera_fps': round(args.frames / total_s, 3),
         'aggregate_streaming_fps': round(cameras * len(streaming) / stream_s, 3)

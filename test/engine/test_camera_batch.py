@@ -172,7 +172,10 @@ def test_a_full_pool_refuses_a_third_camera_typed_and_the_others_go_on():
         assert not result.accepted and not result.predictions
         assert [r.reason for r in result.resets] == [Reason.CACHE_FULL] * 2
         assert 'KV page pool full' in result.resets[0].detail
-    assert engine.pool_stats().pool_streams == 2
+    # The refused camera holds nothing: the pool is as two cameras leave it without a third.
+    two = Engine.load(_config(**{'cache.streams': 2}), allow_random_weights=True, seed=5)
+    _run(_feeders(two, 2), frames[:2], BatchStats())
+    assert engine.pool_stats() == two.pool_stats()
     stamps = [i * STEP_NS for i in range(count)]
     for k in range(2):
         _assert_same(got[k], _alone(frames[k], stamps, **{'cache.streams': 2}))

@@ -223,3 +223,16 @@ def test_a_whole_frame_capture_that_fails_falls_back_to_segments(monkeypatch):
     assert len(calls) == 1 + depth + 1  # the refused whole frame, then each segment once
     assert _counted(runner.fast_path) == {'whole_frame': 1}
     assert runner.fast_path.mode.aggregator == 'segments'
+
+
+def test_a_failed_batch_capture_is_counted_and_the_batch_runs_eagerly():
+    from lingbot_map_ros.engine.model.batched import BatchGraphs
+    state = FastPathState('whole_frame', compile=False)
+    graphs = BatchGraphs(True, lambda exc: state.fall_back('batch_capture', exc))
+    x = torch.arange(6.0).reshape(2, 3)
+    # No CUDA here: the capture fails, the segment runs eagerly, the step-down is counted.
+    (out,) = graphs.run(('b2',), 0, lambda t: (t * 2.0,), x)
+    torch.testing.assert_close(out, x * 2.0)
+    assert not graphs.capture and graphs.captured == 0
+    assert state.fallbacks()['batch_capture'] == 1
+    assert state.mode.requested == 'whole_frame' and 'batched frames' in state.mode.reason

@@ -70,9 +70,14 @@ class BatchCall:
 class BatchGraphs:
     """The segments of batched frames as CUDA graphs, one set per batch shape (engine-wide)."""
 
-    def __init__(self, capture: bool) -> None:
-        """Replay captured segments when ``capture`` (CUDA); otherwise run them eagerly."""
+    def __init__(self, capture: bool,
+                 on_fallback: Callable[[BaseException], None] | None = None) -> None:
+        """Replay captured segments when ``capture`` (CUDA); otherwise run them eagerly.
+
+        ``on_fallback`` is told of a capture that fails (the engine counts it).
+        """
         self.capture = capture
+        self._on_fallback = on_fallback
         self._pool: Any = None
         self._sets: dict[tuple, list[_Replay]] = {}
 
@@ -97,8 +102,11 @@ class BatchGraphs:
                     self._pool = torch.cuda.graph_pool_handle()
                 replays.append(_Replay(fn, inputs, self._pool))
             except Exception as exc:  # noqa: BLE001 - capture raises many kinds
-                _LOG.warning('CUDA graphs of batched frames unavailable; running them eagerly '
-                             '(%s: %s)', type(exc).__name__, exc)
+                if self._on_fallback is not None:
+                    self._on_fallback(exc)  # counted and logged once by the engine
+                else:
+                    _LOG.warning('CUDA graphs of batched frames unavailable; running them '
+                                 'eagerly (%s: %s)', type(exc).__name__, exc)
                 self.capture = False
                 self._sets.clear()
                 return fn(*inputs)

@@ -64,6 +64,8 @@ _STEP_DOWN: dict[str, str] = {
                        'segment by segment',
     'camera_head': 'camera head fast path unavailable; running it eagerly',
     'depth_head': 'depth head fast path unavailable; running it eagerly',
+    'batch_capture': 'CUDA graphs of batched frames (several cameras) unavailable; running '
+                     'batches eagerly (single frames keep their mode)',
 }
 """What each step-down turns to (the counted kinds the runner reports)."""
 
@@ -122,6 +124,8 @@ class FastPathMode:
         """Return the mode after a step-down of ``kind`` (``why``: what runs now and why)."""
         if kind == 'compile':
             return replace(self, segments_compile=False, last_fallback=why)
+        if kind == 'batch_capture':  # engine/camera_batch.py's graphs; frames alone unchanged
+            return replace(self, last_fallback=why)
         if kind == 'capture':
             return replace(self, upper='eager', last_fallback=why)
         if kind in ('whole_frame', 'backend_refused'):
