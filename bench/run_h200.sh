@@ -36,6 +36,8 @@
 #     robot path); then alone `bench model --compile --kv-dtype float8_e4m3fn` over
 #     ROUND6_FRAMES (default 3000: ~9 rollovers) with per-block peaks, with depth (200 frames),
 #     and `bench model --cameras N` for N = 1..4. Logs in round6_logs.tar.gz.
+#   STAGE=dtypes: `bench model --compile` pose and depth (200 frames) with bf16 K/V, then FP8
+#     K/V, one run at a time on one tree: the default KV dtype's measurement. ~5 min.
 #   STAGE=kernels: bench/attention_kernels.py alone (e.g. with flash-attn-4 carried in .fa4/).
 #   STAGE=round5: the merged code of round 5 at its defaults: GPU tests and three memory-only
 #     `bench memory` runs side by side (defaults with depth, bf16 and FP8 KV; small_gpu.yaml with
@@ -311,6 +313,12 @@ elif [ "$stage" = round6 ]; then
   tail -n 3 $logs/gpu_tests.txt
   for f in $logs/golden_*.txt $logs/memory_*.txt $logs/rollover.json $logs/model_*.txt; do
     echo "== $f"; tail -n 1 "$f" | cut -c1-1500; done
+elif [ "$stage" = dtypes ]; then
+  for kv in bfloat16 float8_e4m3fn; do
+    timeout 100 $bench --compile --kv-dtype $kv > "$out/model_${kv}_pose.txt" 2>&1
+    timeout 100 $bench --compile --kv-dtype $kv --depth > "$out/model_${kv}_depth.txt" 2>&1
+  done
+  for f in "$out"/model_*.txt; do echo "== $f"; tail -n 1 "$f" | cut -c1-400; done
 elif [ "$stage" = kernels ]; then
   timeout 300 python3 bench/attention_kernels.py > "$out/attention_kernels.txt" 2>&1
 elif [ "$stage" = fp8 ]; then
