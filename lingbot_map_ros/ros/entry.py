@@ -55,8 +55,9 @@ def run(args: list[str] | None, exe: str, module: str, class_name: str) -> int:
     signals = ProcessSignals()
     signals.install()
     try:
-        node_class = getattr(importlib.import_module(module), class_name)
-        from lingbot_map_ros.ros import node_process
+        with signals.deferred():  # torch and rclpy load native code: no exception inside
+            node_class = getattr(importlib.import_module(module), class_name)
+            from lingbot_map_ros.ros import node_process
         return node_process.run(args, node_class, exe, signals)
     except ShutdownRequested:
         return 0  # during start-up: nothing ran yet that needs more than the finally blocks

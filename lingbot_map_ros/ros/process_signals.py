@@ -37,9 +37,10 @@ of the process start.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
-from typing import Any
+from typing import Any, Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -59,6 +60,7 @@ class ProcessSignals:
         """Prepare (not install) the handlers, in the start-up phase."""
         self._requested = threading.Event()
         self._running = False
+        self._deferred = False
         self._saved: dict[int, Any] = {}
         self.received: str | None = None
         """Name of the first signal received (``'SIGINT'``), None before."""
@@ -84,6 +86,22 @@ class ProcessSignals:
         """End the start-up phase: from now on a signal only sets :attr:`requested`."""
         self._running = True
 
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Hold a start-up signal's exception until the block ends (around native imports).
+
+        An exception raised from a signal handler inside torch's or rclpy's import can land
+        in the middle of a C extension's initialisation and abort the process; within this
+        block the signal is only recorded, and :class:`ShutdownRequested` is raised at its end.
+        """
+        self._deferred = True
+        try:
+            yield
+        finally:
+            self._deferred = False
+        if self._requested.is_set() and not self._running:
+            raise ShutdownRequested(self.received)
+
     @property
     def requested(self) -> bool:
         """Return True once SIGINT or SIGTERM was received."""
@@ -94,5 +112,5 @@ class ProcessSignals:
             return
         self.received = signal.Signals(signum).name
         self._requested.set()
-        if not self._running:
+        if not self._running and not self._deferred:
             raise ShutdownRequested(self.received)

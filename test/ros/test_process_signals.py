@@ -1,0 +1,58 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The start-up phase of the node processes' signal handlers (no rclpy needed)."""
+
+import os
+import signal
+
+from lingbot_map_ros.ros.process_signals import ProcessSignals, ShutdownRequested
+import pytest
+
+
+@pytest.fixture
+def signals():
+    handlers = ProcessSignals()
+    handlers.install()
+    yield handlers
+    handlers.uninstall()
+
+
+def test_a_start_up_signal_raises_at_once(signals):
+    with pytest.raises(ShutdownRequested):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10_000_000):  # the handler runs at the next bytecode boundary
+            pass
+    assert signals.requested and signals.received == 'SIGTERM'
+
+
+def test_a_signal_inside_a_deferred_block_raises_only_at_its_end(signals):
+    reached_end = False
+    with pytest.raises(ShutdownRequested):
+        with signals.deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(100_000):  # the handler has run: nothing raised inside
+                pass
+            assert signals.requested
+            reached_end = True
+    assert reached_end and signals.received == 'SIGINT'
+
+
+def test_a_deferred_block_without_a_signal_and_the_running_phase_raise_nothing(signals):
+    with signals.deferred():
+        pass
+    signals.running()
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(100_000):
+        pass
+    assert signals.requested  # only recorded: the main loop stops the node in order
