@@ -59,8 +59,8 @@ setup(
     license='Apache-2.0',
     entry_points={
         'console_scripts': [
-            'lingbot_map_node = lingbot_map_ros.ros.entry:main',
-            'lingbot_map_lifecycle_node = lingbot_map_ros.ros.lifecycle_node:main',
+            'lingbot_map_node = lingbot_map_ros.ros.nodes.entry:main',
+            'lingbot_map_lifecycle_node = lingbot_map_ros.ros.nodes.lifecycle_node:main',
             'lingbot_map_replay = lingbot_map_ros.tools.replay:main',
             'lingbot_map_bench = lingbot_map_ros.tools.bench:main',
             'lingbot_map_golden = lingbot_map_ros.tools.golden:main',

@@ -233,7 +233,7 @@ class StreamConfig:
 
 @dataclass(frozen=True)
 class MapConfig:
-    """The accumulated point-cloud map (``engine/map_accumulator.py``, docs/map.md)."""
+    """The accumulated point-cloud map (``engine/map/map_accumulator.py``, docs/map.md)."""
 
     enable: bool = True
     """Build and publish ~/map from the keyframes' depth. The map only grows while depth runs

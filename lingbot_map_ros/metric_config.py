@@ -14,8 +14,8 @@
 """``MetricConfig`` (the ``metric.*`` parameters) and the flat-key reader of the side sections.
 
 Kept apart from :mod:`lingbot_map_ros.config` (which re-exports ``MetricConfig``, the metric
-scale from a depth camera of ``engine/metric_session.py``) so that file stays one screenful per
-section; :func:`section_from_flat` reads the ``section.*`` keys of ``MapConfig`` and
+scale from a depth camera of ``engine/session/metric_session.py``) so that file stays one screenful
+per section; :func:`section_from_flat` reads the ``section.*`` keys of ``MapConfig`` and
 ``MetricConfig`` alike.
 """
 
@@ -45,7 +45,7 @@ def section_from_flat(cls: type[_Section], section: str, values: dict[str, Any])
 
 @dataclass(frozen=True)
 class MetricConfig:
-    """Metric scale from a depth camera (``engine/metric_session.py``, docs/odometry.md)."""
+    """Metric scale from a depth camera (engine/session/metric_session.py, docs/odometry.md)."""
 
     source: MetricSource = 'none'
     """'none': outputs in the model's per-session units; 'depth': a depth image aligned to the

@@ -35,22 +35,21 @@ from pathlib import Path
 import threading
 import time
 
+from lingbot_map_ros.config import EngineConfig
+from lingbot_map_ros.engine.cache.kv_pool import KVPool, PoolStats
+from lingbot_map_ros.engine.cache.stream_cache import new_kv_pool, tokens_per_frame
+from lingbot_map_ros.engine.cache.stream_kv import StreamKV
+from lingbot_map_ros.engine.device import resolve_device, resolve_dtypes
+from lingbot_map_ros.engine.errors import ResolutionChangedError
+from lingbot_map_ros.engine.model.fast_path import FastPathState
+from lingbot_map_ros.engine.model.frame_runner import FrameRunner
+from lingbot_map_ros.engine.model.gct import LingbotMapModel
+from lingbot_map_ros.engine.model.golden_weights import fill_golden_weights
+from lingbot_map_ros.engine.model.stream_state import StreamState
+from lingbot_map_ros.engine.model.weights import load_checkpoint, load_weights
+from lingbot_map_ros.engine.session.scale_steps import ScalePass
+from lingbot_map_ros.engine.stats import CacheStats
 import torch
-
-from .cache.kv_pool import KVPool, PoolStats
-from .cache.stream_cache import new_kv_pool, tokens_per_frame
-from .cache.stream_kv import StreamKV
-from .device import resolve_device, resolve_dtypes
-from .errors import ResolutionChangedError
-from .model.fast_path import FastPathState
-from .model.frame_runner import FrameRunner
-from .model.gct import LingbotMapModel
-from .model.golden_weights import fill_golden_weights
-from .model.stream_state import StreamState
-from .model.weights import load_checkpoint, load_weights
-from .scale_steps import ScalePass
-from .stats import CacheStats
-from ..config import EngineConfig
 
 _LOG = logging.getLogger(__name__)
 
@@ -270,7 +269,8 @@ class EngineStream:
             self.engine.runner.release_stream(self.state.camera)
             self._closed = True
 
-    # ---- a rollover's next session, prepared beside this stream (engine/scale_steps.py) ----
+    # ---- a rollover's next session, prepared beside this stream (engine/session/scale_steps.py)
+    # ----
 
     def sibling(self) -> EngineStream:
         """Return a new stream on the same engine (a rollover's next session)."""

@@ -16,7 +16,7 @@
 Reading keeps the raw CDR bytes next to the connection, so the player can publish them untouched
 (``rclpy`` publishes serialized bytes as they are) and the replay tool can deserialize only the
 topic it needs. Messages built here are ``rosbags`` dataclasses; the pure functions of
-``lingbot_map_ros.ros.conversions`` read them like ``rclpy`` messages (duck typing).
+``lingbot_map_ros.ros.messages.conversions`` read them like ``rclpy`` messages (duck typing).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import cv2
-from lingbot_map_ros.ros.conversions import ns_to_sec_nanosec
+from lingbot_map_ros.ros.messages.conversions import ns_to_sec_nanosec
 import numpy as np
 from rosbags.interfaces import Connection
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer

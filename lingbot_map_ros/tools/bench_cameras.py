@@ -16,8 +16,8 @@
 What it measures and why: a robot with several cameras runs one node, one model and one page
 pool (issue 19). Each camera is a stream of its own (a ``RolloverSession`` on the engine);
 at every tick each camera has one frame with the same stamp, and the streaming frames of all
-cameras run as one batch (``engine/camera_batch.py``: frame-wise work batched, each stream's
-cache attention its own). Scale phases and rollovers run alone, as in the node.
+cameras run as one batch (``engine/cameras/camera_batch.py``: frame-wise work batched, each
+stream's cache attention its own). Scale phases and rollovers run alone, as in the node.
 
 Every tick is timed with CUDA events and a device sync (all cameras' frames of that tick).
 Reported: per-camera and aggregate frames/s (global, phase 1 included, and streaming only),
@@ -34,15 +34,14 @@ import json
 import time
 from typing import Any
 
+from lingbot_map_ros.config import EngineConfig
+from lingbot_map_ros.engine.cameras.camera_batch import BatchStats, step_batch
+from lingbot_map_ros.engine.engine import Engine
+from lingbot_map_ros.engine.image.preprocess import PreprocessInfo
+from lingbot_map_ros.engine.session.pipeline import StreamingSession
+from lingbot_map_ros.engine.session.rollover import RolloverSession
 import numpy as np
 import torch
-
-from ..config import EngineConfig
-from ..engine.camera_batch import BatchStats, step_batch
-from ..engine.engine import Engine
-from ..engine.pipeline import StreamingSession
-from ..engine.preprocess import PreprocessInfo
-from ..engine.rollover import RolloverSession
 
 _TICK_NS = 33_000_000
 

@@ -14,7 +14,7 @@
 """``lingbot_map_bench map``: the cost of adding one keyframe to the accumulated map.
 
 What it measures and why: with ``map.enable`` the node adds every keyframe's depth to the map
-(``engine/map_accumulator.py``) on the worker thread, between two frames, so the time it takes
+(``engine/map/map_accumulator.py``) on the worker thread, between two frames, so the time it takes
 adds to every keyframe's latency (target: <= 2 ms at 504x378 on the H200). The depth, colours and
 poses come from the synthetic room of ``tools/synthetic_scene.py`` (ground-truth depth, a camera
 loop; confidence uniform in [1, 10]), so voxels are revisited as on a real loop. The map is filled
@@ -41,7 +41,7 @@ import time
 from typing import Any
 
 from lingbot_map_ros.config import load_yaml, MapConfig
-from lingbot_map_ros.engine.map_accumulator import MapAccumulator
+from lingbot_map_ros.engine.map.map_accumulator import MapAccumulator
 from lingbot_map_ros.tools.config_files import find_config, parse_set
 from lingbot_map_ros.tools.synthetic_scene import render_sequence, SceneConfig
 import numpy as np

@@ -45,15 +45,14 @@ from pathlib import Path
 import time
 from typing import Any
 
+from lingbot_map_ros.config import engine_config_from_yaml, EngineConfig
+from lingbot_map_ros.engine.session.pipeline import StreamingSession
+from lingbot_map_ros.engine.session.rollover import RolloverSession
+from lingbot_map_ros.tools.bench_cameras import synthetic_frames
+from lingbot_map_ros.tools.bench_model import stream_frames
+from lingbot_map_ros.tools.config_files import find_config, parse_set
 import numpy as np
 import torch
-
-from .bench_cameras import synthetic_frames
-from .bench_model import stream_frames
-from .config_files import find_config, parse_set
-from ..config import engine_config_from_yaml, EngineConfig
-from ..engine.pipeline import StreamingSession
-from ..engine.rollover import RolloverSession
 
 GIB = 2**30
 

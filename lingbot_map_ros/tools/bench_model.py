@@ -22,10 +22,10 @@ schedule. Each call is timed with CUDA events and followed by a device sync, so 
 is its full latency (aggregator + camera head + optional depth head + the host work between
 kernels). Image decoding and preprocessing are not timed (the node does them on another path).
 
-Long runs go through the node's rollover layer (``engine/rollover.py``), so ``--frames 20000``
-runs with bounded memory; ``--progress N`` prints each N frames' mean ms and peak GPU memory.
-The JSON's ``long_run`` (``tools/bench_rollover.py``): block means, flatness, the rollover and
-preparation frames' latency; its ``HEADLINE_KEYS`` are also at the JSON's top level.
+Long runs go through the node's rollover layer (``engine/session/rollover.py``), so ``--frames
+20000`` runs with bounded memory; ``--progress N`` prints each N frames' mean ms and peak GPU
+memory. The JSON's ``long_run`` (``tools/bench_rollover.py``): block means, flatness, the rollover
+and preparation frames' latency; its ``HEADLINE_KEYS`` are also at the JSON's top level.
 
 Reported: global FPS (all frames incl. phase 1 over total time), windowed FPS around 10/50/90 %
 of the run and over the last frames, p50/p90/max ms per streaming frame, peak GPU memory, cache
@@ -42,18 +42,17 @@ import platform
 import time
 from typing import Any
 
+from lingbot_map_ros.config import CacheConfig, EngineConfig, ModelConfig, StreamConfig
+from lingbot_map_ros.engine.attention.backend import BACKEND_NAMES
+from lingbot_map_ros.engine.image.preprocess import PreprocessInfo
+from lingbot_map_ros.engine.session.pipeline import StreamingSession
+from lingbot_map_ros.engine.session.rollover import RolloverSession
+from lingbot_map_ros.tools.bench_cameras import run_cameras, synthetic_frames
+from lingbot_map_ros.tools.bench_components import components_report, format_report
+from lingbot_map_ros.tools.bench_rollover import block_report, HEADLINE_KEYS
+from lingbot_map_ros.tools.fast_path_flags import add_fast_path_flags
 import numpy as np
 import torch
-
-from .bench_cameras import run_cameras, synthetic_frames
-from .bench_components import components_report, format_report
-from .bench_rollover import block_report, HEADLINE_KEYS
-from .fast_path_flags import add_fast_path_flags
-from ..config import CacheConfig, EngineConfig, ModelConfig, StreamConfig
-from ..engine.attention.backend import BACKEND_NAMES
-from ..engine.pipeline import StreamingSession
-from ..engine.preprocess import PreprocessInfo
-from ..engine.rollover import RolloverSession
 
 _LOG = logging.getLogger(__name__)
 

@@ -18,12 +18,12 @@ sliding window is empty and refills over the next W keyframes, and those frames 
 fewer cached tokens, so they are faster (on the H200 at 504x378 the cache attention is ~16 of
 ~29 ms of a full-window frame). A block of frames that holds a window refill therefore has a
 lower mean than one that does not. Before a rollover the next session is prepared: for
-``lead`` frames each frame also runs one unit of its scale pass (``engine/scale_steps.py``), so
-those frames are a little slower, and the rollover frame itself only switches.
-:func:`block_report` gives the max/min ratio of the block means over every block after the
-first (nothing excluded) and, separately, over the blocks that hold no refill, no preparation
-and no rollover frame, so each effect is visible rather than averaged away; the preparation
-frames and the rollover frames are reported against the median frame on their own.
+``lead`` frames each frame also runs one unit of its scale pass
+(``engine/session/scale_steps.py``), so those frames are a little slower, and the rollover frame
+itself only switches. :func:`block_report` gives the max/min ratio of the block means over every
+block after the first (nothing excluded) and, separately, over the blocks that hold no refill, no
+preparation and no rollover frame, so each effect is visible rather than averaged away; the
+preparation frames and the rollover frames are reported against the median frame on their own.
 """
 
 from __future__ import annotations

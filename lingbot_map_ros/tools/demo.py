@@ -48,9 +48,9 @@ from typing import Any
 
 from geometry_msgs.msg import PoseStamped
 from lingbot_map_ros.config import load_yaml, MapConfig
-from lingbot_map_ros.engine.geometry import quaternion_to_rotation
-from lingbot_map_ros.engine.ply import write_ply
-from lingbot_map_ros.ros.conversions import map_axes_transform, stamp_to_ns
+from lingbot_map_ros.engine.image.geometry import quaternion_to_rotation
+from lingbot_map_ros.engine.map.ply import write_ply
+from lingbot_map_ros.ros.messages.conversions import map_axes_transform, stamp_to_ns
 from lingbot_map_ros.tools import bag_io, trajectory
 from lingbot_map_ros.tools.config_files import find_config
 from lingbot_map_ros.tools.make_bag import BagSpec, write_synthetic
@@ -71,7 +71,7 @@ GT_VOXEL_M = 0.02
 
 
 class NodeProcess:
-    """``python -m lingbot_map_ros.ros.node`` as a child process, its output in a log file."""
+    """``python -m lingbot_map_ros.ros.nodes.node`` as a child process, output in a log file."""
 
     def __init__(self, params_file: str | Path, overrides: dict[str, Any],
                  remaps: dict[str, str], log_path: str | Path, torch_threads: int = 1) -> None:
@@ -84,7 +84,7 @@ class NodeProcess:
             log_path: file that receives the node's stdout and stderr.
             torch_threads: ``OMP_NUM_THREADS`` of the child (1 is fastest on a busy CPU).
         """
-        self.command = [sys.executable, '-m', 'lingbot_map_ros.ros.node', '--ros-args',
+        self.command = [sys.executable, '-m', 'lingbot_map_ros.ros.nodes.node', '--ros-args',
                         '--params-file', str(params_file)]
         for name, value in overrides.items():
             text = str(value).lower() if isinstance(value, bool) else str(value)

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import cv2
-from lingbot_map_ros.ros.conversions import map_axes_transform
+from lingbot_map_ros.ros.messages.conversions import map_axes_transform
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.synthetic_scene import (pinhole_intrinsics, render_sequence,
                                                    SceneConfig, SyntheticSequence)

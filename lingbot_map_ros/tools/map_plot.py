@@ -14,8 +14,8 @@
 """Pictures of an accumulated map (PNG, matplotlib, no display): a top view and a perspective.
 
 :func:`ground_truth_map` builds the map of the synthetic scene from its ground-truth depth and
-poses with the node's accumulator (``engine/map_accumulator.py``) and ``map.*`` settings, so the
-demo can show what the node builds when depth and poses are right (the demo's random-weight
+poses with the node's accumulator (``engine/map/map_accumulator.py``) and ``map.*`` settings, so
+the demo can show what the node builds when depth and poses are right (the demo's random-weight
 model gives meaningless depth). :func:`plot_map` draws any map, e.g. a ``map.ply`` from
 ``~/save`` or ``lingbot_map_replay run --ply``.
 """
@@ -26,8 +26,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from lingbot_map_ros.config import MapConfig
-from lingbot_map_ros.engine.map_accumulator import MapAccumulator
-from lingbot_map_ros.ros.conversions import map_axes_transform
+from lingbot_map_ros.engine.map.map_accumulator import MapAccumulator
+from lingbot_map_ros.ros.messages.conversions import map_axes_transform
 from lingbot_map_ros.tools.synthetic_scene import SyntheticSequence
 import numpy as np
 

@@ -13,9 +13,10 @@
 # limitations under the License.
 """The offline core of ``lingbot_map_replay run``: bag messages in, poses (depth, map) out.
 
-:class:`OfflineRunner` treats each frame as the node's worker does (``ros/session_runner.py``):
-both feed the session through the same ``engine/stream_feeder.py`` policy, so offline results
-equal what the node publishes in bag mode:
+:class:`OfflineRunner` treats each frame as the node's worker does
+(``ros/inference/session_runner.py``): both feed the session through the same
+``engine/session/stream_feeder.py`` policy, so offline results equal what the node publishes in bag
+mode:
 
 =======================  ===============================================================
 condition                what happens
@@ -28,7 +29,7 @@ stamp far ahead          held; fed when the next frame confirms it, else ``stamp
 new size, not yet seen   dropped as ``resolution_mismatch`` (``resolution_change_frames``)
 stamp jumps back         session reset (``clock_jump``), the frame starts a new segment
 engine refuses frame     dropped as ``invalid_frame``
-session full             rollover (``engine/rollover.py``): same segment, continuous poses
+session full             rollover (``engine/session/rollover.py``): same segment, continuous poses
 session limit            session reset, new segment, the frame is fed again
 non-finite pose          session reset (``nan_pose``), the frame is dropped
 anything else            raised: unlike the node, the run stops
@@ -40,10 +41,10 @@ different segments are in different frames; the TUM header lists the segments. S
 breaks mid-bag (a corrupt sqlite page) ends the run early: what was read is flushed and
 written, and the summary says why under ``storage_error``. ``--ply`` builds the node's
 ``~/map`` with the same accumulator and the same ``map.*`` settings
-(``engine/map_accumulator.py``), one ``map.ply`` per segment. With ``metric.source: depth`` and
+(``engine/map/map_accumulator.py``), one ``map.ply`` per segment. With ``metric.source: depth`` and
 ``RunOptions.depth_topic`` the depth images of that topic are paired with the frames by the
-node's :class:`~lingbot_map_ros.ros.depth_input.DepthInput` (each colour frame is fed once the
-messages recorded before the next one were read), so poses, depth and map are in metres.
+node's :class:`~lingbot_map_ros.ros.inference.depth_input.DepthInput` (each colour frame is fed
+once the messages recorded before the next one were read), so poses, depth and map are in metres.
 """
 
 from __future__ import annotations
@@ -57,16 +58,16 @@ import time
 from typing import Any
 
 from lingbot_map_ros.config import EngineConfig, MapConfig, MetricConfig
-from lingbot_map_ros.engine.map_accumulator import MapAccumulator
-from lingbot_map_ros.engine.pipeline import StreamingSession
-from lingbot_map_ros.engine.ply import write_ply
-from lingbot_map_ros.engine.prediction import FramePrediction
-from lingbot_map_ros.engine.reasons import POLICY, Reason
-from lingbot_map_ros.engine.rollover import RolloverSession
+from lingbot_map_ros.engine.map.map_accumulator import MapAccumulator
+from lingbot_map_ros.engine.map.ply import write_ply
+from lingbot_map_ros.engine.session.pipeline import StreamingSession
+from lingbot_map_ros.engine.session.prediction import FramePrediction
+from lingbot_map_ros.engine.session.reasons import POLICY, Reason
+from lingbot_map_ros.engine.session.rollover import RolloverSession
+from lingbot_map_ros.engine.session.stream_feeder import FeedResult, SessionReset, StreamFeeder
 from lingbot_map_ros.engine.stats import RolloverStats
-from lingbot_map_ros.engine.stream_feeder import FeedResult, SessionReset, StreamFeeder
-from lingbot_map_ros.ros import conversions
-from lingbot_map_ros.ros.depth_input import DepthInput
+from lingbot_map_ros.ros.inference.depth_input import DepthInput
+from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.trajectory import Trajectory
 import numpy as np

@@ -36,7 +36,7 @@ import logging
 import time
 from typing import Any
 
-from lingbot_map_ros.ros.conversions import fill_stamp
+from lingbot_map_ros.ros.messages.conversions import fill_stamp
 from lingbot_map_ros.tools import bag_io
 import rclpy
 from rclpy.duration import Duration

@@ -16,12 +16,12 @@
 Subcommands:
 
 - ``run BAG``: every image of one topic, in bag order, goes through the node's conversion
-  functions (``ros/conversions.py``) into the engine's ``StreamingSession`` -- no ROS graph, no
-  dropped frames, deterministic. It writes ``trajectory.tum`` (the poses the node would publish on
-  ``~/pose``, in the same map axes), ``trajectory.png``, ``summary.json``, and with ``--depth``
-  / ``--ply`` the depth maps and the node's map (``map.ply``). With ``--gt`` it reports APE/RPE
-  (evo). ``--depth-topic`` pairs a depth camera's images (16UC1 mm / 32FC1 m, aligned to the
-  colour image) with the frames, as the node does with ``metric.source: depth``: the outputs
+  functions (``ros/messages/conversions.py``) into the engine's ``StreamingSession`` -- no ROS
+  graph, no dropped frames, deterministic. It writes ``trajectory.tum`` (the poses the node would
+  publish on ``~/pose``, in the same map axes), ``trajectory.png``, ``summary.json``, and with
+  ``--depth`` / ``--ply`` the depth maps and the node's map (``map.ply``). With ``--gt`` it reports
+  APE/RPE (evo). ``--depth-topic`` pairs a depth camera's images (16UC1 mm / 32FC1 m, aligned to
+  the colour image) with the frames, as the node does with ``metric.source: depth``: the outputs
   are then in metres.
   Frames are handled as the node handles them: unreadable images and frames the engine refuses
   are counted drops, a stamp that is not newer is dropped, a stamp jump back or a session limit

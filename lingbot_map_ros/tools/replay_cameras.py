@@ -17,7 +17,7 @@ Every camera's topic runs through its own :class:`~lingbot_map_ros.tools.offline
 all sessions streams of one engine (the weights loaded once, one page pool), exactly as the
 node's cameras (README "Several cameras"). Each camera writes its own outputs into
 ``OUT/<name>/`` (``trajectory.tum``: its camera pose in its map axes, as a single-camera
-replay). Then the node's fusion runs on them (:class:`~lingbot_map_ros.engine.camera_rig.
+replay). Then the node's fusion runs on them (:class:`~lingbot_map_ros.engine.cameras.camera_rig.
 CameraRig`): each camera's ``base_frame`` trajectory (through its mounting
 ``frames.cameras.<name>.base_to_camera``) aligned to the primary's, the source camera chosen by
 bag time (a camera without a pose for ``diagnostics.stale_after_s`` hands over), and
@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from lingbot_map_ros.config import EngineConfig
-from lingbot_map_ros.engine.camera_rig import CameraRig
-from lingbot_map_ros.engine.pipeline import StreamingSession
-from lingbot_map_ros.ros import conversions
-from lingbot_map_ros.ros.odom_frames import OdomFrames
+from lingbot_map_ros.engine.cameras.camera_rig import CameraRig
+from lingbot_map_ros.engine.session.pipeline import StreamingSession
+from lingbot_map_ros.ros.messages import conversions
+from lingbot_map_ros.ros.publishers.odom_frames import OdomFrames
 from lingbot_map_ros.tools import bag_io, trajectory
 from lingbot_map_ros.tools.offline import make_session, OfflineRunner, RunOptions
 import numpy as np

@@ -32,8 +32,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from lingbot_map_ros.engine.geometry import quaternion_to_rotation
-from lingbot_map_ros.ros.conversions import c2w_to_pose
+from lingbot_map_ros.engine.image.geometry import quaternion_to_rotation
+from lingbot_map_ros.ros.messages.conversions import c2w_to_pose
 import numpy as np
 
 _LOG = logging.getLogger(__name__)

@@ -28,10 +28,10 @@ sees a limit reset shows that the rollover came first.
 from __future__ import annotations
 
 from lingbot_map_ros.config import EngineConfig
-from lingbot_map_ros.engine import geometry
 from lingbot_map_ros.engine.errors import CachePoolExhaustedError, TimeIndexLimitError
-from lingbot_map_ros.engine.pipeline import StreamingSession
-from lingbot_map_ros.engine.scale_steps import scale_units
+from lingbot_map_ros.engine.image import geometry
+from lingbot_map_ros.engine.session.pipeline import StreamingSession
+from lingbot_map_ros.engine.session.scale_steps import scale_units
 import numpy as np
 import torch
 

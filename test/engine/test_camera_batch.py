@@ -25,12 +25,13 @@ from __future__ import annotations
 import dataclasses
 
 from lingbot_map_ros.config import EngineConfig
-from lingbot_map_ros.engine.camera_batch import batch_graphs, BatchStats, feed_batch, step_batch
+from lingbot_map_ros.engine.cameras.camera_batch import (batch_graphs, BatchStats, feed_batch,
+                                                         step_batch)
 from lingbot_map_ros.engine.engine import Engine
-from lingbot_map_ros.engine.pipeline import StreamingSession
-from lingbot_map_ros.engine.reasons import Reason
-from lingbot_map_ros.engine.rollover import RolloverSession
-from lingbot_map_ros.engine.stream_feeder import StreamFeeder
+from lingbot_map_ros.engine.session.pipeline import StreamingSession
+from lingbot_map_ros.engine.session.reasons import Reason
+from lingbot_map_ros.engine.session.rollover import RolloverSession
+from lingbot_map_ros.engine.session.stream_feeder import StreamFeeder
 import numpy as np
 import pytest
 import torch

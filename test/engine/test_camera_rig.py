@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The camera rig (engine/camera_rig.py): alignment of a second camera, fused odometry, failover.
+"""engine/cameras/camera_rig.py: a second camera's alignment, fused odometry, failover.
 
 Two oracle sessions (``oracle_model.py``: ground-truth poses seen through a random Sim(3) per
 session, plus noise) watch one base through two mountings 90 degrees and 0.1 m apart, as
@@ -21,9 +21,9 @@ first's odom.
 
 from __future__ import annotations
 
-from lingbot_map_ros.engine import geometry
-from lingbot_map_ros.engine.camera_rig import CameraRig, match_stamps
-from lingbot_map_ros.engine.stream_feeder import StreamFeeder
+from lingbot_map_ros.engine.cameras.camera_rig import CameraRig, match_stamps
+from lingbot_map_ros.engine.image import geometry
+from lingbot_map_ros.engine.session.stream_feeder import StreamFeeder
 import numpy as np
 from oracle_model import frame_image, ground_truth, oracle_session
 import pytest

@@ -26,8 +26,8 @@ from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.cache.stream_kv import stream_pages
 from lingbot_map_ros.engine.engine import Engine
 from lingbot_map_ros.engine.errors import CachePoolExhaustedError, PoolExhaustedError
-from lingbot_map_ros.engine.pipeline import StreamingSession
-from lingbot_map_ros.engine.scale_steps import prep_pages
+from lingbot_map_ros.engine.session.pipeline import StreamingSession
+from lingbot_map_ros.engine.session.scale_steps import prep_pages
 import numpy as np
 import pytest
 

@@ -30,7 +30,7 @@ from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.attention.sdpa import ReferenceBackend, SdpaBackend
 from lingbot_map_ros.engine.model.fast_path import FastPathState
 from lingbot_map_ros.engine.model.frame_runner import FrameRunner
-from lingbot_map_ros.engine.pipeline import StreamingSession
+from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.stats import FALLBACK_KINDS
 import numpy as np
 import pytest

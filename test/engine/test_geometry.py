@@ -23,10 +23,12 @@ from __future__ import annotations
 import json
 import math
 
-from lingbot_map_ros.engine.geometry import (intrinsics_for_original, pose_encoding_to_extrinsics,
-                                             pose_encoding_to_intrinsics, quaternion_to_rotation,
-                                             rotation_to_quaternion, to_c2w_4x4, unproject_depth)
-from lingbot_map_ros.engine.preprocess import preprocess_array
+from lingbot_map_ros.engine.image.geometry import (intrinsics_for_original,
+                                                   pose_encoding_to_extrinsics,
+                                                   pose_encoding_to_intrinsics,
+                                                   quaternion_to_rotation, rotation_to_quaternion,
+                                                   to_c2w_4x4, unproject_depth)
+from lingbot_map_ros.engine.image.preprocess import preprocess_array
 import numpy as np
 import pytest
 from safetensors.torch import load_file

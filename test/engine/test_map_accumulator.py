@@ -20,10 +20,10 @@ import dataclasses
 
 from lingbot_map_ros.config import MapConfig
 from lingbot_map_ros.engine.frames import FrameTag
-from lingbot_map_ros.engine.geometry import unproject_depth
-from lingbot_map_ros.engine.map_accumulator import MapAccumulator
-from lingbot_map_ros.engine.prediction import FramePrediction
-from lingbot_map_ros.engine.preprocess import PreprocessInfo
+from lingbot_map_ros.engine.image.geometry import unproject_depth
+from lingbot_map_ros.engine.image.preprocess import PreprocessInfo
+from lingbot_map_ros.engine.map.map_accumulator import MapAccumulator
+from lingbot_map_ros.engine.session.prediction import FramePrediction
 import numpy as np
 import pytest
 import torch

@@ -22,9 +22,9 @@ from __future__ import annotations
 import time
 
 from lingbot_map_ros.engine.errors import InvalidFrameError
+from lingbot_map_ros.engine.image.preprocess import preprocess_array
+from lingbot_map_ros.engine.image.sensor_depth import to_processed
 from lingbot_map_ros.engine.metric_scale import estimate_scale
-from lingbot_map_ros.engine.preprocess import preprocess_array
-from lingbot_map_ros.engine.sensor_depth import to_processed
 import numpy as np
 import pytest
 import torch

@@ -24,11 +24,11 @@ Run: ``OMP_NUM_THREADS=1 python -m pytest test/engine/test_metric_session.py`` (
 from __future__ import annotations
 
 from lingbot_map_ros.config import MapConfig, MetricConfig
-from lingbot_map_ros.engine.map_accumulator import MapAccumulator
-from lingbot_map_ros.engine.metric_session import MetricSession
-from lingbot_map_ros.engine.rollover import RolloverSession
-from lingbot_map_ros.engine.stitching import align_sim3, Sim3Alignment
-from lingbot_map_ros.engine.stream_feeder import StreamFeeder
+from lingbot_map_ros.engine.map.map_accumulator import MapAccumulator
+from lingbot_map_ros.engine.session.metric_session import MetricSession
+from lingbot_map_ros.engine.session.rollover import RolloverSession
+from lingbot_map_ros.engine.session.stitching import align_sim3, Sim3Alignment
+from lingbot_map_ros.engine.session.stream_feeder import StreamFeeder
 import numpy as np
 # oracle_model sits next to this file (pytest puts test/engine on sys.path).
 from oracle_model import frame_image, ground_truth, oracle_session

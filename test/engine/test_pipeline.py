@@ -22,7 +22,7 @@ from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.errors import (CachePoolExhaustedError, InvalidFrameError,
                                            ResolutionChangedError, SessionLimitError,
                                            TimeIndexLimitError)
-from lingbot_map_ros.engine.pipeline import StreamingSession
+from lingbot_map_ros.engine.session.pipeline import StreamingSession
 import numpy as np
 import pytest
 import torch

@@ -24,8 +24,8 @@ import io
 from pathlib import Path
 
 from lingbot_map_ros.engine.errors import InvalidFrameError
-from lingbot_map_ros.engine.preprocess import (preprocess_array, preprocess_path, preprocess_pil,
-                                               resized_height)
+from lingbot_map_ros.engine.image.preprocess import (preprocess_array, preprocess_path,
+                                                     preprocess_pil, resized_height)
 import numpy as np
 from PIL import Image
 import pytest

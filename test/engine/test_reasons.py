@@ -11,14 +11,14 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The drop and reset reasons and their one policy table (engine/reasons.py).
+"""The drop and reset reasons and their one policy table (engine/session/reasons.py).
 
 Run: ``python -m pytest test/engine/test_reasons.py`` (under a second).
 """
 
 import logging
 
-from lingbot_map_ros.engine.reasons import node_reasons, POLICY, Reason
+from lingbot_map_ros.engine.session.reasons import node_reasons, POLICY, Reason
 import pytest
 
 # The stable counter keys (docs/robustness.md): monitors key on these names.

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.frames import FrameTag
-from lingbot_map_ros.engine.rollover import RolloverSession
-from lingbot_map_ros.engine.stitching import align_sim3
-from lingbot_map_ros.engine.stream_feeder import StreamFeeder
+from lingbot_map_ros.engine.session.rollover import RolloverSession
+from lingbot_map_ros.engine.session.stitching import align_sim3
+from lingbot_map_ros.engine.session.stream_feeder import StreamFeeder
 import numpy as np
 # oracle_model sits next to this file (pytest puts test/engine on sys.path).
 from oracle_model import frame_image, ground_truth, oracle_session

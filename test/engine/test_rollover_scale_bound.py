@@ -20,9 +20,9 @@ implausible fits are refused, counted and reported, the previous scale kept.
 
 from __future__ import annotations
 
-from lingbot_map_ros.engine import stitching
-from lingbot_map_ros.engine.rollover import RolloverSession
-from lingbot_map_ros.engine.stream_feeder import StreamFeeder
+from lingbot_map_ros.engine.session import stitching
+from lingbot_map_ros.engine.session.rollover import RolloverSession
+from lingbot_map_ros.engine.session.stream_feeder import StreamFeeder
 import numpy as np
 from oracle_model import frame_image, ground_truth, oracle_session
 import pytest

@@ -27,9 +27,9 @@ from __future__ import annotations
 import os
 
 from lingbot_map_ros.config import EngineConfig
-from lingbot_map_ros.engine.pipeline import StreamingSession
-from lingbot_map_ros.engine.rollover import RolloverSession
-from lingbot_map_ros.engine.stream_feeder import StreamFeeder
+from lingbot_map_ros.engine.session.pipeline import StreamingSession
+from lingbot_map_ros.engine.session.rollover import RolloverSession
+from lingbot_map_ros.engine.session.stream_feeder import StreamFeeder
 import numpy as np
 import pytest
 import torch

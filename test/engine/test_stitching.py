@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 
-from lingbot_map_ros.engine.stitching import align_sim3
+from lingbot_map_ros.engine.session.stitching import align_sim3
 import numpy as np
 import pytest
 

@@ -22,9 +22,9 @@ from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.errors import (CachePoolExhaustedError, NonFiniteOutputError,
                                            SessionLimitError)
 from lingbot_map_ros.engine.frames import FrameTag
-from lingbot_map_ros.engine.pipeline import StreamingSession
-from lingbot_map_ros.engine.reasons import Reason
-from lingbot_map_ros.engine.stream_feeder import FrameDrop, StreamFeeder
+from lingbot_map_ros.engine.session.pipeline import StreamingSession
+from lingbot_map_ros.engine.session.reasons import Reason
+from lingbot_map_ros.engine.session.stream_feeder import FrameDrop, StreamFeeder
 import numpy as np
 import pytest
 

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Glitch filters of StreamFeeder (engine/stream_guards.py) over the tiny CPU session.
+"""Glitch filters of StreamFeeder (engine/session/stream_guards.py) over the tiny CPU session.
 
 One frame stamped ahead of the stream, or one frame of another size, must cost that frame only:
 not the frames after it, not the map.
@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.frames import FrameTag
-from lingbot_map_ros.engine.pipeline import StreamingSession
-from lingbot_map_ros.engine.stream_feeder import FrameHeld, StreamFeeder
-from lingbot_map_ros.engine.stream_guards import ForwardJumpGuard, ResolutionGuard
+from lingbot_map_ros.engine.session.pipeline import StreamingSession
+from lingbot_map_ros.engine.session.stream_feeder import FrameHeld, StreamFeeder
+from lingbot_map_ros.engine.session.stream_guards import ForwardJumpGuard, ResolutionGuard
 import numpy as np
 
 N_S = 2

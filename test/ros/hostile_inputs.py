@@ -63,8 +63,8 @@ _CHILD = r"""
 import json, sys, time
 from pathlib import Path
 import numpy as np
-from lingbot_map_ros.engine.preprocess import preprocess_array
-from lingbot_map_ros.ros import conversions
+from lingbot_map_ros.engine.image.preprocess import preprocess_array
+from lingbot_map_ros.ros.messages import conversions
 
 def rss(key):
     for line in Path('/proc/self/status').read_text().splitlines():

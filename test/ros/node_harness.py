@@ -212,7 +212,7 @@ class Graph:
     def start_node(self, namespace: str, values: dict[str, Any],
                    compressed: bool = False) -> tuple[Node, Probe]:
         """Start ``lingbot_map_node`` with ``values`` and a probe in ``namespace``, matched."""
-        from lingbot_map_ros.ros.node import LingbotMapNode
+        from lingbot_map_ros.ros.nodes.node import LingbotMapNode
 
         node = self.add(LingbotMapNode(
             context=self.context, namespace=namespace,

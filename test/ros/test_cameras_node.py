@@ -95,7 +95,7 @@ class RigProbe(Node):
 
 def start(graph: Any, names: list[str], **values: Any) -> tuple[Node, RigProbe]:
     """Start the node with ``input.cameras = names`` and a probe, matched both ways."""
-    from lingbot_map_ros.ros.node import LingbotMapNode
+    from lingbot_map_ros.ros.nodes.node import LingbotMapNode
 
     namespace = f'/rig{next(_ns)}'
     overrides = {**BAG, 'input.cameras': names, **values}
@@ -231,7 +231,7 @@ def test_the_next_camera_takes_over_when_the_primary_stops(graph):
      'frames.cameras.front.base_to_camera'),
 ])
 def test_bad_camera_settings_are_refused_with_a_reason(graph, values, message):
-    from lingbot_map_ros.ros.node import LingbotMapNode
+    from lingbot_map_ros.ros.nodes.node import LingbotMapNode
 
     overrides = [Parameter(k, value=v) for k, v in {**TINY_CPU, **values}.items()]
     with pytest.raises(ValueError, match=message):
@@ -240,14 +240,14 @@ def test_bad_camera_settings_are_refused_with_a_reason(graph, values, message):
 
 
 def _item(camera: str, index: int) -> Any:
-    from lingbot_map_ros.ros.session_runner import InputFrame
+    from lingbot_map_ros.ros.inference.session_runner import InputFrame
 
     msg = image_msg(make_image(0, 4, 4), _STAMP0 + index * _PERIOD_NS)
     return InputFrame(msg, False, 0.0, camera)
 
 
 def test_live_queue_keeps_the_newest_frame_of_each_camera():
-    from lingbot_map_ros.ros.camera_group import CameraQueue
+    from lingbot_map_ros.ros.inference.camera_group import CameraQueue
 
     queue = CameraQueue(2, capacity=64, block_when_full=False)
     assert queue.put(_item('a', 0)) == 0
@@ -259,7 +259,7 @@ def test_live_queue_keeps_the_newest_frame_of_each_camera():
 
 
 def test_synced_frames_are_taken_in_each_cameras_order():
-    from lingbot_map_ros.ros.camera_group import CameraQueue
+    from lingbot_map_ros.ros.inference.camera_group import CameraQueue
 
     queue = CameraQueue(3, capacity=64, block_when_full=True)
     for item in (_item('b', 0), _item('b', 1), _item('c', 5), _item('a', 1)):

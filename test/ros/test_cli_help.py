@@ -16,7 +16,8 @@
 Run: ``pytest test/ros/test_cli_help.py`` (instant).
 """
 
-from lingbot_map_ros.ros import cli_help, lifecycle_node, node, params
+from lingbot_map_ros.ros.nodes import lifecycle_node, node
+from lingbot_map_ros.ros.parameters import cli_help, params
 import pytest
 
 

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Pure conversions of ros/conversions.py: every accepted encoding, every drop reason, poses.
+"""The pure conversions (ros/messages/conversions.py): every encoding, every drop reason, poses.
 
 Run: ``pytest test/ros/test_conversions.py`` (a second; no ROS graph).
 
@@ -20,9 +20,9 @@ Messages are built both as rclpy messages (``array.array`` data) and as ``rosbag
 """
 
 import cv2
-from lingbot_map_ros.engine import geometry
-from lingbot_map_ros.ros import conversions
-from lingbot_map_ros.ros.conversions import ImageConversionError
+from lingbot_map_ros.engine.image import geometry
+from lingbot_map_ros.ros.messages import conversions
+from lingbot_map_ros.ros.messages.conversions import ImageConversionError
 import numpy as np
 import pytest
 from rosbags.typesys import get_typestore, Stores

@@ -21,8 +21,8 @@ from __future__ import annotations
 import threading
 
 from lingbot_map_ros.config import MetricConfig
-from lingbot_map_ros.ros.depth_input import (DEPTH_DROP_REASONS, depth_msg_to_metres,
-                                             DepthConversionError, DepthInput, FUTURE_S)
+from lingbot_map_ros.ros.inference.depth_input import (DEPTH_DROP_REASONS, depth_msg_to_metres,
+                                                       DepthConversionError, DepthInput, FUTURE_S)
 import numpy as np
 import pytest
 from sensor_msgs.msg import Image

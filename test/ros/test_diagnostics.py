@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Diagnostic levels and values of ros/diagnostics.py, from counters to DiagnosticStatus.
+"""Levels and values of ros/publishers/diagnostics.py, from counters to DiagnosticStatus.
 
 Run: ``pytest test/ros/test_diagnostics.py`` (under a second; no ROS graph).
 """
@@ -19,11 +19,11 @@ Run: ``pytest test/ros/test_diagnostics.py`` (under a second; no ROS graph).
 from dataclasses import replace
 import time
 
-from lingbot_map_ros.engine.reasons import POLICY, Reason
+from lingbot_map_ros.engine.session.reasons import POLICY, Reason
 from lingbot_map_ros.engine.stats import CacheStats, SessionStats
-from lingbot_map_ros.ros import diagnostics
-from lingbot_map_ros.ros.conversions import DROP_REASONS
-from lingbot_map_ros.ros.diagnostics import ERROR, NodeStats, OK, STALE, WARN
+from lingbot_map_ros.ros.messages.conversions import DROP_REASONS
+from lingbot_map_ros.ros.publishers import diagnostics
+from lingbot_map_ros.ros.publishers.diagnostics import ERROR, NodeStats, OK, STALE, WARN
 import pytest
 
 INFO = {'topic': '/cam/image', 'transport': 'raw', 'queue_mode': 'live', 'queue_length': 0}

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""FrameQueue (live: drop oldest; bag: block) and the Worker thread of ros/worker.py.
+"""FrameQueue (live: drop oldest; bag: block) and the Worker thread of ros/inference/worker.py.
 
 Run: ``pytest test/ros/test_frame_queue.py`` (about a second; threads only, no ROS graph).
 """
@@ -19,7 +19,7 @@ Run: ``pytest test/ros/test_frame_queue.py`` (about a second; threads only, no R
 import threading
 import time
 
-from lingbot_map_ros.ros.worker import FrameQueue, Worker
+from lingbot_map_ros.ros.inference.worker import FrameQueue, Worker
 import pytest
 
 

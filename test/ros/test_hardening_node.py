@@ -25,7 +25,7 @@ import math
 from pathlib import Path
 
 from geometry_msgs.msg import TransformStamped
-from lingbot_map_ros.ros.odom_frames import lookup_mount
+from lingbot_map_ros.ros.publishers.odom_frames import lookup_mount
 from node_harness import image_msg, make_image, TINY_CPU, wait_for
 import numpy as np
 import pytest

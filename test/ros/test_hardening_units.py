@@ -23,11 +23,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from lingbot_map_ros.engine.stats import CacheStats
-from lingbot_map_ros.ros import diagnostics
-from lingbot_map_ros.ros.conversions import check_image_msg, ImageConversionError
-from lingbot_map_ros.ros.map_output import _PoseLog
-from lingbot_map_ros.ros.map_save import resolve_directory
-from lingbot_map_ros.ros.odom_frames import pose7_to_matrix
+from lingbot_map_ros.ros.messages.conversions import check_image_msg, ImageConversionError
+from lingbot_map_ros.ros.publishers import diagnostics
+from lingbot_map_ros.ros.publishers.map_output import _PoseLog
+from lingbot_map_ros.ros.publishers.map_save import resolve_directory
+from lingbot_map_ros.ros.publishers.odom_frames import pose7_to_matrix
 from lingbot_map_ros.tools import trajectory
 import numpy as np
 import pytest

@@ -25,10 +25,10 @@ from pathlib import Path
 import cv2
 # hostile_inputs sits next to this file (pytest puts test/ros on sys.path).
 from hostile_inputs import png_chunk, PNG_SIGNATURE, probe_cost, zero_png
-from lingbot_map_ros.engine.preprocess import preprocess_array
-from lingbot_map_ros.ros import conversions
-from lingbot_map_ros.ros.compressed_header import CorruptPayload, inspect_compressed
-from lingbot_map_ros.ros.image_decode import ImageConversionError
+from lingbot_map_ros.engine.image.preprocess import preprocess_array
+from lingbot_map_ros.ros.messages import conversions
+from lingbot_map_ros.ros.messages.compressed_header import CorruptPayload, inspect_compressed
+from lingbot_map_ros.ros.messages.image_decode import ImageConversionError
 import numpy as np
 import pytest
 

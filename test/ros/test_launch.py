@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 
-from lingbot_map_ros.ros.node import NODE_NAME
+from lingbot_map_ros.ros.nodes.node import NODE_NAME
 from node_harness import Graph, image_msg, make_image, TINY_CPU, wait_for
 import pytest
 import yaml
@@ -46,8 +46,8 @@ DOCUMENTED = ['namespace', 'params_file', 'use_sim_time', 'log_level', 'image_to
               'allow_random_weights', 'odom_frame', 'base_frame', 'map_frame', 'camera_frame',
               'publish_tf', 'transport', 'cameras', 'depth_topic', 'lifecycle', 'autostart',
               'rviz']
-EXECUTABLES = {'lingbot_map_node': 'lingbot_map_ros.ros.entry',
-               'lingbot_map_lifecycle_node': 'lingbot_map_ros.ros.lifecycle_node'}
+EXECUTABLES = {'lingbot_map_node': 'lingbot_map_ros.ros.nodes.entry',
+               'lingbot_map_lifecycle_node': 'lingbot_map_ros.ros.nodes.lifecycle_node'}
 _TIMEOUT_S = 120.0  # a node process importing torch on a loaded 2-core machine
 # ros2 launch escalates to SIGTERM this long after its SIGINT (its sigterm_timeout default).
 _LAUNCH_SIGTERM_AFTER_S = 5.0

@@ -27,8 +27,8 @@ import weakref
 
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
-from lingbot_map_ros.engine.rollover import RolloverSession
-from lingbot_map_ros.ros.lifecycle_node import LingbotMapLifecycleNode
+from lingbot_map_ros.engine.session.rollover import RolloverSession
+from lingbot_map_ros.ros.nodes.lifecycle_node import LingbotMapLifecycleNode
 from node_harness import Graph, image_msg, make_image, Probe, TINY_CPU, wait_for
 import pytest
 from rclpy.parameter import Parameter

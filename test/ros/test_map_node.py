@@ -22,8 +22,8 @@ answers ``success=False`` when the output directory cannot be written; a reset e
 
 import itertools
 
-from lingbot_map_ros.engine.ply import read_ply
-from lingbot_map_ros.ros.map_output import MAP_QOS
+from lingbot_map_ros.engine.map.ply import read_ply
+from lingbot_map_ros.ros.publishers.map_output import MAP_QOS
 from node_harness import image_msg, make_image, stamp_ns, TINY_CPU, wait_for
 import numpy as np
 import pytest

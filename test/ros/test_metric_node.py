@@ -27,13 +27,13 @@ from pathlib import Path
 import sys
 
 from lingbot_map_ros.config import MapConfig, MetricConfig
-from lingbot_map_ros.engine import geometry
-from lingbot_map_ros.engine.map_accumulator import MapAccumulator
-from lingbot_map_ros.engine.ply import read_ply
-from lingbot_map_ros.engine.rollover import RolloverSession
-from lingbot_map_ros.ros import params
-from lingbot_map_ros.ros.depth_input import DEPTH_DROP_REASONS
-from lingbot_map_ros.ros.odometry_status import ODOMETRY_KEYS
+from lingbot_map_ros.engine.image import geometry
+from lingbot_map_ros.engine.map.map_accumulator import MapAccumulator
+from lingbot_map_ros.engine.map.ply import read_ply
+from lingbot_map_ros.engine.session.rollover import RolloverSession
+from lingbot_map_ros.ros.inference.depth_input import DEPTH_DROP_REASONS
+from lingbot_map_ros.ros.parameters import params
+from lingbot_map_ros.ros.publishers.odometry_status import ODOMETRY_KEYS
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.make_bag import depth_message
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
@@ -265,7 +265,7 @@ def test_hostile_depth_is_counted_and_no_colour_frame_is_lost(graph, tmp_path):
 
 
 def test_metric_needs_depth_from_the_model(graph):
-    from lingbot_map_ros.ros.node import LingbotMapNode
+    from lingbot_map_ros.ros.nodes.node import LingbotMapNode
     from rclpy.parameter import Parameter
 
     values = {**TINY_CPU, 'metric.source': 'depth'}

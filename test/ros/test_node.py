@@ -30,9 +30,9 @@ import sys
 
 from builtin_interfaces.msg import Time
 from lingbot_map_ros.engine import errors
-from lingbot_map_ros.ros.node import LingbotMapNode, main
-from lingbot_map_ros.ros.odometry_status import ODOMETRY_KEYS
-from lingbot_map_ros.ros.outputs import UNKNOWN_VARIANCE
+from lingbot_map_ros.ros.nodes.node import LingbotMapNode, main
+from lingbot_map_ros.ros.publishers.odometry_status import ODOMETRY_KEYS
+from lingbot_map_ros.ros.publishers.outputs import UNKNOWN_VARIANCE
 # node_harness sits next to this file (pytest puts test/ros on sys.path).
 from node_harness import (image_msg, jpeg_msg, make_image, Probe, stamp_ns, TINY_CPU,
                           wait_for)
@@ -390,11 +390,11 @@ def test_no_weights_refuses_to_start(graph):
 
 @pytest.mark.slow
 def test_module_entry_point_with_the_demo_file_runs_and_stops_on_sigint(graph):
-    """``python -m lingbot_map_ros.ros.node`` with config/demo_tiny_cpu.yaml, as a process."""
+    """``python -m lingbot_map_ros.ros.nodes.node`` with demo_tiny_cpu.yaml, as a process."""
     params_file = Path(__file__).resolve().parents[2] / 'config' / 'demo_tiny_cpu.yaml'
     env = dict(os.environ, OMP_NUM_THREADS='1')
     proc = subprocess.Popen(
-        [sys.executable, '-m', 'lingbot_map_ros.ros.node', '--ros-args', '--params-file',
+        [sys.executable, '-m', 'lingbot_map_ros.ros.nodes.node', '--ros-args', '--params-file',
          str(params_file), '-r', '__ns:=/proc', '-p', 'input.queue_mode:=bag', '-p',
          'input.qos.reliability:=reliable', '-p', 'input.qos.depth:=50'],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -161,7 +161,7 @@ def test_bad_stamps_and_glitch_frames_cost_only_themselves(graph):
 def _run_node_process(args, *, interrupt_after_s=None, timeout_s=120):
     env = dict(os.environ, OMP_NUM_THREADS='1', ROS_DOMAIN_ID=os.environ.get('ROS_DOMAIN_ID',
                                                                              '0'))
-    proc = subprocess.Popen([sys.executable, '-m', 'lingbot_map_ros.ros.entry', *args],
+    proc = subprocess.Popen([sys.executable, '-m', 'lingbot_map_ros.ros.nodes.entry', *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         if interrupt_after_s is not None:
@@ -206,7 +206,7 @@ def test_a_parameter_named_empty_is_refused(graph):
 
 _SLOW_NODE = r"""
 import sys, time
-from lingbot_map_ros.engine.rollover import RolloverSession
+from lingbot_map_ros.engine.session.rollover import RolloverSession
 real_step = RolloverSession.step
 
 def step(self, image, stamp):
@@ -215,7 +215,7 @@ def step(self, image, stamp):
     return real_step(self, image, stamp)
 
 RolloverSession.step = step
-from lingbot_map_ros.ros import node
+from lingbot_map_ros.ros.nodes import node
 sys.exit(node.main(['lingbot_map_node'] + sys.argv[1:]))
 """
 

@@ -76,7 +76,7 @@ def step(self, image, stamp):
     return real_step(self, image, stamp)
 
 cls.step = step
-from lingbot_map_ros.ros import entry
+from lingbot_map_ros.ros.nodes import entry
 sys.exit(entry.run(['hooked'] + sys.argv[6:], 'hooked', node_module, node_class))
 """
 
@@ -99,7 +99,7 @@ class NodeProcess:
 
     @classmethod
     def plain(cls):
-        return cls(['-m', 'lingbot_map_ros.ros.entry'], f'/sd{next(_ns)}')
+        return cls(['-m', 'lingbot_map_ros.ros.nodes.entry'], f'/sd{next(_ns)}')
 
     @classmethod
     def hooked(cls, module, name, behaviour, node_module, node_class):
@@ -209,8 +209,9 @@ def test_a_signal_while_streaming_exits_quietly(graph, processes, sig):
 
 @pytest.mark.parametrize('sig', _SIGNALS, ids=lambda s: s.name)
 def test_a_signal_inside_a_long_native_frame_exits_quietly(graph, processes, sig):
-    process = NodeProcess.hooked('lingbot_map_ros.engine.rollover', 'RolloverSession',
-                                 'native_minute', 'lingbot_map_ros.ros.node', 'LingbotMapNode')
+    process = NodeProcess.hooked('lingbot_map_ros.engine.session.rollover', 'RolloverSession',
+                                 'native_minute', 'lingbot_map_ros.ros.nodes.node',
+                                 'LingbotMapNode')
     processes.append(process)
     probe = node_probe(graph, process)
     for i in itertools.count():
@@ -228,8 +229,8 @@ def test_a_signal_inside_a_long_native_frame_exits_quietly(graph, processes, sig
 @pytest.mark.parametrize('sig', _SIGNALS, ids=lambda s: s.name)
 def test_a_signal_during_a_lifecycle_configure_exits_quietly(graph, processes, sig):
     # Each warm-up frame takes 0.5 s more: the signal lands inside the configure transition.
-    process = NodeProcess.hooked('lingbot_map_ros.engine.pipeline', 'StreamingSession', '0.5',
-                                 'lingbot_map_ros.ros.lifecycle_node',
+    process = NodeProcess.hooked('lingbot_map_ros.engine.session.pipeline', 'StreamingSession',
+                                 '0.5', 'lingbot_map_ros.ros.nodes.lifecycle_node',
                                  'LingbotMapLifecycleNode')
     processes.append(process)
     probe = graph.add(Probe(graph.context, process.namespace))

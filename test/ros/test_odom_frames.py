@@ -19,8 +19,8 @@ Run: ``python -m pytest test/ros/test_odom_frames.py`` (instant).
 from __future__ import annotations
 
 from lingbot_map_ros.engine.stats import RolloverStats
-from lingbot_map_ros.ros.odom_frames import OdomFrames, OPTICAL_IN_BODY, pose7_to_matrix
-from lingbot_map_ros.ros.odometry_status import ODOMETRY_KEYS, odometry_status
+from lingbot_map_ros.ros.publishers.odom_frames import OdomFrames, OPTICAL_IN_BODY, pose7_to_matrix
+from lingbot_map_ros.ros.publishers.odometry_status import ODOMETRY_KEYS, odometry_status
 import numpy as np
 import pytest
 

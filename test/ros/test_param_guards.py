@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from lingbot_map_ros.ros import params
+from lingbot_map_ros.ros.parameters import params
 from node_harness import TINY_CPU
 import pytest
 from rcl_interfaces.msg import Parameter as ParameterMsg
@@ -85,7 +85,7 @@ def test_every_numeric_parameter_is_enumerated():
 
 @pytest.mark.parametrize('name,kind', CASES)
 def test_start_up_refuses_or_documents_every_hostile_value(graph, name, kind):
-    from lingbot_map_ros.ros.node import LingbotMapNode
+    from lingbot_map_ros.ros.nodes.node import LingbotMapNode
 
     spec = next(s for s in _numeric_specs() if s.name == name)
     overrides = [Parameter(k, value=v) for k, v in TINY_CPU.items() if k != name]

@@ -20,7 +20,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from lingbot_map_ros import config
-from lingbot_map_ros.ros import input_params, params
+from lingbot_map_ros.ros.parameters import input_params, params
 import pytest
 import rclpy
 from rclpy.node import Node

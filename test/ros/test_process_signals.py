@@ -16,7 +16,7 @@
 import os
 import signal
 
-from lingbot_map_ros.ros.process_signals import ProcessSignals, ShutdownRequested
+from lingbot_map_ros.ros.nodes.process_signals import ProcessSignals, ShutdownRequested
 import pytest
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 import re
 
-from lingbot_map_ros.ros import params
+from lingbot_map_ros.ros.parameters import params
 
 TABLE = Path(__file__).resolve().parents[2] / 'docs' / 'parameters.md'
 

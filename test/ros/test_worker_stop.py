@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Stopping and abandoning the inference thread of ros/worker.py (threads only, no ROS).
+"""Stopping and abandoning the inference thread of ros/inference/worker.py (threads only, no ROS).
 
 A stop waits a bounded time for the item in progress; an abandoned worker finishes that item by
 itself, reports none of its errors, lets go of its handler (what holds the engine session) and
@@ -22,7 +22,7 @@ import gc
 import threading
 import weakref
 
-from lingbot_map_ros.ros.worker import FrameQueue, Worker
+from lingbot_map_ros.ros.inference.worker import FrameQueue, Worker
 
 _TIMEOUT_S = 30.0
 

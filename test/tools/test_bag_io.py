@@ -20,8 +20,8 @@ that folder is absent).
 
 
 import cv2
-from lingbot_map_ros.ros.conversions import camera_info_k, compressed_msg_to_rgb
-from lingbot_map_ros.ros.conversions import image_msg_to_rgb, stamp_to_ns
+from lingbot_map_ros.ros.messages.conversions import camera_info_k, compressed_msg_to_rgb
+from lingbot_map_ros.ros.messages.conversions import image_msg_to_rgb, stamp_to_ns
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.make_bag import BagSpec, folder_frames, image_files, video_frames
 from lingbot_map_ros.tools.make_bag import write_frames

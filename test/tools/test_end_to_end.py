@@ -14,7 +14,7 @@
 """End to end: a bag played into the running node gives the poses of the offline replay.
 
 Run: ``pytest test/tools/test_end_to_end.py`` (about 10 s on 2 cores; markers ``rostest``,
-``slow``). Starts ``python -m lingbot_map_ros.ros.node`` as a child process on a private DDS
+``slow``). Starts ``python -m lingbot_map_ros.ros.nodes.node`` as a child process on a private DDS
 domain.
 
 Path: synthetic scene -> bag (``make_bag``) -> ``BagPlayer`` with /clock and reliable QoS ->
@@ -29,8 +29,8 @@ import os
 import random
 
 from lingbot_map_ros.config import load_yaml
-from lingbot_map_ros.ros.conversions import c2w_to_pose
-from lingbot_map_ros.ros.odom_frames import OPTICAL_IN_BODY
+from lingbot_map_ros.ros.messages.conversions import c2w_to_pose
+from lingbot_map_ros.ros.publishers.odom_frames import OPTICAL_IN_BODY
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.demo import node_overrides, NodeProcess, play_and_record
 from lingbot_map_ros.tools.make_bag import BagSpec, write_synthetic

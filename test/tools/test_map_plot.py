@@ -17,7 +17,7 @@ Run: ``pytest test/tools/test_map_plot.py`` (a few seconds, CPU).
 """
 
 from lingbot_map_ros.config import MapConfig
-from lingbot_map_ros.ros.conversions import map_axes_transform
+from lingbot_map_ros.ros.messages.conversions import map_axes_transform
 from lingbot_map_ros.tools import synthetic_scene
 from lingbot_map_ros.tools.map_plot import ground_truth_map, plot_map
 from lingbot_map_ros.tools.synthetic_scene import camera_path, render_sequence, SceneConfig

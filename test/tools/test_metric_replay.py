@@ -24,14 +24,14 @@ from pathlib import Path
 import sys
 
 from lingbot_map_ros.config import MapConfig, MetricConfig
-from lingbot_map_ros.engine import geometry
-from lingbot_map_ros.engine.map_accumulator import MapAccumulator
+from lingbot_map_ros.engine.image import geometry
+from lingbot_map_ros.engine.image.preprocess import preprocess_array
+from lingbot_map_ros.engine.image.sensor_depth import to_processed
+from lingbot_map_ros.engine.map.map_accumulator import MapAccumulator
+from lingbot_map_ros.engine.map.ply import read_ply
 from lingbot_map_ros.engine.metric_scale import estimate_scale
-from lingbot_map_ros.engine.ply import read_ply
-from lingbot_map_ros.engine.preprocess import preprocess_array
-from lingbot_map_ros.engine.rollover import RolloverSession
-from lingbot_map_ros.engine.sensor_depth import to_processed
-from lingbot_map_ros.ros.depth_input import depth_msg_to_metres
+from lingbot_map_ros.engine.session.rollover import RolloverSession
+from lingbot_map_ros.ros.inference.depth_input import depth_msg_to_metres
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.make_bag import depth_message
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 
-from lingbot_map_ros.ros.conversions import image_msg_to_rgb, stamp_to_ns
+from lingbot_map_ros.ros.messages.conversions import image_msg_to_rgb, stamp_to_ns
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.make_bag import BagSpec, write_frames
 from lingbot_map_ros.tools.player import BagPlayer, PlayOptions

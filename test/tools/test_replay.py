@@ -23,8 +23,8 @@ import json
 import logging
 
 from lingbot_map_ros.config import load_yaml
-from lingbot_map_ros.engine.geometry import quaternion_to_rotation
-from lingbot_map_ros.engine.ply import read_ply
+from lingbot_map_ros.engine.image.geometry import quaternion_to_rotation
+from lingbot_map_ros.engine.map.ply import read_ply
 from lingbot_map_ros.tools import bag_io, trajectory
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
 from lingbot_map_ros.tools.replay import find_config, main

@@ -18,7 +18,7 @@ Run: ``python -m pytest test/tools/test_synthetic_rig.py``.
 
 from __future__ import annotations
 
-from lingbot_map_ros.ros.conversions import camera_info_k, image_msg_to_rgb, stamp_to_ns
+from lingbot_map_ros.ros.messages.conversions import camera_info_k, image_msg_to_rgb, stamp_to_ns
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.replay import main
 from lingbot_map_ros.tools.synthetic_rig import RIG_BASELINE_M, rig_mounts, RIG_YAW_DEG

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from lingbot_map_ros.config import CacheConfig
 from lingbot_map_ros.engine.cache.stream_kv import stream_pages
-from lingbot_map_ros.engine.scale_steps import prep_pages
+from lingbot_map_ros.engine.session.scale_steps import prep_pages
 import torch
 
 
@@ -40,7 +40,7 @@ def pool_pages(cache: CacheConfig, page_size: int, num_special_tokens: int = 6) 
     if cache.pool_pages:
         return cache.pool_pages
     # Each stream's rollover prepares its next session beside it: the next session's scale
-    # frames take their pages from this headroom until the switch (engine/scale_steps.py).
+    # frames take their pages from this headroom until the switch (engine/session/scale_steps.py).
     per_stream = stream_pages(page_size, num_special_tokens, cache.scale_frames,
                               cache.sliding_window, cache.max_total_frames)
     return cache.streams * (per_stream + prep_pages(page_size, num_special_tokens,

@@ -124,7 +124,7 @@ class FastPathMode:
         """Return the mode after a step-down of ``kind`` (``why``: what runs now and why)."""
         if kind == 'compile':
             return replace(self, segments_compile=False, last_fallback=why)
-        if kind == 'batch_capture':  # engine/camera_batch.py's graphs; frames alone unchanged
+        if kind == 'batch_capture':  # cameras/camera_batch.py's graphs; single frames unchanged
             return replace(self, last_fallback=why)
         if kind == 'capture':
             return replace(self, upper='eager', last_fallback=why)

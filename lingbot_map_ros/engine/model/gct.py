@@ -144,7 +144,7 @@ class LingbotMapModel(nn.Module):
     def call_context(self, stream: StreamState) -> Iterator[None]:
         """Enter what one call on ``stream`` runs in (SDPA kernels, the stream's camera cache).
 
-        For callers that run a call's parts themselves (engine/scale_steps.py).
+        For callers that run a call's parts themselves (engine/session/scale_steps.py).
         """
         with sdpa_kernel(_SDPA_BACKENDS), self._bound(stream):
             yield

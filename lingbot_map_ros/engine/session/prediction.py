@@ -1,0 +1,154 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""What the streaming session returns for each frame.
+
+Conventions (see ``geometry.py``): ``c2w`` maps camera coordinates to world coordinates, camera
+axes are OpenCV / ROS optical (x right, y down, z forward), the world frame is nominally the first
+frame's camera, and translation and depth share one scale fixed by the scale frames (metres
+when a depth camera sets it: ``engine/session/metric_session.py``).
+
+Dense outputs (``depth``, ``depth_conf``, ``image``) stay torch tensors on the engine's device:
+only what a message needs is copied to the host, where it is published. :meth:`points` unprojects
+the depth once per prediction and target frame, so ``~/cloud`` and ``~/map`` (or the replay's
+map) share one unprojection; :meth:`host_cloud` brings a strided cloud to the host in one copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lingbot_map_ros.engine.frames import FrameTag, Role
+from lingbot_map_ros.engine.image.geometry import unproject_depth
+from lingbot_map_ros.engine.image.preprocess import PreprocessInfo
+import numpy as np
+import torch
+
+__all__ = ['FramePrediction', 'FrameTag', 'Role']
+
+
+@dataclass(frozen=True, slots=True)
+class FramePrediction:
+    """Per-frame output of :class:`lingbot_map_ros.engine.session.pipeline.StreamingSession`."""
+
+    frame_index: int
+    """0-based index of the frame since the last reset."""
+    tag: FrameTag
+    """The tag the caller gave with the frame, returned unchanged (the same object)."""
+    role: Role
+    """'scale' (first N_s frames, run together), 'keyframe' (cached) or 'non-keyframe'."""
+    time_index: int
+    """3-D RoPE time index the frame used (number of keyframes cached before it)."""
+    pose_enc: np.ndarray
+    """[9] float64: translation(3), quaternion xyzw(4), fov_h, fov_w (radians)."""
+    c2w: np.ndarray
+    """[4, 4] float64 camera-to-world transform (rotation normalised). Behind a
+    :class:`~lingbot_map_ros.engine.session.rollover.RolloverSession` this is the continuous pose,
+    stitched across rollovers; ``session_c2w`` keeps the session's own."""
+    intrinsics: np.ndarray
+    """[3, 3] float64 pinhole matrix for the processed image (``image_size_hw``)."""
+    intrinsics_original: np.ndarray
+    """[3, 3] float64 pinhole matrix for the original input image (``original_size_hw``)."""
+    preprocess: PreprocessInfo
+    """How the processed image relates to the input image."""
+    network_input: torch.Tensor
+    """[3, H, W] float image in [0, 1] the network ran on, on the engine's device (the
+    rollover keeps keyframes' for its overlap instead of uploading them again)."""
+    depth: torch.Tensor | None = None
+    """[H, W] float32 depth along z for the processed image on the engine's device, or None:
+    model units, metres behind a metric
+    :class:`~lingbot_map_ros.engine.session.rollover.RolloverSession`."""
+    depth_conf: torch.Tensor | None = None
+    """[H, W] float32 confidence (>= 1) on the engine's device, or None."""
+    image: torch.Tensor | None = None
+    """[H, W, 3] uint8 processed RGB image on the engine's device (for colouring points), or
+    None (no depth)."""
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    """Wall-clock milliseconds per stage ('preprocess', 'model', 'total', ...)."""
+    session: int = 0
+    """Engine session that made the prediction (counts rollovers and resets)."""
+    session_c2w: np.ndarray | None = None
+    """[4, 4] pose in the session's own frame, before stitching; None when not stitched."""
+    _points: list = field(default_factory=list, init=False, repr=False, compare=False)
+    """``[frame_from_world, points]`` of the last :meth:`points` call (``replace`` empties it)."""
+
+    @property
+    def stamp_ns(self) -> int:
+        """Return the frame's timestamp in nanoseconds (``tag.stamp_ns``)."""
+        return self.tag.stamp_ns
+
+    @property
+    def image_size_hw(self) -> tuple[int, int]:
+        """Return (H, W) of the processed image the network saw."""
+        return self.preprocess.image_size_hw
+
+    @property
+    def original_size_hw(self) -> tuple[int, int]:
+        """Return (H, W) of the input image."""
+        return self.preprocess.original_size_hw
+
+    @property
+    def is_keyframe(self) -> bool:
+        """Return True for frames whose K/V stay in the cache (scale frames and keyframes)."""
+        return self.role != 'non-keyframe'
+
+    def points(self, frame_from_world: np.ndarray) -> torch.Tensor:
+        """Unproject the depth into a frame, once per prediction and frame.
+
+        Args:
+            frame_from_world: [4, 4] transform from the world frame of ``c2w`` into the target
+                frame (the node's odom frame, the replay's map axes).
+
+        Returns:
+            [H, W, 3] float32 points on the depth's device (NaN where the depth is); the same
+            tensor for every call with an equal transform.
+
+        Raises:
+            ValueError: no depth, or a non-finite pose.
+        """
+        if self.depth is None:
+            raise ValueError(f'frame {self.frame_index}: no depth to unproject')
+        key = np.asarray(frame_from_world, np.float64)
+        if self._points and np.array_equal(self._points[0], key):
+            return self._points[1]
+        pose = key @ self.c2w
+        if not (np.isfinite(pose).all() and np.isfinite(self.intrinsics).all()):
+            raise ValueError(f'frame {self.frame_index}: non-finite pose or intrinsics')
+        points = unproject_depth(self.depth, self.intrinsics, pose, dtype=torch.float32)
+        self._points[:] = [key.copy(), points]
+        return points
+
+    def host_cloud(self, frame_from_world: np.ndarray, stride: int
+                   ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """Every ``stride``-th row and column of :meth:`points`, on the host in one copy.
+
+        Args:
+            frame_from_world: as for :meth:`points`.
+            stride: keep every ``stride``-th row and column (>= 1).
+
+        Returns:
+            ``([h, w, 3] float32 points, [h, w, 3] uint8 colours or None, [h, w] bool depth > 0)``.
+        """
+        step = slice(None, None, stride)
+        parts = [self.points(frame_from_world)[step, step],
+                 (self.depth[step, step] > 0).to(torch.float32)[..., None]]
+        if self.image is not None:
+            parts.append(self.image[step, step].to(torch.float32))
+        host = torch.cat(parts, dim=-1).cpu().numpy()
+        rgb = host[..., 4:7].astype(np.uint8) if self.image is not None else None
+        return host[..., :3], rgb, host[..., 3] > 0
+
+
+def host_maps(maps: list[torch.Tensor]) -> np.ndarray:
+    """Return ``[N, H, W]`` float32 on the host from per-frame device maps, in one copy."""
+    return torch.stack(maps).float().cpu().numpy()

@@ -1,0 +1,356 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Several cameras in one node (``input.cameras``): their runners, groups of frames, one odometry.
+
+Every camera is a :class:`~lingbot_map_ros.ros.inference.session_runner.SessionRunner` on its own
+session, all sessions streams of one engine (one model, one page pool). Its outputs are published
+under ``~/<name>/``, in the node's odom: :class:`CameraLink` passes each base pose through the
+:class:`~lingbot_map_ros.engine.cameras.camera_rig.CameraRig`, which aligns it to the primary
+camera and names the camera that drives the fused ``~/pose``, ``~/odometry``, ``~/path`` and TF
+(``odom -> base_frame``), with failover to the next live camera. ``~/map`` takes every
+camera's keyframes, each through its camera's alignment.
+
+Frames of different cameras whose stamps are within ``input.sync_tolerance_s`` and that wait
+in the queue together are one group, fed through :func:`feed_group`; a frame with no partner
+waiting goes alone. A camera's bad frame is dropped and counted on its own counters; an error
+in one camera's outputs is counted there and never stops the others of its group.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+from lingbot_map_ros.engine.cameras.camera_batch import BatchFeedError, BatchStats, feed_batch
+from lingbot_map_ros.engine.cameras.camera_rig import CameraRig
+from lingbot_map_ros.engine.frames import FrameTag
+from lingbot_map_ros.engine.session.prediction import FramePrediction
+from lingbot_map_ros.engine.session.stream_feeder import FeedResult, StreamFeeder
+from lingbot_map_ros.ros.inference.session_runner import InputFrame, SessionRunner
+from lingbot_map_ros.ros.inference.worker import FrameQueue
+from lingbot_map_ros.ros.messages import conversions
+from lingbot_map_ros.ros.parameters import input_params
+from lingbot_map_ros.ros.parameters.node_options import NodeOptions
+from lingbot_map_ros.ros.publishers import diagnostics
+from lingbot_map_ros.ros.publishers.diagnostics import NodeStats
+from lingbot_map_ros.ros.publishers.map_output import MapOutput
+from lingbot_map_ros.ros.publishers.outputs import Outputs
+import numpy as np
+
+
+def feed_group(feeders: Sequence[StreamFeeder], images: Sequence[np.ndarray],
+               tags: Sequence[FrameTag], stats: BatchStats | None = None
+               ) -> tuple[list[FeedResult | None], dict[int, Exception]]:
+    """Feed one group of synchronised frames, one per camera, the model work as one batch.
+
+    Returns:
+        Each camera's result (None where it raised) and the errors by position: a camera that
+        raises never costs the others their frames.
+    """
+    try:
+        return feed_batch(feeders, images, tags, stats), {}
+    except BatchFeedError as exc:
+        return exc.results, dict(exc.errors)
+
+
+def camera_options(options: NodeOptions) -> NodeOptions:
+    """Return the options of one camera of several: its images' own frame ids."""
+    return dataclasses.replace(options, camera_frame='')
+
+
+class CameraQueue(FrameQueue):
+    """The frame queue of several cameras: live mode keeps the newest frame of each camera."""
+
+    def __init__(self, num_cameras: int, capacity: int, block_when_full: bool) -> None:
+        """Create an empty queue (live: one frame per camera; bag: ``capacity`` frames)."""
+        super().__init__(capacity if block_when_full else num_cameras, block_when_full)
+
+    def put(self, item: InputFrame) -> int:
+        """Add a frame; in live mode it replaces the waiting frame of its camera (returns 1)."""
+        if self._block:
+            return super().put(item)
+        with self._cond:
+            if self._closed:
+                return 0
+            old = [i for i in self._items if i.camera == item.camera]
+            for i in old:
+                self._items.remove(i)
+            self._items.append(item)
+            self._cond.notify_all()
+            return len(old)
+
+    def take_synced(self, first: InputFrame, tolerance_ns: int) -> list[InputFrame]:
+        """Take the waiting frames of other cameras that are in sync with ``first``.
+
+        Only the oldest waiting frame of each camera is considered, so every camera's frames
+        stay in order.
+        """
+        stamp = _stamp(first)
+        if stamp is None:
+            return []
+        taken: list[InputFrame] = []
+        with self._cond:
+            seen = {first.camera}
+            for item in list(self._items):
+                if item.camera in seen:
+                    continue
+                seen.add(item.camera)
+                other = _stamp(item)
+                if other is not None and abs(other - stamp) <= tolerance_ns:
+                    taken.append(item)
+            for item in taken:
+                self._items.remove(item)
+            if taken:
+                self._cond.notify_all()
+        return taken
+
+
+def _stamp(item: InputFrame) -> int | None:
+    try:
+        return conversions.stamp_to_ns(item.msg.header.stamp)
+    except (conversions.InvalidStampError, AttributeError):
+        return None
+
+
+class CameraLink:
+    """One camera's tie to the group: the aligner of its outputs and its share of the map."""
+
+    def __init__(self, group: CameraGroup, name: str) -> None:
+        """Link camera ``name`` to ``group``."""
+        self._group = group
+        self.name = name
+        self.outputs: Outputs | None = None
+        self._fused: np.ndarray | None = None
+
+    def aligned(self, pred: FramePrediction, base_in_own_odom: np.ndarray) -> np.ndarray:
+        """Return the base pose in the node's odom (``Outputs`` calls it for every pose)."""
+        aligned, self._fused = self._group.take_pose(self.name, pred, base_in_own_odom)
+        return aligned
+
+    def odom_from_own_odom(self) -> np.ndarray:
+        """Return the similarity from this camera's odom into the node's."""
+        return self._group.similarity(self.name)
+
+    def publish(self, pred: FramePrediction, camera_frame: str, opts: NodeOptions) -> None:
+        """Log a fused pose for ``~/save`` and add a keyframe to ``~/map`` (after ``Outputs``)."""
+        group = self._group
+        if self._fused is not None:
+            group.map_output.log_pose(pred, camera_frame, self._fused, opts)
+            self._fused = None
+        group.map_output.add_keyframe(pred, self.outputs.odom_from_world, opts)
+
+    def clear(self) -> None:
+        """Forget this camera's alignment (its session was reset)."""
+        self._group.camera_reset(self.name)
+
+
+class CameraGroup:
+    """The runners of every camera, the rig and the fused odometry."""
+
+    def __init__(self, node: Any, values: dict[str, Any], sessions: dict[str, Any],
+                 options: NodeOptions, convert_raw: Callable[[Any], np.ndarray],
+                 map_output: MapOutput) -> None:
+        """Create the fused outputs and, per camera, its outputs and runner.
+
+        Args:
+            node: the rclpy node.
+            values: the node's parameter values (with the per-camera mountings).
+            sessions: ``{name: RolloverSession}`` in ``input.cameras`` order, one engine.
+            options: the node options at start.
+            convert_raw: the ``sensor_msgs/Image`` converter.
+            map_output: ``~/map`` and ``~/save``, shared by every camera.
+
+        Raises:
+            ValueError: a bad mounting.
+        """
+        self._log = node.get_logger()
+        self.names = tuple(sessions)
+        self.primary = input_params.primary_camera(values)
+        self.tolerance_ns = int(round(values['input.sync_tolerance_s'] * 1e9))
+        self.rig = CameraRig(self.names, self.primary, self.tolerance_ns,
+                             values['diagnostics.stale_after_s'])
+        self._rig_lock = threading.Lock()
+        self.map_output = map_output
+        self._options = options
+        self.stats = {name: NodeStats() for name in self.names}
+        self.batch_stats = BatchStats()
+        self.fused = Outputs(node, values, self.stats[self.primary])
+        self.outputs: dict[str, Outputs] = {}
+        self.runners: dict[str, SessionRunner] = {}
+        for name, session in sessions.items():
+            link = CameraLink(self, name)
+            mount = values[input_params.mount_param(name)]
+            link.outputs = self.outputs[name] = Outputs(
+                node, {**values, 'frames.base_to_camera': mount}, self.stats[name],
+                prefix=f'~/{name}/', broadcast_tf=False, aligner=link)
+            self.runners[name] = SessionRunner(
+                session, link.outputs, self.stats[name], node.get_logger().get_child(name),
+                camera_options(options), convert_raw, extra_outputs=(link,))
+
+    def destroy(self) -> None:
+        """Destroy every camera's publishers and the fused ones."""
+        for outputs in (self.fused, *self.outputs.values()):
+            outputs.destroy()
+
+    # ---- frames (worker thread) -----------------------------------------------------------------
+
+    def handle(self, item: InputFrame, queue: CameraQueue | None = None) -> None:
+        """Process ``item`` and the frames of other cameras waiting in sync with it."""
+        group = [item] + (queue.take_synced(item, self.tolerance_ns) if queue else [])
+        self.handle_group(group)
+
+    def handle_group(self, items: list[InputFrame]) -> None:
+        """Feed one frame per camera as one group; each camera publishes its own results."""
+        opts = camera_options(self._options)
+        order = {name: i for i, name in enumerate(self.names)}
+        items = sorted(items, key=lambda i: order[i.camera])  # one lock order for everyone
+        runners = [self.runners[i.camera] for i in items]
+        with contextlib.ExitStack() as stack:
+            for runner in runners:
+                stack.enter_context(runner.busy())
+            ready = [(r, p) for r, p in ((r, r.prepare(i, opts)) for r, i in zip(runners, items))
+                     if p is not None]
+            if not ready:
+                return
+            for runner, _ in ready:
+                stack.enter_context(runner.lock)
+            feeders = [runner.begin(opts) for runner, _ in ready]
+            results, errors = feed_group(feeders, [p[0] for _, p in ready],
+                                         [p[1] for _, p in ready], self.batch_stats)
+            for k, ((runner, _), fed) in enumerate(zip(ready, results)):
+                if k in errors:
+                    self._camera_error(runner, errors[k])
+                    continue
+                try:
+                    runner.finish(fed, opts)
+                except Exception as exc:  # noqa: BLE001 - one camera never stops the others
+                    self._camera_error(runner, exc)
+
+    def _camera_error(self, runner: SessionRunner, exc: Exception) -> None:
+        name = next(n for n, r in self.runners.items() if r is runner)
+        self.stats[name].count_error(f'{type(exc).__name__}: {exc}')
+        self._log.error(f'camera {name}: {type(exc).__name__}: {exc}', throttle_duration_sec=5.0)
+
+    def take_pose(self, name: str, pred: FramePrediction, base: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Pass a camera's base pose to the rig; publish the fused odometry from the source.
+
+        Returns:
+            The pose in the node's odom and the fused pose (None unless ``name`` is the source).
+        """
+        received = pred.tag.received_s if pred.tag is not None else None
+        now = time.monotonic() if received is None else received
+        with self._rig_lock:
+            update = self.rig.add(name, pred.stamp_ns, base, now)
+        if update.switched_from is not None:
+            self._log.warning(f"odometry source: camera '{name}' continues odom -> base from "
+                              f"'{update.switched_from}' (no pose from it for "
+                              f'{self.rig.stale_after_s:g} s, or it is back)')
+        if update.fused is not None:
+            self.fused.publish_base(update.fused, pred.stamp_ns, self._options)
+        return update.aligned, update.fused
+
+    def similarity(self, name: str) -> np.ndarray:
+        """Return the similarity from camera ``name``'s odom into the node's ([4, 4])."""
+        with self._rig_lock:
+            return self.rig.similarity(name)
+
+    def camera_reset(self, name: str) -> None:
+        """Forget camera ``name``'s alignment; the primary's reset restarts odom and the map."""
+        with self._rig_lock:
+            self.rig.clear(name)
+        if name == self.primary:
+            self.fused.clear()
+            self.map_output.clear()
+
+    # ---- control (any thread) -------------------------------------------------------------------
+
+    def set_options(self, options: NodeOptions, stale_after_s: float) -> None:
+        """Use ``options`` from the next frame on."""
+        self._options = options
+        self.rig.stale_after_s = stale_after_s
+        for runner in self.runners.values():
+            runner.set_options(camera_options(options))
+
+    @property
+    def reset_pending(self) -> bool:
+        """Return True when a reset waits for a camera's next frame."""
+        return any(r.reset_pending for r in self.runners.values())
+
+    def request_reset(self, reason: str) -> None:
+        """Reset every camera before its next frame."""
+        for runner in self.runners.values():
+            runner.request_reset(reason)
+
+    def reset(self, reason: str, timeout_s: float) -> dict[str, int] | None:
+        """Reset every camera, the primary last; None when one was busy (then it is pending)."""
+        cleared: collections.Counter = collections.Counter()
+        busy = False
+        for name in sorted(self.names, key=lambda n: n == self.primary):
+            done = self.runners[name].reset(reason, timeout_s)
+            if done is None:
+                busy = True
+            else:
+                cleared.update(done)
+        return None if busy else dict(cleared)
+
+    # ---- diagnostics ----------------------------------------------------------------------------
+
+    def statuses(self, node_name: str, values: dict[str, Any], primary_report: Any,
+                 pool: Any, scale_frames: int) -> list[Any]:
+        """Return each camera's input and engine status and the ``cameras`` status."""
+        out = []
+        for name in self.names:
+            runner = self.runners[name]
+            report = primary_report if name == self.primary else self.stats[name].roll()
+            info = {'topic': f'{name}/image', 'transport': values['input.transport'],
+                    'queue_mode': values['input.queue_mode'], 'queue_length': 0}
+            prefix = f'{node_name}/{name}'
+            out.append(diagnostics.input_status(prefix, report, info,
+                                                values['diagnostics.stale_after_s']))
+            out.append(diagnostics.engine_status(prefix, report, runner.session_stats(),
+                                                 scale_frames))
+        now = time.monotonic()
+        with self._rig_lock:
+            states, source, switches = self.rig.states(now), self.rig.source, self.rig.switches
+        values_out: dict[str, Any] = {'primary': self.primary, 'source': source,
+                                      'switches': switches, 'cameras': ','.join(self.names),
+                                      'pool_pages': pool.pool_pages_total,
+                                      'pool_free': pool.pool_pages_free,
+                                      'pool_streams': pool.pool_streams,
+                                      'batches': self.batch_stats.batches,
+                                      'batched_frames': self.batch_stats.batched_frames,
+                                      'alone_frames': self.batch_stats.alone_frames}
+        for state in states:
+            values_out.update({f'{state.name}.scale': state.scale,
+                               f'{state.name}.residual': state.residual,
+                               f'{state.name}.matched': state.matched,
+                               f'{state.name}.degenerate': state.degenerate,
+                               f'{state.name}.live': state.live,
+                               f'{state.name}.frames': state.frames})
+        stale = [s.name for s in states if not s.live]
+        if source != self.primary:
+            level = diagnostics.WARN
+            message = f"odometry from '{source}': primary '{self.primary}' is stale"
+        elif stale:
+            level, message = diagnostics.WARN, f"no pose for a while from {', '.join(stale)}"
+        else:
+            level, message = diagnostics.OK, f"{len(self.names)} cameras, odometry from '{source}'"
+        out.append(diagnostics.status(f'{node_name}: cameras', level, message, source,
+                                      values_out))
+        return out

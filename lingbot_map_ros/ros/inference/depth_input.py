@@ -1,0 +1,307 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Depth images for the metric scale: REP 118 conversion and pairing with colour frames.
+
+With ``metric.source: depth`` the node subscribes ``depth`` (``sensor_msgs/Image``, aligned to
+the colour image) and the offline replay reads ``--depth-topic``; both go through
+:class:`DepthInput`, so they pair and drop alike. Nothing here imports rclpy: message fields
+are read by name, as in :mod:`~lingbot_map_ros.ros.messages.conversions`.
+
+- **Encodings** (REP 118): ``16UC1`` / ``mono16`` in millimetres, ``32FC1`` in metres; 0 and
+  NaN mean no value. Anything else is a drop.
+- **Pairing**: a colour frame takes the buffered depth image nearest to its stamp within
+  ``metric.max_dt_s``. When none is there yet and the depth stream is alive (a message in the
+  last second, or before the first one a publisher on the topic), the worker waits up to
+  ``metric.depth_wait_s`` for it. A colour frame without
+  depth is processed as usual (the metric layer counts it).
+- **Drops** (counted by reason, :data:`DEPTH_DROP_REASONS`): a bad encoding, size, step or
+  length (``depth_encoding``, ``depth_size``), an invalid stamp, no valid pixel at all, a stamp
+  older than the last processed colour frame (``depth_stamp_stale``: nothing can pair with it),
+  a stamp more than :data:`FUTURE_S` ahead of the newest colour frame received
+  (``depth_stamp_future``), and a depth image pushed out of the full buffer before any colour
+  frame took it (``depth_unpaired``: a flood of depth without colour). A depth image whose
+  colour frame was never processed (the live queue keeps only the newest) is discarded when
+  a later colour frame is processed; that is not a fault.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+from lingbot_map_ros.config import MetricConfig
+from lingbot_map_ros.engine.session.reasons import DEPTH_DROPS
+from lingbot_map_ros.ros.messages import conversions
+from lingbot_map_ros.ros.messages.image_decode import _as_bytes, MAX_PIXELS, MAX_SIDE_PX
+import numpy as np
+
+DEPTH_DROP_REASONS: tuple[str, ...] = tuple(reason.value for reason in DEPTH_DROPS)
+"""Every reason a depth image is dropped for (drop-counter keys of the ``input`` status)."""
+
+DEPTH_ENCODINGS: dict[str, tuple[str, float]] = {
+    '16UC1': ('u2', 1e-3), 'mono16': ('u2', 1e-3), '32FC1': ('f4', 1.0)}
+"""Accepted encodings: (numpy type without byte order, metres per unit)."""
+
+FUTURE_S = 5.0
+"""A depth stamp this far ahead of the newest colour frame received cannot be its pair."""
+ALIVE_S = 1.0
+"""The depth stream counts as alive when a message came within this many seconds."""
+_LOG_EVERY_S = 5.0
+
+
+class DepthConversionError(ValueError):
+    """A depth message that cannot be used; ``reason`` is one of :data:`DEPTH_DROP_REASONS`."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        """Store the drop reason next to the message."""
+        super().__init__(message)
+        self.reason = reason
+
+
+def depth_msg_to_metres(msg: Any) -> np.ndarray:
+    """Convert a ``sensor_msgs/Image`` depth message to metres.
+
+    Args:
+        msg: object with ``height``, ``width``, ``encoding``, ``is_bigendian``, ``step``,
+            ``data``.
+
+    Returns:
+        ``[H, W]`` float32 metres (0 or NaN where the sensor has no value).
+
+    Raises:
+        DepthConversionError: unsupported encoding, empty, huge or inconsistent size, step or
+            data length, or no valid pixel at all.
+    """
+    encoding = str(msg.encoding)
+    if encoding not in DEPTH_ENCODINGS:
+        raise DepthConversionError('depth_encoding', f"depth encoding '{encoding}' is not one "
+                                   f"of {', '.join(DEPTH_ENCODINGS)} (REP 118)")
+    kind, unit = DEPTH_ENCODINGS[encoding]
+    dtype = np.dtype(('>' if msg.is_bigendian else '<') + kind)
+    height, width, step = int(msg.height), int(msg.width), int(msg.step)
+    if not (0 < height <= MAX_SIDE_PX and 0 < width <= MAX_SIDE_PX
+            and height * width <= MAX_PIXELS):
+        raise DepthConversionError('depth_size', f'depth image size {width}x{height} is empty '
+                                   'or too large')
+    if step < width * dtype.itemsize or step % dtype.itemsize:
+        raise DepthConversionError('depth_size', f'step {step} does not fit width {width} of '
+                                   f"'{encoding}'")
+    buf = _as_bytes(msg.data)
+    if buf.size < step * height:
+        raise DepthConversionError('depth_size', f'data has {buf.size} bytes, step {step} x '
+                                   f'height {height} needs {step * height}')
+    rows = buf[:step * height].reshape(height, step)[:, :width * dtype.itemsize]
+    values = np.ascontiguousarray(rows).view(dtype).reshape(height, width)
+    metres = values.astype(np.float32)
+    if unit != 1.0:
+        metres *= np.float32(unit)
+    with np.errstate(invalid='ignore'):
+        if not np.any(metres > 0):
+            raise DepthConversionError('depth_no_valid_pixels',
+                                       'every depth pixel is 0 or NaN')
+    return metres
+
+
+class DepthInput:
+    """A bounded, thread-safe buffer of depth images, paired with colour frames by stamp."""
+
+    def __init__(self, config: MetricConfig, capacity: int,
+                 count_drop: Callable[[str, str], None], warn: Callable[[str], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """Create an empty buffer.
+
+        Args:
+            config: ``metric.max_dt_s`` and ``metric.depth_wait_s``.
+            capacity: depth images held at most (at least the colour frames that may wait).
+            count_drop: ``(reason, detail)`` -> count one dropped depth image.
+            warn: logs a line (throttled here, per reason).
+            clock: monotonic seconds (tests may replace it).
+        """
+        self._max_dt_ns = int(round(config.max_dt_s * 1e9))
+        self._wait_s = config.depth_wait_s
+        self._capacity = max(1, int(capacity))
+        self._count_drop = count_drop
+        self._warn = warn
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._buffer: dict[int, np.ndarray] = {}
+        self._newest_depth_ns: int | None = None
+        self._newest_colour_ns: int | None = None
+        self._processed_ns: int | None = None
+        self._last_arrival = -np.inf
+        self._drops = 0
+        self._received = 0
+        self._logged: dict[str, float] = {}
+        self.has_source: Callable[[], bool] = lambda: False
+        """Whether a depth publisher exists (the node sets it); read before the first image."""
+
+    @property
+    def drops_total(self) -> int:
+        """Depth images dropped since start (all reasons)."""
+        return self._drops
+
+    @property
+    def received_total(self) -> int:
+        """Depth messages taken since start (dropped ones included)."""
+        return self._received
+
+    def note_colour(self, stamp: Any) -> None:
+        """Record the stamp of a colour frame just received (for the future-stamp check)."""
+        try:
+            stamp_ns = conversions.stamp_to_ns(stamp)
+        except conversions.InvalidStampError:
+            return  # the colour path drops and counts it
+        with self._cond:
+            if self._newest_colour_ns is None or stamp_ns > self._newest_colour_ns:
+                self._newest_colour_ns = stamp_ns
+
+    def put(self, msg: Any) -> None:
+        """Take one depth message (subscription callback or replay); never raises."""
+        with self._cond:
+            self._received += 1
+        try:
+            stamp_ns = conversions.stamp_to_ns(msg.header.stamp)
+        except conversions.InvalidStampError as exc:
+            self._drop('depth_stamp_invalid', str(exc))
+            return
+        try:
+            depth = depth_msg_to_metres(msg)
+        except DepthConversionError as exc:
+            self._drop(exc.reason, str(exc))
+            return
+        evicted = None
+        with self._cond:
+            self._last_arrival = self._clock()
+            if self._processed_ns is not None and stamp_ns < self._processed_ns - \
+                    self._max_dt_ns:
+                stale = (self._processed_ns - stamp_ns) * 1e-9
+                problem = ('depth_stamp_stale', f'depth stamp {stamp_ns * 1e-9:.6f} s is '
+                           f'{stale:.3f} s older than the last colour frame processed')
+            elif self._newest_colour_ns is not None and stamp_ns > self._newest_colour_ns + \
+                    FUTURE_S * 1e9:
+                ahead = (stamp_ns - self._newest_colour_ns) * 1e-9
+                problem = ('depth_stamp_future', f'depth stamp {stamp_ns * 1e-9:.6f} s is '
+                           f'{ahead:.3f} s ahead of the newest colour frame')
+            else:
+                problem = None
+                self._buffer[stamp_ns] = depth
+                self._newest_depth_ns = stamp_ns if self._newest_depth_ns is None else max(
+                    self._newest_depth_ns, stamp_ns)
+                if len(self._buffer) > self._capacity:
+                    evicted = min(self._buffer)
+                    del self._buffer[evicted]
+                self._cond.notify_all()
+        if problem is not None:
+            self._drop(*problem)
+        if evicted is not None:
+            self._drop('depth_unpaired', f'depth stamp {evicted * 1e-9:.6f} s left the full '
+                       f'buffer ({self._capacity}) without a colour frame')
+
+    def take(self, stamp_ns: int, size_hw: tuple[int, int], wait: bool = True
+             ) -> np.ndarray | None:
+        """Return the depth image paired with the colour frame ``stamp_ns`` (worker thread).
+
+        Args:
+            stamp_ns: the colour frame's stamp; frames come in stamp order.
+            size_hw: the colour image's (H, W); a depth of another size is dropped.
+            wait: wait up to ``metric.depth_wait_s`` while the pair may still come.
+
+        Returns:
+            ``[H, W]`` float32 metres, or None when no depth pairs with the frame.
+        """
+        deadline = self._clock() + (self._wait_s if wait else 0.0)
+        with self._cond:
+            self._processed_ns = stamp_ns
+            while True:
+                # Older depth can pair with no later frame (their colour frames never came).
+                for old in [s for s in self._buffer if s < stamp_ns - self._max_dt_ns]:
+                    del self._buffer[old]
+                near = [s for s in self._buffer if abs(s - stamp_ns) <= self._max_dt_ns]
+                if near:
+                    depth = self._buffer.pop(min(near, key=lambda s: abs(s - stamp_ns)))
+                    break
+                remaining = deadline - self._clock()
+                passed = self._newest_depth_ns is not None and \
+                    self._newest_depth_ns > stamp_ns + self._max_dt_ns
+                alive = self._clock() - self._last_arrival < ALIVE_S or (
+                    self._newest_depth_ns is None and self.has_source())
+                if remaining <= 0 or passed or not alive:
+                    return None
+                self._cond.wait(remaining)
+        if depth.shape != tuple(size_hw):
+            self._drop('depth_size', f'depth image {depth.shape[1]}x{depth.shape[0]} is not '
+                       f'the colour image size {size_hw[1]}x{size_hw[0]} (W x H): it must be '
+                       'aligned to the colour image')
+            return None
+        return depth
+
+    def pair(self, stamp_ns: int, size_hw: tuple[int, int], metric: Any, wait: bool = True
+             ) -> None:
+        """Hand the colour frame's depth (if any) to the session's metric layer.
+
+        Args:
+            stamp_ns: the colour frame's stamp, before it is fed.
+            size_hw: the colour image's (H, W).
+            metric: the ``RolloverSession.metric`` (``provide_depth``).
+            wait: as :meth:`take`.
+        """
+        depth = self.take(stamp_ns, size_hw, wait)
+        if depth is not None:
+            metric.provide_depth(stamp_ns, depth)
+
+    def _drop(self, reason: str, detail: str) -> None:
+        with self._cond:
+            self._drops += 1
+        self._count_drop(reason, detail)
+        now = self._clock()
+        if now - self._logged.get(reason, -np.inf) >= _LOG_EVERY_S:
+            self._logged[reason] = now
+            self._warn(f'dropped depth image ({reason}): {detail}')
+
+
+def from_values(values: dict[str, Any], stats: Any, logger: Any) -> DepthInput | None:
+    """Build the node's depth input from its parameters; None unless ``metric.source: depth``.
+
+    The buffer holds every depth image the waiting colour frames may need: the frame queue
+    and the subscription's history, plus a few.
+
+    Args:
+        values: the node's parameter values.
+        stats: the node's ``NodeStats`` (drops are counted there, by reason).
+        logger: the node's logger.
+    """
+    metric = MetricConfig.from_flat(values)
+    if not metric.enabled:
+        return None
+    queued = values['input.queue_size'] if values['input.queue_mode'] == 'bag' else 1
+    return DepthInput(metric, queued + values['input.qos.depth'] + 8, stats.count_drop,
+                      logger.warning)
+
+
+def subscribe(node: Any, depth: DepthInput | None, qos: Any) -> list[Any]:
+    """Subscribe ``depth`` (remappable) for ``depth``; [] when it is None.
+
+    Its own callback group: in bag mode the image callback blocks while the frame queue is
+    full, and the depth images the queued frames wait for must still come in.
+    """
+    if depth is None:
+        return []
+    from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+    from sensor_msgs.msg import Image
+
+    sub = node.create_subscription(Image, 'depth', depth.put, qos,
+                                   callback_group=MutuallyExclusiveCallbackGroup())
+    depth.has_source = lambda: sub.get_publisher_count() > 0
+    return [sub]

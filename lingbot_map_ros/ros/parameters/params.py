@@ -1,0 +1,332 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""ROS parameters of ``lingbot_map_node``: one table, from the dataclasses to descriptors.
+
+Engine parameters are exactly the fields of :class:`~lingbot_map_ros.config.EngineConfig`, named
+``model.*``, ``cache.*`` and ``stream.*``; their defaults and descriptions come from the
+dataclasses (``config.field_docs``). ``model.preset`` is declared first and the other
+``model.*`` defaults come from that preset, so a parameter file that only sets
+``model.preset: tiny`` gets the whole tiny model. Node parameters (weights, outputs, diagnostics,
+and the inputs, cameras and frames of :mod:`~lingbot_map_ros.ros.parameters.input_params`) are
+listed in :data:`NODE_PARAMS`; the ``map.*`` and ``metric.*`` parameters are the fields of
+:class:`~lingbot_map_ros.config.MapConfig` and :class:`~lingbot_map_ros.config.MetricConfig`,
+declared the same way.
+
+Everything that sizes GPU memory or the model is read-only. Of the engine fields only
+:data:`LIVE_ENGINE_PARAMS` may change at run time; they take effect at the next session reset.
+
+``python -m lingbot_map_ros.ros.parameters.params`` prints the parameter table as Markdown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+import typing
+from typing import Any
+
+from lingbot_map_ros import config
+from lingbot_map_ros.ros.parameters import input_params, param_checks
+from lingbot_map_ros.ros.parameters.param_spec import LIVE as _LIVE, ParamSpec, RO as _RO
+from lingbot_map_ros.ros.publishers.map_save import DEFAULT_DIRECTORY
+
+ENGINE_SECTIONS: tuple[str, ...] = ('model', 'cache', 'stream')
+
+LIVE_ENGINE_PARAMS: frozenset[str] = frozenset({'stream.keyframe_interval',
+                                                'stream.enable_depth'})
+"""Engine parameters that may change while running (applied at the next reset)."""
+
+MIN_MAP_PERIOD_S = 0.05
+"""Shortest ``map.period_s``: a faster timer only spins a core (the map changes per keyframe)."""
+MIN_VOXEL_SIZE, MAX_VOXEL_SIZE = 1e-6, 1e6
+"""Bounds of ``map.voxel_size`` (map units; the map's scale is about 1 per median depth)."""
+
+MAP_SECTION = 'map'
+LIVE_MAP_PARAMS: frozenset[str] = frozenset({'map.enable', 'map.confidence_percentile',
+                                             'map.min_confidence', 'map.pixel_stride'})
+"""``map.*`` parameters that take effect with the next keyframe; the others size the map."""
+
+METRIC_SECTION = 'metric'
+"""``metric.*`` (metric scale from a depth camera): all read-only (they pick subscriptions)."""
+
+
+NODE_PARAMS: tuple[ParamSpec, ...] = (
+    ParamSpec('weights', '', 'Checkpoint file (.pt / .safetensors). Required unless '
+              'allow_random_weights is true.', _RO),
+    ParamSpec('allow_random_weights', False, 'Run without weights on a randomly initialised '
+              'model (demos and tests only; the poses are meaningless).', _RO),
+    ParamSpec('seed', 0, 'Seed of the random initialisation (with allow_random_weights).', _RO,
+              int_range=(0, 2**31 - 1, 0)),
+) + input_params.INPUT_PARAMS + (
+    ParamSpec('publish.tf', True, 'Broadcast odom_frame -> base_frame on /tf (needs tf2_ros).',
+              _LIVE),
+    ParamSpec('publish.depth', False, 'Publish ~/depth/image (32FC1: metres with '
+              'metric.source depth, else model units) and ~/depth/camera_info; needs '
+              'stream.enable_depth.', _LIVE),
+    ParamSpec('publish.cloud', False, 'Publish ~/cloud (PointCloud2 xyz+rgb in odom_frame); '
+              'needs stream.enable_depth.', _LIVE),
+    ParamSpec('publish.cloud_stride', 4, 'Keep every n-th pixel in each direction for ~/cloud.',
+              _LIVE, int_range=(1, 64, 0)),
+    ParamSpec('publish.path_max_poses', 1000, 'Poses kept in ~/path (oldest dropped); 0 turns '
+              '~/path off.', _LIVE, int_range=(0, 100000, 0)),
+    ParamSpec('output.directory', DEFAULT_DIRECTORY, '~/save writes a new timestamped '
+              'folder under this directory (~ and $VARS are expanded; empty, an unset $VAR or '
+              'an unknown ~user is refused; a relative path is taken from the working '
+              'directory; replies give absolute paths).', _LIVE),
+    ParamSpec('output.max_poses', 1_000_000, 'Poses kept for the trajectory ~/save writes '
+              '(104 bytes each: 1e6 = 104 MB, 9 h at 30 Hz); past it the oldest are dropped '
+              '(logged, noted in the file).', _LIVE, int_range=(1, 10_000_000, 0)),
+    ParamSpec('diagnostics.period_s', 1.0, 'Period of the /diagnostics message.', _LIVE,
+              float_range=(0.05, 60.0)),
+    ParamSpec('diagnostics.stale_after_s', 5.0, 'Input status is STALE when no image arrived '
+              'for this long.', _LIVE, float_range=(0.1, 3600.0)),
+    ParamSpec('diagnostics.stall_after_s', 10.0, 'Engine status is ERROR while one frame has '
+              'been in progress for longer than this.', _LIVE, float_range=(0.1, 3600.0)),
+)
+
+# Bounds announced for integers (the dataclasses check them again). Every numeric parameter has
+# one: rclpy refuses a value outside it (NaN and +-inf included) at start-up and at run time.
+_INT_RANGES: dict[str, tuple[int, int, int]] = {
+    'model.img_size': (14, 4088, 14),
+    'model.patch_size': (1, 64, 0),
+    'model.embed_dim': (64, 8192, 0),
+    'model.num_heads': (1, 128, 0),
+    'model.dino_depth': (1, 128, 0),
+    'model.depth': (1, 128, 0),
+    'model.num_dino_registers': (0, 64, 0),
+    'model.camera_trunk_depth': (1, 64, 0),
+    'model.camera_num_heads': (1, 256, 0),
+    'model.depth_features': (1, 8192, 0),
+    'model.max_frame_num': (2, 1_000_000, 0),
+    'model.camera_num_iterations': (1, 64, 0),
+    'cache.scale_frames': (1, 1024, 0),
+    'cache.sliding_window': (1, 100_000, 0),
+    'cache.max_total_frames': (2, 10_000_000, 0),
+    'cache.streams': (1, 1024, 0),
+    'cache.pool_pages': (0, 100_000_000, 0),
+    'stream.image_width': (14, 4088, 14),
+    'stream.keyframe_interval': (1, 10_000, 0),
+    'stream.session_keyframes': (2, 1_000_000, 0),
+    'stream.overlap_keyframes': (1, 1_000_000, 0),
+    'map.max_points': (1, 1_000_000_000, 0),
+    'map.pixel_stride': (1, 64, 0),
+    'metric.settle_keyframes': (1, 1_000_000, 0),
+}
+_FLOAT_RANGES: dict[str, tuple[float, float]] = {
+    'model.mlp_ratio': (0.25, 16.0),
+    'map.voxel_size': (MIN_VOXEL_SIZE, MAX_VOXEL_SIZE),
+    'map.confidence_percentile': (0.0, 100.0),
+    'map.min_confidence': (0.0, 1e6),
+    'map.period_s': (MIN_MAP_PERIOD_S, 3600.0),
+    'metric.max_dt_s': (1e-6, 1.0),
+    'metric.min_valid_fraction': (1e-4, 1.0),
+    'metric.max_range_m': (0.0, 1000.0),
+    'metric.depth_wait_s': (0.0, 10.0),
+}
+
+
+def engine_specs(preset: str = 'official') -> list[ParamSpec]:
+    """Specs of the engine parameters, with ``model.*`` defaults taken from ``preset``.
+
+    Args:
+        preset: model preset whose values are the ``model.*`` defaults.
+
+    Returns:
+        One spec per EngineConfig field, ``model.preset`` first.
+
+    Raises:
+        ValueError: unknown preset.
+    """
+    defaults = config.EngineConfig(model=config.ModelConfig.from_preset(preset)).to_flat()
+    specs = []
+    for section in ENGINE_SECTIONS:
+        cls = getattr(config, f'{section.capitalize()}Config')
+        specs += _section_specs(section, cls, defaults, LIVE_ENGINE_PARAMS)
+    return specs
+
+
+def map_specs() -> list[ParamSpec]:
+    """Specs of the ``map.*`` parameters, one per ``config.MapConfig`` field."""
+    defaults = {f'{MAP_SECTION}.{k}': v for k, v in asdict(config.MapConfig()).items()}
+    return _section_specs(MAP_SECTION, config.MapConfig, defaults, LIVE_MAP_PARAMS)
+
+
+def metric_specs() -> list[ParamSpec]:
+    """Specs of the ``metric.*`` parameters, one per ``config.MetricConfig`` field."""
+    defaults = {f'{METRIC_SECTION}.{k}': v for k, v in asdict(config.MetricConfig()).items()}
+    return _section_specs(METRIC_SECTION, config.MetricConfig, defaults, frozenset())
+
+
+def metric_problem(values: dict[str, Any]) -> str | None:
+    """Return why the ``metric.*`` values cannot work with the others, or None."""
+    try:
+        metric = config.MetricConfig.from_flat(values)
+    except ValueError as exc:
+        return str(exc)
+    if metric.enabled and not (values['stream.enable_depth'] and values['model.enable_depth']):
+        return ("metric.source 'depth' needs stream.enable_depth and model.enable_depth true: "
+                "the model's depth is what the sensor's depth is compared with")
+    return None
+
+
+def _section_specs(section: str, cls: type, defaults: dict[str, Any],
+                   live: frozenset[str]) -> list[ParamSpec]:
+    docs = config.field_docs(section)
+    hints = typing.get_type_hints(cls)
+    specs = []
+    for f in fields(cls):
+        name = f'{section}.{f.name}'
+        default = defaults[name]
+        choices = tuple(typing.get_args(hints[f.name])) \
+            if typing.get_origin(hints[f.name]) is typing.Literal else ()
+        specs.append(ParamSpec(
+            name, list(default) if isinstance(default, tuple) else default,
+            docs.get(f.name, ''), read_only=name not in live,
+            choices=choices, int_range=_INT_RANGES.get(name),
+            float_range=_FLOAT_RANGES.get(name)))
+    return specs
+
+
+def all_specs(preset: str = 'official') -> list[ParamSpec]:
+    """Engine, map, metric and node specs: every parameter the node declares."""
+    return engine_specs(preset) + map_specs() + metric_specs() + list(NODE_PARAMS)
+
+
+def check_value(spec: ParamSpec, value: Any) -> str | None:
+    """Check a value against its spec: choices, ranges, array elements, frame ids, directory.
+
+    rclpy checks types, scalar ranges and read-only too; the ranges are checked here again so
+    that every refusal, start-up or run time, carries a reason naming the parameter.
+
+    Args:
+        spec: the parameter's spec.
+        value: proposed value.
+
+    Returns:
+        None when acceptable, else the reason it is refused.
+    """
+    if spec.default == ():  # names: input_params.check_cameras
+        return None
+    if spec.choices and value not in spec.choices:
+        return f"{spec.name}='{value}' is not one of {', '.join(spec.choices)}"
+    bounds = spec.float_range or (spec.int_range[:2] if spec.int_range else None)
+    return param_checks.check_value(spec.name, value, bounds)
+
+
+def engine_config(values: dict[str, Any]) -> config.EngineConfig:
+    """Build the EngineConfig from flat parameter values (non-engine keys are ignored).
+
+    Args:
+        values: ``{'model.preset': 'tiny', 'cache.backend': 'sdpa', ..., 'weights': ...}``.
+
+    Returns:
+        The engine configuration.
+
+    Raises:
+        ValueError: a bad engine value (from the dataclass checks).
+    """
+    flat = {k: v for k, v in values.items() if k.partition('.')[0] in ENGINE_SECTIONS}
+    return config.EngineConfig.from_flat(flat)
+
+
+def declare_all(node: Any) -> dict[str, Any]:
+    """Declare every parameter on ``node`` and return their values.
+
+    ``model.preset`` is declared first; its value picks the other ``model.*`` defaults.
+
+    Args:
+        node: the ``rclpy.node.Node`` to declare on.
+
+    Returns:
+        ``{name: value}`` for every declared parameter.
+
+    Raises:
+        ValueError: a value outside its choices or an invalid engine configuration.
+        rclpy.exceptions.InvalidParameterValueException: a value outside its range.
+    """
+    first = next(s for s in engine_specs() if s.name == 'model.preset')
+    preset = node.declare_parameter(first.name, first.default, first.descriptor()).value
+    values = {first.name: preset}
+    specs = [s for s in all_specs(preset) if s.name != first.name]
+    for spec in specs:
+        values[spec.name] = input_params.declare_names(node, spec) if spec.default == () \
+            else node.declare_parameter(spec.name, spec.default, spec.descriptor()).value
+    for spec in [first] + specs:
+        reason = check_value(spec, values[spec.name])
+        if reason:
+            raise ValueError(reason)
+    reason = param_checks.check_frames(values) or input_params.check_cameras(values)
+    if reason:
+        raise ValueError(reason)
+    values.update(input_params.declare_mounts(node, values))
+    engine_config(values)
+    config.MapConfig.from_flat(values)
+    problem = metric_problem(values)
+    if problem:
+        raise ValueError(problem)
+    return values
+
+
+def check_changes(changes: dict[str, Any], current: dict[str, Any]) -> str | None:
+    """Validate a batch of run-time parameter changes against the current values.
+
+    Args:
+        changes: ``{name: new value}`` for the parameters being set.
+        current: every parameter's current value.
+
+    Returns:
+        None when the batch is acceptable, else the reason it is refused.
+    """
+    specs = {s.name: s for s in all_specs(current.get('model.preset', 'official'))}
+    for name, value in changes.items():
+        if not name:
+            return 'a parameter name may not be empty'
+        if name not in specs:
+            continue
+        reason = check_value(specs[name], value)
+        if reason:
+            return reason
+    merged = {**current, **changes}
+    reason = param_checks.check_frames(merged) or input_params.check_cameras(merged)
+    if reason:
+        return reason
+    try:
+        engine_config(merged)
+        config.MapConfig.from_flat(merged)
+    except ValueError as exc:
+        return str(exc)
+    problem = metric_problem(merged)
+    if problem:
+        return problem
+    wants_depth = merged['publish.depth'] or merged['publish.cloud']
+    if wants_depth and not (merged['stream.enable_depth'] and merged['model.enable_depth']):
+        return ('publish.depth and publish.cloud need stream.enable_depth (and '
+                'model.enable_depth) to be true')
+    return None
+
+
+def markdown_table(preset: str = 'official') -> str:
+    """Render every parameter as a Markdown table (name, default, read-only, description)."""
+    rows = ['| name | default | read-only | description |', '|---|---|---|---|']
+    for spec in all_specs(preset):
+        default = f"'{spec.default}'" if isinstance(spec.default, str) else spec.default
+        extra = f' ({spec.descriptor().additional_constraints})' if spec.choices else ''
+        rows.append(f'| `{spec.name}` | `{default}` | {"yes" if spec.read_only else "no"} | '
+                    f'{spec.description}{extra} |')
+    return '\n'.join(rows)
+
+
+if __name__ == '__main__':
+    import sys
+
+    sys.stdout.write(markdown_table() + '\n')
