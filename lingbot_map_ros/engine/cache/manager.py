@@ -53,7 +53,7 @@ from lingbot_map_ros.engine.cache.kv_pool import KVPool
 from lingbot_map_ros.engine.cache.kv_storage import KVStorage
 from lingbot_map_ros.engine.cache.page_table import PageLayout, StepKind, TwoStreamPageTable
 from lingbot_map_ros.engine.cache.step_log import LoggedStep, StepLog
-from lingbot_map_ros.engine.cache.stream_kv import cache_stats
+from lingbot_map_ros.engine.cache.stream_kv import cache_stats, stream_pages
 from lingbot_map_ros.engine.errors import CacheStateError
 import torch
 
@@ -128,8 +128,8 @@ class FlashInferKVCacheManager:
         self.page_size = tokens_per_frame - num_special_tokens
         self.device = torch.device(device)
         self.backend_name, self.dtype = _resolve_backend(backend, force_fp32, dtype)
-        num_pages = TwoStreamPageTable(self.page_size, num_special_tokens, scale_frames,
-                                       sliding_window, max_total_frames).num_pages
+        num_pages = stream_pages(self.page_size, num_special_tokens, scale_frames,
+                                 sliding_window, max_total_frames)
         self._pool = KVPool(num_layers=num_blocks, num_pages=num_pages,
                             page_size=self.page_size, num_heads=num_heads, head_dim=head_dim,
                             num_special_tokens=num_special_tokens, dtype=self.dtype,
@@ -319,8 +319,7 @@ class FlashInferKVCacheManager:
             (visible pages, all blocks), ``backend``, ``dtype``, and the pool's
             ``pool_pages_total``, ``pool_pages_free``, ``pool_streams``.
         """
-        return cache_stats(self.layout(block_idx), self._table, self._storage, self._pool,
-                           self.num_blocks)
+        return cache_stats(self.layout(block_idx), self._table, self._storage, self._pool)
 
     def _check_block(self, block_idx: int) -> None:
         if not 0 <= block_idx < self.num_blocks:

@@ -200,7 +200,7 @@ class StreamKV:
     def stats(self) -> dict[str, Any]:
         """Occupancy in ``FlashInferKVCacheManager.get_cache_stats``' keys, plus the pool's."""
         layout, table, storage = self.table.layout, self.table, self.pool.storage
-        return cache_stats(layout, table, storage, self.pool, storage.num_layers)
+        return cache_stats(layout, table, storage, self.pool)
 
 
 def stream_pages(page_size: int, num_special_tokens: int, scale_frames: int,
@@ -210,8 +210,8 @@ def stream_pages(page_size: int, num_special_tokens: int, scale_frames: int,
     return patch + -(-max_total_frames * num_special_tokens // page_size)
 
 
-def cache_stats(layout: PageLayout, table: TwoStreamPageTable, storage: Any, pool: KVPool,
-                num_layers: int) -> dict[str, Any]:
+def cache_stats(layout: PageLayout, table: TwoStreamPageTable, storage: Any,
+                pool: KVPool) -> dict[str, Any]:
     """Return the counters of a table and layout (``get_cache_stats``' keys), pool included."""
     return {
         'frame_count': layout.num_frames,
@@ -229,7 +229,7 @@ def cache_stats(layout: PageLayout, table: TwoStreamPageTable, storage: Any, poo
         'max_total_frames': table.max_total_frames,
         'remaining_frames': table.max_total_frames - layout.num_frames,
         'kv_bytes': storage.num_bytes,
-        'kv_bytes_used': layout.num_pages * storage.bytes_per_page * num_layers,
+        'kv_bytes_used': layout.num_pages * storage.bytes_per_page * storage.num_layers,
         'backend': pool.backend_name,
         'dtype': str(pool.storage_dtype).removeprefix('torch.'),
         'pool_pages_total': pool.num_pages,
