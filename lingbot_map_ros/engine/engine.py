@@ -222,9 +222,7 @@ class EngineStream:
                 return
             self.reset()
             self.state.kv = None  # no reference left to a pool of another size
-            cache = engine.config.cache
-            self.state.kv = StreamKV(engine.pool_for(size_hw), cache.scale_frames,
-                                     cache.sliding_window, cache.max_total_frames)
+            self.state.kv = StreamKV.for_cache(engine.pool_for(size_hw), engine.config.cache)
 
     def forward_scale(self, images: torch.Tensor, with_depth: bool = False,
                       return_taps: bool = False) -> dict:

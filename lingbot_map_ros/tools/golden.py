@@ -165,7 +165,7 @@ def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, bac
                         dtype=kv_dtype)
     device = next(model.parameters()).device
     pool = new_kv_pool(model.config, cache, dtype, tuple(images.shape[-2:]), device)
-    kv = StreamKV(pool, cache.scale_frames, cache.sliding_window, cache.max_total_frames)
+    kv = StreamKV.for_cache(pool, cache)
     state = StreamState(model.new_camera_cache(), kv)
     keyframe, time_index = _schedule(images.shape[0], num_scale, stream['keyframe_interval'])
     # Images enter in the working dtype, except on the bf16 path, which takes float32 images

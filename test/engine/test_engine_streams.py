@@ -23,11 +23,10 @@ differs. Any difference means a stream saw another stream's keys (or its own wro
 from __future__ import annotations
 
 from lingbot_map_ros.config import EngineConfig
-from lingbot_map_ros.engine.cache.stream_kv import stream_pages
+from lingbot_map_ros.engine.cache.stream_kv import prep_pages, stream_pages
 from lingbot_map_ros.engine.engine import Engine
 from lingbot_map_ros.engine.errors import CachePoolExhaustedError, PoolExhaustedError
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
-from lingbot_map_ros.engine.session.scale_steps import prep_pages
 import numpy as np
 import pytest
 

@@ -147,7 +147,7 @@ def test_kv_cache_bytes_predicts_what_the_manager_allocates(dtype):
         num_special_tokens=S, scale_frames=2, sliding_window=3,
         max_total_frames=cfg.max_total_frames, backend='sdpa', storage_dtype=FP8 if fp8 else None)
     # The manager holds one stream; the engine's pool adds that stream's rollover headroom.
-    from lingbot_map_ros.engine.session.scale_steps import prep_pages
+    from lingbot_map_ros.engine.cache.stream_kv import prep_pages
     stream = stream_pages(P - S, S, 2, 3, cfg.max_total_frames)
     pool_bytes = cache.kv_bytes * (stream + prep_pages(P - S, S, 2)) // stream
     assert kv_cache_bytes(cfg, P - S, num_layers=3, num_heads=H, head_dim=D,

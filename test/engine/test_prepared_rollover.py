@@ -22,12 +22,12 @@ import logging
 
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.cache.capacity import pool_pages
-from lingbot_map_ros.engine.cache.stream_kv import stream_pages
+from lingbot_map_ros.engine.cache.stream_kv import prep_pages, stream_pages
 from lingbot_map_ros.engine.engine import Engine
 from lingbot_map_ros.engine.image.preprocess import preprocess_image
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.rollover import RolloverSession
-from lingbot_map_ros.engine.session.scale_steps import prep_pages, scale_units
+from lingbot_map_ros.engine.session.scale_steps import scale_units
 import numpy as np
 import pytest
 import torch

@@ -26,8 +26,7 @@ scale pages; docs/gpu_memory.md lists what each setting saves.
 from __future__ import annotations
 
 from lingbot_map_ros.config import CacheConfig
-from lingbot_map_ros.engine.cache.stream_kv import stream_pages
-from lingbot_map_ros.engine.session.scale_steps import prep_pages
+from lingbot_map_ros.engine.cache.stream_kv import prep_pages, stream_pages
 import torch
 
 
@@ -35,7 +34,7 @@ def pool_pages(cache: CacheConfig, page_size: int, num_special_tokens: int = 6) 
     """Return the pages (per layer) of the engine's pool: ``cache.pool_pages`` or derived.
 
     Derived: ``cache.streams`` x (one stream's lease, ``stream_kv.stream_pages``, + the scale
-    pages its next session holds while it is prepared, ``scale_steps.prep_pages``).
+    pages its next session holds while it is prepared, ``stream_kv.prep_pages``).
     """
     if cache.pool_pages:
         return cache.pool_pages

@@ -73,6 +73,11 @@ class StreamKV:
         PoolExhaustedError: the pool has no room for the stream (nothing changed).
     """
 
+    @classmethod
+    def for_cache(cls, pool: KVPool, cache: Any) -> 'StreamKV':
+        """Return a stream's table on ``pool`` sized by ``cache`` (a ``CacheConfig``)."""
+        return cls(pool, cache.scale_frames, cache.sliding_window, cache.max_total_frames)
+
     def __init__(self, pool: KVPool, scale_frames: int, sliding_window: int,
                  max_total_frames: int) -> None:
         self.pool = pool
@@ -208,6 +213,11 @@ def stream_pages(page_size: int, num_special_tokens: int, scale_frames: int,
     """Pages of one stream's lease: ``N_s + W + 1`` patch pages and its special pages."""
     patch = scale_frames + sliding_window + 1
     return patch + -(-max_total_frames * num_special_tokens // page_size)
+
+
+def prep_pages(page_size: int, num_special_tokens: int, scale_frames: int) -> int:
+    """Return the pool pages a prepared scale pass holds: N_s patch pages and their specials."""
+    return scale_frames + -(-scale_frames * num_special_tokens // page_size)
 
 
 def cache_stats(layout: PageLayout, table: TwoStreamPageTable, storage: Any,

@@ -177,7 +177,7 @@ class StreamingSession:
             if self._size_hw is None:
                 self._stream.start(info.image_size_hw)
                 self._engine.warm_up(self._stream, tensor, info.image_size_hw,
-                                     self._with_depth)
+                                     self.with_depth)
             self._size_hw = info.image_size_hw
             if self._frames_out == 0 and self._frames_in < self.config.cache.scale_frames:
                 self._frames_in += 1
@@ -310,7 +310,7 @@ class StreamingSession:
         num = len(self._pending)
         start = time.perf_counter()
         images = torch.stack([t for t, _, _ in self._pending]).to(self._device)
-        out = self._stream.forward_scale(images, with_depth=self._with_depth)
+        out = self._stream.forward_scale(images, with_depth=self.with_depth)
         return self._scale_predictions(out, images, {'preprocess': prep_ms,
                                                      'model': self._elapsed_ms(start) / num})
 
@@ -332,7 +332,7 @@ class StreamingSession:
         interval = self.config.stream.keyframe_interval
         keyframe = interval <= 1 or (index - self.config.cache.scale_frames) % interval == 0
         return FrameJob(self, tensor.to(self._device)[None], info, tag, prep_ms, index,
-                        keyframe, self._keyframes, self._with_depth)
+                        keyframe, self._keyframes, self.with_depth)
 
     def _forward(self, job: FrameJob) -> tuple[dict, float]:
         start = time.perf_counter()
@@ -375,7 +375,8 @@ class StreamingSession:
     # ---- helpers ------------------------------------------------------------------------------
 
     @property
-    def _with_depth(self) -> bool:
+    def with_depth(self) -> bool:
+        """Whether frames run the depth head (the stream asks for it and the model has one)."""
         return self.config.stream.enable_depth and self.config.model.enable_depth
 
     def _elapsed_ms(self, start: float) -> float:

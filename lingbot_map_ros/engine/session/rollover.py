@@ -157,8 +157,8 @@ class RolloverSession:
     def lead_keyframes(self) -> int:
         """Keyframes before the limit at which the next session's preparation starts."""
         config = self.config
-        with_depth = config.stream.enable_depth and config.model.enable_depth
-        return scale_units(config.cache.scale_frames, config.model.depth, with_depth)
+        return scale_units(config.cache.scale_frames, config.model.depth,
+                           self._session.with_depth)
 
     def step(self, image: np.ndarray | str | Path, tag: FrameTag | int
              ) -> list[FramePrediction]:
@@ -251,8 +251,7 @@ class RolloverSession:
         stream = self._spare if self._spare is not None else self._session.stream.sibling()
         self._spare = stream  # until the pass holds it
         images = torch.stack([kf.tensor for kf in overlap[:self.config.cache.scale_frames]])
-        with_depth = self.config.stream.enable_depth and self.config.model.enable_depth
-        scale = stream.scale_pass(images, with_depth)
+        scale = stream.scale_pass(images, self._session.with_depth)
         self._spare = None
         return scale
 

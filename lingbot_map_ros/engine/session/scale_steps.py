@@ -41,7 +41,7 @@ import time
 from typing import Any, TYPE_CHECKING
 
 from lingbot_map_ros.engine.cache.kv_pool import KVPool
-from lingbot_map_ros.engine.cache.stream_kv import StreamKV
+from lingbot_map_ros.engine.cache.stream_kv import prep_pages, StreamKV
 from lingbot_map_ros.engine.errors import PoolExhaustedError
 from lingbot_map_ros.engine.frames import Role
 from lingbot_map_ros.engine.model.heads.camera_head import CameraKVCache
@@ -49,11 +49,6 @@ import torch
 
 if TYPE_CHECKING:
     from lingbot_map_ros.engine.engine import EngineStream
-
-
-def prep_pages(page_size: int, num_special_tokens: int, scale_frames: int) -> int:
-    """Return the pool pages a prepared scale pass holds: N_s patch pages and their specials."""
-    return scale_frames + -(-scale_frames * num_special_tokens // page_size)
 
 
 def scale_units(num_frames: int, depth: int, with_depth: bool) -> int:
@@ -224,14 +219,12 @@ class ScalePass:
         with engine.lock:
             pool, held = self._pages.pool, None
             try:
-                kv = StreamKV(pool, config.scale_frames, config.sliding_window,
-                              config.max_total_frames)
+                kv = StreamKV.for_cache(pool, config)
             except PoolExhaustedError:
                 # No room beside the scale pages (a pool without headroom, or one the pages
                 # cut in two): hold the K/V aside for a moment and free the pages first.
                 held = self._pages.take()
-                kv = StreamKV(pool, config.scale_frames, config.sliding_window,
-                              config.max_total_frames)
+                kv = StreamKV.for_cache(pool, config)
             self._pages.copy_to(kv, held)
             self._pages.release()
             state = self._stream.state
