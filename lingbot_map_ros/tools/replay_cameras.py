@@ -34,7 +34,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.cameras.camera_rig import CameraRig
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.ros.messages import conversions
@@ -92,8 +91,6 @@ def run_cameras(bag: str, cameras: dict[str, str], values: dict[str, Any],
     primary = values.get('input.primary_camera') or names[0]
     if primary not in cameras:
         raise ValueError(f"input.primary_camera '{primary}' is not one of --cameras")
-    EngineConfig.from_flat({k: v for k, v in values.items()
-                            if k.partition('.')[0] in ('model', 'cache', 'stream')})
     mounts = {n: values.get(f'frames.cameras.{n}.base_to_camera',
                             values.get('frames.base_to_camera', [0, 0, 0, 0, 0, 0, 1]))
               for n in names}

@@ -187,6 +187,8 @@ class CameraGroup:
         self._rig_lock = threading.Lock()
         self.map_output = map_output
         self._options = options
+        self._camera_opts = camera_options(options)
+        self._order = {name: i for i, name in enumerate(self.names)}
         self.stats = {name: NodeStats() for name in self.names}
         self.batch_stats = BatchStats()
         self.fused = Outputs(node, values, self.stats[self.primary])
@@ -211,20 +213,23 @@ class CameraGroup:
 
     def handle(self, item: InputFrame, queue: CameraQueue | None = None) -> None:
         """Process ``item`` and the frames of other cameras waiting in sync with it."""
-        group = [item] + (queue.take_synced(item, self.tolerance_ns) if queue else [])
+        group = [item] + (queue.take_synced(item, self.tolerance_ns)
+                          if queue is not None else [])
         self.handle_group(group)
 
     def handle_group(self, items: list[InputFrame]) -> None:
         """Feed one frame per camera as one group; each camera publishes its own results."""
-        opts = camera_options(self._options)
-        order = {name: i for i, name in enumerate(self.names)}
-        items = sorted(items, key=lambda i: order[i.camera])  # one lock order for everyone
+        opts = self._camera_opts
+        items = sorted(items, key=lambda i: self._order[i.camera])  # one lock order for all
         runners = [self.runners[i.camera] for i in items]
         with contextlib.ExitStack() as stack:
             for runner in runners:
                 stack.enter_context(runner.busy())
-            ready = [(r, p) for r, p in ((r, r.prepare(i, opts)) for r, i in zip(runners, items))
-                     if p is not None]
+            ready = []
+            for runner, item in zip(runners, items):
+                prepared = runner.prepare(item, opts)
+                if prepared is not None:
+                    ready.append((runner, prepared))
             if not ready:
                 return
             for runner, _ in ready:
@@ -283,9 +288,10 @@ class CameraGroup:
     def set_options(self, options: NodeOptions, stale_after_s: float) -> None:
         """Use ``options`` from the next frame on."""
         self._options = options
+        self._camera_opts = camera_options(options)
         self.rig.stale_after_s = stale_after_s
         for runner in self.runners.values():
-            runner.set_options(camera_options(options))
+            runner.set_options(self._camera_opts)
 
     @property
     def reset_pending(self) -> bool:

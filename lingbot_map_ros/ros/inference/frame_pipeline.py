@@ -142,7 +142,8 @@ class FramePipeline:
         self._log = node.get_logger()
         self.config = pipeline_config(values)
         self.cameras: CameraGroup | None = None
-        if input_params.camera_names(values):
+        several = bool(input_params.camera_names(values))
+        if several:
             sessions = make_sessions(values, self.config)
             self.session: RolloverSession | None = sessions[input_params.primary_camera(values)]
         else:
@@ -154,7 +155,7 @@ class FramePipeline:
             options = NodeOptions.from_values(values)
             bridge = CvBridge() if CvBridge is not None else None
             self.has_bridge = bridge is not None
-            if input_params.camera_names(values):
+            if several:
                 self._build_cameras(node, values, options, raw_converter(bridge), sessions)
                 return
             self.outputs = Outputs(node, values, self.stats)
@@ -232,8 +233,9 @@ class FramePipeline:
         self.map_output.set_options(options)
         live = changed & params.LIVE_ENGINE_PARAMS
         if live:
+            config = pipeline_config(values)
             for runner in self.runners:
-                runner.set_pending_config(pipeline_config(values))
+                runner.set_pending_config(config)
             self._log.info(f'{", ".join(sorted(live))} take effect at the next reset '
                            '(call ~/reset)')
 
