@@ -17,8 +17,8 @@
 #     config/small_gpu.yaml's cache (W 24, FP8, 330 keyframes), the memory of each phase with
 #     FP8 KV and 330 keyframes (`bench memory`), then h200_summary.json. At most
 #     ~9.5 min (each step has a timeout), typically ~7.
-#   STAGE=long20k: issue #12's run: 20,000 frames at K=1 through rollovers (compiled, pose path,
-#     progress every 100 frames), started with setsid so it outlives one 10-minute call; the
+#   STAGE=long20k: issue #24's run: 20,000 frames at K=1 through rollovers at the defaults (FP8
+#     K/V, `auto` backend, compiled, pose path, progress every 100 frames), started with setsid so it outlives one 10-minute call; the
 #     call returns after LONG_WAIT_S (default 585) with the log so far. STAGE=collect, called
 #     while the machine is still warm, waits for the run to end and returns the whole log and
 #     rollover_20k.json: the run's rollover keys (issue #24: rollover_over_median,
@@ -36,6 +36,9 @@
 #     robot path); then alone `bench model --compile --kv-dtype float8_e4m3fn` over
 #     ROUND6_FRAMES (default 3000: ~9 rollovers) with per-block peaks, with depth (200 frames),
 #     and `bench model --cameras N` for N = 1..4. Logs in round6_logs.tar.gz.
+#   STAGE=round7: the GPU tests; issue #24's rollover check at the defaults (FP8 K/V, compiled,
+#     ROUND7_FRAMES frames, default 1100: 3 prepared rollovers); `bench model --cameras N`
+#     (N = 1, 2, 3; 200 frames each) for issue #19's batch gain. Logs in $OUT/round7/. ~6 min.
 #   STAGE=dtypes: `bench model --compile` pose and depth (200 frames) with bf16 K/V, then FP8
 #     K/V, one run at a time on one tree: the default KV dtype's measurement. ~5 min.
 #   STAGE=kernels: bench/attention_kernels.py alone (e.g. with flash-attn-4 carried in .fa4/).
@@ -99,19 +102,19 @@ save_file({k: torch.from_numpy(a) for k, a in arrays}, '/tmp/bench_weights.safet
 PY
 }
 # STAGE=fp8kv and STAGE=round6 make them later, beside other work.
-[ "$stage" = kernels ] || [ "$stage" = fp8kv ] || [ "$stage" = round6 ] || make_weights
+[ "$stage" = kernels ] || [ "$stage" = fp8kv ] || [ "$stage" = round6 ] || [ "$stage" = round7 ] \
+  || make_weights
 bench="python3 -m lingbot_map_ros.tools.bench model --weights /tmp/bench_weights.safetensors"
 # The rollover figures of a `bench model` log's JSON line (issue #24), as one JSON object.
 rollover_keys() {
   python3 - "$1" <<'PY'
 import json, sys
+from lingbot_map_ros.tools.bench_rollover import HEADLINE_KEYS
 doc = next((json.loads(line) for line in reversed(open(sys.argv[1]).read().splitlines())
             if line.startswith('{')), {})
-keys = ('rollover_over_median', 'max_streaming_over_median', 'flatness_steady',
-        'prepare_over_median', 'prepare_ms_mean', 'peak_gib_with_rollover',
-        'peak_gib_without_rollover', 'peak_gpu_memory_gib', 'ms_p50', 'frames')
-out = {k: doc.get(k) for k in keys}
-out['rollovers'] = (doc.get('long_run') or {}).get('rollovers')
+out = {k: doc.get(k) for k in HEADLINE_KEYS + ('peak_gpu_memory_gib', 'ms_p50', 'frames')}
+long_run = doc.get('long_run') or {}
+out.update({k: v for k, v in long_run.items() if k not in out and k != 'block_ms'})
 out['rollover'] = doc.get('rollover')
 print(json.dumps(out))
 PY
@@ -125,9 +128,10 @@ elif [ "$stage" = long ]; then
   timeout "${LONG_RUN_S:-560}" $bench --backend sdpa --compile --frames 10000 \
     --keyframe-interval 10 --progress 100 > "$out/model_sdpa_compile_10k.txt" 2>&1
 elif [ "$stage" = long20k ] || [ "$stage" = collect ]; then
-  log=/tmp/model_sdpa_compile_20k.txt
+  log=/tmp/model_default_20k.txt
   if [ "$stage" = long20k ]; then
-    setsid nohup $bench --backend sdpa --compile --frames 20000 --progress 100 > "$log" 2>&1 &
+    setsid nohup $bench --compile --kv-dtype float8_e4m3fn --frames 20000 --progress 100 \
+      > "$log" 2>&1 &
     echo $! > /tmp/long20k.pid
   fi
   end=$((SECONDS + ${LONG_WAIT_S:-585}))
@@ -313,6 +317,21 @@ elif [ "$stage" = round6 ]; then
   tail -n 3 $logs/gpu_tests.txt
   for f in $logs/golden_*.txt $logs/memory_*.txt $logs/rollover.json $logs/model_*.txt; do
     echo "== $f"; tail -n 1 "$f" | cut -c1-1500; done
+elif [ "$stage" = round7 ]; then
+  logs="$out/round7" && mkdir -p "$logs"
+  fp8="--kv-dtype float8_e4m3fn"
+  timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider test/engine \
+    > "$logs/gpu_tests.txt" 2>&1 &
+  make_weights > "$logs/weights.txt" 2>&1
+  wait
+  timeout 200 $bench --compile $fp8 --frames "${ROUND7_FRAMES:-1100}" --progress 100 \
+    > "$logs/model_pose_rollovers.txt" 2>&1
+  rollover_keys "$logs/model_pose_rollovers.txt" > "$logs/rollover.json" 2>&1
+  for n in 1 2 3; do
+    timeout 90 $bench $fp8 --cameras $n --frames 200 --warmup 20 > "$logs/model_cameras$n.txt" 2>&1
+  done
+  tail -n 3 "$logs/gpu_tests.txt"; cat "$logs/rollover.json"
+  for f in "$logs"/model_cameras*.txt; do echo "== $f"; grep -E "^(aggregate|tick|batch|fallbacks|peak)" "$f"; done
 elif [ "$stage" = dtypes ]; then
   for kv in bfloat16 float8_e4m3fn; do
     timeout 100 $bench --compile --kv-dtype $kv > "$out/model_${kv}_pose.txt" 2>&1

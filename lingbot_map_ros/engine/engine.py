@@ -52,6 +52,9 @@ from lingbot_map_ros.engine.stats import CacheStats
 import torch
 
 _LOG = logging.getLogger(__name__)
+_CAMERA_FRAMES_RESERVED = 1024
+"""Most camera-head cache frames reserved at warm-up (128 MiB at the official size): the
+head attends over every reserved slot, so a session limit beyond it grows the buffer instead."""
 
 
 class Engine:
@@ -171,7 +174,10 @@ class Engine:
         """Build the fast path for this frame size before a stream uses it (once per engine).
 
         Runs the model on copies of ``tensor`` (N_s scale frames, a keyframe, a non-keyframe)
-        on ``stream``'s own pages and empties the stream again.
+        on ``stream``'s own pages and empties the stream again. Also built here, so that no
+        capture lands on a streaming frame later: the camera-head cache at its session size
+        (a buffer that grows mid-stream re-captures the head's step) and the one-frame DINO
+        step a rollover's preparation runs.
         """
         num_scale = self.config.cache.scale_frames
         with self.lock:
@@ -183,6 +189,10 @@ class Engine:
                       'graphs)', size_hw[1], size_hw[0])
             image = tensor.to(self.device)[None]
             try:
+                with self.model.call_context(stream.state), torch.no_grad():
+                    self.model.camera_head.reserve_cache(
+                        min(self.config.cache.max_total_frames, _CAMERA_FRAMES_RESERVED))
+                    self.runner.dino(image)
                 stream.forward_scale(image.expand(num_scale, -1, -1, -1), with_depth)
                 # A keyframe, then a non-keyframe at the time index the next keyframe would get.
                 for offset, keyframe in ((0, True), (1, False)):

@@ -25,7 +25,7 @@ from typing import Any
 
 FALLBACK_KINDS: tuple[str, ...] = ('attention_kernel', 'backend_refused', 'batch_capture',
                                    'camera_head', 'capture', 'compile', 'depth_head',
-                                   'whole_frame')
+                                   'dino_trunk', 'whole_frame')
 """The fast path's step-downs, each counted under its own name (``model/fast_path.py`` says
 what each turns off); the diagnostics publish them as ``fallbacks.<kind>``."""
 

@@ -93,8 +93,11 @@ def test_the_pass_unit_by_unit_between_other_frames_equals_the_pass_at_once():
     assert np.abs(np.diff(np.stack([g['pose_enc'][0].numpy() for g in got]), axis=0)).max() > 1e-4
 
 
-def _run_rollover(num: int, **overrides) -> tuple[list, RolloverSession, list]:
+def _run_rollover(num: int, fast: bool = False,
+                  **overrides) -> tuple[list, RolloverSession, list]:
     session = StreamingSession(_config(**overrides), allow_random_weights=True, seed=5)
+    if fast:  # the GPU's whole-frame path: the same steps, run uncaptured on the CPU
+        session.engine.fast_path.request('whole_frame', False)
     rollover = RolloverSession(session)
     out, pools = [], []
     info = preprocess_image(np.zeros((64, 128, 3), np.uint8), 112, 14)[1]
@@ -103,10 +106,26 @@ def _run_rollover(num: int, **overrides) -> tuple[list, RolloverSession, list]:
         pools.append((session.engine.pool_stats(), rollover.rollover_stats()))
         if i == 0:
             camera = session.stream.state.camera
+            runner = session.engine.runner
+            built, generation = dict(runner.step_builds), camera.generation
     # The serving stream keeps one camera-head cache (the one its captured step reads): the
     # next session's scale frames move into it at the switch.
     assert session.stream.state.camera is camera and camera.num_frames > 0
+    if fast:
+        # Nothing is built after the warm-up (on a GPU each build is a capture, a slow frame):
+        # the preparations' DINO step was built there, the camera cache never grew.
+        assert built['dino trunk'] == 1 and built['camera head'] >= 1
+        assert runner.step_builds == built and camera.generation == generation
     return out, rollover, pools
+
+
+def test_after_the_warm_up_prepared_rollovers_build_nothing_and_match_the_eager_run():
+    fast, rollover, _ = _run_rollover(40, fast=True)
+    eager, _, _ = _run_rollover(40)
+    assert rollover.rollover_stats().rollovers >= 2
+    assert [p.stamp_ns for p in fast] == [p.stamp_ns for p in eager] == list(range(40))
+    np.testing.assert_allclose(np.stack([p.c2w for p in fast]),
+                               np.stack([p.c2w for p in eager]), atol=1e-4)
 
 
 def test_prepared_rollovers_publish_every_frame_once_and_keep_the_pool_bounded():

@@ -185,7 +185,7 @@ def test_fast_path_fallbacks_are_counted_by_name_in_every_state():
         'fallbacks.attention_kernel', 'fallbacks.backend_refused', 'fallbacks.batch_capture',
         'fallbacks.camera_head',
         'fallbacks.capture', 'fallbacks.compile', 'fallbacks.depth_head',
-        'fallbacks.whole_frame']
+        'fallbacks.dino_trunk', 'fallbacks.whole_frame']
     assert fresh['fallbacks.capture'] == '0' and 'fallbacks' not in fresh
     stepped = replace(SESSION, fast_path_requested='whole_frame', fast_path='eager',
                       fast_path_fallbacks=2, fast_path_reason='CUDA graphs unavailable',

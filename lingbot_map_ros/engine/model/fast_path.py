@@ -53,8 +53,9 @@ from ...config import FastPath
 
 logger = logging.getLogger(__name__)
 
-HEADS = ('camera head', 'depth head')
-"""The heads with a step of their own; the fallback kind of each is its name with '_'."""
+HEADS = ('camera head', 'depth head', 'dino trunk')
+"""The parts with a one-frame step of their own (the heads, and the DINO trunk a rollover's
+preparation runs frame by frame); the fallback kind of each is its name with '_'."""
 
 _STEP_DOWN: dict[str, str] = {
     'compile': 'torch.compile of the frame segments failed; running them uncompiled',
@@ -64,6 +65,7 @@ _STEP_DOWN: dict[str, str] = {
                        'segment by segment',
     'camera_head': 'camera head fast path unavailable; running it eagerly',
     'depth_head': 'depth head fast path unavailable; running it eagerly',
+    'dino_trunk': "a rollover preparation's one-frame DINO step unavailable; running it eagerly",
     'batch_capture': 'CUDA graphs of batched frames (several cameras) unavailable; running '
                      'batches eagerly (single frames keep their mode)',
 }
@@ -117,7 +119,7 @@ class FastPathMode:
         return self.capped_by if self.aggregator != self.requested else ''
 
     def head_on(self, part: str) -> bool:
-        """Whether head ``part`` ('camera head', 'depth head') runs its step as built."""
+        """Whether part ``part`` (one of :data:`HEADS`) runs its step as built."""
         return part in self.heads
 
     def step_down(self, kind: str, why: str) -> FastPathMode:

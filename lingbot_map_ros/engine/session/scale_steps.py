@@ -19,11 +19,12 @@ limit it stalls the stream; run here it is cut into units that the ending sessio
 take turns with, one unit after each served frame, so the switch has nothing left to compute.
 
 Units, in order (:func:`scale_units` counts them): the DINO trunk of each scale frame (one
-frame per unit), each of the aggregator's frame/global block pairs
-(``Aggregator.block_steps``), the camera head on the N_s camera tokens, and with depth the
-DPT head of each frame. Every unit runs under the engine's lock, in the model's call context
-(``LingbotMapModel.call_context``), on the same device stream as the frames: the order of the
-work is fixed, so the CPU and the GPU run the same code and a test sees what a robot gets.
+frame per unit, through the runner's captured one-frame step ``FrameRunner.dino``), each of
+the aggregator's frame/global block pairs (``Aggregator.block_steps``), the camera head on the
+N_s camera tokens, and with depth the DPT head of each frame. Every unit runs under the
+engine's lock, in the model's call context (``LingbotMapModel.call_context``), on the same
+device stream as the frames: the order of the work is fixed, so the CPU and the GPU run the
+same code and a test sees what a robot gets.
 
 Pages: the pass never reads the cache (a scale pass attends densely), it only writes each
 layer's K/V. They go to a small lease of the pool's headroom: N_s patch pages and the pages
@@ -246,7 +247,7 @@ class ScalePass:
         agg, runner = engine.model.aggregator, engine.runner
         dino = []
         for i in range(images.shape[0]):
-            dino.append(agg.patch_embed(agg.normalize(images[i:i + 1])))
+            dino.append(runner.dino(images[i:i + 1]))
             yield
         features = yield from agg.block_steps(torch.cat(dino), 0, 'scale', patch_hw,
                                               self._pages, _ScalePlan())
