@@ -111,6 +111,11 @@ class BatchGraphs:
         """Return the whole-batch graphs captured so far (every shape and staged key)."""
         return 0 if self._whole is None else self._whole.captured
 
+    @property
+    def whole(self) -> Any:
+        """Return the whole batches (``WholeBatches``) of the latest pool; None before any."""
+        return self._whole
+
     def graph_pool(self) -> Any:
         """Return the memory pool the batches' graphs share (made on first use)."""
         if self._pool is None:

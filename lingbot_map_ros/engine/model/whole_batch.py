@@ -65,6 +65,8 @@ class WholeBatches:
         self._compile_merge = compile_merge
         self._slots: list[StagedFrames] = []
         self._graphs: dict[tuple, CapturedCall] = {}
+        self.batches = 0
+        """Batches run whole (replayed, captured or eager)."""
 
     @property
     def captured(self) -> int:
@@ -109,6 +111,7 @@ class WholeBatches:
             raise
         for slot in slots:
             slot.finish()
+        self.batches += 1
         return out
 
     def _outputs(self, agg: Aggregator, graphs: BatchGraphs, images: torch.Tensor,
