@@ -17,9 +17,9 @@ On the CPU the whole batch runs eagerly: the same segments and the same staged w
 attentions, in the order the GPU captures them (``model/whole_batch.py``). On CUDA (marker
 gpu) the batch is one captured graph, compared with each stream's own whole-frame graphs.
 
-Schedule (N_s 2, W 3, ``tiny_stream.CACHE``): stream b starts b steps after stream 0, so a
-batch holds streams whose windows are filling beside full, sliding ones; and stream b's
-keyframes alternate with phase b, so a batch mixes keyframes and non-keyframes.
+Schedule (N_s 2, W 3, ``tiny_stream.CACHE``, K 2): stream b starts b steps after stream 0, so
+a batch holds streams whose windows are filling beside full, sliding ones, and keyframes beside
+non-keyframes (neighbouring streams are one frame apart).
 
 Run: ``python -m pytest test/engine/test_whole_batch.py`` (tiny golden-weights model).
 """
@@ -44,22 +44,22 @@ Call = tuple[int, int, bool]
 """(frame index, time index, keyframe)."""
 
 
-def _calls(count: int, phase: int) -> list[Call]:
-    """Return the streaming calls of ``count`` frames; keyframes alternate with ``phase``."""
+def _calls(count: int) -> list[Call]:
+    """Return the streaming calls of ``count`` frames: even frames are keyframes."""
     calls, cached = [], N_S
     for i in range(N_S, count):
-        keyframe = (i + phase) % 2 == 0
+        keyframe = i % 2 == 0
         calls.append((i, cached, keyframe))
         cached += keyframe
     return calls
 
 
-def _alone(model, images: torch.Tensor, phase: int, runner=None) -> list[dict]:
+def _alone(model, images: torch.Tensor, runner=None) -> list[dict]:
     """Each streaming frame of one stream, alone on a pool of its own (the reference)."""
     state = new_stream(model, images.dtype, images)
     model.forward_scale(images[:N_S], state, with_depth=True, runner=runner)
     return [model.forward_frame(images[i:i + 1], t, key, state, with_depth=True, runner=runner)
-            for i, t, key in _calls(images.shape[0], phase)]
+            for i, t, key in _calls(images.shape[0])]
 
 
 def _shared_streams(model, images: list[torch.Tensor]) -> list[StreamState]:
@@ -81,7 +81,7 @@ def _batched(model, images: list[torch.Tensor], graphs: BatchGraphs,
         Per stream its frames' outputs, and the batches of two frames or more.
     """
     states = _shared_streams(model, images)
-    calls = [_calls(imgs.shape[0], b) for b, imgs in enumerate(images)]
+    calls = [_calls(imgs.shape[0]) for imgs in images]
     outs: list[list[dict]] = [[] for _ in images]
     batches, failed = 0, fail_at < 0
     for step in range(len(images) + max(len(c) for c in calls)):
@@ -122,7 +122,8 @@ def _batch(model, images, states, ready, graphs) -> list[dict]:
 
 def _fail_once(model, images, states, ready, graphs) -> None:
     """Run the batch with frame block 1 raising; every stream must be as it was."""
-    assert len(ready) == len(states) and all(key for _, (_, _, key) in ready)
+    keyframes = [key for _, (_, _, key) in ready]
+    assert len(ready) == len(states) and any(keyframes) and not all(keyframes)
     before = [(s.kv.num_frames, s.kv.stats()) for s in states]
 
     def refuse(module, args):
@@ -162,7 +163,7 @@ def test_whole_batches_equal_each_stream_alone_on_cpu(streams):
     images = _images(12, streams)
     graphs = BatchGraphs(False, staged=True)
     got, batches = _batched(model, images, graphs)
-    want = [_alone(model, imgs, b) for b, imgs in enumerate(images)]
+    want = [_alone(model, imgs) for imgs in images]
     # The batched GEMMs see B*P rows: float32 rounding of another blocking at most.
     _assert_close(got, want, atol=1e-5, rtol=1e-5)
     assert batches >= 8 and graphs.whole.batches == batches and graphs.captured == 0
@@ -172,10 +173,11 @@ def test_a_failed_whole_batch_rolls_every_stream_back():
     model = tiny_model('cpu', torch.float32)
     images = _images(9, 3)
     graphs = BatchGraphs(False, staged=True)
-    # Step 5: every stream at a keyframe that fills its window (a failed keyframe that evicts
-    # cannot bring the evicted frame back: StreamKV.end_frame).
+    # Step 5: frames 6 (the keyframe that fills the window), 5 and 4 (a non-keyframe and a
+    # keyframe mid-fill). A failed keyframe that evicts could not bring the evicted frame back
+    # (StreamKV.end_frame), so the failure comes before any eviction.
     got, _ = _batched(model, images, graphs, fail_at=5)
-    want = [_alone(model, imgs, b) for b, imgs in enumerate(images)]
+    want = [_alone(model, imgs) for imgs in images]
     _assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
@@ -188,7 +190,7 @@ def test_a_failed_batch_capture_steps_down_and_the_frames_stay_right():
     model = tiny_model('cpu', torch.float32)
     images = _images(6, 2)
     got, batches = _batched(model, images, graphs)
-    want = [_alone(model, imgs, b) for b, imgs in enumerate(images)]
+    want = [_alone(model, imgs) for imgs in images]
     _assert_close(got, want, atol=1e-5, rtol=1e-5)
     assert batches >= 3
     assert state.fallbacks()['batch_capture'] == 2
@@ -214,7 +216,7 @@ def test_captured_batch_equals_each_streams_whole_frame_graphs_in_bf16(streams):
     graphs = BatchGraphs(True, lambda exc: state.fall_back('batch_capture', exc), staged=True)
     got, batches = _batched(model, images, graphs)
     runner = _cuda_runner(model)
-    want = [_alone(model, imgs, b, runner) for b, imgs in enumerate(images)]
+    want = [_alone(model, imgs, runner) for imgs in images]
     assert sum(state.fallbacks().values()) == 0, state.mode.reason
     assert sum(runner.fast_path.fallbacks().values()) == 0, runner.fast_path.mode.reason
     assert graphs.staged and graphs.whole_captured >= 1 and graphs.captured == 0
@@ -239,9 +241,10 @@ def test_batches_replay_once_their_graphs_are_captured():
         counts.append(whole.captured)
         return whole
 
-    graphs.whole_for = counted
+    graphs.whole_for = counted  # observes the graphs captured before each batch
     got, batches = _batched(model, images, graphs)
+    counts.append(graphs.whole_captured)
     assert sum(state.fallbacks().values()) == 0, state.mode.reason
-    assert batches == 27 and len(counts) == batches and counts[-1] >= 1
-    assert counts[-10:] == [counts[-1]] * 10  # no capture in the last 10 batches
+    assert batches == 27 and len(counts) == batches + 1 and counts[-1] >= 1
+    assert counts[-11:] == [counts[-1]] * 11  # no capture during the last 10 batches
     assert graphs.whole.batches == batches
