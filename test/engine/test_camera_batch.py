@@ -28,6 +28,7 @@ from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.cameras.camera_batch import (batch_graphs, BatchStats, feed_batch,
                                                          step_batch)
 from lingbot_map_ros.engine.engine import Engine
+from lingbot_map_ros.engine.model.batched import BatchGraphs
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.reasons import Reason
 from lingbot_map_ros.engine.session.rollover import RolloverSession
@@ -118,6 +119,24 @@ def test_cameras_batched_equal_each_camera_alone(cameras):
             pool_streams=cameras * alone_engine.pool_stats().pool_streams)
     assert stats.batches > 0 and stats.batched_frames >= 2 * stats.batches
     assert stats.batched_frames + stats.alone_frames == cameras * count
+
+
+def test_staged_whole_batches_through_the_engine_equal_each_camera_alone():
+    # The engine's batch graphs as the whole-frame fast path builds them, eager on the CPU:
+    # every batch stages each stream's frame in a slot of its own (model/whole_batch.py),
+    # across window fills, evictions and a rollover per stream.
+    count = N_S + 7
+    frames = [_frames(count, seed=s) for s in (1, 2)]
+    engine = Engine.load(_config(), allow_random_weights=True, seed=5)
+    engine.batch_graphs = BatchGraphs(False, staged=True)
+    feeders = _feeders(engine, 2)
+    stats = BatchStats()
+    got = _run(feeders, frames, stats)
+    stamps = [i * STEP_NS for i in range(count)]
+    for k in range(2):
+        _assert_same(got[k], _alone(frames[k], stamps))
+    assert batch_graphs(engine) is engine.batch_graphs
+    assert stats.batches > 0 and engine.batch_graphs.whole.batches == stats.batches
 
 
 def test_a_camera_in_its_scale_phase_runs_alone_beside_streaming_ones():

@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 import logging
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import torch
 
@@ -56,6 +56,9 @@ from ..cache.kv_pool import KVPool
 from ..cache.staged_frames import can_stage
 from ..cache.stream_kv import FramePlan, StreamKV
 from ..frames import Role
+
+if TYPE_CHECKING:
+    from .whole_batch import WholeBatches
 
 _LOG = logging.getLogger(__name__)
 Segment = Callable[..., tuple[torch.Tensor, ...]]
@@ -99,7 +102,7 @@ class BatchGraphs:
         self._on_fallback = on_fallback
         self._pool: Any = None
         self._sets: dict[tuple, list[CapturedCall]] = {}
-        self._whole: Any = None  # WholeBatches of the latest pool
+        self._whole: WholeBatches | None = None  # of the latest pool
 
     @property
     def captured(self) -> int:
@@ -112,8 +115,8 @@ class BatchGraphs:
         return 0 if self._whole is None else self._whole.captured
 
     @property
-    def whole(self) -> Any:
-        """Return the whole batches (``WholeBatches``) of the latest pool; None before any."""
+    def whole(self) -> WholeBatches | None:
+        """Return the whole batches of the latest pool; None before any (or after a failure)."""
         return self._whole
 
     def graph_pool(self) -> Any:
@@ -122,8 +125,8 @@ class BatchGraphs:
             self._pool = torch.cuda.graph_pool_handle()
         return self._pool
 
-    def whole_for(self, pool: KVPool) -> Any:
-        """Return the whole batches over ``pool`` (``WholeBatches``), or None for segments."""
+    def whole_for(self, pool: KVPool) -> WholeBatches | None:
+        """Return the whole batches over ``pool``, or None: the batch runs segments."""
         if not self.staged or not can_stage(pool):
             return None
         if self._whole is None or self._whole.pool is not pool:
