@@ -41,6 +41,7 @@ from lingbot_map_ros.engine.cache.stream_cache import new_kv_pool, tokens_per_fr
 from lingbot_map_ros.engine.cache.stream_kv import StreamKV
 from lingbot_map_ros.engine.device import resolve_device, resolve_dtypes
 from lingbot_map_ros.engine.errors import ResolutionChangedError
+from lingbot_map_ros.engine.model.batched import BatchGraphs
 from lingbot_map_ros.engine.model.fast_path import FastPathState
 from lingbot_map_ros.engine.model.frame_runner import FrameRunner
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
@@ -84,6 +85,8 @@ class Engine:
         """The mode of every stream of this engine and its fallback counters."""
         self.runner = FrameRunner.for_model(model, self.fast_path)
         """Builds and runs the fast path of every stream (reads and lowers ``fast_path``)."""
+        self.batch_graphs: BatchGraphs | None = None
+        """CUDA graphs of batched frames of several streams (``cameras/camera_batch.py``)."""
         self.lock = threading.RLock()
         """Serialises the calls of every stream (one model, one pool)."""
         self._pool: KVPool | None = None

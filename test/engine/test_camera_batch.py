@@ -28,6 +28,7 @@ from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.cameras.camera_batch import (batch_graphs, BatchStats, feed_batch,
                                                          step_batch)
 from lingbot_map_ros.engine.engine import Engine
+from lingbot_map_ros.engine.model.batched import BatchGraphs
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.reasons import Reason
 from lingbot_map_ros.engine.session.rollover import RolloverSession
@@ -120,6 +121,24 @@ def test_cameras_batched_equal_each_camera_alone(cameras):
     assert stats.batched_frames + stats.alone_frames == cameras * count
 
 
+def test_staged_whole_batches_through_the_engine_equal_each_camera_alone():
+    # The engine's batch graphs as the whole-frame fast path builds them, eager on the CPU:
+    # every batch stages each stream's frame in a slot of its own (model/whole_batch.py),
+    # across window fills, evictions and a rollover per stream.
+    count = N_S + 7
+    frames = [_frames(count, seed=s) for s in (1, 2)]
+    engine = Engine.load(_config(), allow_random_weights=True, seed=5)
+    engine.batch_graphs = BatchGraphs(False, staged=True)
+    feeders = _feeders(engine, 2)
+    stats = BatchStats()
+    got = _run(feeders, frames, stats)
+    stamps = [i * STEP_NS for i in range(count)]
+    for k in range(2):
+        _assert_same(got[k], _alone(frames[k], stamps))
+    assert batch_graphs(engine) is engine.batch_graphs
+    assert stats.batches > 0 and engine.batch_graphs.whole.batches == stats.batches
+
+
 def test_a_camera_in_its_scale_phase_runs_alone_beside_streaming_ones():
     count = N_S + 5
     frames_a, frames_b = _frames(count, seed=1), _frames(count, seed=2)
@@ -202,8 +221,10 @@ def test_step_batch_of_preprocessed_frames_equals_step_tensor():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
 def test_batched_cuda_graphs_equal_each_stream_alone_in_bf16():
-    # bf16, whole-frame fast path: batches of two replay captured segments; each stream alone
-    # runs the plain eager forward. Batched GEMMs pick other kernels (B*P rows): bf16 noise.
+    # bf16, whole-frame fast path: a batch of two replays one captured graph (segments and
+    # both streams' staged cache attention); each stream alone runs the plain eager forward.
+    # Batched GEMMs pick other kernels (B*P rows), staged attention flash varlen / cuDNN:
+    # bf16 noise.
     count = N_S + 6
     frames = [_frames(count, seed=s) for s in (1, 2)]
     cuda = {'stream.device': 'cuda', 'stream.dtype': 'bfloat16', 'cache.dtype': 'bfloat16',
@@ -218,7 +239,9 @@ def test_batched_cuda_graphs_equal_each_stream_alone_in_bf16():
             got[k] += preds
     assert stats.batches == count - N_S
     graphs = batch_graphs(engine)
-    assert graphs.capture and graphs.captured == engine.config.model.depth + 1
+    assert sum(engine.fast_path.fallbacks().values()) == 0, engine.fast_path.mode.reason
+    assert graphs.capture and graphs.staged and graphs.captured == 0
+    assert graphs.whole_captured >= 1 and graphs.whole.batches == stats.batches
     for k in range(2):
         alone = StreamingSession(_config(**dict(cuda, **{'stream.fast_path': 'eager'})),
                                  allow_random_weights=True, seed=5)

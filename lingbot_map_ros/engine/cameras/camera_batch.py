@@ -25,7 +25,8 @@ stream's cache attention stays its own). Each frame goes through three phases:
    frame or a new size, a rollover due, an image preprocessing refuses.
 2. **Run** (:func:`run_jobs`): the planned frames of one engine, depth setting and size run as
    one batch under the engine's lock (on CUDA with the fast path on, the batch's fixed-shape
-   segments replay as CUDA graphs per batch size: ``BatchGraphs``). Each frame is first
+   segments replay as CUDA graphs per batch size, or with whole frames the whole batch, every
+   stream's cache attention included, is one CUDA graph: ``BatchGraphs``). Each frame is first
    checked against its stream's limits (``Aggregator.prepare``); a refused frame leaves the
    batch with its error and the others go on. A batch of one runs the stream's own
    single-frame call (its fast path: whole-frame CUDA graphs).
@@ -44,7 +45,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 import functools
 import time
-import weakref
 
 from lingbot_map_ros.engine.engine import Engine
 from lingbot_map_ros.engine.frames import frame_tag, FrameTag
@@ -53,10 +53,6 @@ from lingbot_map_ros.engine.session.frame_job import FrameJob
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 from lingbot_map_ros.engine.session.stream_feeder import FeedResult, Image, StreamFeeder
 import torch
-
-
-_GRAPHS: weakref.WeakKeyDictionary[Engine, BatchGraphs] = weakref.WeakKeyDictionary()
-"""Each engine's captured batch segments (CUDA, fast path on), built on first use."""
 
 
 class BatchFeedError(Exception):
@@ -227,13 +223,18 @@ def _plan(feeder: StreamFeeder, image: Image, tag: FrameTag
 
 
 def batch_graphs(engine: Engine) -> BatchGraphs:
-    """Return the engine's batch segments (CUDA graphs on CUDA with the fast path on)."""
-    graphs = _GRAPHS.get(engine)
+    """Return the engine's batch graphs, built at its first batch (``Engine.batch_graphs``).
+
+    CUDA graphs on CUDA with the fast path on; whole batches over the staged cache where the
+    fast path runs whole frames (on the CPU those run eagerly), compiled with ``compile``.
+    """
+    graphs = engine.batch_graphs
     if graphs is None:
-        state = engine.fast_path
-        capture = engine.device.type == 'cuda' and state.mode.aggregator != 'eager'
-        graphs = _GRAPHS[engine] = BatchGraphs(
-            capture, functools.partial(state.fall_back, 'batch_capture'))
+        mode = engine.fast_path.mode
+        capture = engine.device.type == 'cuda' and mode.aggregator != 'eager'
+        graphs = engine.batch_graphs = BatchGraphs(
+            capture, functools.partial(engine.fast_path.fall_back, 'batch_capture'),
+            staged=mode.aggregator == 'whole_frame', compile_bodies=mode.compiled)
     return graphs
 
 

@@ -30,29 +30,42 @@ when the loop raises, every stream's frame is rolled back (``StreamKV.end_frame(
 The fixed-shape work between two cache attentions is one segment, as in ``graphed.py``
 (seg 0: DINO, specials, frame block 0, global block 0 up to q, k, v; seg i: the rest of global
 block i-1, frame block i, global block i up to q, k, v; seg L: the rest of the last global
-block). :class:`BatchGraphs` replays each segment as a CUDA graph per batch shape, captured
-the first time that shape runs; without it (CPU, fast path off, a failed capture) the same
-segment functions run eagerly, so the CPU tests check the segmentation the GPU replays.
+block; the bodies are ``graphed.py``'s). :class:`BatchGraphs` replays each segment as a CUDA
+graph per batch shape, captured the first time that shape runs; without it (CPU, fast path
+off, a failed capture) the same segment functions run eagerly, so the CPU tests check the
+segmentation the GPU replays. Where the engine runs whole frames and the pool can stage, the
+whole batch, segments and every stream's cache attention, is one CUDA graph instead
+(``whole_batch.py``).
 """
+
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 import logging
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import torch
 
-from .aggregator import (Aggregator, AggregatorOutput, frame_step, global_finish, global_qkv,
-                         tap_features, with_specials)
-from .captured import capture_graph
+from .aggregator import Aggregator, AggregatorOutput, tap_features
+from .captured import CapturedCall
+from .graphed import Bodies, first_segment
 from .layers import wide_dtype
+from ..cache.kv_pool import KVPool
+from ..cache.staged_frames import can_stage
 from ..cache.stream_kv import FramePlan, StreamKV
 from ..frames import Role
 
+if TYPE_CHECKING:
+    from .whole_batch import WholeBatches
+
 _LOG = logging.getLogger(__name__)
 Segment = Callable[..., tuple[torch.Tensor, ...]]
+Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""Global block i's cache attention of the batch: ``(i, q, k, v) -> o`` ([B, H, P, D] each)."""
+RunSegment = Callable[..., tuple[torch.Tensor, ...]]
+"""``(index, segment, *inputs) -> outputs``: a segment run eagerly or replayed."""
 
 
 @dataclass(frozen=True)
@@ -68,63 +81,95 @@ class BatchCall:
 
 
 class BatchGraphs:
-    """The segments of batched frames as CUDA graphs, one set per batch shape (engine-wide)."""
+    """The batched frames' CUDA graphs (engine-wide): segments per batch shape, or whole batches.
+
+    Args:
+        capture: replay captured graphs (CUDA); otherwise run the same functions eagerly.
+        on_fallback: told of a capture that fails (the engine counts it as 'batch_capture').
+        staged: run whole batches over the staged cache where the pool can stage (the engine's
+            fast path is 'whole_frame'); on the CPU they run eagerly.
+        compile_bodies: ``torch.compile`` the segment bodies (and the staged merge) first.
+    """
 
     def __init__(self, capture: bool,
-                 on_fallback: Callable[[BaseException], None] | None = None) -> None:
-        """Replay captured segments when ``capture`` (CUDA); otherwise run them eagerly.
-
-        ``on_fallback`` is told of a capture that fails (the engine counts it).
-        """
+                 on_fallback: Callable[[BaseException], None] | None = None,
+                 staged: bool = False, compile_bodies: bool = False) -> None:
         self.capture = capture
+        self.staged = staged
+        self.bodies = Bodies(compile_bodies)
+        """The segment bodies every batch runs (plain after a failure)."""
+        self._compile = compile_bodies
         self._on_fallback = on_fallback
         self._pool: Any = None
-        self._sets: dict[tuple, list[_Replay]] = {}
+        self._sets: dict[tuple, list[CapturedCall]] = {}
+        self._whole: WholeBatches | None = None  # of the latest pool
 
     @property
     def captured(self) -> int:
         """Return the segments captured so far, over every batch shape."""
         return sum(len(replays) for replays in self._sets.values())
 
+    @property
+    def whole_captured(self) -> int:
+        """Return the whole-batch graphs captured so far (every shape and staged key)."""
+        return 0 if self._whole is None else self._whole.captured
+
+    @property
+    def whole(self) -> WholeBatches | None:
+        """Return the whole batches of the latest pool; None before any (or after a failure)."""
+        return self._whole
+
+    def graph_pool(self) -> Any:
+        """Return the memory pool the batches' graphs share (made on first use)."""
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        return self._pool
+
+    def whole_for(self, pool: KVPool) -> WholeBatches | None:
+        """Return the whole batches over ``pool``, or None: the batch runs segments."""
+        if not self.staged or not can_stage(pool):
+            return None
+        if self._whole is None or self._whole.pool is not pool:
+            from .whole_batch import WholeBatches  # it imports this module
+            self._whole = None  # release the old pool's graphs first
+            self._whole = WholeBatches(pool, self.capture, self._compile)
+        return self._whole
+
+    def give_up(self, exc: BaseException, whole: bool) -> None:
+        """Report a failed capture; step down to segments (``whole``) or to eager segments.
+
+        Either way the bodies run uncompiled from now on (the failure may be Inductor's).
+        """
+        if self._on_fallback is not None:
+            self._on_fallback(exc)  # counted and logged once by the engine
+        else:
+            _LOG.warning('CUDA graphs of batched frames unavailable; stepping down (%s: %s)',
+                         type(exc).__name__, exc)
+        self.bodies = Bodies(False)
+        self._compile = False
+        self.staged = False
+        self._whole = None
+        if not whole:
+            self.capture = False
+            self._sets.clear()
+
     def run(self, key: tuple, index: int, fn: Segment,
             *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Run segment ``index`` of the batch shape ``key`` on ``inputs``.
 
         Captured the first time (segments are built in order); a capture that fails turns
-        capture off for good, logged once, and the segment runs eagerly.
+        capture off for good (:meth:`give_up`) and the segment runs eagerly.
         """
         if not self.capture:
             return fn(*inputs)
         replays = self._sets.setdefault(key, [])
         if index == len(replays):
             try:
-                if self._pool is None:
-                    self._pool = torch.cuda.graph_pool_handle()
-                replays.append(_Replay(fn, inputs, self._pool))
+                replays.append(CapturedCall(fn, inputs, True, pool=self.graph_pool()))
             except Exception as exc:  # noqa: BLE001 - capture raises many kinds
-                if self._on_fallback is not None:
-                    self._on_fallback(exc)  # counted and logged once by the engine
-                else:
-                    _LOG.warning('CUDA graphs of batched frames unavailable; running them '
-                                 'eagerly (%s: %s)', type(exc).__name__, exc)
-                self.capture = False
-                self._sets.clear()
+                self.give_up(exc, whole=False)
                 return fn(*inputs)
         return replays[index](*inputs)
-
-
-class _Replay:
-    """One captured segment: inputs copied into static buffers, outputs cloned."""
-
-    def __init__(self, fn: Segment, inputs: Sequence[torch.Tensor], pool: Any) -> None:
-        self._static = [t.detach().clone() for t in inputs]
-        self._graph, self._outputs = capture_graph(lambda: fn(*self._static), pool)
-
-    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        for static, value in zip(self._static, inputs):
-            static.copy_(value)
-        self._graph.replay()
-        return tuple(out.clone() for out in self._outputs)
 
 
 def run_batched(agg: Aggregator, images: torch.Tensor, calls: Sequence[BatchCall],
@@ -137,7 +182,7 @@ def run_batched(agg: Aggregator, images: torch.Tensor, calls: Sequence[BatchCall
         images: row b is ``calls[b]``'s frame.
         calls: the streams' calls, each accepted by ``Aggregator.prepare``.
         patch_hw: the (h, w) patch grid.
-        graphs: the engine's captured segments; None runs them eagerly.
+        graphs: the engine's captured batches; None runs the segments eagerly.
 
     Returns:
         The B frames' taps ([B, P, 2C] each) and DINO tokens, row b for ``calls[b]``.
@@ -149,11 +194,17 @@ def run_batched(agg: Aggregator, images: torch.Tensor, calls: Sequence[BatchCall
         raise ValueError('a scale pass does not batch across streams')
     if len({id(call.kv) for call in calls}) != len(calls):
         raise ValueError('a stream appears twice in one batch')
+    graphs = graphs or BatchGraphs(False)
+    whole = graphs.whole_for(calls[0].kv.pool)
+    outputs = None if whole is None else whole.run(agg, graphs, images, calls, patch_hw)
+    if outputs is not None:
+        dino, *taps = outputs
+        return AggregatorOutput(taps=list(taps), dino_tokens=dino, patch_hw=patch_hw)
     plans: list[FramePlan] = []
     try:
         for call in calls:
             plans.append(call.kv.plan_frame(call.mode, 1))
-        out = _layers(agg, images, calls, plans, patch_hw, graphs or BatchGraphs(False))
+        out = _layers(agg, images, calls, plans, patch_hw, graphs)
     except BaseException:
         for call, plan in zip(calls, plans):
             call.kv.end_frame(plan, failed=True)
@@ -163,79 +214,97 @@ def run_batched(agg: Aggregator, images: torch.Tensor, calls: Sequence[BatchCall
     return out
 
 
-def _token_major(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Return ``t`` [B, H, N, D] in ``dtype``, as a view of a contiguous [B, N, H, D].
+def batch_inputs(agg: Aggregator, images: torch.Tensor, calls: Sequence[BatchCall],
+                 patch_hw: tuple[int, int]) -> tuple[torch.Tensor, ...]:
+    """Return the batch's inputs besides the images: specials and RoPE tables.
 
-    Row b's ``[0].transpose(0, 1)`` is then the contiguous [N, H, D] the cache takes (no copy).
+    Returns:
+        ``(specials, frame_cos, frame_sin, video_cos, video_sin)``; the video tables are
+        [B, 1, P, D/2], each frame's own time index, broadcast over the heads.
     """
-    return t.transpose(1, 2).to(dtype, memory_format=torch.contiguous_format).transpose(1, 2)
+    h, w = patch_hw
+    weights = agg.camera_token
+    # Streaming frames all take variant 1 of every special token, keyframe or not.
+    specials = agg.special_tokens(len(calls), 'keyframe', weights.dtype)
+    rope_dtype = wide_dtype(weights.dtype)
+    frame_cos, frame_sin = agg.frame_rope.tables(h, w, images.device, rope_dtype)
+    video = [agg.video_rope.tables(call.time_index, 1, h, w, images.device, rope_dtype)
+             for call in calls]
+    return (specials, frame_cos, frame_sin, torch.stack([cos for cos, _ in video])[:, None],
+            torch.stack([sin for _, sin in video])[:, None])
 
 
-def _frame_qkv(agg: Aggregator, i: int, x: torch.Tensor, kv_dtype: torch.dtype,
-               *tables: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    frame_cos, frame_sin, video_cos, video_sin = tables
-    frame_out = frame_step(agg.frame_blocks[i], x, frame_cos, frame_sin)
-    q, k, v = global_qkv(agg.global_blocks[i], frame_out, video_cos, video_sin)
-    return frame_out, _token_major(q, kv_dtype), _token_major(k, kv_dtype), \
-        _token_major(v, kv_dtype)
+def shape_key(agg: Aggregator, images: torch.Tensor, kv_dtype: torch.dtype) -> tuple:
+    """Return what a batch's graphs depend on besides the cache: shape, dtypes, weights."""
+    weights = agg.camera_token
+    return (tuple(images.shape), images.dtype, images.device, kv_dtype, weights.dtype,
+            weights.data_ptr())
 
 
-def _segments(agg: Aggregator, kv_dtype: torch.dtype) -> list[Segment]:
-    """Return the L + 1 segment functions (module docstring)."""
+def segments(agg: Aggregator, graphs: BatchGraphs, kv_dtype: torch.dtype) -> list[Segment]:
+    """Return the L + 1 segment functions (module docstring) on ``graphs.bodies``.
+
+    The bodies are read when a segment runs: after a failed capture the eager rerun takes
+    the plain ones.
+    """
     depth = agg.config.depth
 
     def first(images: torch.Tensor, specials: torch.Tensor,
               *tables: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        trunk = agg.patch_embed
-        x = trunk.embed(agg.normalize(images))
-        for block in trunk.blocks:
-            x = block(x)
-        dino = trunk.finish(x)
-        return (dino,) + _frame_qkv(agg, 0, with_specials(specials, dino), kv_dtype, *tables)
+        return first_segment(agg, graphs.bodies, images, specials, *tables, kv_dtype)
 
     def middle(i: int) -> Segment:
         def segment(frame_out: torch.Tensor, o: torch.Tensor,
                     *tables: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            x = global_finish(agg.global_blocks[i - 1], frame_out, o)
-            return (x,) + _frame_qkv(agg, i, x, kv_dtype, *tables)
+            return graphs.bodies.middle(agg.global_blocks[i - 1], agg.frame_blocks[i],
+                                        agg.global_blocks[i], frame_out, o, *tables, kv_dtype)
         return segment
 
     def last(frame_out: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return (global_finish(agg.global_blocks[depth - 1], frame_out, o),)
+        return (graphs.bodies.last(agg.global_blocks[depth - 1], frame_out, o),)
 
     return [first] + [middle(i) for i in range(1, depth)] + [last]
+
+
+def layer_loop(agg: Aggregator, parts: Sequence[Segment], run: RunSegment, attend: Attend,
+               images: torch.Tensor, specials: torch.Tensor,
+               tables: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """Run the segments in order with each global block's cache attention between them.
+
+    Returns:
+        ``(dino, *taps)``.
+    """
+    depth = agg.config.depth
+    dino, frame_out, q, k, v = run(0, parts[0], images, specials, *tables)
+    taps = []
+    for i in range(1, depth + 1):
+        o = attend(i - 1, q, k, v)
+        if i < depth:
+            x, next_out, q, k, v = run(i, parts[i], frame_out, o, *tables)
+        else:
+            (x,), next_out = run(i, parts[i], frame_out, o), frame_out
+        if i - 1 in agg.config.tap_layers:
+            taps.append(tap_features(frame_out, x))
+        frame_out = next_out
+    return (dino, *taps)
 
 
 def _layers(agg: Aggregator, images: torch.Tensor, calls: Sequence[BatchCall],
             plans: Sequence[FramePlan], patch_hw: tuple[int, int],
             graphs: BatchGraphs) -> AggregatorOutput:
-    h, w = patch_hw
-    b, depth = images.shape[0], agg.config.depth
+    """Segments (replayed or eager), each stream's cache attention eager between them."""
     kv_dtype = calls[0].kv.dtype
-    weights = agg.camera_token
-    key = (tuple(images.shape), images.dtype, images.device, kv_dtype, weights.dtype,
-           weights.data_ptr())
-    # Streaming frames all take variant 1 of every special token, keyframe or not.
-    specials = agg.special_tokens(b, 'keyframe', weights.dtype)
-    rope_dtype = wide_dtype(weights.dtype)
-    frame_cos, frame_sin = agg.frame_rope.tables(h, w, images.device, rope_dtype)
-    # Each frame's own time index: [B, 1, P, D/2] tables broadcast over the heads.
-    video = [agg.video_rope.tables(call.time_index, 1, h, w, images.device, rope_dtype)
-             for call in calls]
-    tables = (frame_cos, frame_sin, torch.stack([cos for cos, _ in video])[:, None],
-              torch.stack([sin for _, sin in video])[:, None])
-    segments = _segments(agg, kv_dtype)
-    dino, frame_out, q, k, v = graphs.run(key, 0, segments[0], images, specials, *tables)
-    taps = []
-    for i in range(1, depth + 1):
-        o = torch.cat([agg.global_attention(i - 1, call.kv, plan)(q[j:j + 1], k[j:j + 1],
-                                                                  v[j:j + 1])
-                       for j, (call, plan) in enumerate(zip(calls, plans))])
-        if i < depth:
-            x, next_out, q, k, v = graphs.run(key, i, segments[i], frame_out, o, *tables)
-        else:
-            (x,), next_out = graphs.run(key, i, segments[i], frame_out, o), frame_out
-        if i - 1 in agg.config.tap_layers:
-            taps.append(tap_features(frame_out, x))
-        frame_out = next_out
-    return AggregatorOutput(taps=taps, dino_tokens=dino, patch_hw=(h, w))
+    key = shape_key(agg, images, kv_dtype)
+    specials, *tables = batch_inputs(agg, images, calls, patch_hw)
+
+    def run(index: int, fn: Segment, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return graphs.run(key, index, fn, *inputs)
+
+    def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.cat([agg.global_attention(layer, call.kv, plan)(q[j:j + 1], k[j:j + 1],
+                                                                     v[j:j + 1])
+                          for j, (call, plan) in enumerate(zip(calls, plans))])
+
+    dino, *taps = layer_loop(agg, segments(agg, graphs, kv_dtype), run, attend, images,
+                             specials, tables)
+    return AggregatorOutput(taps=list(taps), dino_tokens=dino, patch_hw=patch_hw)

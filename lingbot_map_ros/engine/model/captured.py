@@ -71,7 +71,7 @@ class CapturedCall:
 
     def __init__(self, fn: Callable[..., tuple[torch.Tensor, ...]],
                  example_inputs: Sequence[torch.Tensor], capture: bool,
-                 compile_fn: bool = False) -> None:
+                 compile_fn: bool = False, pool: Any = None) -> None:
         """Compile (optionally) and capture ``fn`` for inputs shaped like ``example_inputs``.
 
         Args:
@@ -79,13 +79,14 @@ class CapturedCall:
             example_inputs: tensors of the shapes, dtypes and device of every later call.
             capture: capture a CUDA graph (CUDA only); False runs ``fn`` directly.
             compile_fn: ``torch.compile`` ``fn`` first.
+            pool: memory pool shared with other graphs (``capture_graph``), or None.
         """
         self._fn = maybe_compile(fn, compile_fn)
         self._static = [t.detach().clone() for t in example_inputs]
         self._graph: torch.cuda.CUDAGraph | None = None
         self._outputs: tuple[torch.Tensor, ...] = ()
         if capture:
-            self._graph, self._outputs = capture_graph(lambda: self._fn(*self._static))
+            self._graph, self._outputs = capture_graph(lambda: self._fn(*self._static), pool)
         elif compile_fn:
             self._fn(*self._static)  # compile now, where the caller can still fall back
 

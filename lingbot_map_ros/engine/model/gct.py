@@ -243,7 +243,8 @@ class LingbotMapModel(nn.Module):
                       ) -> list[dict[str, torch.Tensor]]:
         """Run one streaming frame of each of B streams, the frame-wise work as one batch.
 
-        The aggregator runs batched (``batched.py``: the cache attention per stream); the
+        The aggregator runs batched (``batched.py``: the cache attention per stream, staged
+        per stream inside one graph with whole frames: ``whole_batch.py``); the
         camera head runs per stream on its own cache, the depth head on the batch.
 
         Args:
@@ -252,7 +253,8 @@ class LingbotMapModel(nn.Module):
             patch_hw: the (h, w) patch grid ``prepare`` returned.
             with_depth: also run the depth head.
             runner: the fast path of the camera head steps; None runs them eagerly.
-            graphs: the aggregator segments' CUDA graphs; None runs them eagerly.
+            graphs: the batches' CUDA graphs (segments, or whole batches over the staged
+                cache: ``BatchGraphs``); None runs the segments eagerly.
 
         Returns:
             Per row, what :meth:`forward` returns for a single frame (B = 1 tensors).

@@ -86,14 +86,13 @@ FallBack = Callable[[str, BaseException], None]
 
 
 def _token_major(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """[1, H, N, D] -> the same values in ``dtype``, a view of a contiguous [N, H, D] tensor.
+    """[B, H, N, D] -> the same values in ``dtype``, a view of a contiguous [B, N, H, D] tensor.
 
     The cache stores and attends token-major [N, H, D]: producing that layout here (fused into
-    the RoPE kernel when compiled, inside the graph either way) leaves the eager cache path no
-    relayout copies.
+    the RoPE kernel when compiled, inside the graph either way) leaves the cache path no
+    relayout copies (row b's ``[b].transpose(0, 1)`` is contiguous).
     """
-    tokens = t[0].transpose(0, 1).to(dtype, memory_format=torch.contiguous_format)
-    return tokens.transpose(0, 1).unsqueeze(0)
+    return t.transpose(1, 2).to(dtype, memory_format=torch.contiguous_format).transpose(1, 2)
 
 
 def _frame_then_qkv(frame_block: Block, global_block: Block, x: torch.Tensor,
@@ -124,14 +123,32 @@ def _middle(prev_global: Block, frame_block: Block, global_block: Block, frame_o
     return (x,) + _frame_then_qkv(frame_block, global_block, x, *tables)
 
 
-class _Bodies:
-    """The segment bodies, plain or compiled once each (shared by every segment of a kind)."""
+class Bodies:
+    """The segment bodies, plain or compiled once each (shared by every segment of a kind).
+
+    The bodies take any number of frames B (batches of several streams: ``batched.py``).
+    """
 
     def __init__(self, compile_bodies: bool) -> None:
         self.dino_block = maybe_compile(_dino_block, compile_bodies)
         self.first_tail = maybe_compile(_first_tail, compile_bodies)
         self.middle = maybe_compile(_middle, compile_bodies)
         self.last = maybe_compile(global_finish, compile_bodies)
+
+
+def first_segment(agg: Aggregator, bodies: Bodies, images: torch.Tensor, specials: torch.Tensor,
+                  *tables: Any) -> tuple[torch.Tensor, ...]:
+    """Run segment 0 of ``images`` [B, 3, H, W]: DINO, specials, frame block 0, g0's q, k, v.
+
+    Returns:
+        ``(dino, frame_out, q, k, v)``.
+    """
+    trunk = agg.patch_embed
+    x = trunk.embed(agg.normalize(images))
+    for block in trunk.blocks:
+        x = bodies.dino_block(block, x)
+    return bodies.first_tail(trunk, x, specials, agg.frame_blocks[0], agg.global_blocks[0],
+                             *tables)
 
 
 class FrameGraphs:
@@ -172,7 +189,7 @@ class FrameGraphs:
                               device=device).transpose(0, 1).unsqueeze(0)
         # Parameters do not change between frames: the streaming special tokens are a constant.
         self._specials = agg.special_tokens(1, 'keyframe', torch.float32)
-        self._bodies = _Bodies(compile_bodies)
+        self._bodies = Bodies(compile_bodies)
         self._capture = capture
         self._graphs: list[torch.cuda.CUDAGraph] = []
         self._outputs: list[tuple[torch.Tensor, ...]] = []
@@ -203,12 +220,7 @@ class FrameGraphs:
         """Segment ``i`` on the previous segment's outputs and global block i-1's attention."""
         agg, bodies = self._agg, self._bodies
         if i == 0:
-            trunk = agg.patch_embed
-            x = trunk.embed(agg.normalize(self._image))
-            for block in trunk.blocks:
-                x = bodies.dino_block(block, x)
-            return bodies.first_tail(trunk, x, self._specials, agg.frame_blocks[0],
-                                     agg.global_blocks[0], *self._tables())
+            return first_segment(agg, bodies, self._image, self._specials, *self._tables())
         frame_out = prev[-4]
         if i == agg.config.depth:
             x = bodies.last(agg.global_blocks[i - 1], frame_out, o)
