@@ -166,7 +166,8 @@ class Engine:
                     f'the engine pool for frames of {pool.tokens_per_frame}; one engine serves '
                     'one image size at a time')
             self.runner.bind_pool(None)  # drop graphs that write into the old pool
-            self.batch_graphs = None
+            if pool is not None:
+                self.batch_graphs = None  # they stage on the old pool (and hold it)
             self._pool = None
             self._pool = new_kv_pool(self.config.model, self.config.cache, self.kv_dtype,
                                      size_hw, self.device)
