@@ -47,10 +47,10 @@ from lingbot_map_ros.engine.attention.backend import BACKEND_NAMES
 from lingbot_map_ros.engine.image.preprocess import PreprocessInfo
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.rollover import RolloverSession
-from lingbot_map_ros.ros.inference.worker import LIVE_CAPACITY
 from lingbot_map_ros.tools.bench_cameras import run_cameras, synthetic_frames
 from lingbot_map_ros.tools.bench_components import components_report, format_report
-from lingbot_map_ros.tools.bench_rollover import block_report, HEADLINE_KEYS, live_drop_report
+from lingbot_map_ros.tools.bench_rollover import add_live_arguments, block_report, \
+    HEADLINE_KEYS, live_drop_report
 from lingbot_map_ros.tools.fast_path_flags import add_fast_path_flags
 import numpy as np
 import torch
@@ -118,11 +118,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='after the timed run, time N more streaming frames on the host: '
                              'wall time, time before the first CUDA-graph launch, time inside '
                              'the launches (CUDA)')
-    parser.add_argument('--live-hz', type=float, default=30.0,
-                        help="camera rate at which the long run's frame times are replayed "
-                             'through the live queue (live_drops_*; bench_rollover.py)')
-    parser.add_argument('--live-queue', type=int, default=LIVE_CAPACITY,
-                        help="frames the replayed live queue holds (default: the node's)")
+    add_live_arguments(parser)  # --live-hz, --live-queue
     parser.add_argument('--cameras', type=int, default=0, metavar='N', help='N streams on one '
                         'engine, synced frames batched (bench_cameras.py); 0: one session')
     parser.add_argument('--profile', type=int, default=0, metavar='N',

@@ -32,10 +32,11 @@ preparation and rollover frames at the median (the same stream without rollovers
 
 from __future__ import annotations
 
+import argparse
 import collections
 from typing import Any
 
-from lingbot_map_ros.ros.inference.worker import FrameQueue
+from lingbot_map_ros.ros.inference.worker import FrameQueue, LIVE_CAPACITY
 import numpy as np
 
 
@@ -130,6 +131,15 @@ def _slowest(times: np.ndarray, first: int, rollover_at: list[int], prepare_at: 
     return [{'index': int(i), 'ms': round(float(times[i]), 3),
              'kind': 'rollover' if i in rollovers else 'prepare' if i in prepares else 'frame'}
             for i in order]
+
+
+def add_live_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--live-hz`` and ``--live-queue`` (:func:`live_drop_report`) to ``parser``."""
+    parser.add_argument('--live-hz', type=float, default=30.0,
+                        help="camera rate at which the long run's frame times are replayed "
+                             'through the live queue (live_drops_*)')
+    parser.add_argument('--live-queue', type=int, default=LIVE_CAPACITY,
+                        help="frames the replayed live queue holds (default: the node's)")
 
 
 def live_drops(times_ms: list[float], hz: float, capacity: int) -> int:

@@ -11,13 +11,15 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The long-run report of ``lingbot_map_bench model`` (block means, flatness, rollover cost).
+"""The long-run report of ``lingbot_map_bench model`` (block means, rollover cost, live drops).
 
-Run: ``python -m pytest test/tools/test_bench_rollover.py`` (instant).
+Run: ``python -m pytest test/tools/test_bench_rollover.py`` (~5 s: one tiny CPU bench run).
 """
 
 from __future__ import annotations
 
+from lingbot_map_ros.ros.inference.worker import LIVE_CAPACITY
+from lingbot_map_ros.tools import bench
 from lingbot_map_ros.tools.bench_rollover import block_report, live_drop_report, live_drops
 import pytest
 
@@ -113,3 +115,23 @@ def test_live_drops_refuses_a_bad_rate_or_queue():
         live_drops([10.0], 0.0, 1)
     with pytest.raises(ValueError, match='capacity'):
         live_drops([10.0], 30.0, 0)
+
+
+def test_bench_model_reports_the_live_replay_and_the_slowest_frames():
+    # The tiny model on the CPU, sessions of 6 keyframes: a few rollovers in 16 frames. At a
+    # camera of one frame per 1000 s the worker is always idle when a frame comes: no drop.
+    args = bench.build_parser().parse_args([
+        'model', '--preset', 'tiny', '--device', 'cpu', '--height', '126', '--width', '224',
+        '--frames', '16', '--warmup', '2', '--scale-frames', '2', '--window', '3',
+        '--backend', 'sdpa', '--session-keyframes', '6', '--overlap-keyframes', '2',
+        '--live-hz', '0.001'])
+    assert args.live_queue == LIVE_CAPACITY
+    result = args.run(args)
+    assert result['live_hz'] == pytest.approx(0.001)
+    assert result['live_drops_with_rollovers'] == 0
+    assert result['live_drops_without_rollovers'] == 0
+    assert result['long_run']['live_queue'] == LIVE_CAPACITY
+    assert result['long_run']['rollovers'] >= 2
+    slowest = result['long_run']['slowest']
+    assert len(slowest) == 5 and all(1 <= e['index'] < 16 for e in slowest)
+    assert [e['ms'] for e in slowest] == sorted((e['ms'] for e in slowest), reverse=True)
