@@ -134,7 +134,16 @@ def _warm_up(runs):
     return statistics.median(samples)
 
 
-def _counts(graph, node, probe, sent, first):
+def _switches(session_keyframes, served):
+    """Pose indices of the rollover frames among the first ``served`` poses of a node.
+
+    K = 1: the session's pose ``S`` (0-based) is the first rollover frame, then every S - N_s.
+    """
+    return [n for n in range(served) if n >= session_keyframes and
+            (n - session_keyframes) % (session_keyframes - _NS) == 0]
+
+
+def _counts(graph, node, probe, sent, first, session_keyframes):
     """Return a node's drops and rollovers once every frame is in and out; check the poses."""
     received = _NS + _WARM + _TIMED
     _, _, inputs = wait_status(probe, node, 'input',
@@ -150,9 +159,13 @@ def _counts(graph, node, probe, sent, first):
     assert len(set(out)) == len(out) and out == sorted(out) and set(out) <= set(sent)
     at = {t: k for k, t in enumerate(sent)}
     kept = [at[t] for t in out] + [len(sent)]
-    _, _, odometry = wait_status(probe, node, 'odometry', lambda *_: True, 'odometry status')
+    every = _switches(session_keyframes, first + len(out))
+    _, _, odometry = wait_status(
+        probe, node, 'odometry', lambda lvl, m, v: int(v['rollovers']) == len(every),
+        f'{len(every)} rollovers, one at each session limit')
+    switches = [n - first for n in every if n >= first]  # in the timed stream
     graph.remove(node)
-    return {'drops': drops, 'rollovers': int(odometry['rollovers']), 'first': first,
+    return {'drops': drops, 'rollovers': int(odometry['rollovers']), 'switches': switches,
             # Frames dropped right after each served frame (those sent before the next one).
             'after': [b - a - 1 for a, b in zip(kept, kept[1:])],
             'unprepared': int(odometry['unprepared_switches']),
@@ -175,28 +188,23 @@ def test_a_prepared_rollover_drops_no_more_live_frames_than_no_rollover(graph):
         time.sleep(max(0.0, due - now))
         _send(runs, _NS + _WARM + i, stamp)
         due = max(due + period_s, now)
-    steady, rolling = (_counts(graph, *run, sent, n) for run, n in zip(runs, first))
+    steady, rolling = (_counts(graph, *run, sent, n, keyframes) for run, n, keyframes
+                       in zip(runs, first, (_LONG, _SHORT)))
     print(f'live drops at {period_s * 1e3:.0f} ms ({frame_ms:.0f} ms a frame): '
           f'{steady["drops"]} without rollovers, {rolling["drops"]} with '
           f'{rolling["rollovers"]} rollovers ({rolling["unprepared"]} unprepared, '
           f'switch max {rolling["switch_ms"]:.0f} ms)')
     assert steady['rollovers'] == 0 and rolling['rollovers'] >= 3
-    # K = 1: the session's S-th pose (0-based) is the first rollover frame, then every S - N_s.
-    served = [rolling['first'] + j for j in range(len(rolling['after']))]
-    switches = [j for j, n in enumerate(served)
-                if n >= _SHORT and (n - _SHORT) % (_SHORT - _NS) == 0]
-    assert len([n for n in range(rolling['first'] + len(served)) if n >= _SHORT and
-                (n - _SHORT) % (_SHORT - _NS) == 0]) == rolling['rollovers']
+    switches = rolling['switches']
     at_switch = sum(rolling['after'][j] for j in switches)
-    rate = (rolling['drops'] - at_switch) / (len(served) - len(switches))
+    rate = (rolling['drops'] - at_switch) / (len(rolling['after']) - len(switches))
     print(f'{at_switch} dropped right after the {len(switches)} rollover frames, '
           f'{rate:.3f} per frame after the others')
     # Timing noise of this machine shows as drops of the stream without rollovers. The stream
-    # with rollovers prepares on every frame (~1.3x the work), so under load its noise drops
-    # run up to ~2.5x the other's: the bound allows 3x plus 2, below the one drop per rollover
-    # (7) of a switch that stalls the worker, as long as the machine is quiet enough that the
-    # stream without rollovers drops at most one.
-    assert rolling['drops'] <= 3 * steady['drops'] + 2, (steady, rolling)
+    # with rollovers prepares on every frame (~1.3x a plain frame on the CPU), so under load
+    # its noise drops run up to ~2.5x the other's plus a few of the preparing frames' own:
+    # 3x plus 2 plus one per two rollovers. A stall at the switch is caught below.
+    assert rolling['drops'] <= 3 * steady['drops'] + 2 + len(switches) // 2, (steady, rolling)
     # Sharper, and blind to the preparing frames' extra work: a stalled switch drops the
     # frames sent while it runs, right after the rollover frame. There the stream may drop
     # no more often than after its other frames (with room for noise): a stall of 2 periods
