@@ -26,8 +26,9 @@ comes from the nodes: twice the per-frame time they report in their diagnostics 
 paced warm-up, so a loaded machine gets a slower camera.
 At that rate a normal frame never drops one, while a rollover that ran the next session's
 whole scale pass at the switch (8 scale frames: ~5 normal frames of work on the CPU) stalls
-the worker for over 2.5 periods and drops a frame at every rollover: the test fails then
-(checked by turning the preparation off, ``RolloverSession.lead_keyframes`` = 0).
+the worker for about 2.5 periods and drops a frame at most rollovers. With the preparation
+turned off (``RolloverSession.lead_keyframes`` = 0) the test fails: on the node's count of
+unprepared switches always, on the drops right after the switches in most runs.
 """
 
 import statistics
@@ -195,6 +196,9 @@ def test_a_prepared_rollover_drops_no_more_live_frames_than_no_rollover(graph):
           f'{rolling["rollovers"]} rollovers ({rolling["unprepared"]} unprepared, '
           f'switch max {rolling["switch_ms"]:.0f} ms)')
     assert steady['rollovers'] == 0 and rolling['rollovers'] >= 3
+    # Every switch found its session prepared (the drop checks below are the live evidence;
+    # this count is what says so without timing).
+    assert rolling['unprepared'] == 0, rolling
     switches = rolling['switches']
     at_switch = sum(rolling['after'][j] for j in switches)
     rate = (rolling['drops'] - at_switch) / (len(rolling['after']) - len(switches))
