@@ -49,7 +49,8 @@ from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.rollover import RolloverSession
 from lingbot_map_ros.tools.bench_cameras import run_cameras, synthetic_frames
 from lingbot_map_ros.tools.bench_components import components_report, format_report
-from lingbot_map_ros.tools.bench_rollover import block_report, HEADLINE_KEYS
+from lingbot_map_ros.tools.bench_rollover import add_live_arguments, block_report, \
+    HEADLINE_KEYS, live_drop_report
 from lingbot_map_ros.tools.fast_path_flags import add_fast_path_flags
 import numpy as np
 import torch
@@ -117,6 +118,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='after the timed run, time N more streaming frames on the host: '
                              'wall time, time before the first CUDA-graph launch, time inside '
                              'the launches (CUDA)')
+    add_live_arguments(parser)  # --live-hz, --live-queue
     parser.add_argument('--cameras', type=int, default=0, metavar='N', help='N streams on one '
                         'engine, synced frames batched (bench_cameras.py); 0: one session')
     parser.add_argument('--profile', type=int, default=0, metavar='N',
@@ -146,6 +148,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     at = {k: [i for i, r in enumerate(roles) if f'+{k}' in r] for k in ('rollover', 'prepare')}
     result['long_run'] = block_report(times_ms, at['rollover'], args.window,
                                       args.progress or 100, peaks, at['prepare'])
+    result['long_run'].update(live_drop_report(times_ms, at['rollover'], at['prepare'],
+                                               args.live_hz, args.live_queue))
     result.update({key: result['long_run'].get(key) for key in HEADLINE_KEYS})
     if args.components and device.type == 'cuda':
         result['components_ms'] = _components(session, frames, info, args.components, device)

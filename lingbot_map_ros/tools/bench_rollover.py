@@ -24,19 +24,27 @@ itself only switches. :func:`block_report` gives the max/min ratio of the block 
 block after the first (nothing excluded) and, separately, over the blocks that hold no refill, no
 preparation and no rollover frame, so each effect is visible rather than averaged away; the
 preparation frames and the rollover frames are reported against the median frame on their own.
+
+What a live node loses to those frames: :func:`live_drops` replays the measured frame times
+through the node's live frame queue at a camera rate, once as measured and once with the
+preparation and rollover frames at the median (the same stream without rollovers).
 """
 
 from __future__ import annotations
 
+import argparse
+import collections
 from typing import Any
 
+from lingbot_map_ros.ros.inference.worker import FrameQueue, LIVE_CAPACITY
 import numpy as np
 
 
 HEADLINE_KEYS: tuple[str, ...] = (
     'rollover_over_median', 'max_streaming_over_median', 'flatness_steady',
     'prepare_over_median', 'prepare_ms_mean', 'peak_gib_with_rollover',
-    'peak_gib_without_rollover')
+    'peak_gib_without_rollover', 'live_drops_with_rollovers', 'live_drops_without_rollovers',
+    'live_hz')
 """Keys of the report that ``bench model`` also puts at its JSON's top level (issue #24)."""
 
 
@@ -64,7 +72,9 @@ def block_report(times_ms: list[float], rollover_at: list[int], window: int,
         (``max_streaming_over_median``, rollovers included), and ``peak_gib_per_block`` with
         ``peak_flatness`` when peaks are given, plus the peak of the blocks that hold a
         preparation or a rollover and of those that do not (``peak_gib_with_rollover``,
-        ``peak_gib_without_rollover``).
+        ``peak_gib_without_rollover``); ``slowest``: the (up to) 5 slowest calls after the first
+        block, slowest first, each ``{'index', 'ms', 'kind'}`` with kind ``'rollover'``,
+        ``'prepare'`` or ``'frame'``, so a long run shows where its maximum comes from.
     """
     times = np.asarray(times_ms, dtype=np.float64)
     num_blocks = len(times) // block
@@ -101,6 +111,7 @@ def block_report(times_ms: list[float], rollover_at: list[int], window: int,
         'prepare_over_median': round(float(preps.max()) / median, 3) if len(preps) else None,
         'max_streaming_over_median': round(float(after_first.max()) / median, 3)
         if len(after_first) else None,
+        'slowest': _slowest(times, block if len(times) > block else 1, rollover_at, prepare_at),
     }
     if peaks_gib:
         report['peak_gib_per_block'] = [round(p, 3) for p in peaks_gib]
@@ -111,6 +122,76 @@ def block_report(times_ms: list[float], rollover_at: list[int], window: int,
         report['peak_gib_with_rollover'] = round(max(with_roll), 3) if with_roll else None
         report['peak_gib_without_rollover'] = round(max(without), 3) if without else None
     return report
+
+
+def _slowest(times: np.ndarray, first: int, rollover_at: list[int], prepare_at: list[int],
+             num: int = 5) -> list[dict[str, Any]]:
+    order = first + np.argsort(-times[first:], kind='stable')[:num]
+    rollovers, prepares = set(rollover_at), set(prepare_at)
+    return [{'index': int(i), 'ms': round(float(times[i]), 3),
+             'kind': 'rollover' if i in rollovers else 'prepare' if i in prepares else 'frame'}
+            for i in order]
+
+
+def add_live_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--live-hz`` and ``--live-queue`` (:func:`live_drop_report`) to ``parser``."""
+    parser.add_argument('--live-hz', type=float, default=30.0,
+                        help="camera rate at which the long run's frame times are replayed "
+                             'through the live queue (live_drops_*)')
+    parser.add_argument('--live-queue', type=int, default=LIVE_CAPACITY,
+                        help="frames the replayed live queue holds (default: the node's)")
+
+
+def live_drops(times_ms: list[float], hz: float, capacity: int) -> int:
+    """Replay served-frame times through the node's live queue; return the frames it drops.
+
+    A camera sends a frame every ``1 / hz`` s from time 0; one worker serves them in order, the
+    k-th frame it serves taking ``times_ms[k]`` (a rollover comes after a number of served
+    frames, not of sent ones). A frame that arrives while the worker is busy waits in the
+    node's live :class:`~lingbot_map_ros.ros.inference.worker.FrameQueue` of ``capacity``;
+    when it is full the oldest waiting frame is dropped (``drops.queue_overflow``). The replay
+    ends when every time has been served.
+
+    Raises:
+        ValueError: ``hz`` not positive or ``capacity`` below 1.
+    """
+    if hz <= 0:
+        raise ValueError(f'live camera rate must be > 0 Hz, got {hz}')
+    queue = FrameQueue(capacity, block_when_full=False)
+    service = collections.deque(float(t) / 1e3 for t in times_ms)
+    period, drops, arrival, free = 1.0 / hz, 0, 0, 0.0
+    while service:
+        now = arrival * period
+        # The worker takes waiting frames whenever it is free before this arrival.
+        while service and free <= now and len(queue):
+            waited = queue.get(0.0)
+            free = max(free, waited) + service.popleft()
+        if not service:
+            break
+        if free <= now:  # idle: this frame is served at once
+            free = now + service.popleft()
+        else:
+            drops += queue.put(now)
+        arrival += 1
+    return drops
+
+
+def live_drop_report(times_ms: list[float], rollover_at: list[int], prepare_at: list[int],
+                     hz: float, capacity: int) -> dict[str, Any]:
+    """Live drops of the streaming calls (1..) as measured and without rollovers.
+
+    Without rollovers: the same calls with every preparation and rollover call at the median
+    of the other streaming calls.
+    """
+    times = np.asarray(times_ms[1:], dtype=np.float64)
+    rolling = np.zeros(len(times), bool)
+    rolling[[i - 1 for i in [*rollover_at, *prepare_at] if i >= 1]] = True
+    flat = times.copy()
+    if rolling.any() and not rolling.all():
+        flat[rolling] = np.median(times[~rolling])
+    return {'live_drops_with_rollovers': live_drops(list(times), hz, capacity),
+            'live_drops_without_rollovers': live_drops(list(flat), hz, capacity),
+            'live_hz': hz, 'live_queue': capacity}
 
 
 def _ratio(values: list[float]) -> float | None:

@@ -30,7 +30,7 @@ from lingbot_map_ros.ros.inference import depth_input
 from lingbot_map_ros.ros.inference.camera_group import CameraGroup, CameraQueue
 from lingbot_map_ros.ros.inference.frame_pipeline import FramePipeline
 from lingbot_map_ros.ros.inference.session_runner import InputFrame
-from lingbot_map_ros.ros.inference.worker import FrameQueue, Worker
+from lingbot_map_ros.ros.inference.worker import FrameQueue, LIVE_CAPACITY, Worker
 from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.ros.parameters import input_params
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -67,7 +67,7 @@ class Inputs:
         bag = values['input.queue_mode'] == 'bag'
         cameras = pipeline.cameras
         if cameras is None:
-            self.queue = FrameQueue(values['input.queue_size'] if bag else 1, bag)
+            self.queue = FrameQueue(values['input.queue_size'] if bag else LIVE_CAPACITY, bag)
             handler = pipeline.runner.handle
         else:
             self.queue = CameraQueue(len(cameras.names), values['input.queue_size'], bag)

@@ -38,6 +38,8 @@ from typing import Any, Callable
 
 # How often a blocked put or an idle worker re-checks for shutdown.
 _POLL_S = 0.1
+LIVE_CAPACITY = 1
+"""Frames a single camera's live queue holds (``input.queue_size`` is bag mode's)."""
 
 
 class FrameQueue:
