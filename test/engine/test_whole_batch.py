@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 
 from lingbot_map_ros.engine.cache import new_kv_pool, StreamKV
+from lingbot_map_ros.engine.model import lanes
 from lingbot_map_ros.engine.model.batched import BatchCall, BatchGraphs
 from lingbot_map_ros.engine.model.fast_path import FastPathState
 from lingbot_map_ros.engine.model.frame_runner import FrameRunner
@@ -54,9 +55,14 @@ def _calls(count: int) -> list[Call]:
     return calls
 
 
+def _kv_dtype(model) -> torch.dtype:
+    """Return the pools' dtype: the aggregator's (bf16 on CUDA, which stages; fp32 on CPU)."""
+    return model.aggregator.camera_token.dtype
+
+
 def _alone(model, images: torch.Tensor, runner=None) -> list[dict]:
     """Each streaming frame of one stream, alone on a pool of its own (the reference)."""
-    state = new_stream(model, images.dtype, images)
+    state = new_stream(model, _kv_dtype(model), images)
     model.forward_scale(images[:N_S], state, with_depth=True, runner=runner)
     return [model.forward_frame(images[i:i + 1], t, key, state, with_depth=True, runner=runner)
             for i, t, key in _calls(images.shape[0])]
@@ -64,18 +70,19 @@ def _alone(model, images: torch.Tensor, runner=None) -> list[dict]:
 
 def _shared_streams(model, images: list[torch.Tensor]) -> list[StreamState]:
     cache = dataclasses.replace(CACHE, streams=len(images))
-    pool = new_kv_pool(model.config, cache, images[0].dtype, images[0].shape[-2:],
+    pool = new_kv_pool(model.config, cache, _kv_dtype(model), images[0].shape[-2:],
                        images[0].device)
     return [StreamState(model.new_camera_cache(), StreamKV.for_cache(pool, cache))
             for _ in images]
 
 
 def _batched(model, images: list[torch.Tensor], graphs: BatchGraphs,
-             fail_at: int = -1) -> tuple[list[list[dict]], int]:
+             fail_at: int = -1, runner=None) -> tuple[list[list[dict]], int]:
     """Run the streams on one pool, every step's streaming frames as one batch.
 
     ``fail_at``: that step's batch first fails once in frame block 1 (after global block 0's
     cache writes); the rolled-back streams must then equal streams that never saw it.
+    ``runner``: the heads' fast path (captured camera-head steps), for lone frames too.
 
     Returns:
         Per stream its frames' outputs, and the batches of two frames or more.
@@ -95,12 +102,12 @@ def _batched(model, images: list[torch.Tensor], graphs: BatchGraphs,
         if len(ready) == 1:
             b, (i, t, key) = ready[0]
             outs[b].append(model.forward_frame(images[b][i:i + 1], t, key, states[b],
-                                               with_depth=True))
+                                               with_depth=True, runner=runner))
         elif ready:
             if step == fail_at:
                 _fail_once(model, images, states, ready, graphs)
                 failed = True
-            batch = _batch(model, images, states, ready, graphs)
+            batch = _batch(model, images, states, ready, graphs, runner)
             for (b, _), out in zip(ready, batch):
                 outs[b].append(out)
             batches += 1
@@ -108,7 +115,7 @@ def _batched(model, images: list[torch.Tensor], graphs: BatchGraphs,
     return outs, batches
 
 
-def _batch(model, images, states, ready, graphs) -> list[dict]:
+def _batch(model, images, states, ready, graphs, runner=None) -> list[dict]:
     agg = model.aggregator
     calls, rows = [], []
     for b, (i, t, key) in ready:
@@ -117,7 +124,7 @@ def _batch(model, images, states, ready, graphs) -> list[dict]:
         calls.append((states[b], BatchCall(states[b].kv, t, role)))
         rows.append(images[b][i:i + 1])
     return model.forward_batch(torch.cat(rows), calls, patch_hw, with_depth=True,
-                               graphs=graphs)
+                               runner=runner, graphs=graphs)
 
 
 def _fail_once(model, images, states, ready, graphs) -> None:
@@ -248,3 +255,26 @@ def test_batches_replay_once_their_graphs_are_captured():
     assert batches == 27 and len(counts) == batches + 1 and counts[-1] >= 1
     assert counts[-11:] == [counts[-1]] * 11  # no capture during the last 10 batches
     assert graphs.whole.batches == batches
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_overlapped_batches_equal_serial_ones_in_bf16(monkeypatch):
+    # The slots' cache attentions (branches of the batch graph) and the streams' camera-head
+    # replays on side streams: the same kernels as on one stream, so the same numbers.
+    model = tiny_model('cuda', torch.bfloat16)
+    images = _images(12, 3, 'cuda')
+    runs = {}
+    for overlap in (False, True):
+        monkeypatch.setattr(lanes, 'OVERLAP', overlap)
+        state = FastPathState('whole_frame', compile=False)
+        graphs = BatchGraphs(True, lambda exc: state.fall_back('batch_capture', exc),
+                             staged=True)
+        runner = _cuda_runner(model)
+        runs[overlap] = _batched(model, images, graphs, runner=runner)[0]
+        assert sum(state.fallbacks().values()) == 0, state.mode.reason
+        assert sum(runner.fast_path.fallbacks().values()) == 0, runner.fast_path.mode.reason
+        assert graphs.whole_captured >= 1 and runner.head_step_built('camera head')
+        # Side streams ran work (graph captures, head replays) only with the lanes on.
+        assert (graphs.lanes.forks > 0) is overlap, graphs.lanes.forks
+    _assert_close(runs[True], runs[False], atol=1e-3, rtol=1e-3)

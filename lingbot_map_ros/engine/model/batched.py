@@ -51,6 +51,7 @@ import torch
 from .aggregator import Aggregator, AggregatorOutput, tap_features
 from .captured import CapturedCall
 from .graphed import Bodies, first_segment
+from .lanes import Lanes
 from .layers import wide_dtype
 from ..cache.kv_pool import KVPool
 from ..cache.staged_frames import can_stage
@@ -103,6 +104,8 @@ class BatchGraphs:
         self._pool: Any = None
         self._sets: dict[tuple, list[CapturedCall]] = {}
         self._whole: WholeBatches | None = None  # of the latest pool
+        self.lanes = Lanes()
+        """Side streams of the per-stream work (cache attentions, camera heads): ``lanes.py``."""
 
     @property
     def captured(self) -> int:

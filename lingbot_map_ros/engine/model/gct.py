@@ -34,7 +34,7 @@ Special:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 import contextlib
 from typing import TYPE_CHECKING
 
@@ -264,15 +264,37 @@ class LingbotMapModel(nn.Module):
         with sdpa_kernel(_SDPA_BACKENDS):
             features = run_batched(self.aggregator, images, [c for _, c in calls], patch_hw,
                                    graphs)
-            outs: list[dict[str, torch.Tensor]] = []
-            for row, (stream, call) in enumerate(calls):
-                tokens = features.taps[-1][row:row + 1, 0]
-                with self._bound(stream):
-                    pose_enc, iters = (self.camera_head(tokens, call.mode) if runner is None
-                                       else runner.camera(tokens, call.mode))
-                outs.append({'pose_enc': pose_enc, 'pose_enc_iters': iters})
+            heads: list[tuple[torch.Tensor, ...]] = []
+
+            def depth() -> None:
+                heads.append(self.depth_head(features.taps, images.shape[-2:]))
+
+            def camera(row: int, stream: StreamState, mode: Role
+                       ) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
+                def run() -> tuple[torch.Tensor, torch.Tensor]:
+                    tokens = features.taps[-1][row:row + 1, 0]
+                    with self._bound(stream):
+                        return (self.camera_head(tokens, mode) if runner is None
+                                else runner.camera(tokens, mode))
+                return run
+
+            # The streams' camera heads (and the batch's depth head) are independent: with a
+            # runner they replay side by side (lanes.py). A camera cache that must grow does
+            # it here, on this stream: a lane must not free the old buffer while reading it.
+            work = [camera(row, stream, call.mode) for row, (stream, call) in enumerate(calls)]
+            if runner is not None and graphs is not None:
+                for stream, _ in calls:
+                    with self._bound(stream):
+                        self.camera_head.reserve_cache(stream.camera.num_frames + 1)
+                poses = graphs.lanes.run(images.device, work, depth if with_depth else None)
+            else:
+                poses = [run() for run in work]
+                if with_depth:
+                    depth()
+        outs: list[dict[str, torch.Tensor]] = [
+            {'pose_enc': pose_enc, 'pose_enc_iters': iters} for pose_enc, iters in poses]
         if with_depth:
-            depth, conf = self.depth_head(features.taps, images.shape[-2:])
+            depth_map, conf = heads[0]
             for row, out in enumerate(outs):
-                out['depth'], out['depth_conf'] = depth[row:row + 1], conf[row:row + 1]
+                out['depth'], out['depth_conf'] = depth_map[row:row + 1], conf[row:row + 1]
         return outs

@@ -22,6 +22,8 @@ frames, ``graphed.py``). Here the batch is one graph as well: the segments of ``
 run on the B*P rows and, per global block, each stream's K/V is written and attended through
 its own :class:`StagedFrames` (slot b of the batch stages the frame of ``calls[b]``; all slots
 are views of the one pool and independent: each keeps its own write index and visible run).
+Being independent, the B slots' writes and attentions of a block run on side streams
+(``lanes.py``): the graph holds them as parallel branches, joined before the next segment.
 
 A graph is keyed by the batch's shape, dtypes, weights and the B staged keys (window filling,
 or the split of a full window, which fixes where that stream's patch run lies); it is captured
@@ -35,7 +37,7 @@ staging order the GPU captures.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TYPE_CHECKING
 
 import torch
@@ -150,11 +152,15 @@ def staged_layers(agg: Aggregator, graphs: BatchGraphs, kv_dtype: torch.dtype,
         ``(dino, *taps)``.
     """
     def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        # Row b of the token-major views is the contiguous [P, H, D] the cache takes.
-        outs = []
-        for b, (slot, key) in enumerate(zip(slots, keys)):
-            slot.write(layer, k[b].transpose(0, 1), v[b].transpose(0, 1))
-            outs.append(slot.attend(layer, key, q[b].transpose(0, 1)))
+        def slot_work(b: int) -> Callable[[], torch.Tensor]:
+            # Row b of the token-major views is the contiguous [P, H, D] the cache takes.
+            def work() -> torch.Tensor:
+                slots[b].write(layer, k[b].transpose(0, 1), v[b].transpose(0, 1))
+                return slots[b].attend(layer, keys[b], q[b].transpose(0, 1))
+            return work
+
+        # Independent slots: each on a side stream (parallel branches of the graph).
+        outs = graphs.lanes.run(q.device, [slot_work(b) for b in range(len(slots))])
         return torch.stack(outs).transpose(1, 2)
 
     def run(index: int, fn: Any, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
