@@ -15,6 +15,8 @@
 
 import os
 import signal
+import subprocess
+import sys
 
 from lingbot_map_ros.ros.nodes.process_signals import ProcessSignals, ShutdownRequested
 import pytest
@@ -56,3 +58,50 @@ def test_a_deferred_block_without_a_signal_and_the_running_phase_raise_nothing(s
     for _ in range(100_000):
         pass
     assert signals.requested  # only recorded: the main loop stops the node in order
+
+
+_START_UP = '''
+import os, signal, sys
+from lingbot_map_ros.ros.nodes.process_signals import ProcessSignals, ShutdownRequested
+from lingbot_map_ros.ros.nodes import node_process
+
+
+class HalfMadeNode:
+    """A signal lands mid-construction and the unwinding fails on the half-made state."""
+
+    def __init__(self):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(10_000_000):
+                pass
+        except ShutdownRequested:
+            [].remove(0)  # as rclpy's entity lists can fail (ValueError)
+
+
+class BadParameterNode:
+    def __init__(self):
+        raise ValueError('model.preset: no such preset')
+
+
+signals = ProcessSignals()
+signals.install()
+print('bad parameter ->', node_process.run(['node'], BadParameterNode, 'node', signals))
+try:
+    node_process.run(['node'], HalfMadeNode, 'node', signals)
+    print('half-made -> returned')
+except ShutdownRequested as exc:
+    print('half-made -> shutdown', exc)
+'''
+
+
+def test_a_start_up_error_the_signal_caused_is_the_shutdown_not_a_fatal_start():
+    # The start-up signal can surface inside rclpy's bookkeeping; the ValueError its
+    # unwinding then raises must still end the process as the shutdown (status 0), while the
+    # same error without a signal stays a start-up error (one FATAL line, status 1).
+    done = subprocess.run([sys.executable, '-c', _START_UP], capture_output=True, text=True,
+                          timeout=120.0)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines == ['bad parameter -> 1', 'half-made -> shutdown SIGTERM'], done.stdout
+    assert 'cannot start: model.preset: no such preset' in done.stderr
+    assert 'cannot start: list.remove' not in done.stderr and 'Traceback' not in done.stderr

@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 from lingbot_map_ros.engine.errors import WeightsError
 from lingbot_map_ros.ros.nodes.node_core import NODE_NAME
-from lingbot_map_ros.ros.nodes.process_signals import ProcessSignals
+from lingbot_map_ros.ros.nodes.process_signals import ProcessSignals, ShutdownRequested
 from lingbot_map_ros.ros.parameters import cli_help
 import rclpy
 from rclpy.exceptions import ParameterException
@@ -94,7 +94,14 @@ def run(args: list[str] | None, node_class: type, exe: str, signals: ProcessSign
     try:
         try:
             node = node_class()
-        except _START_ERRORS as exc:
+        except Exception as exc:
+            if signals.requested:
+                # The start-up signal's exception can land inside a library's bookkeeping
+                # (rclpy's entity lists); unwinding the half-made node may then fail on it. It
+                # is still the shutdown that was asked for, not a start-up error.
+                raise ShutdownRequested(signals.received) from exc
+            if not isinstance(exc, _START_ERRORS):
+                raise
             _fatal(str(exc))
             return 1
         signals.running()
