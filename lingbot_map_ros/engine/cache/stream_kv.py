@@ -60,7 +60,28 @@ class FramePlan:
     """Pool token index of the stream's special stream (staged attention's split point)."""
 
 
-class StreamKV:
+class OnPool:
+    """What the model reads of any K/V target on a pool: its dtype, device and frame size."""
+
+    pool: KVPool
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Attention dtype of the K/V."""
+        return self.pool.dtype
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the pages."""
+        return self.pool.device
+
+    @property
+    def tokens_per_frame(self) -> int:
+        """``P``."""
+        return self.pool.tokens_per_frame
+
+
+class StreamKV(OnPool):
     """A stream's page table over its lease of the engine's pool.
 
     Args:
@@ -95,21 +116,6 @@ class StreamKV:
         self._plan: FramePlan | None = None
 
     # ---- what the model reads -------------------------------------------------------------
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """Attention dtype of the K/V."""
-        return self.pool.dtype
-
-    @property
-    def device(self) -> torch.device:
-        """Device of the pages."""
-        return self.pool.device
-
-    @property
-    def tokens_per_frame(self) -> int:
-        """``P``."""
-        return self.pool.tokens_per_frame
 
     @property
     def lease(self) -> PageLease | None:

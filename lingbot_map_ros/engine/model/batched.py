@@ -38,7 +38,6 @@ whole batch, segments and every stream's cache attention, is one CUDA graph inst
 (``whole_batch.py``).
 """
 
-
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence

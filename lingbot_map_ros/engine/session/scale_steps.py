@@ -42,7 +42,7 @@ import time
 from typing import Any, TYPE_CHECKING
 
 from lingbot_map_ros.engine.cache.kv_pool import KVPool
-from lingbot_map_ros.engine.cache.stream_kv import prep_pages, StreamKV
+from lingbot_map_ros.engine.cache.stream_kv import OnPool, prep_pages, StreamKV
 from lingbot_map_ros.engine.errors import PoolExhaustedError
 from lingbot_map_ros.engine.frames import Role
 from lingbot_map_ros.engine.model.heads.camera_head import CameraKVCache
@@ -64,7 +64,7 @@ class _ScalePlan:
     role: Role = 'scale'
 
 
-class _ScalePages:
+class _ScalePages(OnPool):
     """The scale frames' K/V on a lease of the pool's headroom (what a scale pass writes to)."""
 
     def __init__(self, pool: KVPool, num_frames: int) -> None:
@@ -79,18 +79,6 @@ class _ScalePages:
         self.index = torch.cat([
             pool.storage.frame_index(first + i, special_base + i * pool.num_special_tokens)
             for i in range(num_frames)])
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.pool.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.pool.device
-
-    @property
-    def tokens_per_frame(self) -> int:
-        return self.pool.tokens_per_frame
 
     def remaining_frames(self) -> int:
         return self._frames
