@@ -39,6 +39,9 @@
 #   STAGE=round7: the GPU tests; issue #24's rollover check at the defaults (FP8 K/V, compiled,
 #     ROUND7_FRAMES frames, default 1100: 3 prepared rollovers); `bench model --cameras N`
 #     (N = 1, 2, 3; 200 frames each) for issue #19's batch gain. Logs in $OUT/round7/. ~6 min.
+#   STAGE=round8: issue #24's units launched during the frames: the prepared-rollover GPU tests,
+#     bench/prepare_units.py (each unit's time and memory) and the ROUND8_FRAMES (1100) check
+#     at the defaults. Logs in $OUT/round8/. ~5 min.
 #   STAGE=dtypes: `bench model --compile` pose and depth (200 frames) with bf16 K/V, then FP8
 #     K/V, one run at a time on one tree: the default KV dtype's measurement. ~5 min.
 #   STAGE=kernels: bench/attention_kernels.py alone (e.g. with flash-attn-4 carried in .fa4/).
@@ -332,6 +335,18 @@ elif [ "$stage" = round7 ]; then
   done
   tail -n 3 "$logs/gpu_tests.txt"; cat "$logs/rollover.json"
   for f in "$logs"/model_cameras*.txt; do echo "== $f"; grep -E "^(aggregate|tick|batch|fallbacks|peak)" "$f"; done
+elif [ "$stage" = round8 ]; then
+  logs="$out/round8" && mkdir -p "$logs"
+  timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider test/engine/test_prepared_rollover.py \
+    test/engine/test_staged_frames.py test/engine/test_whole_batch.py test/engine/test_lanes.py \
+    > "$logs/gpu_tests.txt" 2>&1 &
+  make_weights > "$logs/weights.txt" 2>&1
+  wait
+  timeout 90 python3 bench/prepare_units.py > "$logs/prepare_units.txt" 2>&1
+  timeout 200 $bench --compile --kv-dtype float8_e4m3fn --frames "${ROUND8_FRAMES:-1100}" \
+    --progress 100 > "$logs/model_pose_rollovers.txt" 2>&1
+  rollover_keys "$logs/model_pose_rollovers.txt" > "$logs/rollover.json" 2>&1
+  tail -n 3 "$logs/gpu_tests.txt"; tail -c 1500 "$logs/prepare_units.txt"; cat "$logs/rollover.json"
 elif [ "$stage" = dtypes ]; then
   for kv in bfloat16 float8_e4m3fn; do
     timeout 100 $bench --compile --kv-dtype $kv > "$out/model_${kv}_pose.txt" 2>&1

@@ -255,3 +255,27 @@ def test_apply_config_takes_live_fields_and_refuses_the_others():
     preds = _run(session, _frames(N_S + 4))
     assert [p.role for p in preds[N_S:]] == ['keyframe', 'non-keyframe', 'non-keyframe',
                                              'keyframe']
+
+
+def test_overlap_work_runs_after_the_frames_model_call_and_before_its_prediction():
+    # A rollover's preparation runs here (rollover.py): after the frame's cache work, before
+    # the session counts the frame; never for a buffered scale frame or a frame that raised.
+    session = StreamingSession(_config(), allow_random_weights=True, seed=0)
+    seen = []
+
+    def overlap() -> None:
+        stats = session.stats()
+        seen.append((stats.frames_out, stats.keyframes, stats.cache.frame_count))
+
+    frames = _frames(N_S + 3)
+    out = []
+    for i, frame in enumerate(frames):
+        tensor, info, _ = session.preprocess(frame)
+        out.extend(session.step_tensor(tensor, info, i, overlap=overlap))
+    assert [p.stamp_ns for p in out] == list(range(N_S + 3))
+    # Streaming frames N_s.. : the frame is cached already, not counted yet.
+    assert seen == [(N_S + i, N_S + i, N_S + i + 1) for i in range(3)]
+    small, info, _ = session.preprocess(_frames(1, height=128)[0])
+    with pytest.raises(ResolutionChangedError):
+        session.step_tensor(small, info, 99, overlap=overlap)
+    assert len(seen) == 3

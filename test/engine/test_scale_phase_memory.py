@@ -16,7 +16,8 @@
 The DPT head over N_s frames at once was the session's memory peak (docs/gpu_memory.md); it
 now runs in chunks of ``DPTHead.frames_chunk_size`` (default 1). The camera head is not
 chunked: in the scale pass its N_s tokens attend to each other (chunks would change the
-result), and its activations are N_s tokens of 2C channels, a few hundred kB.
+result), and its activations are N_s tokens of 2C channels, a few hundred kB. A rollover's
+scale pass without depth keeps of the taps only what the camera head reads.
 """
 
 from lingbot_map_ros.config import CacheConfig, ModelConfig
@@ -78,3 +79,42 @@ def test_chunked_phase_one_equals_the_unchunked_pass(model):
     # their kernels by batch size, so the last bit may differ (1 frame vs N_s at once).
     for key in ('depth', 'depth_conf'):
         torch.testing.assert_close(chunked[key], whole[key], rtol=1e-5, atol=0)
+
+
+def _block_steps(model: LingbotMapModel, camera_only: bool) -> tuple[object, int]:
+    """Run the aggregator's resumable layer loop of a scale pass; return its output, pauses."""
+    cache = CacheConfig(backend='sdpa', scale_frames=SCALE_FRAMES, sliding_window=2)
+    pool = new_kv_pool(model.config, cache, torch.float32, IMAGE_HW, 'cpu')
+    kv = StreamKV(pool, cache.scale_frames, cache.sliding_window, cache.max_total_frames)
+    images = torch.rand(SCALE_FRAMES, 3, *IMAGE_HW, generator=torch.Generator().manual_seed(5))
+    agg = model.aggregator
+    with torch.no_grad():
+        patch_hw = agg.prepare(images, 0, 'scale', kv)
+        plan = kv.plan_frame('scale', SCALE_FRAMES)
+        steps = agg.block_steps(agg.patch_embed(agg.normalize(images)), 0, 'scale', patch_hw,
+                                kv, plan, camera_only=camera_only)
+        pauses = 0
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value, pauses
+            pauses += 1
+
+
+def test_a_scale_pass_without_depth_keeps_only_the_camera_tokens_of_the_last_tap(model):
+    camera, pauses = _block_steps(model, camera_only=True)
+    full, _ = _block_steps(model, camera_only=False)
+    assert pauses == model.config.depth
+    assert len(full.taps) == len(model.config.tap_layers)
+    channels = 2 * model.config.embed_dim
+    assert [tuple(t.shape) for t in camera.taps] == [(SCALE_FRAMES, 1, channels)]
+    # The same layer loop: the camera tokens the camera head reads are the full pass's.
+    torch.testing.assert_close(camera.taps[0], full.taps[-1][:, :1], rtol=1e-6, atol=1e-6)
+    head = model.camera_head
+    poses = []
+    for taps in (camera.taps, full.taps):
+        head.reset_cache()
+        with torch.no_grad():
+            poses.append(head(taps[-1][:, 0], 'scale')[0])
+    torch.testing.assert_close(poses[0], poses[1], rtol=1e-6, atol=1e-6)

@@ -60,14 +60,14 @@ from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.device import gpu_memory
 from lingbot_map_ros.engine.engine import Engine, EngineStream
 from lingbot_map_ros.engine.errors import (CachePoolExhaustedError, CacheStateError,
-                                           NonFiniteOutputError, ResolutionChangedError,
+                                           ResolutionChangedError,
                                            TimeIndexLimitError)
-from lingbot_map_ros.engine.frames import frame_tag, FrameTag, Role
-from lingbot_map_ros.engine.image import geometry
+from lingbot_map_ros.engine.frames import frame_tag, FrameTag
 from lingbot_map_ros.engine.image.preprocess import preprocess_image, PreprocessInfo
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.session.frame_job import FrameJob
-from lingbot_map_ros.engine.session.prediction import FramePrediction
+from lingbot_map_ros.engine.session.prediction import (check_finite, frame_prediction,
+                                                       FramePrediction)
 from lingbot_map_ros.engine.stats import SessionStats
 import numpy as np
 import torch
@@ -154,7 +154,8 @@ class StreamingSession:
         return tensor, info, (time.perf_counter() - start) * 1e3
 
     def step_tensor(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag | int,
-                    preprocess_ms: float = 0.0) -> list[FramePrediction]:
+                    preprocess_ms: float = 0.0, *,
+                    overlap: Callable[[], None] | None = None) -> list[FramePrediction]:
         """Feed one already preprocessed frame (benchmarks, golden sets).
 
         Args:
@@ -162,6 +163,10 @@ class StreamingSession:
             info: how ``tensor`` relates to the original image.
             tag: as for :meth:`step`.
             preprocess_ms: time already spent on preprocessing, for the timings.
+            overlap: host work to run while a streaming frame's model call runs on the
+                device: after its launches, before the wait for its outputs (a rollover's
+                preparation, ``rollover.py``); its device work queues behind the frame's.
+                Not called for a frame that raises or is buffered for the scale phase.
 
         Returns:
             As :meth:`step`.
@@ -186,7 +191,7 @@ class StreamingSession:
                     return []
                 return self._run_scale(preprocess_ms)
             job = self._job(tensor, info, frame_tag(tag), preprocess_ms)
-            return self._take(job, lambda: self._forward(job))
+            return self._take(job, lambda: self._forward(job, overlap))
 
     def frame_job(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag | int,
                   preprocess_ms: float = 0.0) -> FrameJob | None:
@@ -318,12 +323,12 @@ class StreamingSession:
                            timings: dict[str, float]) -> list[FramePrediction]:
         """Turn the scale pass over the pending frames into their predictions."""
         num = len(self._pending)
-        preds = [self._prediction(out, i, i, 'scale', i, info, tag, images[i], timings)
+        preds = [frame_prediction(out, i, i, 'scale', i, info, tag, images[i], timings)
                  for i, (_, info, tag) in enumerate(self._pending)]
         self._pending.clear()
         self._keyframes = num
         self._frames_out = num
-        self._check_finite(preds)
+        check_finite(preds)
         return preds
 
     def _job(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag,
@@ -334,10 +339,13 @@ class StreamingSession:
         return FrameJob(self, tensor.to(self._device)[None], info, tag, prep_ms, index,
                         keyframe, self._keyframes, self.with_depth)
 
-    def _forward(self, job: FrameJob) -> tuple[dict, float]:
+    def _forward(self, job: FrameJob, overlap: Callable[[], None] | None = None
+                 ) -> tuple[dict, float]:
         start = time.perf_counter()
         out = self._stream.forward_frame(job.image, job.time_index, job.keyframe,
                                          with_depth=job.with_depth)
+        if overlap is not None:
+            overlap()
         return out, self._elapsed_ms(start)
 
     def _take(self, job: FrameJob, run: Callable[[], tuple[dict, float]]
@@ -351,10 +359,10 @@ class StreamingSession:
             raise
         self._frames_out += 1
         self._keyframes += int(job.keyframe)
-        pred = self._prediction(out, 0, job.index, job.role, job.time_index, job.info, job.tag,
+        pred = frame_prediction(out, 0, job.index, job.role, job.time_index, job.info, job.tag,
                                 job.image[0], {'preprocess': job.preprocess_ms,
                                                'model': model_ms})
-        self._check_finite([pred])
+        check_finite([pred])
         return [pred]
 
     @property
@@ -383,38 +391,6 @@ class StreamingSession:
         if self._device.type == 'cuda':
             torch.cuda.synchronize(self._device)
         return (time.perf_counter() - start) * 1e3
-
-    def _prediction(self, out: dict[str, torch.Tensor], row: int, index: int, role: Role,
-                    time_index: int, info: PreprocessInfo, tag: FrameTag, image: torch.Tensor,
-                    timings: dict[str, float]) -> FramePrediction:
-        # The pose is the one host copy per frame; dense outputs stay on the device. They are
-        # copied there (no sync): the model's output buffers are reused by the next frame.
-        pose_enc = out['pose_enc'][row].detach().double().cpu().numpy()
-        depth = conf = rgb = None
-        if 'depth' in out:
-            depth = out['depth'][row].detach().to(torch.float32, copy=True)
-            conf = out['depth_conf'][row].detach().to(torch.float32, copy=True)
-            rgb = (image.detach().float().clamp(0, 1) * 255).round().to(torch.uint8)
-            rgb = rgb.permute(1, 2, 0)
-        c2w = k = k_orig = np.full((4, 4), np.nan)
-        if np.isfinite(pose_enc).all():
-            c2w = geometry.to_c2w_4x4(geometry.pose_encoding_to_extrinsics(pose_enc))
-            k = geometry.pose_encoding_to_intrinsics(pose_enc, info.image_size_hw)
-            k_orig = geometry.intrinsics_for_original(k, info)
-        timings = dict(timings, total=sum(timings.values()))
-        return FramePrediction(
-            frame_index=index, tag=tag, role=role, time_index=time_index,
-            pose_enc=pose_enc, c2w=c2w, intrinsics=k, intrinsics_original=k_orig,
-            preprocess=info, network_input=image, depth=depth, depth_conf=conf, image=rgb,
-            timings_ms=timings)
-
-    @staticmethod
-    def _check_finite(preds: list[FramePrediction]) -> None:
-        for pred in preds:
-            if not np.isfinite(pred.pose_enc).all():
-                raise NonFiniteOutputError(
-                    f'frame {pred.frame_index} ({pred.role}) has a non-finite pose encoding '
-                    f'{pred.pose_enc.tolist()}; reset the session')
 
 
 def _without_live(config: EngineConfig) -> EngineConfig:

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lingbot_map_ros.engine.errors import NonFiniteOutputError
 from lingbot_map_ros.engine.frames import FrameTag, Role
-from lingbot_map_ros.engine.image.geometry import unproject_depth
+from lingbot_map_ros.engine.image import geometry
 from lingbot_map_ros.engine.image.preprocess import PreprocessInfo
 import numpy as np
 import torch
@@ -124,7 +125,7 @@ class FramePrediction:
         pose = key @ self.c2w
         if not (np.isfinite(pose).all() and np.isfinite(self.intrinsics).all()):
             raise ValueError(f'frame {self.frame_index}: non-finite pose or intrinsics')
-        points = unproject_depth(self.depth, self.intrinsics, pose, dtype=torch.float32)
+        points = geometry.unproject_depth(self.depth, self.intrinsics, pose, dtype=torch.float32)
         self._points[:] = [key.copy(), points]
         return points
 
@@ -152,3 +153,40 @@ class FramePrediction:
 def host_maps(maps: list[torch.Tensor]) -> np.ndarray:
     """Return ``[N, H, W]`` float32 on the host from per-frame device maps, in one copy."""
     return torch.stack(maps).float().cpu().numpy()
+
+
+def frame_prediction(out: dict[str, torch.Tensor], row: int, index: int, role: Role,
+                     time_index: int, info: PreprocessInfo, tag: FrameTag, image: torch.Tensor,
+                     timings: dict[str, float]) -> FramePrediction:
+    """Make row ``row`` of a model call's outputs ``out`` a frame's prediction.
+
+    The pose is the one host copy per frame; dense outputs stay on the device. They are copied
+    there (no sync): the model's output buffers are reused by the next frame.
+    """
+    pose_enc = out['pose_enc'][row].detach().double().cpu().numpy()
+    depth = conf = rgb = None
+    if 'depth' in out:
+        depth = out['depth'][row].detach().to(torch.float32, copy=True)
+        conf = out['depth_conf'][row].detach().to(torch.float32, copy=True)
+        rgb = (image.detach().float().clamp(0, 1) * 255).round().to(torch.uint8)
+        rgb = rgb.permute(1, 2, 0)
+    c2w = k = k_orig = np.full((4, 4), np.nan)
+    if np.isfinite(pose_enc).all():
+        c2w = geometry.to_c2w_4x4(geometry.pose_encoding_to_extrinsics(pose_enc))
+        k = geometry.pose_encoding_to_intrinsics(pose_enc, info.image_size_hw)
+        k_orig = geometry.intrinsics_for_original(k, info)
+    timings = dict(timings, total=sum(timings.values()))
+    return FramePrediction(
+        frame_index=index, tag=tag, role=role, time_index=time_index,
+        pose_enc=pose_enc, c2w=c2w, intrinsics=k, intrinsics_original=k_orig,
+        preprocess=info, network_input=image, depth=depth, depth_conf=conf, image=rgb,
+        timings_ms=timings)
+
+
+def check_finite(preds: list[FramePrediction]) -> None:
+    """Raise :class:`NonFiniteOutputError` for the first prediction with a non-finite pose."""
+    for pred in preds:
+        if not np.isfinite(pred.pose_enc).all():
+            raise NonFiniteOutputError(
+                f'frame {pred.frame_index} ({pred.role}) has a non-finite pose encoding '
+                f'{pred.pose_enc.tolist()}; reset the session')

@@ -26,8 +26,9 @@ see one stream:
    ``scale_steps.scale_units``: 33 for the official model, 41 with depth) the ring is frozen as
    the next session's overlap, and the next session's scale pass over its first N_s frames
    starts on a second stream of the engine (``scale_steps.ScalePass``, on N_s pages of the
-   pool's headroom). After each frame the ending session serves, one unit of it runs (a DINO
-   frame, a block pair, a head), so it is ``ready`` before the limit.
+   pool's headroom). With each frame the ending session serves, one unit of it runs (a DINO
+   frame, a block pair, a head), launched while the frame runs on the device, so its host time
+   hides behind the frame's; it is ``ready`` before the limit.
 3. **Switch.** When the session holds ``stream.session_keyframes`` keyframes, the next frame
    first switches: the ending stream gives its pages back, the prepared one takes its extent
    (the scale K/V copied in), overlap keyframes beyond N_s (when ``overlap_keyframes`` >
@@ -177,7 +178,14 @@ class RolloverSession:
         with self._lock:
             if self._due():
                 self._switch()
-            return self._served(self._session.step_tensor(tensor, info, tag, preprocess_ms))
+            # A unit of the preparation is launched while the frame runs on the device: its
+            # host time (eager launches) hides behind the frame's, only its device time adds.
+            ran: list[float | None] = []
+            preds = self._session.step_tensor(tensor, info, tag, preprocess_ms,
+                                              overlap=lambda: ran.append(self._advance()))
+            preds = self._publish(preds)
+            self._plan()
+            return self._tagged(preds, ran[0] if ran else None)
 
     # Batched frames across streams (engine/cameras/camera_batch.py): the session's two phases.
     def frame_job(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag | int,
@@ -190,7 +198,9 @@ class RolloverSession:
     def finish_job(self, job: FrameJob, out: Any, model_ms: float) -> list[FramePrediction]:
         """As ``StreamingSession.finish_job``, the predictions stitched as :meth:`step`'s."""
         with self._lock:
-            return self._served(self._session.finish_job(job, out, model_ms))
+            preds = self._publish(self._session.finish_job(job, out, model_ms))
+            self._plan()
+            return self._tagged(preds, self._advance())
 
     def flush(self) -> list[FramePrediction]:
         """Run buffered scale frames now (end of a short stream)."""
@@ -201,14 +211,14 @@ class RolloverSession:
         self.metric.observe(preds)  # metric hook: before any is stitched
         return [self._stitch(pred) for pred in preds]
 
-    def _served(self, preds: list[FramePrediction]) -> list[FramePrediction]:
-        """Publish a served frame's predictions, then advance the preparation by one unit."""
-        out = self._publish(preds)
-        prepare_ms = self._advance()
-        if prepare_ms is not None:
-            out = [dataclasses.replace(p, timings_ms=dict(p.timings_ms, prepare=prepare_ms))
-                   for p in out]
-        return out
+    @staticmethod
+    def _tagged(preds: list[FramePrediction], prepare_ms: float | None
+                ) -> list[FramePrediction]:
+        """Mark a served frame's predictions with the host ms of the unit it ran, if any."""
+        if prepare_ms is None:
+            return preds
+        return [dataclasses.replace(p, timings_ms=dict(p.timings_ms, prepare=prepare_ms))
+                for p in preds]
 
     def reset(self) -> dict[str, int]:
         """Reset the session and the stitching: the next frame starts a new origin."""
@@ -236,12 +246,18 @@ class RolloverSession:
 
     # ---- preparation ------------------------------------------------------------------------
 
-    def _prepare_due(self) -> bool:
+    def _plan(self) -> None:
+        """After a frame is published: freeze the next session's overlap when it is due.
+
+        The units then run with the frames after it (``step_tensor``: during each; a batch,
+        ``finish_job``: after it), so the frame that fills the session runs the last one (K = 1;
+        sooner with K > 1).
+        """
         stream = self.config.stream
-        return (len(self._ring) >= stream.overlap_keyframes
-                # The frame that fills the session runs the last unit (K = 1; sooner with K > 1).
-                and self._stats.session_keyframes > stream.session_keyframes
-                - self.lead_keyframes)
+        if (self._prep is None and len(self._ring) >= stream.overlap_keyframes
+                and self._stats.session_keyframes >= stream.session_keyframes
+                - self.lead_keyframes):
+            self._prep = self._freeze_overlap()
 
     def _freeze_overlap(self) -> _Preparation:
         return _Preparation(list(self._ring), self.metric.overlap())
@@ -261,12 +277,8 @@ class RolloverSession:
         A preparation that fails is dropped (logged): the switch then runs the pass itself and
         raises what it raises, so no frame is lost here.
         """
-        if self._prep is None:
-            if not self._prepare_due():
-                return None
-            self._prep = self._freeze_overlap()
         prep = self._prep
-        if self._prep_failed or (prep.scale is not None and prep.scale.done):
+        if prep is None or self._prep_failed or (prep.scale is not None and prep.scale.done):
             return None
         try:
             if prep.scale is None:

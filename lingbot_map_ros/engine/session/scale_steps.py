@@ -233,12 +233,14 @@ class ScalePass:
         """Run the pass, pausing after each unit (module docstring)."""
         engine = self._stream.engine
         agg, runner = engine.model.aggregator, engine.runner
-        dino = []
+        frames = []
         for i in range(images.shape[0]):
-            dino.append(runner.dino(images[i:i + 1]))
+            frames.append(runner.dino(images[i:i + 1]))
             yield
-        features = yield from agg.block_steps(torch.cat(dino), 0, 'scale', patch_hw,
-                                              self._pages, _ScalePlan())
+        dino = torch.cat(frames)
+        del frames  # one copy of the DINO tokens held between the units
+        features = yield from agg.block_steps(dino, 0, 'scale', patch_hw, self._pages,
+                                              _ScalePlan(), camera_only=not with_depth)
         pose_enc, pose_enc_iters = runner.camera(features.taps[-1][:, 0], 'scale')
         out: dict[str, Any] = {'pose_enc': pose_enc, 'pose_enc_iters': pose_enc_iters}
         if with_depth:
