@@ -170,7 +170,7 @@ class RolloverStats:
     max_rollover_ms: float = 0.0
     """Largest such time so far."""
     preparation: str = 'idle'
-    """The next session: 'idle' (not started), 'preparing' (its scale pass runs a unit after
+    """The next session: 'idle' (not started), 'preparing' (its scale pass runs a unit with
     each frame) or 'ready' (the switch has nothing left to compute)."""
     last_switch_units: int = 0
     """Units of the scale pass the last switch still had to run (0: fully prepared)."""

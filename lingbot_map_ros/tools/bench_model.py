@@ -295,7 +295,8 @@ def stream_frames(session: StreamingSession, frames: list[torch.Tensor], info: P
                   peaks: list[float] | None = None) -> tuple[list[float], list[str]]:
     """Feed ``count`` frames; per call, the elapsed ms and the roles it produced.
 
-    With ``progress``, each block's peak GPU memory (GiB) is appended to ``peaks``.
+    With ``progress``, each block of ``progress`` timed calls prints a line and appends its
+    peak GPU memory (GiB) to ``peaks``.
     """
     times_ms: list[float] = []
     roles: list[str] = []
@@ -313,12 +314,14 @@ def stream_frames(session: StreamingSession, frames: list[torch.Tensor], info: P
             elapsed = start.elapsed_time(end)
         else:
             elapsed = (time.perf_counter() - t0) * 1e3
-        if preds:
-            times_ms.append(elapsed)
-            tags = ''.join(f'+{k}' for k in ('rollover', 'prepare') if k in preds[0].timings_ms)
-            roles.append((preds[0].role if len(preds) == 1 else f'scale x{len(preds)}') + tags)
-        if progress and (i + 1) % progress == 0:
-            _progress_line(i, progress, times_ms, roles, device, peaks)
+        if not preds:
+            continue  # a buffered scale frame
+        times_ms.append(elapsed)
+        tags = ''.join(f'+{k}' for k in ('rollover', 'prepare') if k in preds[0].timings_ms)
+        roles.append((preds[0].role if len(preds) == 1 else f'scale x{len(preds)}') + tags)
+        # Blocks of timed calls, as block_report cuts times_ms: each peak is its block's.
+        if progress and len(times_ms) % progress == 0:
+            _progress_line(len(times_ms) - 1, progress, times_ms, roles, device, peaks)
     return times_ms, roles
 
 

@@ -18,10 +18,16 @@ Run: ``python -m pytest test/tools/test_bench_rollover.py`` (~5 s: one tiny CPU 
 
 from __future__ import annotations
 
+from lingbot_map_ros.config import EngineConfig
+from lingbot_map_ros.engine.image.preprocess import preprocess_image
+from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.ros.inference.worker import LIVE_CAPACITY
 from lingbot_map_ros.tools import bench
+from lingbot_map_ros.tools.bench_model import stream_frames
 from lingbot_map_ros.tools.bench_rollover import block_report, live_drop_report, live_drops
+import numpy as np
 import pytest
+import torch
 
 
 def test_refill_blocks_count_in_flatness_all_but_not_in_flatness_steady():
@@ -135,3 +141,20 @@ def test_bench_model_reports_the_live_replay_and_the_slowest_frames():
     slowest = result['long_run']['slowest']
     assert len(slowest) == 5 and all(1 <= e['index'] < 16 for e in slowest)
     assert [e['ms'] for e in slowest] == sorted((e['ms'] for e in slowest), reverse=True)
+
+
+def test_progress_blocks_are_blocks_of_timed_calls_as_the_report_cuts_them(capsys):
+    # N_s = 2: the first call is buffered and timed with the second, so 8 calls give 7 timed
+    # calls: one full block of 4 (the block peaks must line up with block_report's blocks).
+    config = EngineConfig.from_flat({
+        'model.preset': 'tiny', 'stream.device': 'cpu', 'stream.image_width': 112,
+        'cache.backend': 'sdpa', 'cache.scale_frames': 2, 'cache.sliding_window': 3})
+    session = StreamingSession(config, allow_random_weights=True, seed=0)
+    rng = np.random.default_rng(0)
+    tensor, info = preprocess_image(rng.integers(0, 256, (64, 128, 3), dtype=np.uint8), 112, 14)
+    times_ms, roles = stream_frames(session, [tensor], info, 8, torch.device('cpu'), progress=4)
+    assert len(times_ms) == len(roles) == 7 and roles[0] == 'scale x2'
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith('frames')]
+    assert len(lines) == 1 and lines[0].startswith('frames 0..3: ')
+    assert float(lines[0].split(': ')[1].split(' ms')[0]) == pytest.approx(
+        np.mean(times_ms[:4]), abs=0.01)

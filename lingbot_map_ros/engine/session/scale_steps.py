@@ -16,7 +16,8 @@
 A rollover's next session (``rollover.py``) must run its N_s-frame bidirectional scale pass
 before it can serve a frame: ~120 ms on the H200 at 504x378, four normal frames. Run at the
 limit it stalls the stream; run here it is cut into units that the ending session's frames
-take turns with, one unit after each served frame, so the switch has nothing left to compute.
+take turns with, one unit with each served frame (launched while that frame runs on the
+device: ``rollover.py``), so the switch has nothing left to compute.
 
 Units, in order (:func:`scale_units` counts them): the DINO trunk of each scale frame (one
 frame per unit, through the runner's captured one-frame step ``FrameRunner.dino``), each of

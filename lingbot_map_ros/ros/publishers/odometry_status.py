@@ -74,7 +74,7 @@ def odometry_status(node_name: str, rollover: RolloverStats, frames: dict[str, A
         else f'{rollover.last_rejected_scale:.6g}',
         'last_rollover_ms': f'{rollover.last_rollover_ms:.1f}',
         'max_rollover_ms': f'{rollover.max_rollover_ms:.1f}',
-        # The next session (engine/session/rollover.py): idle, preparing (a unit after each frame)
+        # The next session (engine/session/rollover.py): idle, preparing (a unit with each frame)
         # or ready; the switch latency is what the last rollover added to its frame.
         'preparation': rollover.preparation,
         'last_switch_ms': f'{rollover.last_rollover_ms:.1f}',
