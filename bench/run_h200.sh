@@ -42,6 +42,8 @@
 #   STAGE=round8: issue #24's units launched during the frames: the prepared-rollover GPU tests,
 #     bench/prepare_units.py (each unit's time and memory) and the ROUND8_FRAMES (1100) check
 #     at the defaults. Logs in $OUT/round8/. ~5 min.
+#   STAGE=cams_profile: issue #19: `bench model --cameras N --profile` for N = 1 and 2 (compiled,
+#     FP8 K/V): ten frames' kernels under torch.profiler each, one camera against a batch of two.
 #   STAGE=dtypes: `bench model --compile` pose and depth (200 frames) with bf16 K/V, then FP8
 #     K/V, one run at a time on one tree: the default KV dtype's measurement. ~5 min.
 #   STAGE=kernels: bench/attention_kernels.py alone (e.g. with flash-attn-4 carried in .fa4/).
@@ -347,6 +349,12 @@ elif [ "$stage" = round8 ]; then
     --progress 100 > "$logs/model_pose_rollovers.txt" 2>&1
   rollover_keys "$logs/model_pose_rollovers.txt" > "$logs/rollover.json" 2>&1
   tail -n 3 "$logs/gpu_tests.txt"; tail -c 1500 "$logs/prepare_units.txt"; cat "$logs/rollover.json"
+elif [ "$stage" = cams_profile ]; then
+  for n in 1 2; do
+    timeout 200 $bench --compile --kv-dtype float8_e4m3fn --cameras $n --frames 100 --warmup 20 \
+      --profile $((10 / n)) > "$out/cams${n}_profile.txt" 2>&1
+  done
+  for n in 1 2; do grep -E "^(aggregate_fps|tick)" "$out/cams${n}_profile.txt"; done
 elif [ "$stage" = dtypes ]; then
   for kv in bfloat16 float8_e4m3fn; do
     timeout 100 $bench --compile --kv-dtype $kv > "$out/model_${kv}_pose.txt" 2>&1

@@ -32,7 +32,7 @@ import argparse
 import dataclasses
 import json
 import time
-from typing import Any
+from typing import Any, Callable
 
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.cameras.camera_batch import BatchStats, step_batch
@@ -58,8 +58,13 @@ def synthetic_frames(height: int, width: int,
     return [f.to(device) for f in frames], info
 
 
-def run_cameras(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
+def run_cameras(args: argparse.Namespace, config: EngineConfig,
+                profile: Callable[[Callable[[], object], torch.device], None] | None = None
+                ) -> dict[str, Any]:
     """Run ``args.cameras`` streams on one engine; print the table and return the JSON dict.
+
+    With ``args.profile`` (N) and ``profile`` (``bench_model.print_profile``), N more ticks run
+    under the profiler after the timed ones: where a batch's time goes, kernel by kernel.
 
     Raises:
         ValueError: fewer than one camera.
@@ -88,6 +93,9 @@ def run_cameras(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any
         if key not in ('per_camera', 'cache'):
             print(f'{key:<28}  {value}')
     print(json.dumps(result, sort_keys=True))
+    if args.profile and profile is not None:
+        profile(lambda: _ticks(sessions, frames, info, args.profile, device, BatchStats()),
+                device)
     return result
 
 

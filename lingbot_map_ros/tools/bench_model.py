@@ -40,7 +40,7 @@ import json
 import logging
 import platform
 import time
-from typing import Any
+from typing import Any, Callable
 
 from lingbot_map_ros.config import CacheConfig, EngineConfig, ModelConfig, StreamConfig
 from lingbot_map_ros.engine.attention.backend import BACKEND_NAMES
@@ -129,7 +129,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark described by ``args``; print the table and return the JSON dict."""
     if args.cameras:  # several streams on one engine
-        return run_cameras(args, engine_config(args))
+        return run_cameras(args, engine_config(args), print_profile)
     config = engine_config(args)
     session = RolloverSession(StreamingSession(config, args.weights,
                                                allow_random_weights=args.weights is None,
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.host_timing and device.type == 'cuda':
         result['host_ms'] = _host_timing(session, frames, info, args.host_timing)
     if args.profile:
-        _profile(session, frames, info, args.profile, device)
+        print_profile(lambda: stream_frames(session, frames, info, args.profile, device), device)
     if args.components:  # last: it runs eager frames (tools/bench_components.py)
         result['floors'] = components_report(session, lambda i: session.step_tensor(
             frames[i % len(frames)], info, (i + 10**6) * 33_000_000),
@@ -181,16 +181,15 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                             overlap_keyframes=args.overlap_keyframes))
 
 
-def _profile(session: StreamingSession, frames: list[torch.Tensor], info: PreprocessInfo,
-             count: int, device: torch.device) -> None:
-    """Print where the time of ``count`` more frames goes, operator by operator."""
+def print_profile(run: Callable[[], object], device: torch.device) -> None:
+    """Print where the time of ``run()`` (more frames) goes, operator by operator."""
     from torch.profiler import profile, ProfilerActivity
 
     activities = [ProfilerActivity.CPU]
     if device.type == 'cuda':
         activities.append(ProfilerActivity.CUDA)
     with profile(activities=activities) as prof:
-        stream_frames(session, frames, info, count, device)
+        run()
     sort = 'cuda_time_total' if device.type == 'cuda' else 'cpu_time_total'
     print(prof.key_averages().table(sort_by=sort, row_limit=30, max_name_column_width=60))
 
@@ -295,8 +294,8 @@ def stream_frames(session: StreamingSession, frames: list[torch.Tensor], info: P
                   peaks: list[float] | None = None) -> tuple[list[float], list[str]]:
     """Feed ``count`` frames; per call, the elapsed ms and the roles it produced.
 
-    With ``progress``, each block of ``progress`` timed calls prints a line and appends its
-    peak GPU memory (GiB) to ``peaks``.
+    With ``progress``, each block of ``progress`` timed calls prints a line (its peak GPU
+    memory in GiB appended to ``peaks``).
     """
     times_ms: list[float] = []
     roles: list[str] = []

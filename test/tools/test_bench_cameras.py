@@ -59,3 +59,14 @@ def test_a_negative_camera_count_is_refused():
     args = parser.parse_args(SHORT + ['--cameras', '-1'])
     with pytest.raises(ValueError, match='--cameras -1'):
         args.run(args)
+
+
+def test_profile_runs_more_batched_ticks_under_the_profiler_after_the_timed_ones(capsys):
+    assert bench.main(SHORT + ['--cameras', '2', '--profile', '2']) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    result = json.loads(next(line for line in lines if line.startswith('{')))
+    assert result['batched_frames'] + result['alone_frames'] == 2 * 8  # the timed ticks only
+    table = out[out.index(json.dumps(result, sort_keys=True)):]
+    # The operator table of the profiled ticks: the model's linear layers among its rows.
+    assert 'Self CPU' in table and 'aten::linear' in table
