@@ -182,6 +182,17 @@ def test_prepared_rollovers_publish_every_frame_once_and_keep_the_pool_bounded()
         assert held == want and pool.pool_streams == 1 + (st.preparation != 'idle')
 
 
+def test_a_session_as_short_as_overlap_and_lead_is_prepared_from_its_first_frame():
+    # N_s overlap keyframes + 9 units: the preparation must start with the switch frame.
+    out, rollover, _ = _run_rollover(40, **{'stream.session_keyframes': N_S + 9})
+    stats = rollover.rollover_stats()
+    assert rollover.lead_keyframes == 9
+    assert [p.stamp_ns for p in out] == list(range(40))
+    assert stats.rollovers >= 3 and stats.unprepared_switches == 0
+    switched = [i for i, p in enumerate(out) if 'rollover' in p.timings_ms]
+    assert all('prepare' in out[s].timings_ms for s in switched[:-1])
+
+
 def test_a_pool_without_headroom_still_rolls_over_at_the_switch(caplog):
     per_stream = stream_pages(PAGE, 6, N_S, WINDOW, 16)
     with caplog.at_level(logging.WARNING):

@@ -29,6 +29,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Odometry, Path
 import numpy as np
+import pytest
 from rcl_interfaces.srv import SetParameters
 import rclpy
 from rclpy.exceptions import InvalidHandle
@@ -82,6 +83,54 @@ def jpeg_msg(rgb: np.ndarray, stamp_ns: int, frame_id: str = 'cam_optical') -> C
     msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
     msg.data = data.tobytes()
     return msg
+
+
+SEC = 1_000_000_000
+TIMEOUT_S = 60.0
+"""Generous waits: two CPU cores are shared with other jobs."""
+
+
+@pytest.fixture(autouse=True)
+def no_callback_errors(graph: Any):
+    """Fail a test whose callbacks raised into the executor (the node must never do that).
+
+    Autouse in every module that imports it.
+    """
+    yield
+    errors, graph.errors[:] = list(graph.errors), []
+    assert not errors, [f'{type(e).__name__}: {e}' for e in errors]
+
+
+def bag(**overrides: Any) -> dict[str, Any]:
+    """Return overrides for bag mode: every frame processed, in order (deterministic tests)."""
+    return {'input__queue_mode': 'bag', 'input__qos__reliability': 'reliable',
+            'input__qos__depth': 100, **overrides}
+
+
+def publish(probe: 'Probe', msgs: list[Any]) -> None:
+    """Publish image messages on the probe's image topic, in order."""
+    for msg in msgs:
+        probe.image_pub.publish(msg)
+
+
+def wait_poses(probe: 'Probe', num: int) -> Any:
+    """Wait until the probe holds at least ``num`` poses."""
+    return wait_for(lambda: probe.count(probe.poses) >= num, TIMEOUT_S,
+                    f'{num} poses (have {probe.count(probe.poses)})')
+
+
+def wait_status(probe: 'Probe', node: Node, task: str, predicate: Callable[..., Any],
+                what: str, timeout_s: float = TIMEOUT_S) -> Any:
+    """Wait for a diagnostics status of ``node`` satisfying ``predicate(level, msg, values)``."""
+    def check():
+        status = probe.status(node.get_fully_qualified_name(), task)
+        return status if status and predicate(*status) else None
+    return wait_for(check, timeout_s, what)
+
+
+def stamps(start_s: float, num: int, step_s: float = 0.1) -> list[int]:
+    """Return ``num`` stamps in nanoseconds from ``start_s``, ``step_s`` apart."""
+    return [int((start_s + i * step_s) * SEC) for i in range(num)]
 
 
 def stamp_ns(msg: Any) -> int:

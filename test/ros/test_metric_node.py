@@ -38,7 +38,8 @@ from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.make_bag import depth_message
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
 from lingbot_map_ros.tools.trajectory import read_tum
-from node_harness import image_msg, stamp_ns, TINY_CPU, wait_for
+from node_harness import (image_msg, no_callback_errors, stamp_ns,  # noqa: F401
+                          TINY_CPU, wait_for, wait_status)
 import numpy as np
 import pytest
 from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -59,14 +60,6 @@ PROCESSED_HW = (84, 112)  # 48 x 64 at stream.image_width 112
 ENGINE = {'stream.enable_depth': True, 'model.max_frame_num': 8, 'stream.session_keyframes': 8,
           'stream.overlap_keyframes': 3}
 MAP = {'map.voxel_size': 0.02, 'map.confidence_percentile': 0.0, 'map.pixel_stride': 2}
-
-
-@pytest.fixture(autouse=True)
-def no_callback_errors(graph):
-    """Fail a test whose callbacks raised into the executor (the node must never do that)."""
-    yield
-    errors, graph.errors[:] = list(graph.errors), []
-    assert not errors, [f'{type(e).__name__}: {e}' for e in errors]
 
 
 def plane_m(index: int) -> float:
@@ -112,13 +105,6 @@ def start(graph, tmp_path, **overrides):
     return node, probe, depth_pub, gt
 
 
-def wait_status(probe, node, task, predicate, what):
-    def check():
-        status = probe.status(node.get_fully_qualified_name(), task)
-        return status if status and predicate(*status) else None
-    return wait_for(check, _TIMEOUT_S, what)
-
-
 def rms_radius(points: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.sum((points - points.mean(axis=0)) ** 2, axis=1))))
 
@@ -139,7 +125,8 @@ def test_poses_depth_trajectory_and_map_are_metric_over_rollovers(graph, tmp_pat
     wait_for(lambda: probe.count(probe.poses) >= num, _TIMEOUT_S, f'{num} poses')
     assert [stamp_ns(p) for p in probe.poses] == sent
     _, _, values = wait_status(probe, node, 'odometry',
-                               lambda lvl, m, v: v.get('rollovers') == '7', '7 rollovers')
+                               lambda lvl, m, v: v.get('rollovers') == '7', '7 rollovers',
+                               _TIMEOUT_S)
     assert list(values) == list(ODOMETRY_KEYS)
     assert values['metric.state'] == 'locked' and values['metric.depth_drops'] == '0'
     assert values['metric.frames_without_depth'] == '0'
@@ -251,12 +238,13 @@ def test_hostile_depth_is_counted_and_no_colour_frame_is_lost(graph, tmp_path):
     _, _, inputs = wait_status(
         probe, node, 'input',
         lambda lvl, m, v: all(v.get(f'drops.{k}') == str(n) for k, n in expected.items()),
-        'every depth drop counted')
+        'every depth drop counted', _TIMEOUT_S)
     assert {r: int(inputs[f'drops.{r}']) for r in DEPTH_DROP_REASONS} == \
         {**dict.fromkeys(DEPTH_DROP_REASONS, 0), **expected}
     _, _, odometry = wait_status(
         probe, node, 'odometry', lambda lvl, m, v: v.get('metric.depth_drops') == '29' and
-        v.get('metric.session_keyframes') == '12', 'the metric block after the last frame')
+        v.get('metric.session_keyframes') == '12', 'the metric block after the last frame',
+        _TIMEOUT_S)
     # Frames 6 and 7 had no usable depth; the scale was locked before and is unchanged.
     assert odometry['metric.state'] == 'locked'
     assert odometry['metric.frames_without_depth'] == '2'

@@ -22,10 +22,7 @@ exception makes the real engine fail on purpose (NaN pose, crash) by wrapping it
 """
 
 import itertools
-import os
 from pathlib import Path
-import signal
-import subprocess
 import sys
 
 from builtin_interfaces.msg import Time
@@ -34,13 +31,13 @@ from lingbot_map_ros.ros.nodes.node import LingbotMapNode, main
 from lingbot_map_ros.ros.publishers.odometry_status import ODOMETRY_KEYS
 from lingbot_map_ros.ros.publishers.outputs import UNKNOWN_VARIANCE
 # node_harness sits next to this file (pytest puts test/ros on sys.path).
-from node_harness import (image_msg, jpeg_msg, make_image, Probe, stamp_ns, TINY_CPU,
-                          wait_for)
+from node_harness import (bag, image_msg, jpeg_msg, make_image, no_callback_errors,  # noqa: F401
+                          Probe, publish, SEC, stamp_ns, stamps, TIMEOUT_S, TINY_CPU, wait_for,
+                          wait_poses, wait_status)
 import numpy as np
 import pytest
 from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
-from sensor_msgs.msg import CameraInfo
 from std_srvs.srv import Trigger
 
 # The oracle network of the engine tests (test/engine/oracle_model.py).
@@ -50,17 +47,7 @@ from oracle_model import frame_image, ground_truth, OracleModel  # noqa: E402,I1
 pytestmark = pytest.mark.rostest
 
 _ns = itertools.count()
-# Generous: two CPU cores are shared with other jobs.
-_TIMEOUT_S = 60.0
-_SEC = 1_000_000_000
-
-
-@pytest.fixture(autouse=True)
-def no_callback_errors(graph):
-    """Fail a test whose callbacks raised into the executor (the node must never do that)."""
-    yield
-    errors, graph.errors[:] = list(graph.errors), []
-    assert not errors, [f'{type(e).__name__}: {e}' for e in errors]
+_TIMEOUT_S, _SEC = TIMEOUT_S, SEC
 
 
 def start(graph, **overrides):
@@ -69,34 +56,6 @@ def start(graph, **overrides):
     values = {**TINY_CPU, **{k.replace('__', '.'): v for k, v in overrides.items()}}
     return graph.start_node(namespace, values,
                             compressed=values.get('input.transport') == 'compressed')
-
-
-def bag(**overrides):
-    """Return overrides for bag mode: every frame processed, in order (deterministic tests)."""
-    return {'input__queue_mode': 'bag', 'input__qos__reliability': 'reliable',
-            'input__qos__depth': 100, **overrides}
-
-
-def publish(probe, msgs):
-    for msg in msgs:
-        probe.image_pub.publish(msg)
-
-
-def wait_poses(probe, num):
-    return wait_for(lambda: probe.count(probe.poses) >= num, _TIMEOUT_S,
-                    f'{num} poses (have {probe.count(probe.poses)})')
-
-
-def wait_status(probe, node, task, predicate, what):
-    """Wait for a diagnostics status of ``node`` satisfying ``predicate(level, msg, values)``."""
-    def check():
-        status = probe.status(node.get_fully_qualified_name(), task)
-        return status if status and predicate(*status) else None
-    return wait_for(check, _TIMEOUT_S, what)
-
-
-def stamps(start_s, num, step_s=0.1):
-    return [int((start_s + i * step_s) * _SEC) for i in range(num)]
 
 
 def test_raw_images_give_poses_with_matching_stamps_and_frames(graph):
@@ -386,42 +345,6 @@ def test_no_weights_refuses_to_start(graph):
                        parameter_overrides=[Parameter(k, value=v)
                                             for k, v in overrides.items()])
     assert main(['lingbot_map_node', '--ros-args', '-r', '__ns:=/noweights_main']) == 1
-
-
-@pytest.mark.slow
-def test_module_entry_point_with_the_demo_file_runs_and_stops_on_sigint(graph):
-    """``python -m lingbot_map_ros.ros.nodes.node`` with demo_tiny_cpu.yaml, as a process."""
-    params_file = Path(__file__).resolve().parents[2] / 'config' / 'demo_tiny_cpu.yaml'
-    env = dict(os.environ, OMP_NUM_THREADS='1')
-    proc = subprocess.Popen(
-        [sys.executable, '-m', 'lingbot_map_ros.ros.nodes.node', '--ros-args', '--params-file',
-         str(params_file), '-r', '__ns:=/proc', '-p', 'input.queue_mode:=bag', '-p',
-         'input.qos.reliability:=reliable', '-p', 'input.qos.depth:=50'],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        probe = graph.add(Probe(graph.context, '/proc'))
-        wait_for(lambda: probe.image_pub.get_subscription_count() > 0 and
-                 all(s.get_publisher_count() > 0 for s in probe.subs[:3]), _TIMEOUT_S,
-                 'the node process')
-        info = CameraInfo(width=80, height=60, k=[70.0, 0.0, 40.0, 0.0, 70.0, 30.0, 0, 0, 1.0])
-        info_pub = probe.create_publisher(CameraInfo, 'camera_info', 10)
-        wait_for(lambda: info_pub.get_subscription_count() > 0, _TIMEOUT_S, 'camera_info sub')
-        info_pub.publish(info)
-        sent = stamps(5.0, 6)
-        publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(sent)])
-        wait_poses(probe, 6)
-        assert [stamp_ns(p) for p in probe.poses] == sent
-        wait_for(lambda: probe.status('/proc/lingbot_map', 'cache'), _TIMEOUT_S, 'diagnostics')
-        proc.send_signal(signal.SIGINT)
-        output, _ = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, output
-    assert 'RANDOM WEIGHTS' in output and 'Traceback' not in output
-    # camera_info is compared once with the estimate, in the log.
-    assert output.count('vs camera_info') == 1 and 'fx' in output
 
 
 def test_sim_clock_jumping_back_resets_the_session(graph):

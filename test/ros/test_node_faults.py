@@ -28,12 +28,12 @@ import threading
 import time
 
 # node_harness sits next to this file (pytest puts test/ros on sys.path).
-from node_harness import image_msg, make_image, Probe, stamp_ns, TINY_CPU, wait_for
+from node_harness import (image_msg, make_image, no_callback_errors,  # noqa: F401
+                          Probe, stamp_ns, TINY_CPU, wait_for)
 import pytest
 from rcl_interfaces.srv import SetParameters
 from rclpy.parameter import Parameter
 from std_srvs.srv import Trigger
-import test_node
 
 pytestmark = pytest.mark.rostest
 
@@ -41,10 +41,6 @@ _ns = itertools.count()
 _TIMEOUT_S = 60.0
 _SEC = 1_000_000_000
 _MS = 1_000_000
-
-
-# The check that no callback raised, as in test_node.py (the graph fixture is in conftest.py).
-no_callback_errors = test_node.no_callback_errors
 
 
 def start(graph, **overrides):

@@ -39,9 +39,11 @@ import time
 
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
-from node_harness import image_msg, make_image, Probe, wait_for
+from node_harness import (image_msg, make_image, Probe, publish, stamp_ns, stamps, wait_for,
+                          wait_poses)
 import pytest
 from rcl_interfaces.srv import GetParameters
+from sensor_msgs.msg import CameraInfo
 
 pytestmark = pytest.mark.rostest
 
@@ -244,3 +246,39 @@ def test_a_signal_during_a_lifecycle_configure_exits_quietly(graph, processes, s
     process.assert_clean_exit(process.stop(sig))
     assert 'warmed up' in process.output  # the warm-up stopped early and configure ended
     graph.remove(probe)
+
+
+@pytest.mark.slow
+def test_module_entry_point_with_the_demo_file_runs_and_stops_on_sigint(graph):
+    """``python -m lingbot_map_ros.ros.nodes.node`` with demo_tiny_cpu.yaml, as a process."""
+    params_file = Path(__file__).resolve().parents[2] / 'config' / 'demo_tiny_cpu.yaml'
+    env = dict(os.environ, OMP_NUM_THREADS='1')
+    proc = subprocess.Popen(
+        [sys.executable, '-m', 'lingbot_map_ros.ros.nodes.node', '--ros-args', '--params-file',
+         str(params_file), '-r', '__ns:=/proc', '-p', 'input.queue_mode:=bag', '-p',
+         'input.qos.reliability:=reliable', '-p', 'input.qos.depth:=50'],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        probe = graph.add(Probe(graph.context, '/proc'))
+        wait_for(lambda: probe.image_pub.get_subscription_count() > 0 and
+                 all(s.get_publisher_count() > 0 for s in probe.subs[:3]), _TIMEOUT_S,
+                 'the node process')
+        info = CameraInfo(width=80, height=60, k=[70.0, 0.0, 40.0, 0.0, 70.0, 30.0, 0, 0, 1.0])
+        info_pub = probe.create_publisher(CameraInfo, 'camera_info', 10)
+        wait_for(lambda: info_pub.get_subscription_count() > 0, _TIMEOUT_S, 'camera_info sub')
+        info_pub.publish(info)
+        sent = stamps(5.0, 6)
+        publish(probe, [image_msg(make_image(i), t) for i, t in enumerate(sent)])
+        wait_poses(probe, 6)
+        assert [stamp_ns(p) for p in probe.poses] == sent
+        wait_for(lambda: probe.status('/proc/lingbot_map', 'cache'), _TIMEOUT_S, 'diagnostics')
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, output
+    assert 'RANDOM WEIGHTS' in output and 'Traceback' not in output
+    # camera_info is compared once with the estimate, in the log.
+    assert output.count('vs camera_info') == 1 and 'fx' in output

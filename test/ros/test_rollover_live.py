@@ -34,10 +34,11 @@ unprepared switches always, on the drops right after the switches in most runs.
 import statistics
 import time
 
-from node_harness import image_msg, make_image, stamp_ns, wait_for
+from node_harness import (image_msg, make_image, publish, stamp_ns, stamps, wait_for,
+                          wait_status)
 import pytest
 # The node tests' helpers (test/ros/test_node.py).
-from test_node import publish, stamps, start, wait_status
+from test_node import start
 
 pytestmark = pytest.mark.rostest
 

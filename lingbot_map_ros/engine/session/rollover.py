@@ -178,6 +178,7 @@ class RolloverSession:
         with self._lock:
             if self._due():
                 self._switch()
+                self._plan()  # a session as short as the lead prepares from its first frame
             # A unit of the preparation is launched while the frame runs on the device: its
             # host time (eager launches) hides behind the frame's, only its device time adds.
             ran: list[float | None] = []
@@ -247,7 +248,7 @@ class RolloverSession:
     # ---- preparation ------------------------------------------------------------------------
 
     def _plan(self) -> None:
-        """After a frame is published: freeze the next session's overlap when it is due.
+        """After a frame is published or a switch: freeze the next session's overlap when due.
 
         The units then run with the frames after it (``step_tensor``: during each; a batch,
         ``finish_job``: after it), so the frame that fills the session runs the last one (K = 1;
