@@ -26,7 +26,7 @@ map) share one unprojection; :meth:`host_cloud` brings a strided cloud to the ho
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lingbot_map_ros.engine.errors import NonFiniteOutputError
 from lingbot_map_ros.engine.frames import FrameTag, Role
@@ -190,3 +190,11 @@ def check_finite(preds: list[FramePrediction]) -> None:
             raise NonFiniteOutputError(
                 f'frame {pred.frame_index} ({pred.role}) has a non-finite pose encoding '
                 f'{pred.pose_enc.tolist()}; reset the session')
+
+
+def with_timing(preds: list[FramePrediction], key: str,
+                ms: float | None) -> list[FramePrediction]:
+    """Return ``preds`` with ``timings_ms[key] = ms`` (as they are when ``ms`` is None)."""
+    if ms is None:
+        return preds
+    return [replace(p, timings_ms=dict(p.timings_ms, **{key: ms})) for p in preds]

@@ -72,7 +72,7 @@ from lingbot_map_ros.engine.image.preprocess import PreprocessInfo
 from lingbot_map_ros.engine.session.frame_job import FrameJob
 from lingbot_map_ros.engine.session.metric_session import MetricSession
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
-from lingbot_map_ros.engine.session.prediction import FramePrediction, host_maps
+from lingbot_map_ros.engine.session.prediction import FramePrediction, host_maps, with_timing
 from lingbot_map_ros.engine.session.scale_steps import scale_units
 from lingbot_map_ros.engine.session.stitching import fit_rollover, Sim3Alignment
 from lingbot_map_ros.engine.stats import RolloverStats, SessionStats
@@ -179,14 +179,14 @@ class RolloverSession:
             if self._due():
                 self._switch()
                 self._plan()  # a session as short as the lead prepares from its first frame
-            # A unit of the preparation is launched while the frame runs on the device: its
-            # host time (eager launches) hides behind the frame's, only its device time adds.
+            # A preparation unit launched while the frame runs on the device: only its device
+            # time adds to the frame (its eager launches hide behind the frame's).
             ran: list[float | None] = []
             preds = self._session.step_tensor(tensor, info, tag, preprocess_ms,
                                               overlap=lambda: ran.append(self._advance()))
             preds = self._publish(preds)
             self._plan()
-            return self._tagged(preds, ran[0] if ran else None)
+            return with_timing(preds, 'prepare', ran[0] if ran else None)
 
     # Batched frames across streams (engine/cameras/camera_batch.py): the session's two phases.
     def frame_job(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag | int,
@@ -201,7 +201,7 @@ class RolloverSession:
         with self._lock:
             preds = self._publish(self._session.finish_job(job, out, model_ms))
             self._plan()
-            return self._tagged(preds, self._advance())
+            return with_timing(preds, 'prepare', self._advance())
 
     def flush(self) -> list[FramePrediction]:
         """Run buffered scale frames now (end of a short stream)."""
@@ -211,15 +211,6 @@ class RolloverSession:
     def _publish(self, preds: list[FramePrediction]) -> list[FramePrediction]:
         self.metric.observe(preds)  # metric hook: before any is stitched
         return [self._stitch(pred) for pred in preds]
-
-    @staticmethod
-    def _tagged(preds: list[FramePrediction], prepare_ms: float | None
-                ) -> list[FramePrediction]:
-        """Mark a served frame's predictions with the host ms of the unit it ran, if any."""
-        if prepare_ms is None:
-            return preds
-        return [dataclasses.replace(p, timings_ms=dict(p.timings_ms, prepare=prepare_ms))
-                for p in preds]
 
     def reset(self) -> dict[str, int]:
         """Reset the session and the stitching: the next frame starts a new origin."""
