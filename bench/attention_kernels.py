@@ -19,113 +19,24 @@ exponentials, QK and PV in FP8 with per-block scales, both). FlashAttention-3: t
 0.0.3 wheel where it is carried (bf16 with one and with automatic KV splits, FP8).
 
 Writes ``$OUT/attention_kernels.json`` (every row) and prints the table last. Run from the
-repository root on the GPU machine: ``python3 bench/attention_kernels.py``.
+repository root on the GPU machine: ``python3 bench/attention_kernels.py``. Beside it:
+``kernel_table.py`` (inputs, reference, the checked and timed rows) and ``triton_runs.py`` (our
+Triton kernel's calls per tile config).
 """
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
-import traceback
 
+from kernel_table import (bench_ms, DIM, DTYPE, errors, format_row, HEADS, heads_first,
+                          make_inputs, optional_import, passed, PATCHES, record, reference,
+                          ROWS, SPECIALS)
 import torch
+from triton_runs import cfg_name, fast_fn, fast_name, run_fn, split_scratch, triton_fn
 
-HEADS, DIM, PATCHES, SPECIALS = 16, 64, 972, 6
-ROWS = []
-DTYPE = [torch.bfloat16]  # fp16 in CPU dry runs: Triton's interpreter has no bf16 matmul
 FP8_BEST = [None]  # the fastest Triton config with FP8 K/V storage (set by triton_candidates)
-
-
-def heads_first(t):
-    """[N, H, D] -> [1, H, N, D] view."""
-    return t.unsqueeze(0).transpose(1, 2)
-
-
-def make_inputs(n_q, n_k, dev, seed):
-    """Fresh bf16 q [Q, H, D], k, v [K, H, D] (randn: post-LayerNorm-like, std 1)."""
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    return tuple(torch.randn(n, HEADS, DIM, device=dev, generator=gen).to(DTYPE[0])
-                 for n in (n_q, n_k, n_k))
-
-
-def reference(q, k, v):
-    """float64 attention of the given (bf16) inputs, one head at a time; [Q, H, D] fp64."""
-    out = torch.empty(q.shape, dtype=torch.float64, device=q.device)
-    for h in range(q.shape[1]):
-        qh, kh, vh = (t[:, h].double() for t in (q, k, v))
-        s = (qh @ kh.T) / math.sqrt(DIM)
-        out[:, h] = torch.softmax(s, dim=-1) @ vh
-        del s
-    return out
-
-
-def errors(out, ref):
-    """(relative L2 error, max abs error, NaN count) of ``out`` against ``ref``."""
-    o = out.double()
-    nans = int(torch.isnan(o).sum().item())
-    diff = torch.nan_to_num(o - ref, nan=float('inf'))
-    return (diff.norm() / ref.norm()).item(), diff.abs().max().item(), nans
-
-
-def record(name, fn_for, checks, timed, flops, note='', bound=2e-2):
-    """Check ``fn_for(inputs)`` on every check set, time it over the timed sets, add a row.
-
-    ``bound``: the relative error the row must stay under (bf16 operands: 2e-2; FP8 rows
-    carry e4m3's 2^-4 rounding, so 8e-2).
-    """
-    row = {'name': name, 'note': note, 'bound': bound}
-    try:
-        worst = (0.0, 0.0, 0)
-        for inputs, ref in checks:
-            fn = fn_for(inputs)
-            out = fn()
-            if out.is_cuda:
-                torch.cuda.synchronize()
-            err = errors(out, ref)
-            worst = tuple(max(a, b) for a, b in zip(worst, err))
-        row.update(rel_err=worst[0], max_err=worst[1], nan=worst[2])
-        fns = [fn_for(inputs) for inputs in timed]
-        turn = [0]
-
-        def step():
-            turn[0] = (turn[0] + 1) % len(fns)
-            fns[turn[0]]()
-        ms = bench_ms(step)
-        row.update(ms=ms, tflops=flops / ms / 1e9)
-    except Exception as exc:  # noqa: BLE001 - one candidate failing must not stop the rest
-        row['error'] = f'{type(exc).__name__}: {str(exc)[:300]}'
-        row['trace'] = traceback.format_exc()[-2000:]
-    ROWS.append(row)
-    print(format_row(row), flush=True)
-    return row
-
-
-def bench_ms(step):
-    """Median ms of ``step`` (CUDA: do_bench's events; CPU dry runs: a host clock)."""
-    if torch.cuda.is_available():
-        import triton.testing
-        return triton.testing.do_bench(step, warmup=25, rep=150, return_mode='median')
-    times = []
-    for _ in range(3):
-        began = time.perf_counter()
-        step()
-        times.append((time.perf_counter() - began) * 1e3)
-    return sorted(times)[1]
-
-
-def passed(row):
-    return 'error' not in row and row['nan'] == 0 and row['rel_err'] < row.get('bound', 2e-2)
-
-
-def format_row(row):
-    if 'error' in row:
-        return f"{row['name']:44s} unavailable: {row['error'][:160]}"
-    ok = 'OK ' if passed(row) else 'BAD'
-    return (f"{row['name']:44s} {row.get('ms', float('nan')):7.3f} ms "
-            f"{row.get('tflops', float('nan')):6.0f} TFLOP/s  rel {row['rel_err']:.2e}  "
-            f"max {row['max_err']:.2e}  {ok} {row['note']}")
 
 
 def torch_candidates(checks, timed, flops, patch_keys):
@@ -146,17 +57,6 @@ def torch_candidates(checks, timed, flops, patch_keys):
     record('ours today: cuDNN patches + flash specials', lambda t: (
         lambda: split(t[0], t[1], t[2], patch_keys)), checks, timed, flops,
         'the sdpa backend (staged: same kernels)')
-
-
-def optional_import(module, name):
-    """Import ``module``, or add a row saying why it is unavailable and return None."""
-    import importlib
-    try:
-        return importlib.import_module(module)
-    except Exception as exc:  # noqa: BLE001 - any import failure means: not this candidate
-        ROWS.append({'name': name, 'error': f'not importable: {exc}'})
-        print(format_row(ROWS[-1]))
-        return None
 
 
 def flashinfer_candidates(checks, timed, flops):
@@ -307,25 +207,6 @@ def fa3_bounds_check(fa3, checks):
     print(format_row(row), flush=True)
 
 
-def fast_fn(cfg, kv_fp8=False):
-    """Our Triton kernel's variants (``triton_fp8.attend_run_fast``) with config ``cfg``."""
-    from lingbot_map_ros.engine.attention.triton_fp8 import attend_run_fast
-    return run_fn(attend_run_fast, cfg, kv_fp8)
-
-
-def run_fn(attend, cfg, kv_fp8):
-    """A builder of ``attend`` over the whole key run with config ``cfg`` (K/V in e4m3)."""
-    def build(t):
-        q, k, v = t
-        if kv_fp8:
-            k, v = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
-        bounds = torch.tensor([0, k.shape[0]], dtype=torch.int32, device=q.device)
-        out = torch.full_like(q, float('nan'))
-        scratch = split_scratch(cfg, q)
-        return lambda: attend(q, k, v, bounds, out=out, scratch=scratch, **cfg)
-    return build
-
-
 def fast_candidates(checks, timed, flops, quick):
     """FP8 products (per-block scales) and split exponentials, at a few tile configs."""
     base = [{'block_m': 128, 'block_n': 128, 'num_warps': 8, 'num_stages': 2, 'splits': 2},
@@ -348,27 +229,6 @@ def fast_candidates(checks, timed, flops, quick):
                fast_fn(best[1], kv_fp8=True), checks, timed, flops,
                'K/V stored e4m3 (unit scale), read as they are', bound=8e-2)
     return best and best[1]
-
-
-def fast_name(cfg):
-    return (' fp8' if cfg.get('fp8') else '') + (' exp-split' if cfg.get('exp_split') else '')
-
-
-def split_scratch(cfg, q):
-    """The key parts' outputs [splits, Q, H, D] and log2-sum-exps [splits, H, Q] (fp32)."""
-    return (torch.empty(cfg['splits'], *q.shape, dtype=torch.float32, device=q.device),
-            torch.empty(cfg['splits'], q.shape[1], q.shape[0], dtype=torch.float32,
-                        device=q.device))
-
-
-def triton_fn(cfg, kv_fp8=False):
-    from lingbot_map_ros.engine.attention.triton_attention import attend_run
-    return run_fn(attend_run, cfg, kv_fp8)
-
-
-def cfg_name(cfg):
-    return (f"m{cfg['block_m']} n{cfg['block_n']} w{cfg['num_warps']} s{cfg['num_stages']} "
-            f"x{cfg['splits']}" + (' qk8' if cfg.get('qk_fp8') else ''))
 
 
 def triton_candidates(checks, timed, flops, quick):
