@@ -58,13 +58,11 @@ def synthetic_frames(height: int, width: int,
     return [f.to(device) for f in frames], info
 
 
-def run_cameras(args: argparse.Namespace, config: EngineConfig,
-                profile: Callable[[Callable[[], object], torch.device], None] | None = None
-                ) -> dict[str, Any]:
+def run_cameras(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
     """Run ``args.cameras`` streams on one engine; print the table and return the JSON dict.
 
-    With ``args.profile`` (N) and ``profile`` (``bench_model.print_profile``), N more ticks run
-    under the profiler after the timed ones: where a batch's time goes, kernel by kernel.
+    With ``args.profile`` (N), N more ticks run under the profiler after the timed ones: where
+    a batch's time goes, kernel by kernel.
 
     Raises:
         ValueError: fewer than one camera.
@@ -93,9 +91,9 @@ def run_cameras(args: argparse.Namespace, config: EngineConfig,
         if key not in ('per_camera', 'cache'):
             print(f'{key:<28}  {value}')
     print(json.dumps(result, sort_keys=True))
-    if args.profile and profile is not None:
-        profile(lambda: _ticks(sessions, frames, info, args.profile, device, BatchStats()),
-                device)
+    if args.profile:
+        print_profile(lambda: _ticks(sessions, frames, info, args.profile, device, BatchStats()),
+                      device)
     return result
 
 
@@ -160,3 +158,16 @@ def _summarise(args: argparse.Namespace, sessions: list[RolloverSession], engine
         result['gpu'] = torch.cuda.get_device_name(device)
     result['torch'] = torch.__version__
     return result
+
+
+def print_profile(run: Callable[[], object], device: torch.device) -> None:
+    """Print where the time of ``run()`` (more frames) goes, operator by operator."""
+    from torch.profiler import profile, ProfilerActivity
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == 'cuda':
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        run()
+    sort = 'cuda_time_total' if device.type == 'cuda' else 'cpu_time_total'
+    print(prof.key_averages().table(sort_by=sort, row_limit=30, max_name_column_width=60))

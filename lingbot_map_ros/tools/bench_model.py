@@ -40,14 +40,14 @@ import json
 import logging
 import platform
 import time
-from typing import Any, Callable
+from typing import Any
 
 from lingbot_map_ros.config import CacheConfig, EngineConfig, ModelConfig, StreamConfig
 from lingbot_map_ros.engine.attention.backend import BACKEND_NAMES
 from lingbot_map_ros.engine.image.preprocess import PreprocessInfo
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.rollover import RolloverSession
-from lingbot_map_ros.tools.bench_cameras import run_cameras, synthetic_frames
+from lingbot_map_ros.tools.bench_cameras import print_profile, run_cameras, synthetic_frames
 from lingbot_map_ros.tools.bench_components import components_report, format_report
 from lingbot_map_ros.tools.bench_rollover import add_live_arguments, block_report, \
     HEADLINE_KEYS, live_drop_report
@@ -129,7 +129,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark described by ``args``; print the table and return the JSON dict."""
     if args.cameras:  # several streams on one engine
-        return run_cameras(args, engine_config(args), print_profile)
+        return run_cameras(args, engine_config(args))
     config = engine_config(args)
     session = RolloverSession(StreamingSession(config, args.weights,
                                                allow_random_weights=args.weights is None,
@@ -179,19 +179,6 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                             camera_head_dtype=args.camera_head_dtype,
                             session_keyframes=args.session_keyframes,
                             overlap_keyframes=args.overlap_keyframes))
-
-
-def print_profile(run: Callable[[], object], device: torch.device) -> None:
-    """Print where the time of ``run()`` (more frames) goes, operator by operator."""
-    from torch.profiler import profile, ProfilerActivity
-
-    activities = [ProfilerActivity.CPU]
-    if device.type == 'cuda':
-        activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities) as prof:
-        run()
-    sort = 'cuda_time_total' if device.type == 'cuda' else 'cpu_time_total'
-    print(prof.key_averages().table(sort_by=sort, row_limit=30, max_name_column_width=60))
 
 
 def _components(session: RolloverSession, frames: list[torch.Tensor], info: PreprocessInfo,

@@ -327,7 +327,7 @@ class Aggregator(nn.Module):
         frame_cos, frame_sin = self.frame_rope.tables(h, w, dino.device, rope_dtype)
         video_cos, video_sin = self.video_rope.tables(time_index, s, h, w, dino.device,
                                                       rope_dtype)
-        taps = []
+        taps, last_tap = [], max(self.config.tap_layers)
         for i, (frame_block, global_block) in enumerate(zip(self.frame_blocks,
                                                             self.global_blocks)):
             frame_out = frame_step(frame_block, x, frame_cos, frame_sin)
@@ -335,9 +335,9 @@ class Aggregator(nn.Module):
             q, k, v = global_qkv(global_block, x, video_cos, video_sin)
             o = self.global_attention(i, kv, plan)(q, k, v)
             x = global_finish(global_block, x, o).reshape(s, p, -1)
-            if camera_only and i == max(self.config.tap_layers):
+            if camera_only and i == last_tap:
                 taps.append(tap_features(frame_out[:, :1], x[:, :1]))
-            elif i in self.config.tap_layers and not camera_only:
+            elif not camera_only and i in self.config.tap_layers:
                 taps.append(tap_features(frame_out, x))
             # Nothing of the pair but its output outlives it: a pause holds no q/k/v.
             del frame_out, q, k, v, o

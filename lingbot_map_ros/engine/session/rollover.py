@@ -178,29 +178,28 @@ class RolloverSession:
         with self._lock:
             if self._due():
                 self._switch()
-                self._plan()  # a session as short as the lead prepares from its first frame
+            self._plan()
             # A preparation unit launched while the frame runs on the device: only its device
             # time adds to the frame (its eager launches hide behind the frame's).
             ran: list[float | None] = []
             preds = self._session.step_tensor(tensor, info, tag, preprocess_ms,
                                               overlap=lambda: ran.append(self._advance()))
-            preds = self._publish(preds)
-            self._plan()
-            return with_timing(preds, 'prepare', ran[0] if ran else None)
+            return with_timing(self._publish(preds), 'prepare', ran[0] if ran else None)
 
     # Batched frames across streams (engine/cameras/camera_batch.py): the session's two phases.
     def frame_job(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag | int,
                   preprocess_ms: float = 0.0) -> FrameJob | None:
-        """As ``StreamingSession.frame_job``; None also when a rollover is due."""
+        """As ``StreamingSession.frame_job`` (None also when a rollover is due), planned first."""
         with self._lock:
-            return None if self._due() else self._session.frame_job(tensor, info, tag,
-                                                                    preprocess_ms)
+            if self._due():
+                return None
+            self._plan()
+            return self._session.frame_job(tensor, info, tag, preprocess_ms)
 
     def finish_job(self, job: FrameJob, out: Any, model_ms: float) -> list[FramePrediction]:
         """As ``StreamingSession.finish_job``, the predictions stitched as :meth:`step`'s."""
         with self._lock:
             preds = self._publish(self._session.finish_job(job, out, model_ms))
-            self._plan()
             return with_timing(preds, 'prepare', self._advance())
 
     def flush(self) -> list[FramePrediction]:
@@ -239,11 +238,11 @@ class RolloverSession:
     # ---- preparation ------------------------------------------------------------------------
 
     def _plan(self) -> None:
-        """After a frame is published or a switch: freeze the next session's overlap when due.
+        """Freeze the next session's overlap when due; asked before every frame (after a switch).
 
-        The units then run with the frames after it (``step_tensor``: during each; a batch,
-        ``finish_job``: after it), so the frame that fills the session runs the last one (K = 1;
-        sooner with K > 1).
+        A unit then runs with that frame and each after it (during it; after a batch), so the
+        frame that fills the session runs the last (K = 1; sooner with K > 1) and a session as
+        short as the lead prepares from its first frame on.
         """
         stream = self.config.stream
         if (self._prep is None and len(self._ring) >= stream.overlap_keyframes
