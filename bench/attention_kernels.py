@@ -16,7 +16,7 @@ for the best two, then FP8 KV (around the best config: stages, key tile, warps, 
 e4m3 in memory, widened to fp16 in registers) and FP8 QK, then a CUDA-graph check (the
 bounds tensor changed between replays), then the kernel's variants (``triton_fp8.py``: split
 exponentials, QK and PV in FP8 with per-block scales, both). FlashAttention-3: the ``fa3-fwd``
-0.0.3 wheel where it is carried (bf16 with one and with automatic KV splits, FP8).
+0.0.3 wheel where it is carried (``fa3_runs.py``).
 
 Writes ``$OUT/attention_kernels.json`` (every row) and prints the table last. Run from the
 repository root on the GPU machine: ``python3 bench/attention_kernels.py``. Beside it:
@@ -34,7 +34,8 @@ from kernel_table import (bench_ms, DIM, DTYPE, errors, format_row, HEADS, heads
                           make_inputs, optional_import, passed, PATCHES, record, reference,
                           ROWS, SPECIALS)
 import torch
-from triton_runs import cfg_name, fast_fn, fast_name, run_fn, split_scratch, triton_fn
+from fa3_runs import fa3_candidates, two_run_rows
+from triton_runs import cfg_name, fast_fn, fast_name, split_scratch, triton_fn
 
 FP8_BEST = [None]  # the fastest Triton config with FP8 K/V storage (set by triton_candidates)
 
@@ -92,49 +93,13 @@ def flash_attn4_candidate(checks, timed, flops):
     record('flash-attn-4 (CuTe DSL, Hopper fwd)', fa4, checks, timed, flops)
 
 
-def fa3_candidates(checks, timed, flops):
-    """Add FlashAttention-3 forward rows (``fa3-fwd`` 0.0.3, carried in ``.whl``).
-
-    bf16 with one and with automatic KV splits, and FP8 e4m3 with per-tensor descales.
-    """
-    fa3 = optional_import('fa3_fwd_interface', 'FA3 (fa3-fwd)')
-    if fa3 is None:
-        return
-    version = 'fa3-fwd 0.0.3'
-
-    def first(result):
-        out = result[0] if isinstance(result, tuple) else result
-        return out[0]  # [1, Q, H, D] -> [Q, H, D]
-
-    def bf16(t, splits):
-        q, k, v = (x.unsqueeze(0) for x in t)
-        return lambda: first(fa3.flash_attn_func(q, k, v, num_splits=splits))
-    for splits, label in ((1, 'one KV split'), (0, 'automatic KV splits')):
-        record(f'FA3 bf16, {label}', lambda t, splits=splits: bf16(t, splits),
-               checks, timed, flops, version)
-
-    def fp8(t):
-        scales = [x.abs().amax().float().clamp(min=1e-12) / 448.0 for x in t]
-        q8, k8, v8 = ((x / s).to(torch.float8_e4m3fn).unsqueeze(0)
-                      for x, s in zip(t, scales))
-        q_d, k_d, v_d = (s.reshape(1, 1).expand(1, HEADS).contiguous() for s in scales)
-        return lambda: first(fa3.flash_attn_func(
-            q8, k8, v8, q_descale=q_d, k_descale=k_d, v_descale=v_d,
-            num_splits=0)).to(t[0].dtype)
-    record('FA3 FP8 e4m3 (per-tensor scales), auto splits', fp8, checks, timed, flops,
-           version, bound=8e-2)
-
-
 def fp8_kv_candidates(checks, timed, flops):
     """FP8 K/V storage as the cache backends read it: ours and FA3's, beside bf16 (``--fp8``).
 
     Rows: our Triton kernel at ``KERNEL_CONFIG`` in bf16, with FP8 K/V widened to fp16
     (``qk_fp8`` false), and as it runs FP8 K/V by default (K straight into an FP8 QK product,
-    queries scaled per row; V widened); FA3 through
-    the ``fa3`` backend's own kernel object (``Fa3RunAttention``: varlen over the device bounds,
-    bf16 and FP8 pools, queries cast per head by ``triton_quant``), the per-head query cast
-    alone, and checks that FA3's run bounds and a CUDA graph replay with moved bounds give what
-    a plain call on the slice gives.
+    queries scaled per row; V widened), and the per-head query cast FA3's FP8 path uses
+    (``triton_quant``). The FA3 rows are ``fa3_runs.py``'s.
     """
     from lingbot_map_ros.engine.attention.triton_backend import KERNEL_CONFIG
     cfg = dict(KERNEL_CONFIG)
@@ -144,25 +109,6 @@ def fp8_kv_candidates(checks, timed, flops):
            timed, flops, 'K/V e4m3 in memory, both widened to fp16 (qk_fp8 false)', bound=8e-2)
     record(f'Triton FP8 KV (default): {cfg_name(cfg)}', triton_fn(cfg, kv_fp8=True), checks,
            timed, flops, 'K as stored into FP8 QK (row-scaled q), V widened', bound=8e-2)
-    try:
-        from lingbot_map_ros.engine.attention.fa3 import Fa3RunAttention
-        fa3 = Fa3RunAttention()
-    except ImportError as exc:
-        ROWS.append({'name': 'FA3 run kernel', 'error': str(exc)})
-        print(format_row(ROWS[-1]), flush=True)
-        return
-    for kv_fp8, bound, label in ((False, 2e-2, 'bf16'), (True, 8e-2, 'FP8 pool')):
-        record(f'FA3 run kernel ({label}), as backend fa3',
-               run_fn(lambda q, k, v, bounds, **_: fa3(q, k, v, bounds), {'splits': 1}, kv_fp8),
-               checks, timed, flops, 'varlen over device bounds, auto splits', bound=bound)
-    # The varlen entry ran 0.17-0.19 ms slower than the plain one in round 6 with automatic
-    # splits: fixed split counts, to see whether its heuristic is what differs.
-    for splits in (2, 3, 4, 8):
-        fixed = Fa3RunAttention(num_splits=splits)
-        record(f'FA3 run kernel (FP8 pool), {splits} KV splits',
-               run_fn(lambda q, k, v, bounds, f=fixed, **_: f(q, k, v, bounds), {'splits': 1},
-                      True), checks[:1], timed, flops, 'varlen over device bounds',
-               bound=8e-2)
     from lingbot_map_ros.engine.attention.triton_quant import quantize_queries
     q = checks[0][0][0]
     q8, descale = quantize_queries(q)
@@ -171,38 +117,6 @@ def fp8_kv_candidates(checks, timed, flops):
     ms = bench_ms(lambda: quantize_queries(q, q8, descale))
     row = {'name': 'per-head query cast to e4m3 (triton_quant)', 'note': 'one launch',
            'bound': 8e-2, 'rel_err': err, 'max_err': 0.0, 'nan': 0, 'ms': ms, 'tflops': 0.0}
-    ROWS.append(row)
-    print(format_row(row), flush=True)
-    fa3_bounds_check(fa3, checks)
-
-
-def fa3_bounds_check(fa3, checks):
-    """FA3 over bounds [s, e) of the pool == FA3 over the slice; also inside a CUDA graph."""
-    (q, k, v), _ = checks[0]
-    n = k.shape[0]
-    row = {'name': 'FA3 run kernel: bounds and graph replay', 'note': '', 'bound': 1e-3}
-    try:
-        worst = 0.0
-        for kv_fp8 in (False, True):
-            kk, vv = ((k, v) if not kv_fp8 else
-                      (k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)))
-            bounds = torch.tensor([0, n], dtype=torch.int32, device=q.device)
-            graph = torch.cuda.CUDAGraph()
-            fa3(q, kk, vv, bounds)  # warm
-            torch.cuda.synchronize()
-            with torch.cuda.graph(graph):
-                out = fa3(q, kk, vv, bounds)
-            for lo, hi in ((977, n - 5000), (0, n // 3), (n // 2, n)):
-                bounds.copy_(torch.tensor([lo, hi], dtype=torch.int32))
-                graph.replay()
-                sl = torch.tensor([0, hi - lo], dtype=torch.int32, device=q.device)
-                want = fa3(q, kk[lo:hi].contiguous(), vv[lo:hi].contiguous(), sl)
-                torch.cuda.synchronize()
-                worst = max(worst, ((out.double() - want.double()).norm()
-                                    / want.double().norm()).item())
-        row.update(rel_err=worst, max_err=0.0, nan=0)
-    except Exception as exc:  # noqa: BLE001 - reported as a row
-        row['error'] = f'{type(exc).__name__}: {str(exc)[:300]}'
     ROWS.append(row)
     print(format_row(row), flush=True)
 
@@ -344,6 +258,7 @@ def main():
         best = None
         fp8_kv_candidates(checks, timed, flops)
         fa3_candidates(checks, timed, flops)
+        two_run_rows(checks, flops)
     elif args.configs:
         best = None
         for cfg in json.loads(args.configs):
@@ -355,7 +270,7 @@ def main():
         torch_candidates(checks, timed, flops, patch_keys)
         flashinfer_candidates(checks, timed, flops)
         flash_attn4_candidate(checks, timed, flops)
-        fa3_candidates(checks, timed, flops)
+        fa3_candidates(checks, timed, flops, runs=False)
         best = triton_candidates(checks, timed, flops, args.quick)
     if best is not None:
         graph_check(best, checks)

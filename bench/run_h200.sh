@@ -89,23 +89,7 @@ export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-16}"
 torch.version.cuda, 'triton', triton.__version__, 'flashinfer', flashinfer.__version__)"
 } > "$out/env.txt" 2>&1
 # Random (golden-formula) weights written once, so each benchmark only loads them.
-# The formula runs in numpy, one tensor per process (single-threaded, ~1 min for 1.16 B values).
-make_weights() {
-  [ -f /tmp/bench_weights.safetensors ] || python3 - <<'PY'
-from multiprocessing import Pool
-from safetensors.torch import save_file
-from lingbot_map_ros.engine.model.gct import LingbotMapModel
-from lingbot_map_ros.engine.model.golden_weights import golden_array
-import torch
-def one(item):
-    return item[0], golden_array(item[0], item[1], 0)
-with torch.device('meta'):
-    shapes = [(k, tuple(v.shape)) for k, v in LingbotMapModel().state_dict().items()]
-with Pool() as pool:
-    arrays = pool.map(one, shapes, chunksize=1)
-save_file({k: torch.from_numpy(a) for k, a in arrays}, '/tmp/bench_weights.safetensors')
-PY
-}
+make_weights() { python3 bench/bench_weights.py; }
 # STAGE=fp8kv and STAGE=round6 make them later, beside other work.
 [ "$stage" = kernels ] || [ "$stage" = fp8kv ] || [ "$stage" = round6 ] || [ "$stage" = round7 ] \
   || make_weights

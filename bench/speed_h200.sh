@@ -10,6 +10,11 @@
 #     float32 camera head) with --components for comparison.
 #   STAGE=fa3: cache.backend fa3 (FlashAttention-3, fa3-fwd carried in .whl/): golden set A
 #     with a bf16 and with an FP8 cache, `bench model` pose (bf16 with --components, FP8).
+#   STAGE=round9: the FP8 kernel table with every FA3 row (fa3_runs.py: split counts, parts,
+#     query scalings, two runs in one launch), the FA3/parts GPU tests, then at the defaults
+#     (FP8 K/V, `auto` -> fa3 with the wheel carried): `bench model` pose, the same with
+#     backend triton, golden set A, the depth path, and `bench model --cameras 1` and `2`.
+#     FA3_FROM_TABLE=1: the runs use the table's fastest FA3 config (LINGBOT_MAP_FA3_CONFIG).
 #   STAGE=verify: golden set A and `bench model` pose and depth at the defaults of
 #     config/lingbot_map.yaml (EXTRA: more `bench model` flags, e.g. a kernel variant's env).
 set -uo pipefail
@@ -30,15 +35,7 @@ export PYTHONUNBUFFERED=1
 torch.version.cuda, 'triton', triton.__version__)"
   git rev-parse HEAD 2>/dev/null || true
 } > "$out/env.txt" 2>&1
-python3 - <<'PY'
-from safetensors.torch import save_file
-from lingbot_map_ros.engine.model.gct import LingbotMapModel
-from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
-import torch
-with torch.device('meta'):
-    shapes = {k: tuple(v.shape) for k, v in LingbotMapModel().state_dict().items()}
-save_file(golden_state_dict(shapes, salt=0), '/tmp/bench_weights.safetensors')
-PY
+python3 bench/bench_weights.py || exit 1
 bench="python3 -m lingbot_map_ros.tools.bench model --weights /tmp/bench_weights.safetensors"
 golden="python3 -m lingbot_map_ros.tools.golden .gpu_data/stream_A.safetensors --device cuda \
 --dtype bfloat16 --fast-path whole_frame --compile"
@@ -90,6 +87,31 @@ elif [ "$stage" = fa3 ]; then
     --components 3
   step model_fa3_fp8_pose 70 $bench --backend fa3 --compile --camera-head-dtype bfloat16 \
     --kv-dtype float8_e4m3fn
+elif [ "$stage" = round9 ]; then
+  step attention_kernels 150 python3 bench/attention_kernels.py --fp8 --checks 1
+  python3 - "$out/attention_kernels.json" > "$out/fa3_config.json" <<'PY' || true
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1]))['rows'] if 'ms' in r and not r.get('nan')
+        and r.get('rel_err', 1) < 8e-2 and r['name'].startswith('FA3 run kernel (FP8 pool),')]
+if rows:
+    label = min(rows, key=lambda r: r['ms'])['name'].split(', ')
+    count = 0 if label[-1] == 'auto splits' else int(label[-1].split()[0])
+    parted = label[-1].endswith('parts')
+    print(json.dumps({'parts': count if parted else 1, 'splits': 1 if parted else count,
+                      'query_scale': label[-2].split()[0]}))
+PY
+  step gpu_tests 60 python3 -m pytest -q -p no:cacheprovider test/engine/test_fa3_fp8.py \
+    test/engine/test_fa3_parts.py test/engine/test_backend_choice.py
+  [ -n "${FA3_FROM_TABLE:-}" ] && export LINGBOT_MAP_FA3_CONFIG="$(cat "$out/fa3_config.json")"
+  echo "fastest FA3 run-kernel config in the table: $(cat "$out/fa3_config.json")"
+  fp8="--kv-dtype float8_e4m3fn"
+  step model_auto_pose 80 $bench $new $fp8
+  step model_triton_pose 80 $bench --backend triton --compile --camera-head-dtype bfloat16 $fp8
+  step golden_A_auto 90 $golden --backend auto --camera-head-dtype bfloat16 $fp8
+  step model_auto_depth 70 $bench $new $fp8 --depth
+  for n in 1 2; do
+    step model_cameras$n 100 $bench $new $fp8 --cameras $n --frames 200 --warmup 20
+  done
 else
   step golden_A_verify 95 $golden --backend auto --camera-head-dtype bfloat16
   step model_verify_pose 80 $bench $new --components 3 ${EXTRA:-}
@@ -98,6 +120,6 @@ fi
 for f in "$out"/golden*.txt; do echo "== $f"; grep -E "ok|FAIL" "$f" | cut -c1-100; done
 for f in "$out"/model*.txt; do
   echo "== $f"; grep -A24 "^ceilings" "$f" | grep -v "^{" | cut -c1-110
-  grep -E "^(ms_p50|ms_last_window|fps_last|backend|peak_gpu)" "$f"
+  grep -E "^(ms_p50|ms_last_window|fps_last|backend|peak_gpu|aggregate_fps|tick_ms_p50)" "$f"
 done
 if [ -f "$out/attention_kernels.txt" ]; then tail -n 22 "$out/attention_kernels.txt" | cut -c1-150; fi

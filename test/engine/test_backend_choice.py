@@ -115,6 +115,20 @@ def test_auto_keeps_triton_for_fp8_kv_and_says_so_and_sdpa_off_cuda(caplog):
     assert "cache.backend 'auto' -> 'sdpa'" in caplog.text
 
 
+def test_auto_takes_fa3_for_fp8_kv_on_hopper_only_where_its_wheel_is_installed():
+    chosen, why = choose_backend('cuda', (9, 0), BF16, True, FP8, fa3_installed=True)
+    assert chosen == 'fa3' and 'fa3-fwd' in why
+    # Not for bf16 K/V, not off Hopper, not without the wheel, not without triton (its parts
+    # are Triton kernels): the Triton kernel or sdpa, as without FA3.
+    for args, expected in ((('cuda', (9, 0), BF16, True, BF16, True), 'triton'),
+                           (('cuda', (10, 0), BF16, True, FP8, True), 'triton'),
+                           (('cuda', (8, 9), BF16, True, FP8, True), 'triton'),
+                           (('cuda', (9, 0), BF16, True, FP8, False), 'triton'),
+                           (('cuda', (9, 0), BF16, False, FP8, True), 'sdpa'),
+                           (('cpu', None, BF16, True, FP8, True), 'sdpa')):
+        assert choose_backend(*args)[0] == expected, args
+
+
 def test_fp8_products_only_where_fp8_tensor_cores_exist(monkeypatch):
     assert backend_choice.fp8_products(torch.device('cpu'))  # the interpreter emulates them
     for capability, expected in [((8, 0), False), ((8, 7), False), ((8, 9), True),

@@ -55,12 +55,12 @@ def test_query_cast_keeps_each_head_within_e4m3_rounding():
         assert err < CAST_BOUND
 
 
-def _fa3():
+def _fa3(parts=None):
     if not ON_GPU or torch.cuda.get_device_capability()[0] != 9:
         pytest.skip('FA3 needs a Hopper GPU')
     pytest.importorskip('fa3_fwd_interface')
     from lingbot_map_ros.engine.attention.fa3 import Fa3RunAttention
-    return Fa3RunAttention()
+    return Fa3RunAttention(parts=parts)
 
 
 def _reference(q, k, v):
@@ -70,9 +70,10 @@ def _reference(q, k, v):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize('parts', [1, 4])
 @pytest.mark.parametrize('fp8,bound', [(False, 2e-2), (True, 8e-2)])
-def test_fa3_attends_to_the_device_run_only(fp8, bound):
-    attend = _fa3()
+def test_fa3_attends_to_the_device_run_only(fp8, bound, parts):
+    attend = _fa3(parts)
     gen = torch.Generator(device='cuda').manual_seed(5)
     q, k, v = (torch.randn(n, 4, 64, device='cuda', generator=gen).to(torch.bfloat16)
                for n in (200, 3000, 3000))
@@ -85,3 +86,24 @@ def test_fa3_attends_to_the_device_run_only(fp8, bound):
     ref = _reference(q, k[500:2700].to(torch.bfloat16), v[500:2700].to(torch.bfloat16))
     err = ((out.double() - ref).norm() / ref.norm()).item()
     assert err < bound
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('parts', [1, 4])
+def test_fa3_in_a_cuda_graph_follows_bounds_moved_between_replays(parts):
+    attend = _fa3(parts)
+    gen = torch.Generator(device='cuda').manual_seed(6)
+    q = torch.randn(300, 4, 64, device='cuda', generator=gen).to(torch.bfloat16)
+    k, v = (torch.randn(5000, 4, 64, device='cuda', generator=gen).to(FP8) for _ in range(2))
+    bounds = torch.tensor([0, 5000], dtype=torch.int32, device='cuda')
+    attend(q, k, v, bounds)  # warm: FA3's and our kernels compiled before the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = attend(q, k, v, bounds)
+    for lo, hi in ((0, 5000), (1234, 4321), (4000, 4999)):
+        bounds.copy_(torch.tensor([lo, hi], dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = _reference(q, k[lo:hi].to(torch.bfloat16), v[lo:hi].to(torch.bfloat16))
+        assert ((out.double() - ref).norm() / ref.norm()).item() < 8e-2

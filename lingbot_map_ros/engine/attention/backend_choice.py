@@ -13,13 +13,13 @@
 # limitations under the License.
 """Backend ``auto``: the fastest cache attention this device runs for the KV dtype, or a fallback.
 
-Why: at our cache shape on Hopper (docs/performance.md, bench/results/h200_round6/) the
-fastest path end to end is our Triton kernel for both K/V storage dtypes: bf16 (one contiguous
-run, its bounds on the device: no cuDNN/flash split, no merge) and FP8 (K read as stored into
-an FP8 QK product, at the bf16 kernel's speed). FlashAttention-3 (``fa3``, the ``fa3-fwd``
-wheel) was measured slower through the robot path in both (its varlen entry, which the
-whole-frame graph needs, loses its KV-split speed), so ``auto`` never picks it:
+Why: at our cache shape on Hopper (docs/performance.md, bench/results/h200_round9/) the
+fastest path end to end for FP8 K/V (the default) is FlashAttention-3's FP8 kernel (``fa3``,
+the optional ``fa3-fwd`` wheel) over the run cut into parts (``fa3_parts.py``); without that
+wheel, and for bf16 K/V, it is our Triton kernel (one contiguous run, its bounds on the device:
+no cuDNN/flash split; FP8 K read as stored into an FP8 QK product). So:
 
+* FP8 K/V on a Hopper GPU (compute capability 9.x) with ``fa3-fwd`` installed: ``fa3``;
 * where Triton runs (CUDA, compute capability >= 8.0, bf16/fp16, ``triton`` installed):
   ``triton``, for bf16 and FP8 K/V alike (no extra wheel);
 * else ``sdpa`` (any device, any dtype; it widens FP8 K/V on read).
@@ -100,13 +100,17 @@ def fa3_refusal(device_type: str, capability: tuple[int, int] | None,
 
 
 def choose_backend(device_type: str, capability: tuple[int, int] | None, dtype: torch.dtype,
-                   triton_installed: bool,
-                   storage_dtype: torch.dtype | None = None) -> tuple[str, str]:
+                   triton_installed: bool, storage_dtype: torch.dtype | None = None,
+                   fa3_installed: bool = False) -> tuple[str, str]:
     """Resolve ``auto`` for a cache attending in ``dtype`` with K/V stored in ``storage_dtype``.
 
     Returns:
-        ``('triton', why)`` where it can run, else ``('sdpa', why)`` (module docstring).
+        ``('fa3', why)``, ``('triton', why)`` or ``('sdpa', why)`` (module docstring).
     """
+    if storage_dtype in FP8_KV_DTYPES and fa3_installed and triton_installed \
+            and fa3_refusal(device_type, capability, dtype) is None:
+        return 'fa3', ('FlashAttention-3 (fa3-fwd) is installed on this Hopper GPU: its FP8 '
+                       'kernel over the run in parts is the fastest measured for FP8 K/V')
     refusal = triton_refusal(device_type, capability, dtype, triton_installed)
     if refusal is None:
         if storage_dtype in FP8_KV_DTYPES:
@@ -149,6 +153,8 @@ def resolve_backend(name: str, device: torch.device, dtype: torch.dtype,
         if refusal is not None:
             raise ValueError(refusal)
         return name
-    chosen, why = choose_backend(kind, capability, dtype, installed, storage_dtype)
+    fa3_installed = kind == 'cuda' and importlib.util.find_spec('fa3_fwd_interface') is not None
+    chosen, why = choose_backend(kind, capability, dtype, installed, storage_dtype,
+                                 fa3_installed)
     logger.info("cache.backend 'auto' -> '%s' (%s)", chosen, why)
     return chosen

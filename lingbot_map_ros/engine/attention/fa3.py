@@ -39,56 +39,115 @@ runs under 2.11 on the H200).
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 from typing import Any
 
 from lingbot_map_ros.engine.attention.triton_backend import TritonBackend
 import torch
 
+logger = logging.getLogger(__name__)
 
-def import_fa3() -> Any:
-    """Import FA3's varlen forward, or raise ImportError saying what to install.
+FA3_CONFIG: dict[str, Any] = {'parts': 4, 'splits': 1, 'query_scale': 'unit'}
+"""``parts``: sequences the key run is cut into, one varlen call (``fa3_parts.py``: the grid of
+that many KV splits, which FA3's varlen entry does not give); with one part, FA3's own
+``splits`` (0: its heuristic) and the FP8 queries' scaling: ``head`` (one scale per head,
+``triton_quant``) or ``unit`` (a saturating cast, no scale: the queries come out of a
+LayerNorm, far inside e4m3's range, and e4m3's relative precision does not depend on a scale).
+Parts always cast unscaled."""
+
+
+def fa3_config() -> dict[str, Any]:
+    """Return ``FA3_CONFIG``, or the benchmark override from ``LINGBOT_MAP_FA3_CONFIG``.
+
+    Raises:
+        ValueError: the override is not a JSON object of known keys and values.
+    """
+    raw = os.environ.get('LINGBOT_MAP_FA3_CONFIG', '')
+    if not raw:
+        return dict(FA3_CONFIG)
+    try:
+        override = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f'LINGBOT_MAP_FA3_CONFIG is not JSON: {raw!r}') from exc
+
+    def count(key: str, least: int) -> bool:
+        value = override.get(key, least)
+        return isinstance(value, int) and not isinstance(value, bool) and value >= least
+    if not isinstance(override, dict) or not set(override) <= set(FA3_CONFIG) \
+            or override.get('query_scale', 'head') not in ('head', 'unit') \
+            or not count('splits', 0) or not count('parts', 1):
+        raise ValueError(f'LINGBOT_MAP_FA3_CONFIG={raw!r} must be a JSON object with keys from '
+                         "['parts', 'query_scale', 'splits']: parts an int >= 1, splits an int "
+                         ">= 0, query_scale 'head' or 'unit'")
+    logger.info('FA3 cache attention: config %s (LINGBOT_MAP_FA3_CONFIG)', override)
+    return {**FA3_CONFIG, **override}
+
+
+def import_fa3() -> tuple[Any, Any]:
+    """Import FA3's varlen forward and its forward op (which also returns the sum-exps).
 
     Raises:
         ImportError: the ``fa3-fwd`` package is not installed.
     """
     try:
-        from fa3_fwd_interface import flash_attn_varlen_func
+        from fa3_fwd_interface import _flash_attn_forward, flash_attn_varlen_func
     except ImportError as exc:
         raise ImportError("attention backend 'fa3' needs the fa3-fwd package "
                           '(FlashAttention-3 forward for Hopper: pip install fa3-fwd); or '
                           "choose backend 'auto', 'triton' or 'sdpa'") from exc
-    return flash_attn_varlen_func
+    return flash_attn_varlen_func, _flash_attn_forward
+
+
+def unit_scale_queries(q: torch.Tensor) -> torch.Tensor:
+    """``q`` as e4m3 without a scale, saturated at +-448 (a plain cast would give NaN there)."""
+    return q.clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
 
 
 class Fa3RunAttention:
     """FA3 over a device-side run ``(q, k, v, bounds)``, the ``triton`` kernel's signature.
 
     Args:
-        num_splits: FA3's KV splits; 0 lets its heuristic choose (fastest measured).
+        num_splits: FA3's KV splits; 0 lets its heuristic choose. None: ``fa3_config()``.
+        query_scale: ``head`` or ``unit`` (``FA3_CONFIG``); None: ``fa3_config()``.
+        parts: sequences the run is cut into (``FA3_CONFIG``); None: ``fa3_config()``.
     """
 
-    def __init__(self, num_splits: int = 0) -> None:
-        self._attend = import_fa3()
-        self._num_splits = num_splits
+    def __init__(self, num_splits: int | None = None, query_scale: str | None = None,
+                 parts: int | None = None) -> None:
+        self._attend, self._forward = import_fa3()
+        config = fa3_config()
+        self._num_splits = config['splits'] if num_splits is None else num_splits
+        self._query_scale = config['query_scale'] if query_scale is None else query_scale
+        self._parts = config['parts'] if parts is None else parts
         self._cu_q: torch.Tensor | None = None
         self._cu_q_len = -1
         self._ones: torch.Tensor | None = None
+
+    def _constants(self, num_q: int, heads: int, device: torch.device) -> None:
+        """Keep the query sequence starts (``parts`` of ``num_q``) and unit descales."""
+        if self._cu_q is None or self._cu_q_len != num_q or self._cu_q.device != device \
+                or self._ones is None or self._ones.shape[1] != heads:
+            self._cu_q = torch.arange(self._parts + 1, dtype=torch.int32, device=device) * num_q
+            self._cu_q_len = num_q
+            self._ones = torch.ones(self._parts, heads, dtype=torch.float32, device=device)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  bounds: torch.Tensor) -> torch.Tensor:
         """Attend ``q: [Q, H, D]`` to ``k[start:stop]``, ``v[start:stop]``; ``[Q, H, D]``."""
         num_q, heads = q.shape[0], q.shape[1]
-        if self._cu_q is None or self._cu_q_len != num_q or self._cu_q.device != q.device:
-            self._cu_q = torch.tensor([0, num_q], dtype=torch.int32, device=q.device)
-            self._cu_q_len = num_q
+        if self._parts > 1:
+            return self._parted(q, k, v, bounds)
+        self._constants(num_q, heads, q.device)
         extra: dict[str, Any] = {}
         out_dtype = q.dtype
         if k.dtype == torch.float8_e4m3fn:
-            from lingbot_map_ros.engine.attention.triton_quant import quantize_queries
-            if self._ones is None or self._ones.shape[1] != heads \
-                    or self._ones.device != q.device:
-                self._ones = torch.ones(1, heads, dtype=torch.float32, device=q.device)
-            q, q_descale = quantize_queries(q)
+            if self._query_scale == 'unit':
+                q, q_descale = unit_scale_queries(q), self._ones
+            else:
+                from lingbot_map_ros.engine.attention.triton_quant import quantize_queries
+                q, q_descale = quantize_queries(q)
             extra = {'q_descale': q_descale, 'k_descale': self._ones,
                      'v_descale': self._ones}
         # The bounds are int32 [start, stop] on the device: sequence 0's keys start at
@@ -98,6 +157,28 @@ class Fa3RunAttention:
                            num_splits=self._num_splits, **extra)
         out = out[0] if isinstance(out, tuple) else out
         return out if out.dtype == out_dtype else out.to(out_dtype)
+
+    def _parted(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                bounds: torch.Tensor) -> torch.Tensor:
+        """Attend over the run as ``parts`` sequences of one varlen call, merged by sum-exps.
+
+        Every buffer is allocated per call (the graph's pool when captured): one kernel object
+        serves every layer, and several cameras' lanes at once.
+        """
+        from lingbot_map_ros.engine.attention.fa3_parts import merge_parts, prepare_parts
+        num_q, heads, dim = q.shape
+        self._constants(num_q, heads, q.device)
+        fp8 = k.dtype == torch.float8_e4m3fn
+        q_parts = torch.empty(self._parts * num_q, heads, dim, device=q.device,
+                              dtype=k.dtype if fp8 else q.dtype)
+        cu_k = torch.empty(self._parts + 1, dtype=torch.int32, device=q.device)
+        prepare_parts(q, bounds, q_parts, cu_k)
+        descales = {'q_descale': self._ones, 'k_descale': self._ones,
+                    'v_descale': self._ones} if fp8 else {}
+        o, lse = self._forward(q_parts, k, v, cu_seqlens_q=self._cu_q, cu_seqlens_k=cu_k,
+                               max_seqlen_q=num_q, max_seqlen_k=k.shape[0],
+                               softmax_scale=dim ** -0.5, num_splits=1, **descales)[:2]
+        return merge_parts(o, lse, torch.empty_like(q))
 
 
 class Fa3Backend(TritonBackend):

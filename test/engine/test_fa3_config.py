@@ -1,0 +1,60 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Backend ``fa3``'s configuration (CPU): the benchmark override and the unit-scale query cast."""
+
+from lingbot_map_ros.engine.attention.fa3 import FA3_CONFIG, fa3_config, unit_scale_queries
+import pytest
+import torch
+
+
+def test_without_an_override_the_config_is_the_default(monkeypatch):
+    monkeypatch.delenv('LINGBOT_MAP_FA3_CONFIG', raising=False)
+    assert fa3_config() == FA3_CONFIG
+    config = fa3_config()
+    config['splits'] = 99  # a copy: the default stays
+    assert FA3_CONFIG['splits'] != 99
+
+
+def test_an_override_replaces_only_its_keys(monkeypatch):
+    monkeypatch.setenv('LINGBOT_MAP_FA3_CONFIG', '{"splits": 3}')
+    assert fa3_config() == {**FA3_CONFIG, 'splits': 3}
+    monkeypatch.setenv('LINGBOT_MAP_FA3_CONFIG',
+                       '{"query_scale": "head", "splits": 0, "parts": 1}')
+    assert fa3_config() == {'splits': 0, 'query_scale': 'head', 'parts': 1}
+
+
+@pytest.mark.parametrize('raw', ['not json', '[1]', '{"split": 2}', '{"splits": -1}',
+                                 '{"splits": 1.5}', '{"query_scale": "row"}', '{"parts": 0}',
+                                 '{"parts": true}'])
+def test_a_bad_override_is_refused_with_the_keys_it_takes(monkeypatch, raw):
+    monkeypatch.setenv('LINGBOT_MAP_FA3_CONFIG', raw)
+    with pytest.raises(ValueError, match='LINGBOT_MAP_FA3_CONFIG'):
+        fa3_config()
+
+
+def test_unit_scale_queries_round_to_e4m3_and_saturate_instead_of_overflowing():
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(50, 4, 64, generator=gen) * 2.0
+    q[0, 0, :3] = torch.tensor([1000.0, -1000.0, 448.0])
+    q8 = unit_scale_queries(q)
+    assert q8.dtype == torch.float8_e4m3fn
+    back = q8.float()
+    assert not torch.isnan(back).any()
+    assert back[0, 0, :3].tolist() == [448.0, -448.0, 448.0]
+    body = q[1:]
+    # e4m3 keeps 3 mantissa bits: relative rounding <= 2^-4 for normal values.
+    normal = body.abs() >= 2.0 ** -6
+    rel = ((back[1:] - body).abs() / body.abs())[normal]
+    assert rel.max().item() <= 2.0 ** -4 + 1e-6
+    assert ((back[1:] - body).norm() / body.norm()).item() < 4e-2
