@@ -15,6 +15,7 @@
 #     (FP8 K/V, `auto` -> fa3 with the wheel carried): `bench model` pose, the same with
 #     backend triton, golden set A, the depth path, and `bench model --cameras 1` and `2`.
 #     FA3_FROM_TABLE=1: the runs use the table's fastest FA3 config (LINGBOT_MAP_FA3_CONFIG).
+#   STAGE=cameras: `bench model --cameras N` for N = 1..4 at the defaults (issue #19's table).
 #   STAGE=verify: golden set A and `bench model` pose and depth at the defaults of
 #     config/lingbot_map.yaml (EXTRA: more `bench model` flags, e.g. a kernel variant's env).
 set -uo pipefail
@@ -112,6 +113,14 @@ PY
   for n in 1 2; do
     step model_cameras$n 100 $bench $new $fp8 --cameras $n --frames 200 --warmup 20
   done
+elif [ "$stage" = cameras ]; then
+  # Issue #19's table at the defaults: `bench model --cameras N` for N = 1..4 (200 frames per
+  # camera, compiled, FP8 K/V, `auto`), logs in one tarball (a call returns at most 8 files).
+  for n in 1 2 3 4; do
+    step model_cameras$n 110 $bench $new --kv-dtype float8_e4m3fn --cameras $n --frames 200 \
+      --warmup 20
+  done
+  tar -czf "$out/cameras_logs.tar.gz" -C "$out" $(cd "$out" && ls model_cameras*.txt)
 else
   step golden_A_verify 95 $golden --backend auto --camera-head-dtype bfloat16
   step model_verify_pose 80 $bench $new --components 3 ${EXTRA:-}

@@ -137,3 +137,24 @@ def test_fp8_products_only_where_fp8_tensor_cores_exist(monkeypatch):
         monkeypatch.setattr(torch.cuda, 'get_device_capability', lambda _d, c=capability: c)
         assert backend_choice.fp8_products(torch.device('cuda', 0)) is expected, capability
     backend_choice.fp8_products.cache_clear()
+
+
+def test_a_fa3_wheel_that_does_not_load_is_not_used_and_says_why(monkeypatch, caplog):
+    import importlib
+    import importlib.util
+    real_find, real_import = importlib.util.find_spec, importlib.import_module
+
+    def find(name, *args):
+        return object() if name == 'fa3_fwd_interface' else real_find(name, *args)
+
+    def load(name, *args):
+        if name == 'fa3_fwd_interface':
+            raise OSError('undefined symbol: _ZN3c10 (built for another torch)')
+        return real_import(name, *args)
+    monkeypatch.setattr(importlib.util, 'find_spec', find)
+    monkeypatch.setattr(importlib, 'import_module', load)
+    backend_choice.fa3_usable.cache_clear()
+    with caplog.at_level('WARNING'):
+        assert backend_choice.fa3_usable() is False
+    assert 'does not load' in caplog.text and 'undefined symbol' in caplog.text
+    backend_choice.fa3_usable.cache_clear()

@@ -120,6 +120,20 @@ def choose_backend(device_type: str, capability: tuple[int, int] | None, dtype: 
     return 'sdpa', refusal.split(';')[0].replace("backend 'triton' needs", 'Triton needs')
 
 
+@functools.lru_cache(maxsize=None)
+def fa3_usable() -> bool:
+    """Return True where ``fa3-fwd`` imports (a wheel built for another torch may not: logged)."""
+    if importlib.util.find_spec('fa3_fwd_interface') is None:
+        return False
+    try:
+        importlib.import_module('fa3_fwd_interface')
+    except Exception as exc:  # noqa: BLE001 - any failure to load means: not usable here
+        logger.warning("fa3-fwd is installed but does not load (%s: %s); cache.backend 'auto' "
+                       'will not use it', type(exc).__name__, exc)
+        return False
+    return True
+
+
 def device_facts(device: torch.device) -> tuple[str, tuple[int, int] | None, bool]:
     """Return ``(device type, compute capability or None, triton installed)`` of ``device``."""
     capability = torch.cuda.get_device_capability(device) if device.type == 'cuda' else None
@@ -153,7 +167,7 @@ def resolve_backend(name: str, device: torch.device, dtype: torch.dtype,
         if refusal is not None:
             raise ValueError(refusal)
         return name
-    fa3_installed = kind == 'cuda' and importlib.util.find_spec('fa3_fwd_interface') is not None
+    fa3_installed = kind == 'cuda' and fa3_usable()
     chosen, why = choose_backend(kind, capability, dtype, installed, storage_dtype,
                                  fa3_installed)
     logger.info("cache.backend 'auto' -> '%s' (%s)", chosen, why)
