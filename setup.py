@@ -50,6 +50,11 @@ setup(
         'tools': ['rosbags', 'tqdm', 'matplotlib'],
         # A machine without apt's python3-opencv (the PyPI-wheel CI).
         'opencv': ['opencv-python-headless'],
+        # Hopper GPUs (H100, H200): FlashAttention-3's forward, which cache.backend 'auto'
+        # takes for FP8 K/V (docs/performance.md). Its wheel is built for one torch release
+        # (0.0.3: torch 2.10, ran under 2.11); where it does not load, 'auto' says so and
+        # keeps the Triton kernel.
+        'hopper': ['fa3-fwd'],
     },
     zip_safe=True,
     maintainer='lingbot_map_ros developers',

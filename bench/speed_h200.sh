@@ -116,9 +116,11 @@ PY
 elif [ "$stage" = cameras ]; then
   # Issue #19's table at the defaults: `bench model --cameras N` for N = 1..4 (200 frames per
   # camera, compiled, FP8 K/V, `auto`), logs in one tarball (a call returns at most 8 files).
-  for n in 1 2 3 4; do
-    step model_cameras$n 110 $bench $new --kv-dtype float8_e4m3fn --cameras $n --frames 200 \
-      --warmup 20
+  # CAMERAS_ORDER (e.g. "1 2 1 2"): the same counts again, alternated, for the ratio's spread.
+  for n in ${CAMERAS_ORDER:-1 2 3 4}; do
+    [ -f "$out/model_cameras$n.txt" ] && n="$n.$SECONDS"
+    step model_cameras$n 110 $bench $new --kv-dtype float8_e4m3fn --cameras "${n%%.*}" \
+      --frames 200 --warmup 20
   done
   tar -czf "$out/cameras_logs.tar.gz" -C "$out" $(cd "$out" && ls model_cameras*.txt)
 else

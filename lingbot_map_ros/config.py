@@ -135,8 +135,9 @@ class CacheConfig:
     backend: Backend = 'auto'
     """Attention over the paged cache: 'flashinfer' (CUDA), 'sdpa' (any device), 'reference'
     (fp32 gather + SDPA, for checks), 'triton' (CUDA: our kernel, docs/gpu_memory.md), 'fa3'
-    (Hopper: FlashAttention-3 from the fa3-fwd package; not measured end to end), 'auto'
-    ('triton' where it runs, else 'sdpa'; engine/attention/backend_choice.py)."""
+    (Hopper: FlashAttention-3 from the fa3-fwd package, the run in parts: the fastest), 'auto'
+    ('fa3' for FP8 K/V on Hopper with fa3-fwd, else 'triton' where it runs, else 'sdpa';
+    engine/attention/backend_choice.py)."""
     scale_frames: int = 8
     """First frames run together bidirectionally and pinned in the cache forever (N_s)."""
     sliding_window: int = 64

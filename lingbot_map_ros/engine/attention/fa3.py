@@ -16,25 +16,22 @@
 Shapes: ``Q`` queries, ``H`` heads, ``D`` head dim; keys and values as token views ``[N, H, D]``
 of a layer's pool, the visible run ``[start, stop)`` in the device tensor ``bounds``.
 
-Why: at our cache shape FA3 with automatic KV splits was the fastest bf16 kernel measured
-(bench/results/h200_speed/: 0.693 ms, 422 TFLOP/s, against 0.721 ms for our Triton kernel), and
-its FP8 path the fastest of all (0.552 ms, 529 TFLOP/s, relative error 5.6e-2 on random
-inputs). It runs as the ``triton`` backend does (``TritonBackend``: one launch per layer, inside
-the whole-frame graph), with FA3's varlen entry: ``cu_seqlens_k = bounds`` makes it read keys
-``[start, stop)`` of the whole pool, so no shape depends on the frame.
+It runs as the ``triton`` backend does (``TritonBackend``: one call per layer, inside the
+whole-frame graph) with FA3's varlen entry as the kernel: the key range comes from the device,
+so no shape depends on the frame. By default the run is cut into 4 parts, sequences of the one
+varlen call, merged by their sum-exps (``fa3_parts.py``): at our shape that is the grid FA3's
+plain entry reaches with 4 KV splits, which its varlen entry does not (every split count above
+one ran at ~0.72 ms there, against 0.535 ms for the parts: bench/results/h200_round9/).
 
 FP8 pools (``cache.dtype: float8_e4m3fn``, unit scale) run FA3's FP8 kernel: QK and PV on the
-FP8 tensor cores, K and V read as stored (no widening pass, no copy). The queries are cast to
-e4m3 with one scale per head (``triton_quant.quantize_queries``: one launch, the head's max at
-448), the K/V descales are 1 (the storage's unit scale, ``fp8.py``); FA3 rounds the softmax
-probabilities to e4m3 for PV itself. Its output is bf16.
+FP8 tensor cores, K and V read as stored (no widening pass, no copy), the queries cast to e4m3
+(``FA3_CONFIG['query_scale']``), the K/V descales 1 (the storage's unit scale, ``fp8.py``);
+FA3 rounds the softmax probabilities to e4m3 for PV itself. Its output is bf16.
 
-Measured (bench/results/h200_round6/): through this varlen entry FA3 is slower than through
-its plain entry (bf16 0.855 ms against 0.687, FP8 0.745 with the query cast against 0.553), and
-end to end slower than our Triton kernel (FP8 K/V 29.12 ms per frame, bf16 30.85, against
-27.20 for Triton in bf16), so ``auto`` does not pick it; it stays selectable for comparison.
-Hopper only (FA3 is built for sm_90); the wheel is not a dependency (built for torch 2.10,
-runs under 2.11 on the H200).
+``cache.backend: auto`` takes it for FP8 K/V on Hopper where the wheel loads
+(``backend_choice.py``): 23.6 ms a frame against 28.5 for our Triton kernel at the defaults on
+the H200, golden set A within the FP8 bounds (docs/performance.md). Hopper only (FA3 is built
+for sm_90); the wheel is optional (built for torch 2.10, runs under 2.11 on the H200).
 """
 
 from __future__ import annotations
