@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Backend ``fa3``'s configuration (CPU): the benchmark override and the unit-scale query cast."""
+"""The kernels' benchmark overrides (``fa3``, ``triton``) and FA3's unit-scale query cast (CPU)."""
 
 from lingbot_map_ros.engine.attention.fa3 import FA3_CONFIG, fa3_config, unit_scale_queries
 import pytest
@@ -58,3 +58,15 @@ def test_unit_scale_queries_round_to_e4m3_and_saturate_instead_of_overflowing():
     rel = ((back[1:] - body).abs() / body.abs())[normal]
     assert rel.max().item() <= 2.0 ** -4 + 1e-6
     assert ((back[1:] - body).norm() / body.norm()).item() < 4e-2
+
+
+def test_the_triton_kernel_override_takes_known_keys_and_refuses_others(monkeypatch):
+    from lingbot_map_ros.engine.attention.triton_backend import KERNEL_CONFIG, kernel_config
+    monkeypatch.delenv('LINGBOT_MAP_TRITON_CONFIG', raising=False)
+    assert kernel_config() == KERNEL_CONFIG
+    monkeypatch.setenv('LINGBOT_MAP_TRITON_CONFIG', '{"splits": 4, "qk_fp8": false}')
+    assert kernel_config() == {**KERNEL_CONFIG, 'splits': 4, 'qk_fp8': False}
+    for raw in ('{"tiles": 3}', '[4]', '{splits: 4}'):
+        monkeypatch.setenv('LINGBOT_MAP_TRITON_CONFIG', raw)
+        with pytest.raises(ValueError, match='LINGBOT_MAP_TRITON_CONFIG'):
+            kernel_config()

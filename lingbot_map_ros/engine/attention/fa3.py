@@ -36,12 +36,10 @@ for sm_90); the wheel is optional (built for torch 2.10, runs under 2.11 on the 
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from typing import Any
 
-from lingbot_map_ros.engine.attention.triton_backend import TritonBackend
+from lingbot_map_ros.engine.attention.triton_backend import env_override, TritonBackend
 import torch
 
 logger = logging.getLogger(__name__)
@@ -61,23 +59,17 @@ def fa3_config() -> dict[str, Any]:
     Raises:
         ValueError: the override is not a JSON object of known keys and values.
     """
-    raw = os.environ.get('LINGBOT_MAP_FA3_CONFIG', '')
-    if not raw:
+    override = env_override('LINGBOT_MAP_FA3_CONFIG', set(FA3_CONFIG))
+    if override is None:
         return dict(FA3_CONFIG)
-    try:
-        override = json.loads(raw)
-    except ValueError as exc:
-        raise ValueError(f'LINGBOT_MAP_FA3_CONFIG is not JSON: {raw!r}') from exc
 
     def count(key: str, least: int) -> bool:
         value = override.get(key, least)
         return isinstance(value, int) and not isinstance(value, bool) and value >= least
-    if not isinstance(override, dict) or not set(override) <= set(FA3_CONFIG) \
-            or override.get('query_scale', 'head') not in ('head', 'unit') \
+    if override.get('query_scale', 'head') not in ('head', 'unit') \
             or not count('splits', 0) or not count('parts', 1):
-        raise ValueError(f'LINGBOT_MAP_FA3_CONFIG={raw!r} must be a JSON object with keys from '
-                         "['parts', 'query_scale', 'splits']: parts an int >= 1, splits an int "
-                         ">= 0, query_scale 'head' or 'unit'")
+        raise ValueError(f'LINGBOT_MAP_FA3_CONFIG={override!r}: parts must be an int >= 1, '
+                         "splits an int >= 0, query_scale 'head' or 'unit'")
     logger.info('FA3 cache attention: config %s (LINGBOT_MAP_FA3_CONFIG)', override)
     return {**FA3_CONFIG, **override}
 

@@ -52,23 +52,36 @@ FAST_KEYS = frozenset({'fp8', 'exp_split'})
 """Config keys that select the variant kernel ``triton_fp8.attend_run_fast`` when true."""
 
 
+def env_override(name: str, known: set[str]) -> dict[str, Any] | None:
+    """Return the JSON object in environment variable ``name`` (None where it is unset).
+
+    For benchmarks: a kernel's tile or split configuration replaced without editing code.
+
+    Raises:
+        ValueError: the value is not a JSON object whose keys are all in ``known``.
+    """
+    raw = os.environ.get(name, '')
+    if not raw:
+        return None
+    try:
+        override = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f'{name} is not JSON: {raw!r}') from exc
+    if not isinstance(override, dict) or not set(override) <= known:
+        raise ValueError(f'{name}={raw!r} must be a JSON object with keys from {sorted(known)}')
+    return override
+
+
 def kernel_config() -> dict[str, Any]:
     """Return ``KERNEL_CONFIG``, or the benchmark override from ``LINGBOT_MAP_TRITON_CONFIG``.
 
     Raises:
         ValueError: the override is not a JSON object of known keys.
     """
-    raw = os.environ.get('LINGBOT_MAP_TRITON_CONFIG', '')
-    if not raw:
-        return dict(KERNEL_CONFIG)
-    try:
-        override = json.loads(raw)
-    except ValueError as exc:
-        raise ValueError(f'LINGBOT_MAP_TRITON_CONFIG is not JSON: {raw!r}') from exc
     known = set(KERNEL_CONFIG) | {'qk_fp8'} | FAST_KEYS
-    if not isinstance(override, dict) or not set(override) <= known:
-        raise ValueError(f'LINGBOT_MAP_TRITON_CONFIG={raw!r} must be a JSON object with keys '
-                         f'from {sorted(known)}')
+    override = env_override('LINGBOT_MAP_TRITON_CONFIG', known)
+    if override is None:
+        return dict(KERNEL_CONFIG)
     logger.info('Triton cache attention: kernel config %s (LINGBOT_MAP_TRITON_CONFIG)', override)
     return {**KERNEL_CONFIG, **override}
 
