@@ -13,8 +13,8 @@
 # limitations under the License.
 """Attention backends over the paged KV cache (``backend.py`` describes each).
 
-'flashinfer', 'sdpa', 'reference', 'triton', 'fa3', and 'auto' (resolved to 'triton' or 'sdpa'
-by ``backend_choice.py``).
+'flashinfer', 'sdpa', 'reference', 'triton', 'fa3', and 'auto' (resolved to 'fa3', 'triton' or
+'sdpa' by ``backend_choice.py``).
 """
 
 from lingbot_map_ros.engine.attention.backend import AttentionBackend, BACKEND_NAMES, \
