@@ -178,7 +178,8 @@ def bounds_check(checks):
 
 
 def fa3_candidates(checks, timed, flops, runs=True):
-    """Every FA3 row (``runs``: also the backend's kernel object and the two-run rows)."""
+    """The plain-entry FA3 rows (``runs``: also the backend's kernel object and its bounds
+    check; the two-run rows are ``two_run_rows``)."""
     fa3 = optional_import('fa3_fwd_interface', 'FA3 (fa3-fwd)')
     if fa3 is None:
         return

@@ -110,6 +110,14 @@ class Fa3RunAttention:
         self._num_splits = config['splits'] if num_splits is None else num_splits
         self._query_scale = config['query_scale'] if query_scale is None else query_scale
         self._parts = config['parts'] if parts is None else parts
+        # The Triton helpers are imported here, once, not per layer call (and not at module
+        # level: the CPU tests import this module without triton).
+        if self._parts > 1:
+            from lingbot_map_ros.engine.attention.fa3_parts import merge_parts, prepare_parts
+            self._prepare_parts, self._merge_parts = prepare_parts, merge_parts
+        elif self._query_scale == 'head':
+            from lingbot_map_ros.engine.attention.triton_quant import quantize_queries
+            self._quantize_queries = quantize_queries
         self._cu_q: torch.Tensor | None = None
         self._cu_q_len = -1
         self._ones: torch.Tensor | None = None
@@ -135,8 +143,7 @@ class Fa3RunAttention:
             if self._query_scale == 'unit':
                 q, q_descale = unit_scale_queries(q), self._ones
             else:
-                from lingbot_map_ros.engine.attention.triton_quant import quantize_queries
-                q, q_descale = quantize_queries(q)
+                q, q_descale = self._quantize_queries(q)
             extra = {'q_descale': q_descale, 'k_descale': self._ones,
                      'v_descale': self._ones}
         # The bounds are int32 [start, stop] on the device: sequence 0's keys start at
@@ -154,20 +161,19 @@ class Fa3RunAttention:
         Every buffer is allocated per call (the graph's pool when captured): one kernel object
         serves every layer, and several cameras' lanes at once.
         """
-        from lingbot_map_ros.engine.attention.fa3_parts import merge_parts, prepare_parts
         num_q, heads, dim = q.shape
         self._constants(num_q, heads, q.device)
         fp8 = k.dtype == torch.float8_e4m3fn
         q_parts = torch.empty(self._parts * num_q, heads, dim, device=q.device,
                               dtype=k.dtype if fp8 else q.dtype)
         cu_k = torch.empty(self._parts + 1, dtype=torch.int32, device=q.device)
-        prepare_parts(q, bounds, q_parts, cu_k)
+        self._prepare_parts(q, bounds, q_parts, cu_k)
         descales = {'q_descale': self._ones, 'k_descale': self._ones,
                     'v_descale': self._ones} if fp8 else {}
         o, lse = self._forward(q_parts, k, v, cu_seqlens_q=self._cu_q, cu_seqlens_k=cu_k,
                                max_seqlen_q=num_q, max_seqlen_k=k.shape[0],
                                softmax_scale=dim ** -0.5, num_splits=1, **descales)[:2]
-        return merge_parts(o, lse, torch.empty_like(q))
+        return self._merge_parts(o, lse, torch.empty_like(q))
 
 
 class Fa3Backend(TritonBackend):
