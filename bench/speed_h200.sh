@@ -16,6 +16,9 @@
 #     backend triton, golden set A, the depth path, and `bench model --cameras 1` and `2`.
 #     FA3_FROM_TABLE=1: the runs use the table's fastest FA3 config (LINGBOT_MAP_FA3_CONFIG).
 #   STAGE=cameras: `bench model --cameras N` for N = 1..4 at the defaults (issue #19's table).
+#   STAGE=cams_timeline: issue #19's joint cache work: its GPU tests, then `bench model
+#     --cameras N --profile 10` for N in CAMERAS_ORDER (default "1 2 2_lanes"; _lanes: slot by
+#     slot), each with its tick timeline (tools/bench_timeline.py).
 #   STAGE=verify: golden set A and `bench model` pose and depth at the defaults of
 #     config/lingbot_map.yaml (EXTRA: more `bench model` flags, e.g. a kernel variant's env).
 set -uo pipefail
@@ -123,6 +126,22 @@ elif [ "$stage" = cameras ]; then
       --frames 200 --warmup 20
   done
   tar -czf "$out/cameras_logs.tar.gz" -C "$out" $(cd "$out" && ls model_cameras*.txt)
+elif [ "$stage" = cams_timeline ]; then
+  # Issue #19: the GPU tests of the batch's joint cache work (staged_runs.py), then `bench
+  # model --cameras N --profile 10` (200 timed frames, then the tick timeline of ten more) for
+  # each entry of CAMERAS_ORDER: N, or N_lanes for the slots' cache work slot by slot
+  # (LINGBOT_MAP_STAGED_RUNS=0, the form before the joint runs).
+  step gpu_tests 150 python3 -m pytest -q -p no:cacheprovider test/engine/test_fa3_parts.py \
+    test/engine/test_fa3_fp8.py test/engine/test_staged_runs.py test/engine/test_whole_batch.py
+  for n in ${CAMERAS_ORDER:-1 2 2_lanes}; do
+    name=model_cameras$n
+    [ -f "$out/$name.txt" ] && name="$name.$SECONDS"
+    joint=1; [ "${n#*_}" = lanes ] && joint=0
+    export LINGBOT_MAP_STAGED_RUNS=$joint
+    step "$name" 130 $bench $new --kv-dtype float8_e4m3fn \
+      --cameras "${n%%_*}" --frames 200 --warmup 20 --profile 10
+  done
+  unset LINGBOT_MAP_STAGED_RUNS
 else
   step golden_A_verify 95 $golden --backend auto --camera-head-dtype bfloat16
   step model_verify_pose 80 $bench $new --components 3 ${EXTRA:-}
@@ -132,5 +151,6 @@ for f in "$out"/golden*.txt; do echo "== $f"; grep -E "ok|FAIL" "$f" | cut -c1-1
 for f in "$out"/model*.txt; do
   echo "== $f"; grep -A24 "^ceilings" "$f" | grep -v "^{" | cut -c1-110
   grep -E "^(ms_p50|ms_last_window|fps_last|backend|peak_gpu|aggregate_fps|tick_ms_p50)" "$f"
+  grep -A24 "^timeline over" "$f" | grep -v '^{' | cut -c1-110
 done
 if [ -f "$out/attention_kernels.txt" ]; then tail -n 22 "$out/attention_kernels.txt" | cut -c1-150; fi

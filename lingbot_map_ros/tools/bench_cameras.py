@@ -29,10 +29,12 @@ The last line printed is one JSON document.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+import contextlib
 import dataclasses
 import json
 import time
-from typing import Any, Callable
+from typing import Any
 
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.cameras.camera_batch import BatchStats, step_batch
@@ -40,6 +42,7 @@ from lingbot_map_ros.engine.engine import Engine
 from lingbot_map_ros.engine.image.preprocess import PreprocessInfo
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.rollover import RolloverSession
+from lingbot_map_ros.tools.bench_timeline import print_timeline, profile_ticks
 import numpy as np
 import torch
 
@@ -61,8 +64,8 @@ def synthetic_frames(height: int, width: int,
 def run_cameras(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
     """Run ``args.cameras`` streams on one engine; print the table and return the JSON dict.
 
-    With ``args.profile`` (N), N more ticks run under the profiler after the timed ones: where
-    a batch's time goes, kernel by kernel.
+    With ``args.profile`` (N), N more ticks run under the profiler after the timed ones: the
+    top operators by device time, and where a tick's time goes (``bench_timeline.py``).
 
     Raises:
         ValueError: fewer than one camera.
@@ -92,27 +95,38 @@ def run_cameras(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any
             print(f'{key:<28}  {value}')
     print(json.dumps(result, sort_keys=True))
     if args.profile:
-        print_profile(lambda: _ticks(sessions, frames, info, args.profile, device, BatchStats()),
-                      device)
+        summary, table = profile_ticks(lambda label: _ticks(
+            sessions, frames, info, args.profile, device, BatchStats(), label,
+            first=args.frames), device)
+        print(table)
+        print_timeline(summary)
+        result['timeline'] = summary
     return result
 
 
 def _ticks(sessions: list[RolloverSession], frames: list[torch.Tensor], info: PreprocessInfo,
-           count: int, device: torch.device, stats: BatchStats) -> tuple[list[float], int]:
-    """Feed ``count`` ticks (one frame per camera each); their ms and the scale-phase ticks."""
+           count: int, device: torch.device, stats: BatchStats,
+           label: Callable[[], Any] = contextlib.nullcontext,
+           first: int = 0) -> tuple[list[float], int]:
+    """Feed ``count`` ticks (one frame per camera each); their ms and the scale-phase ticks.
+
+    ``label()`` wraps each tick (the profiler's tick range); ``first``: the first tick's
+    number (stamps go on from an earlier run).
+    """
     times_ms: list[float] = []
     scale_ticks = 0
     cuda = device.type == 'cuda'
-    for i in range(count):
+    for i in range(first, first + count):
         # Each camera sees other frames of the pool (cameras look at different things).
         inputs = [(frames[(i + 5 * k) % len(frames)], info, i * _TICK_NS)
                   for k in range(len(sessions))]
         if cuda:
             torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        preds = step_batch(sessions, inputs, stats)
-        if cuda:
-            torch.cuda.synchronize(device)
+        with label():
+            start = time.perf_counter()
+            preds = step_batch(sessions, inputs, stats)
+            if cuda:
+                torch.cuda.synchronize(device)
         times_ms.append((time.perf_counter() - start) * 1e3)
         scale_ticks += any(p.role == 'scale' for ps in preds for p in ps) or not preds[0]
     return times_ms, scale_ticks

@@ -107,3 +107,25 @@ def test_fa3_in_a_cuda_graph_follows_bounds_moved_between_replays(parts):
         torch.cuda.synchronize()
         ref = _reference(q, k[lo:hi].to(torch.bfloat16), v[lo:hi].to(torch.bfloat16))
         assert ((out.double() - ref).norm() / ref.norm()).item() < 8e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('fp8,bound', [(False, 2e-2), (True, 8e-2)])
+def test_fa3_attends_several_runs_in_one_launch_each_over_its_own_keys(fp8, bound):
+    # A batch of streams: run b's queries over its own range of the one pool, the ranges in
+    # any order, of different lengths, one of them in the middle of another stream's pages.
+    attend = _fa3(4).attend_runs
+    gen = torch.Generator(device='cuda').manual_seed(7)
+    q = torch.randn(3, 200, 4, 64, device='cuda', generator=gen).to(torch.bfloat16)
+    k, v = (torch.randn(9000, 4, 64, device='cuda', generator=gen).to(torch.bfloat16)
+            for _ in range(2))
+    runs = [(6000, 8900), (100, 1100), (3000, 3333)]
+    k[1100:3000] = 1e3  # in no run: any read of it would wreck the outputs
+    if fp8:
+        k, v = k.to(FP8), v.to(FP8)
+    bounds = torch.tensor([[a, b, 0, 0] for a, b in runs], dtype=torch.int32, device='cuda')
+    out = attend(q, k, v, bounds)
+    assert out.shape == q.shape and out.dtype == torch.bfloat16
+    for b, (lo, hi) in enumerate(runs):
+        ref = _reference(q[b], k[lo:hi].to(torch.bfloat16), v[lo:hi].to(torch.bfloat16))
+        assert ((out[b].double() - ref).norm() / ref.norm()).item() < bound

@@ -85,6 +85,52 @@ def test_merged_parts_equal_attention_over_the_whole_run(parts):
     assert ((got - want).norm() / want.norm()).item() < 5e-3  # half-precision parts
 
 
+@pytest.mark.parametrize('parts', [1, 4])
+def test_runs_of_several_streams_get_their_own_parts_and_lengths(parts):
+    # Three runs anywhere in the pool, the second before the first, one empty: each sequence
+    # b * P + i holds run b's queries, starts at its part's first key, counts its part's keys.
+    gen = torch.Generator().manual_seed(20 + parts)
+    q = (torch.randn(3, 50, 2, 64, generator=gen) * 3).to(HALF).to(DEV)
+    runs = [(9000, 9000 + 2049), (100, 100 + 777), (5000, 5000)]
+    # Rows of 4 as the staged numbers are: start, stop in the first two.
+    bounds = torch.tensor([[a, b, -7, -7] for a, b in runs], dtype=torch.int32, device=DEV)
+    q_parts = torch.zeros(3 * parts * 50, 2, 64, device=DEV).to(HALF)
+    cu_k = torch.full((3 * parts + 1,), -1, dtype=torch.int32, device=DEV)
+    used = torch.full((3 * parts,), -1, dtype=torch.int32, device=DEV)
+    prepare_parts(q, bounds, q_parts, cu_k, used)
+    for b, (start, stop) in enumerate(runs):
+        cuts = [start + (stop - start) * i // parts for i in range(parts + 1)]
+        for i in range(parts):
+            seq = b * parts + i
+            assert torch.equal(q_parts[seq * 50:(seq + 1) * 50].cpu(), q[b].cpu())
+            assert cu_k[seq].item() == cuts[i]
+            assert used[seq].item() == cuts[i + 1] - cuts[i]
+    assert cu_k[-1].item() == runs[-1][1]
+
+
+def test_merge_of_several_runs_keeps_each_runs_parts_apart():
+    gen = torch.Generator().manual_seed(31)
+    runs, num_q, heads, dim = 3, 33, 2, 64  # two parts a run
+    q = torch.randn(runs, num_q, heads, dim, generator=gen, dtype=torch.float64)
+    kv = [(torch.randn(n, heads, dim, generator=gen, dtype=torch.float64) * (b + 1),
+           torch.randn(n, heads, dim, generator=gen, dtype=torch.float64))
+          for b, n in enumerate((90, 61, 140))]
+    outs, lses, want = [], [], []
+    for b, (k, v) in enumerate(kv):
+        want.append(attention_and_lse(q[b], k, v)[0])
+        cut = k.shape[0] // 3
+        for a, z in ((0, cut), (cut, k.shape[0])):
+            o, lse = attention_and_lse(q[b], k[a:z], v[a:z])
+            outs.append(o)
+            lses.append(lse)
+    out = torch.full((runs, num_q, heads, dim), float('nan'), device=DEV).to(HALF)
+    got = merge_parts(torch.cat(outs).to(HALF).to(DEV),
+                      torch.cat(lses, dim=1).float().to(DEV), out).double().cpu()
+    assert got.shape == (runs, num_q, heads, dim)
+    for b in range(runs):
+        assert ((got[b] - want[b]).norm() / want[b].norm()).item() < 5e-3
+
+
 def test_a_part_without_keys_weighs_nothing():
     gen = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(n, 2, 64, generator=gen, dtype=torch.float64) for n in (40, 90, 90))
@@ -104,3 +150,8 @@ def test_shapes_that_do_not_fit_are_refused():
     with pytest.raises(ValueError, match='merge_parts'):
         merge_parts(torch.zeros(20, 2, 64, device=DEV).to(HALF),
                     torch.zeros(2, 30, device=DEV), q)
+    with pytest.raises(ValueError, match='several runs need used'):  # no lengths for 2 runs
+        prepare_parts(torch.zeros(2, 10, 2, 64, device=DEV).to(HALF),
+                      torch.zeros(2, 2, dtype=torch.int32, device=DEV),
+                      torch.zeros(40, 2, 64, device=DEV).to(HALF),
+                      torch.zeros(5, dtype=torch.int32, device=DEV))

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from lingbot_map_ros.engine.cache import new_kv_pool, StreamKV
+from lingbot_map_ros.engine.cache import new_kv_pool, staged_runs, StreamKV
 from lingbot_map_ros.engine.model import lanes
 from lingbot_map_ros.engine.model.batched import BatchCall, BatchGraphs
 from lingbot_map_ros.engine.model.fast_path import FastPathState
@@ -68,8 +68,8 @@ def _alone(model, images: torch.Tensor, runner=None) -> list[dict]:
             for i, t, key in _calls(images.shape[0])]
 
 
-def _shared_streams(model, images: list[torch.Tensor]) -> list[StreamState]:
-    cache = dataclasses.replace(CACHE, streams=len(images))
+def _shared_streams(model, images: list[torch.Tensor], cache=CACHE) -> list[StreamState]:
+    cache = dataclasses.replace(cache, streams=len(images))
     pool = new_kv_pool(model.config, cache, _kv_dtype(model), images[0].shape[-2:],
                        images[0].device)
     return [StreamState(model.new_camera_cache(), StreamKV.for_cache(pool, cache))
@@ -77,17 +77,18 @@ def _shared_streams(model, images: list[torch.Tensor]) -> list[StreamState]:
 
 
 def _batched(model, images: list[torch.Tensor], graphs: BatchGraphs,
-             fail_at: int = -1, runner=None) -> tuple[list[list[dict]], int]:
+             fail_at: int = -1, runner=None, cache=CACHE) -> tuple[list[list[dict]], int]:
     """Run the streams on one pool, every step's streaming frames as one batch.
 
     ``fail_at``: that step's batch first fails once in frame block 1 (after global block 0's
     cache writes); the rolled-back streams must then equal streams that never saw it.
     ``runner``: the heads' fast path (captured camera-head steps), for lone frames too.
+    ``cache``: the pool's settings (backend, storage dtype).
 
     Returns:
         Per stream its frames' outputs, and the batches of two frames or more.
     """
-    states = _shared_streams(model, images)
+    states = _shared_streams(model, images, cache)
     calls = [_calls(imgs.shape[0]) for imgs in images]
     outs: list[list[dict]] = [[] for _ in images]
     batches, failed = 0, fail_at < 0
@@ -278,3 +279,40 @@ def test_overlapped_batches_equal_serial_ones_in_bf16(monkeypatch):
         # Side streams ran work (graph captures, head replays) only with the lanes on.
         assert (graphs.lanes.forks > 0) is overlap, graphs.lanes.forks
     _assert_close(runs[True], runs[False], atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+@pytest.mark.parametrize('storage', ['bfloat16', 'float8_e4m3fn'])
+def test_joint_fa3_batches_equal_slot_by_slot_ones(monkeypatch, storage):
+    # Backend fa3 (parts): every slot's block written by one index_copy and attended by one
+    # FA3 launch over all runs (staged_runs.py), against the same batches slot by slot on the
+    # lanes: the same kernels per run, so the same numbers but for bf16 GEMM blocking.
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip('FA3 needs a Hopper GPU')
+    pytest.importorskip('fa3_fwd_interface')
+    model = tiny_model('cuda', torch.bfloat16)
+    images = _images(12, 3, 'cuda')
+    cache = dataclasses.replace(CACHE, backend='fa3', dtype=storage)
+    runs, joined = {}, {}
+    for joint in (False, True):
+        monkeypatch.setattr(staged_runs, 'JOINT', joint)
+        state = FastPathState('whole_frame', compile=False)
+        graphs = BatchGraphs(True, lambda exc: state.fall_back('batch_capture', exc),
+                             staged=True)
+        forks = []
+        original = graphs.lanes.run
+
+        def counted(*args, **kwargs):
+            forks.append(1)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(graphs.lanes, 'run', counted)
+        runs[joint], batches = _batched(model, images, graphs, cache=cache)
+        assert sum(state.fallbacks().values()) == 0, state.mode.reason
+        assert graphs.whole_captured >= 1 and graphs.whole.batches == batches
+        joined[joint] = len(forks)
+    # Slot by slot, the lanes run every block's attentions (and the camera heads); joined,
+    # only the camera heads: one call a batch.
+    assert joined[True] < joined[False]
+    _assert_close(runs[True], runs[False], atol=2e-2, rtol=2e-2)

@@ -70,3 +70,10 @@ def test_profile_runs_more_batched_ticks_under_the_profiler_after_the_timed_ones
     table = out[out.index(json.dumps(result, sort_keys=True)):]
     # The operator table of the profiled ticks: the model's linear layers among its rows.
     assert 'Self CPU' in table and 'aten::linear' in table
+    # The timeline: no device work on the CPU, so the ticks' time splits by host step.
+    timeline = json.loads(next(line for line in lines if line.startswith('{"timeline"')))
+    timeline = timeline['timeline']
+    assert timeline['ticks'] == 2 and timeline['busy_ms'] == 0 and timeline['kernels'] == 0
+    steps = timeline['idle_by_step_ms']
+    assert {'plan', 'forward batch', 'finish'} <= set(steps)
+    assert sum(steps.values()) == pytest.approx(timeline['wall_ms'], rel=0.01, abs=0.01)

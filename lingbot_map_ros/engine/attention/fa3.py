@@ -36,6 +36,7 @@ for sm_90); the wheel is optional (built for torch 2.10, runs under 2.11 on the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import logging
 from typing import Any
 
@@ -118,17 +119,20 @@ class Fa3RunAttention:
         elif self._query_scale == 'head':
             from lingbot_map_ros.engine.attention.triton_quant import quantize_queries
             self._quantize_queries = quantize_queries
-        self._cu_q: torch.Tensor | None = None
-        self._cu_q_len = -1
-        self._ones: torch.Tensor | None = None
+        self._constants_of: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def _constants(self, num_q: int, heads: int, device: torch.device) -> None:
-        """Keep the query sequence starts (``parts`` of ``num_q``) and unit descales."""
-        if self._cu_q is None or self._cu_q_len != num_q or self._cu_q.device != device \
-                or self._ones is None or self._ones.shape[1] != heads:
-            self._cu_q = torch.arange(self._parts + 1, dtype=torch.int32, device=device) * num_q
-            self._cu_q_len = num_q
-            self._ones = torch.ones(self._parts, heads, dtype=torch.float32, device=device)
+    def _constants(self, sequences: int, num_q: int, heads: int,
+                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return the query sequence starts (``sequences`` of ``num_q``) and unit descales.
+
+        Kept per shape: a batch of streams (several runs) and a lone frame alternate.
+        """
+        key = (sequences, num_q, heads, device)
+        if key not in self._constants_of:
+            self._constants_of[key] = (
+                torch.arange(sequences + 1, dtype=torch.int32, device=device) * num_q,
+                torch.ones(sequences, heads, dtype=torch.float32, device=device))
+        return self._constants_of[key]
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  bounds: torch.Tensor) -> torch.Tensor:
@@ -136,42 +140,55 @@ class Fa3RunAttention:
         num_q, heads = q.shape[0], q.shape[1]
         if self._parts > 1:
             return self._parted(q, k, v, bounds)
-        self._constants(num_q, heads, q.device)
+        cu_q, ones = self._constants(1, num_q, heads, q.device)
         extra: dict[str, Any] = {}
         out_dtype = q.dtype
         if k.dtype == torch.float8_e4m3fn:
             if self._query_scale == 'unit':
-                q, q_descale = unit_scale_queries(q), self._ones
+                q, q_descale = unit_scale_queries(q), ones
             else:
                 q, q_descale = self._quantize_queries(q)
-            extra = {'q_descale': q_descale, 'k_descale': self._ones,
-                     'v_descale': self._ones}
+            extra = {'q_descale': q_descale, 'k_descale': ones, 'v_descale': ones}
         # The bounds are int32 [start, stop] on the device: sequence 0's keys start at
         # cu_seqlens_k[0]. max_seqlen_k is an upper bound fixed per pool, so the launch (and a
         # graph of it) does not depend on the frame.
-        out = self._attend(q, k, v, self._cu_q, bounds[0:2], num_q, k.shape[0],
+        out = self._attend(q, k, v, cu_q, bounds[0:2], num_q, k.shape[0],
                            num_splits=self._num_splits, **extra)
         out = out[0] if isinstance(out, tuple) else out
         return out if out.dtype == out_dtype else out.to(out_dtype)
 
+    @property
+    def attend_runs(self) -> Callable[..., torch.Tensor] | None:
+        """Return the attention of several runs in one launch, or None (one part: no merge).
+
+        ``attend_runs(q: [B, Q, H, D], k, v, bounds: [B, >= 2]) -> [B, Q, H, D]``: run b's
+        queries over its own ``k[start_b:stop_b]``; the runs may lie anywhere in ``k``.
+        """
+        return self._parted if self._parts > 1 else None
+
     def _parted(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 bounds: torch.Tensor) -> torch.Tensor:
-        """Attend over the run as ``parts`` sequences of one varlen call, merged by sum-exps.
+        """Attend over each run as ``parts`` sequences of one varlen call, merged by sum-exps.
 
-        Every buffer is allocated per call (the graph's pool when captured): one kernel object
-        serves every layer, and several cameras' lanes at once.
+        ``q`` is ``[Q, H, D]`` (one run, ``bounds = [start, stop]``) or ``[B, Q, H, D]`` (B
+        runs, ``bounds: [B, >= 2]``); so is the result. Every buffer is allocated per call
+        (the graph's pool when captured): one kernel object serves every layer and batch.
         """
-        num_q, heads, dim = q.shape
-        self._constants(num_q, heads, q.device)
+        num_q, heads, dim = q.shape[-3:]
+        runs = q.shape[0] if q.dim() == 4 else 1
+        sequences = runs * self._parts
+        cu_q, ones = self._constants(sequences, num_q, heads, q.device)
         fp8 = k.dtype == torch.float8_e4m3fn
-        q_parts = torch.empty(self._parts * num_q, heads, dim, device=q.device,
+        q_parts = torch.empty(sequences * num_q, heads, dim, device=q.device,
                               dtype=k.dtype if fp8 else q.dtype)
-        cu_k = torch.empty(self._parts + 1, dtype=torch.int32, device=q.device)
-        self._prepare_parts(q, bounds, q_parts, cu_k)
-        descales = {'q_descale': self._ones, 'k_descale': self._ones,
-                    'v_descale': self._ones} if fp8 else {}
-        o, lse = self._forward(q_parts, k, v, cu_seqlens_q=self._cu_q, cu_seqlens_k=cu_k,
-                               max_seqlen_q=num_q, max_seqlen_k=k.shape[0],
+        cu_k = torch.empty(sequences + 1, dtype=torch.int32, device=q.device)
+        # One run's parts follow each other (cu_k gives their lengths); several runs need
+        # each sequence's length (FA3's seqused_k).
+        used = torch.empty(sequences, dtype=torch.int32, device=q.device) if runs > 1 else None
+        self._prepare_parts(q, bounds, q_parts, cu_k, used)
+        descales = {'q_descale': ones, 'k_descale': ones, 'v_descale': ones} if fp8 else {}
+        o, lse = self._forward(q_parts, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                               seqused_k=used, max_seqlen_q=num_q, max_seqlen_k=k.shape[0],
                                softmax_scale=dim ** -0.5, num_splits=1, **descales)[:2]
         return self._merge_parts(o, lse, torch.empty_like(q))
 

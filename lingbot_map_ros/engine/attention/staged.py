@@ -96,6 +96,19 @@ class StagedAttention:
         """
         return ('range',)
 
+    def joint_kernel(self) -> Any:
+        """Return a kernel over several frames' runs at once, or None (``cache/staged_runs``).
+
+        ``(q: [B, Q, H, D], k, v: [N*T, H, D], bounds: [B, >= 2]) -> [B, Q, H, D]``; none by
+        default.
+        """
+        return None
+
+    @property
+    def run_bounds(self) -> torch.Tensor:
+        """Return the staged run's ``[start, stop]`` on the device (a view, updated per frame)."""
+        return self._bounds[0:2]
+
     def attend_device(self, key: StagedKey, q: torch.Tensor, k: torch.Tensor,
                       v: torch.Tensor) -> torch.Tensor:
         """Attend ``q: [Q, H, D]`` (CUDA) to the staged run of the token views ``k, v``.
@@ -191,6 +204,10 @@ class RunKernelAttention(StagedAttention):
         heads, dim = k_pages.shape[2], k_pages.shape[3]
         bounds = torch.tensor([0, self._page_size], dtype=torch.int32, device=q.device)
         self._run_kernel(q, k_pages.view(-1, heads, dim), v_pages.view(-1, heads, dim), bounds)
+
+    def joint_kernel(self) -> Any:
+        """Return the run kernel's ``attend_runs`` (backend ``fa3`` with parts), or None."""
+        return getattr(self._run_kernel, 'attend_runs', None)
 
     def attend_device(self, key: StagedKey, q: torch.Tensor, k: torch.Tensor,
                       v: torch.Tensor) -> torch.Tensor:

@@ -27,6 +27,8 @@ storage) can stage.
 
 from __future__ import annotations
 
+from typing import Any
+
 from lingbot_map_ros.engine.attention.staged import StagedAttention, StagedKey
 from lingbot_map_ros.engine.cache.kv_pool import KVPool
 from lingbot_map_ros.engine.cache.stream_kv import FramePlan, StreamKV
@@ -74,6 +76,25 @@ class StagedFrames:
         self._attention: StagedAttention = attention
         self._index = torch.zeros(pool.tokens_per_frame, dtype=torch.long, device=pool.device)
         self._frame: tuple[StreamKV, FramePlan] | None = None
+
+    @property
+    def pool(self) -> KVPool:
+        """Return the pool the frames go through."""
+        return self._pool
+
+    @property
+    def index(self) -> torch.Tensor:
+        """Return the staged frame's destination tokens ``[P]`` (a device buffer, updated)."""
+        return self._index
+
+    @property
+    def bounds(self) -> torch.Tensor:
+        """Return the staged run's ``[start, stop]`` (a device buffer, updated)."""
+        return self._attention.run_bounds
+
+    def joint_kernel(self) -> Any:
+        """Return the form's kernel over several slots' runs at once, or None (``staged_runs``)."""
+        return self._attention.joint_kernel()
 
     def warm_up(self, q: torch.Tensor) -> None:
         """Prepare the backend's form for queries shaped like ``q: [Q, H, D]`` now."""

@@ -47,6 +47,7 @@ from .batched import batch_inputs, BatchCall, BatchGraphs, layer_loop, segments,
 from .captured import CapturedCall
 from ..cache.kv_pool import KVPool
 from ..cache.staged_frames import StagedFrames
+from ..cache.staged_runs import joint_kernel, RunsKernel, StagedRuns
 
 if TYPE_CHECKING:
     from ..attention.staged import StagedKey
@@ -122,13 +123,14 @@ class WholeBatches:
                  keys: tuple[StagedKey, ...]) -> tuple[torch.Tensor, ...]:
         inputs = (images, *batch_inputs(agg, images, calls, patch_hw))
         kv_dtype = self.pool.dtype
+        joint = joint_kernel(slots, keys)
         if not self._capture:
-            return staged_layers(agg, graphs, kv_dtype, slots, keys, *inputs)
-        key = shape_key(agg, images, kv_dtype) + keys
+            return staged_layers(agg, graphs, kv_dtype, slots, keys, joint, *inputs)
+        key = shape_key(agg, images, kv_dtype) + keys + (joint is not None,)
         call = self._graphs.get(key)
         if call is None:
             def fn(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-                return staged_layers(agg, graphs, kv_dtype, slots, keys, *tensors)
+                return staged_layers(agg, graphs, kv_dtype, slots, keys, joint, *tensors)
             try:
                 call = CapturedCall(fn, inputs, True, pool=graphs.graph_pool())
             except Exception as exc:  # noqa: BLE001 - capture raises many kinds
@@ -137,21 +139,31 @@ class WholeBatches:
                 # failed warm-up made.
                 graphs.give_up(exc, whole=True)
                 ranges = tuple(('range',) for _ in keys)
-                return staged_layers(agg, graphs, kv_dtype, slots, ranges, *inputs)
+                return staged_layers(agg, graphs, kv_dtype, slots, ranges, None, *inputs)
             self._graphs[key] = call
         return call(*inputs)
 
 
 def staged_layers(agg: Aggregator, graphs: BatchGraphs, kv_dtype: torch.dtype,
                   slots: Sequence[StagedFrames], keys: Sequence[StagedKey],
-                  images: torch.Tensor, specials: torch.Tensor,
+                  joint: RunsKernel | None, images: torch.Tensor, specials: torch.Tensor,
                   *tables: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Run the batch's segments, slot b's staged write + attention per global block (capturable).
+
+    With ``joint`` (``staged_runs.joint_kernel``) every slot's write and attention of a block
+    go at once (``StagedRuns``); otherwise slot by slot, on the lanes.
 
     Returns:
         ``(dino, *taps)``.
     """
+    runs = None if joint is None else StagedRuns(slots, joint)
+
     def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if runs is not None:
+            # [B, H, P, D] views of token-major [B, P, H, D] tensors (graphed.py).
+            tq, tk, tv = (t.transpose(1, 2) for t in (q, k, v))
+            return runs.run(layer, tq, tk, tv).transpose(1, 2)
+
         def slot_work(b: int) -> Callable[[], torch.Tensor]:
             # Row b of the token-major views is the contiguous [P, H, D] the cache takes.
             def work() -> torch.Tensor:

@@ -1,0 +1,79 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The tick timeline (``tools/bench_timeline.py``) on a hand-made trace with known answers.
+
+Run: ``python -m pytest test/tools/test_bench_timeline.py``.
+"""
+
+from lingbot_map_ros.tools.bench_timeline import labelled_steps, STEPS, summarise
+import pytest
+
+
+def _span(name, cat, ts, dur, **args):
+    return {'ph': 'X', 'name': name, 'cat': cat, 'ts': ts, 'dur': dur, 'args': args}
+
+
+def _trace():
+    """Two ticks of 1000 us. Tick 1: host 'plan' 0-200, 'graph replay' 200-300 launching
+    a GEMM (300-700) and, on a side stream, an FA3 kernel (400-800); 'wait (sync)' 300-1000.
+    Tick 2 (at 2000): no device work, 'finish' covers 2100-2500."""
+    return [
+        _span('tick', 'user_annotation', 0, 1000),
+        _span('plan', 'user_annotation', 0, 200),
+        _span('graph replay', 'user_annotation', 200, 100),
+        _span('cudaGraphLaunch', 'cuda_runtime', 250, 10, correlation=7),
+        _span('nvjet_sm90_tst_128x128', 'kernel', 300, 400, correlation=7),
+        _span('flash::FlashAttnFwdSm90<...>', 'kernel', 400, 400, correlation=7),
+        _span('wait (sync)', 'user_annotation', 300, 700),
+        _span('tick', 'user_annotation', 2000, 1000),
+        _span('finish', 'user_annotation', 2100, 400),
+        _span('aten::add', 'cpu_op', 2100, 5),
+    ]
+
+
+def test_busy_idle_and_their_split_by_step_and_kind():
+    got = summarise(_trace())
+    assert got['ticks'] == 2
+    assert got['wall_ms'] == pytest.approx(1.0)
+    # Busy 300-800 (the two kernels overlap) in tick 1, nothing in tick 2: 0.25 ms a tick.
+    assert got['busy_ms'] == pytest.approx(0.25)
+    assert got['idle_ms'] == pytest.approx(0.75)
+    assert got['idle_before_first_ms'] == pytest.approx(0.15)  # 300 us in tick 1
+    assert got['idle_after_last_ms'] == pytest.approx(0.1)     # 200 us in tick 1
+    # Tick 1's idle: 0-200 plan, 200-300 replay, 800-1000 sync; tick 2: 100 unlabelled
+    # before and 500 after 'finish', 400 in it.
+    assert got['idle_by_step_ms'] == pytest.approx(
+        {'plan': 0.1, 'graph replay': 0.05, 'wait (sync)': 0.1, 'finish': 0.2, '-': 0.3})
+    # Summed device time (the overlap counted twice), both launched by the replay.
+    assert got['kernel_ms_by_kind'] == pytest.approx(
+        {'GEMM': 0.2, 'cache attention (FA3)': 0.2})
+    assert got['kernel_ms_by_step'] == pytest.approx({'graph replay': 0.4})
+    assert got['kernels'] == 1.0
+
+
+def test_labelled_steps_wrap_and_then_restore_every_step():
+    import importlib
+
+    def resolve(module, path):
+        owner = importlib.import_module(module)
+        for part in path.split('.'):
+            owner = getattr(owner, part)
+        return owner
+
+    before = [resolve(module, path) for module, path, _ in STEPS]
+    with labelled_steps():
+        inside = [resolve(module, path) for module, path, _ in STEPS]
+        assert all(a is not b for a, b in zip(before, inside))
+        assert all(b.__wrapped__ is a for a, b in zip(before, inside))
+    assert [resolve(module, path) for module, path, _ in STEPS] == before
