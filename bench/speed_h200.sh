@@ -18,7 +18,7 @@
 #   STAGE=cameras: `bench model --cameras N` for N = 1..4 at the defaults (issue #19's table).
 #   STAGE=cams_timeline: issue #19's joint cache work: its GPU tests, then `bench model
 #     --cameras N --profile 10` for N in CAMERAS_ORDER (default "1 2 2_lanes"; _lanes: slot by
-#     slot), each with its tick timeline (tools/bench_timeline.py).
+#     slot, _pK: K parts per run), each with its tick timeline (tools/bench_timeline.py).
 #   STAGE=verify: golden set A and `bench model` pose and depth at the defaults of
 #     config/lingbot_map.yaml (EXTRA: more `bench model` flags, e.g. a kernel variant's env).
 set -uo pipefail
@@ -128,20 +128,28 @@ elif [ "$stage" = cameras ]; then
   tar -czf "$out/cameras_logs.tar.gz" -C "$out" $(cd "$out" && ls model_cameras*.txt)
 elif [ "$stage" = cams_timeline ]; then
   # Issue #19: the GPU tests of the batch's joint cache work (staged_runs.py), then `bench
-  # model --cameras N --profile 10` (200 timed frames, then the tick timeline of ten more) for
-  # each entry of CAMERAS_ORDER: N, or N_lanes for the slots' cache work slot by slot
-  # (LINGBOT_MAP_STAGED_RUNS=0, the form before the joint runs).
-  step gpu_tests 150 python3 -m pytest -q -p no:cacheprovider test/engine/test_fa3_parts.py \
-    test/engine/test_fa3_fp8.py test/engine/test_staged_runs.py test/engine/test_whole_batch.py
+  # model --cameras N` (200 timed frames; with PROFILE=T, default 10, the tick timeline of T
+  # more) for each entry of CAMERAS_ORDER: N, N_lanes (the slots' cache work slot by slot,
+  # LINGBOT_MAP_STAGED_RUNS=0: the form before the joint runs) or N_pK (K parts per run in
+  # the joint FA3 call, LINGBOT_MAP_FA3_CONFIG joint_parts). NO_TESTS=1 skips the tests.
+  [ -z "${NO_TESTS:-}" ] && step gpu_tests 150 python3 -m pytest -q -p no:cacheprovider \
+    test/engine/test_fa3_parts.py test/engine/test_fa3_fp8.py test/engine/test_fa3_config.py \
+    test/engine/test_staged_runs.py test/engine/test_whole_batch.py
+  profile=${PROFILE:-10}
   for n in ${CAMERAS_ORDER:-1 2 2_lanes}; do
     name=model_cameras$n
     [ -f "$out/$name.txt" ] && name="$name.$SECONDS"
-    joint=1; [ "${n#*_}" = lanes ] && joint=0
-    export LINGBOT_MAP_STAGED_RUNS=$joint
-    step "$name" 130 $bench $new --kv-dtype float8_e4m3fn \
-      --cameras "${n%%_*}" --frames 200 --warmup 20 --profile 10
+    export LINGBOT_MAP_STAGED_RUNS=1
+    unset LINGBOT_MAP_FA3_CONFIG
+    case "$n" in
+      *_lanes) export LINGBOT_MAP_STAGED_RUNS=0 ;;
+      *_p*) export LINGBOT_MAP_FA3_CONFIG="{\"joint_parts\": ${n##*_p}}" ;;
+    esac
+    extra=""; [ "$profile" -gt 0 ] && extra="--profile $profile"
+    step "$name" 130 $bench $new --kv-dtype float8_e4m3fn --cameras "${n%%_*}" --frames 200 \
+      --warmup 20 $extra
   done
-  unset LINGBOT_MAP_STAGED_RUNS
+  unset LINGBOT_MAP_STAGED_RUNS LINGBOT_MAP_FA3_CONFIG
 else
   step golden_A_verify 95 $golden --backend auto --camera-head-dtype bfloat16
   step model_verify_pose 80 $bench $new --components 3 ${EXTRA:-}
@@ -154,3 +162,7 @@ for f in "$out"/model*.txt; do
   grep -A24 "^timeline over" "$f" | grep -v '^{' | cut -c1-110
 done
 if [ -f "$out/attention_kernels.txt" ]; then tail -n 22 "$out/attention_kernels.txt" | cut -c1-150; fi
+if [ "$stage" = cams_timeline ]; then  # a call returns at most 8 files: the logs in one
+  tar -czf "$out/cameras_logs.tar.gz" -C "$out" $(cd "$out" && ls model_cameras*.txt) \
+    && rm -f "$out"/model_cameras*.txt
+fi

@@ -24,7 +24,8 @@ the trace back and reports, per tick (mean over the ticks):
   waits for;
 * device time by kernel kind (summed: kernels on side streams overlap, so the sum can exceed
   the busy time) and by the host step that launched the kernel (a graph's kernels belong to
-  the step that replayed it).
+  the step that replayed it: 'frame graph' or 'batch graph' for the aggregator, 'camera head'
+  for the heads).
 
 Why: a batch of several cameras' frames shares the frame-wise work but also the host work and
 the waits around it; a kernel table alone does not show which of them a tick's time is in.
@@ -54,7 +55,7 @@ STEPS: list[tuple[str, str, str]] = [
     ('lingbot_map_ros.engine.cache.staged_frames', 'StagedFrames.stage_frame', 'stage'),
     ('lingbot_map_ros.engine.cache.staged_frames', 'StagedFrames.finish', 'unstage'),
     ('lingbot_map_ros.engine.model.whole_batch', 'batch_inputs', 'batch inputs'),
-    ('lingbot_map_ros.engine.model.captured', 'CapturedCall.__call__', 'graph replay'),
+    ('lingbot_map_ros.engine.model.whole_batch', 'WholeBatches._outputs', 'batch graph'),
     ('lingbot_map_ros.engine.model.graphed', 'FrameGraphs.run', 'frame graph'),
     ('lingbot_map_ros.engine.model.frame_runner', 'FrameRunner.camera', 'camera head'),
     ('lingbot_map_ros.engine.model.lanes', 'Lanes.run', 'lanes'),
@@ -64,10 +65,12 @@ STEPS: list[tuple[str, str, str]] = [
 ]
 KINDS: list[tuple[str, tuple[str, ...]]] = [
     # (kind, name fragments), first match wins
+    # PyTorch's own flash kernels (frame, DINO and camera-head attention) before FA3's,
+    # whose names hold 'flash::' too.
+    ('frame attention', ('pytorch_flash', 'fmha', 'cudnn')),
     ('cache attention (FA3)', ('FlashAttnFwdSm90', 'flash::', 'fa3')),
     ('cache attention (Triton)', ('_attend_part', '_attend_run', '_attn_fwd')),
     ('parts prepare/merge', ('_prepare', '_merge')),
-    ('frame attention', ('pytorch_flash', 'fmha', 'cudnn', 'flash_fwd')),
     ('GEMM', ('nvjet', 'gemm', 'cutlass', 'sm90_xmma')),
     ('compiled elementwise/norms', ('triton_',)),
     ('index/copy/fill', ('index', 'copy', 'Memcpy', 'Memset', 'fill', 'cat')),

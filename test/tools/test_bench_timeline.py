@@ -25,16 +25,19 @@ def _span(name, cat, ts, dur, **args):
 
 
 def _trace():
-    """Two ticks of 1000 us. Tick 1: host 'plan' 0-200, 'graph replay' 200-300 launching
-    a GEMM (300-700) and, on a side stream, an FA3 kernel (400-800); 'wait (sync)' 300-1000.
+    """Two ticks of 1000 us. Tick 1: host 'plan' 0-200, 'batch graph' 200-300 launching
+    a GEMM (300-700), on a side stream an FA3 kernel (400-800), then PyTorch's flash kernel
+    (800-850); 'wait (sync)' 300-1000.
     Tick 2 (at 2000): no device work, 'finish' covers 2100-2500."""
     return [
         _span('tick', 'user_annotation', 0, 1000),
         _span('plan', 'user_annotation', 0, 200),
-        _span('graph replay', 'user_annotation', 200, 100),
+        _span('batch graph', 'user_annotation', 200, 100),
         _span('cudaGraphLaunch', 'cuda_runtime', 250, 10, correlation=7),
         _span('nvjet_sm90_tst_128x128', 'kernel', 300, 400, correlation=7),
-        _span('flash::FlashAttnFwdSm90<...>', 'kernel', 400, 400, correlation=7),
+        _span('cutlass::device_kernel<flash::FlashAttnFwdSm90<...>>', 'kernel', 400, 400,
+              correlation=7),
+        _span('void pytorch_flash::flash_fwd_kernel<...>', 'kernel', 800, 50, correlation=7),
         _span('wait (sync)', 'user_annotation', 300, 700),
         _span('tick', 'user_annotation', 2000, 1000),
         _span('finish', 'user_annotation', 2100, 400),
@@ -46,20 +49,21 @@ def test_busy_idle_and_their_split_by_step_and_kind():
     got = summarise(_trace())
     assert got['ticks'] == 2
     assert got['wall_ms'] == pytest.approx(1.0)
-    # Busy 300-800 (the two kernels overlap) in tick 1, nothing in tick 2: 0.25 ms a tick.
-    assert got['busy_ms'] == pytest.approx(0.25)
-    assert got['idle_ms'] == pytest.approx(0.75)
+    # Busy 300-850 (two kernels overlap) in tick 1, nothing in tick 2: 0.275 ms a tick.
+    assert got['busy_ms'] == pytest.approx(0.275)
+    assert got['idle_ms'] == pytest.approx(0.725)
     assert got['idle_before_first_ms'] == pytest.approx(0.15)  # 300 us in tick 1
-    assert got['idle_after_last_ms'] == pytest.approx(0.1)     # 200 us in tick 1
-    # Tick 1's idle: 0-200 plan, 200-300 replay, 800-1000 sync; tick 2: 100 unlabelled
+    assert got['idle_after_last_ms'] == pytest.approx(0.075)   # 150 us in tick 1
+    # Tick 1's idle: 0-200 plan, 200-300 replay, 850-1000 sync; tick 2: 100 unlabelled
     # before and 500 after 'finish', 400 in it.
     assert got['idle_by_step_ms'] == pytest.approx(
-        {'plan': 0.1, 'graph replay': 0.05, 'wait (sync)': 0.1, 'finish': 0.2, '-': 0.3})
+        {'plan': 0.1, 'batch graph': 0.05, 'wait (sync)': 0.075, 'finish': 0.2, '-': 0.3})
     # Summed device time (the overlap counted twice), both launched by the replay.
+    # PyTorch's flash kernel is frame attention, not FA3 (both names hold 'flash::').
     assert got['kernel_ms_by_kind'] == pytest.approx(
-        {'GEMM': 0.2, 'cache attention (FA3)': 0.2})
-    assert got['kernel_ms_by_step'] == pytest.approx({'graph replay': 0.4})
-    assert got['kernels'] == 1.0
+        {'GEMM': 0.2, 'cache attention (FA3)': 0.2, 'frame attention': 0.025})
+    assert got['kernel_ms_by_step'] == pytest.approx({'batch graph': 0.425})
+    assert got['kernels'] == 1.5
 
 
 def test_labelled_steps_wrap_and_then_restore_every_step():

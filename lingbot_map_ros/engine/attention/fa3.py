@@ -45,9 +45,11 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-FA3_CONFIG: dict[str, Any] = {'parts': 4, 'splits': 1, 'query_scale': 'unit'}
+FA3_CONFIG: dict[str, Any] = {'parts': 4, 'joint_parts': 4, 'splits': 1, 'query_scale': 'unit'}
 """``parts``: sequences the key run is cut into, one varlen call (``fa3_parts.py``: the grid of
-that many KV splits, which FA3's varlen entry does not give); with one part, FA3's own
+that many KV splits, which FA3's varlen entry does not give); ``joint_parts``: the same for
+each run when several streams' runs share one call (``attend_runs``, a batch of cameras:
+``cache/staged_runs.py``; used where ``parts`` > 1); with one part, FA3's own
 ``splits`` (0: its heuristic) and the FP8 queries' scaling: ``head`` (one scale per head,
 ``triton_quant``) or ``unit`` (a saturating cast, no scale: the queries come out of a
 LayerNorm, far inside e4m3's range, and e4m3's relative precision does not depend on a scale).
@@ -68,9 +70,10 @@ def fa3_config() -> dict[str, Any]:
         value = override.get(key, least)
         return isinstance(value, int) and not isinstance(value, bool) and value >= least
     if override.get('query_scale', 'head') not in ('head', 'unit') \
-            or not count('splits', 0) or not count('parts', 1):
-        raise ValueError(f'LINGBOT_MAP_FA3_CONFIG={override!r}: parts must be an int >= 1, '
-                         "splits an int >= 0, query_scale 'head' or 'unit'")
+            or not count('splits', 0) or not count('parts', 1) \
+            or not count('joint_parts', 1):
+        raise ValueError(f'LINGBOT_MAP_FA3_CONFIG={override!r}: parts and joint_parts must be '
+                         "ints >= 1, splits an int >= 0, query_scale 'head' or 'unit'")
     logger.info('FA3 cache attention: config %s (LINGBOT_MAP_FA3_CONFIG)', override)
     return {**FA3_CONFIG, **override}
 
@@ -111,6 +114,7 @@ class Fa3RunAttention:
         self._num_splits = config['splits'] if num_splits is None else num_splits
         self._query_scale = config['query_scale'] if query_scale is None else query_scale
         self._parts = config['parts'] if parts is None else parts
+        self._joint_parts = config['joint_parts']
         # The Triton helpers are imported here, once, not per layer call (and not at module
         # level: the CPU tests import this module without triton).
         if self._parts > 1:
@@ -176,7 +180,7 @@ class Fa3RunAttention:
         """
         num_q, heads, dim = q.shape[-3:]
         runs = q.shape[0] if q.dim() == 4 else 1
-        sequences = runs * self._parts
+        sequences = runs * (self._parts if runs == 1 else self._joint_parts)
         cu_q, ones = self._constants(sequences, num_q, heads, q.device)
         fp8 = k.dtype == torch.float8_e4m3fn
         q_parts = torch.empty(sequences * num_q, heads, dim, device=q.device,
