@@ -25,10 +25,12 @@ def _span(name, cat, ts, dur, **args):
 
 
 def _trace():
-    """Two ticks of 1000 us. Tick 1: host 'plan' 0-200, 'batch graph' 200-300 launching
-    a GEMM (300-700), on a side stream an FA3 kernel (400-800), then PyTorch's flash kernel
-    (800-850); 'wait (sync)' 300-1000.
-    Tick 2 (at 2000): no device work, 'finish' covers 2100-2500."""
+    """Return two ticks of 1000 us with known answers.
+
+    Tick 1: host 'plan' 0-200, 'batch graph' 200-300 launching a GEMM (300-700), on a side
+    stream an FA3 kernel (400-800), then PyTorch's flash kernel (800-850); 'wait (sync)'
+    300-1000. Tick 2 (at 2000): no device work, 'finish' covers 2100-2500.
+    """
     return [
         _span('tick', 'user_annotation', 0, 1000),
         _span('plan', 'user_annotation', 0, 200),
