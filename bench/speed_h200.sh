@@ -18,7 +18,9 @@
 #   STAGE=cameras: `bench model --cameras N` for N = 1..4 at the defaults (issue #19's table).
 #   STAGE=cams_timeline: issue #19's joint cache work: its GPU tests, then `bench model
 #     --cameras N --profile 10` for N in CAMERAS_ORDER (default "1 2 2_lanes"; _lanes: slot by
-#     slot, _pK: K parts per run), each with its tick timeline (tools/bench_timeline.py).
+#     slot, _pK: K parts per run, _t: the query tail's config), each with its tick timeline
+#     (tools/bench_timeline.py). TAIL=1: first bench/fa3_tail.py, its fastest config (for the
+#     _t runs) and golden set A through it.
 #   STAGE=verify: golden set A and `bench model` pose and depth at the defaults of
 #     config/lingbot_map.yaml (EXTRA: more `bench model` flags, e.g. a kernel variant's env).
 set -uo pipefail
@@ -135,6 +137,25 @@ elif [ "$stage" = cams_timeline ]; then
   [ -z "${NO_TESTS:-}" ] && step gpu_tests 150 python3 -m pytest -q -p no:cacheprovider \
     test/engine/test_fa3_parts.py test/engine/test_fa3_fp8.py test/engine/test_fa3_config.py \
     test/engine/test_staged_runs.py test/engine/test_whole_batch.py
+  if [ -n "${TAIL:-}" ]; then
+    # The query tail on our kernel (fa3_tail.py): the fastest config for one run and for
+    # two becomes the _t runs' LINGBOT_MAP_FA3_CONFIG, checked on golden set A first.
+    step fa3_tail 90 python3 bench/fa3_tail.py
+    python3 - "$out/fa3_tail.txt" > "$out/fa3_tail_config.json" <<'PY' || true
+import json, sys
+rows = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])['fa3_tail']
+two = min((r for r in rows if r['runs'] == 2), key=lambda r: r['ms'])
+one = min((r for r in rows if r['runs'] == 1 and r['tail_rows'] == two['tail_rows']),
+          key=lambda r: r['ms'])
+print(json.dumps({'parts': one['parts'], 'joint_parts': two['parts'],
+                  'tail_rows': two['tail_rows']}))
+PY
+    echo "fastest with the tail: $(cat "$out/fa3_tail_config.json")"
+    export LINGBOT_MAP_FA3_CONFIG="$(cat "$out/fa3_tail_config.json")"
+    step golden_A_tail 90 $golden --backend auto --camera-head-dtype bfloat16 \
+      --kv-dtype float8_e4m3fn
+    unset LINGBOT_MAP_FA3_CONFIG
+  fi
   profile=${PROFILE:-10}
   for n in ${CAMERAS_ORDER:-1 2 2_lanes}; do
     name=model_cameras$n
@@ -144,6 +165,7 @@ elif [ "$stage" = cams_timeline ]; then
     case "$n" in
       *_lanes) export LINGBOT_MAP_STAGED_RUNS=0 ;;
       *_p*) export LINGBOT_MAP_FA3_CONFIG="{\"joint_parts\": ${n##*_p}}" ;;
+      *_t) export LINGBOT_MAP_FA3_CONFIG="$(cat "$out/fa3_tail_config.json")" ;;
     esac
     extra=""; [ "$profile" -gt 0 ] && extra="--profile $profile"
     step "$name" 130 $bench $new --kv-dtype float8_e4m3fn --cameras "${n%%_*}" --frames 200 \
