@@ -2,10 +2,11 @@
 
 At the model's shape (978 queries = 5 x 192 + 18, 16 heads of 64, 71,184 FP8 keys) FA3's
 forward pads the last 18 rows to a 192-row tile per head and key part, a sixth of its work.
-With ``tail_rows`` those rows go to our Triton kernel instead (``FA3_CONFIG``). Timed here, each
-call as a CUDA graph (as in the model), for one run (a camera) and two runs in one call (a
-batch of two: ``attend_runs``) at several part counts; each variant's output is compared with
-the plain one (no tail) and with float32 attention over the run for two heads.
+With ``joint_tail_rows`` those rows of a call of several runs go to our Triton kernel instead
+(``FA3_CONFIG``). Timed here, each call as a CUDA graph (as in the model), for one run (a
+camera) and two runs in one call (a batch of two: ``attend_runs``) at several part counts and
+tail key parts; each variant's output is compared with the plain one (no tail) and with
+float32 attention over the run for two heads.
 
 Run on the GPU machine: ``PYTHONPATH=/tmp/site:$PWD python3 bench/fa3_tail.py`` (fa3-fwd and
 triton installed). Prints a table, then one JSON line.
@@ -64,28 +65,27 @@ def main():
                           device='cuda')
     refs = [reference(q[b], k[lo:hi], v[lo:hi]) for b, (lo, hi) in enumerate(bounds.tolist())]
     rows, plain = [], {}
-    for runs in (1, 2):
-        for parts, tail in ((4, 0), (4, 64), (8, 64), (2, 64), (8, 0)):
-            if runs == 1 and parts == 2:
-                continue
-            kernel = Fa3RunAttention(parts=4 if runs == 2 else parts, joint_parts=parts,
-                                     tail_rows=tail)
-            if runs == 1:
-                ms, out = graph_ms(lambda kernel=kernel: kernel(q[0], k, v, bounds[0]))
-                outs = [out]
-            else:
-                ms, out = graph_ms(lambda kernel=kernel: kernel.attend_runs(q, k, v, bounds))
-                outs = list(out)
-            if tail == 0 and parts == 4:
-                plain[runs] = outs
-            row = {'runs': runs, 'parts': parts, 'tail_rows': tail, 'ms': round(ms, 4),
-                   'ms_per_run': round(ms / runs, 4),
-                   'err_vs_fp32': max(rel(o[:, (0, 7)], r) for o, r in zip(outs, refs)),
-                   'err_vs_plain': max(rel(o, p) for o, p in zip(outs, plain[runs]))}
-            rows.append(row)
-            print(f'runs {runs}  parts {parts}  tail_rows {tail:3d}  {ms:8.4f} ms  '
-                  f'({ms / runs:.4f} a run)  err vs fp32 {row["err_vs_fp32"]:.4f}  '
-                  f'vs plain {row["err_vs_plain"]:.4f}', flush=True)
+    variants = [(1, 4, 0, 16), (1, 8, 0, 16), (2, 4, 0, 16), (2, 4, 64, 8), (2, 4, 64, 16),
+                (2, 4, 64, 32), (2, 8, 64, 16), (2, 2, 64, 16)]
+    for runs, parts, tail, splits in variants:
+        kernel = Fa3RunAttention(parts=parts, joint_parts=parts, joint_tail_rows=tail,
+                                 tail_splits=splits)
+        if runs == 1:
+            ms, out = graph_ms(lambda kernel=kernel: kernel(q[0], k, v, bounds[0]))
+            outs = [out]
+        else:
+            ms, out = graph_ms(lambda kernel=kernel: kernel.attend_runs(q, k, v, bounds))
+            outs = list(out)
+        if tail == 0 and parts == 4:
+            plain[runs] = outs
+        row = {'runs': runs, 'parts': parts, 'tail_rows': tail, 'tail_splits': splits,
+               'ms': round(ms, 4), 'ms_per_run': round(ms / runs, 4),
+               'err_vs_fp32': max(rel(o[:, (0, 7)], r) for o, r in zip(outs, refs)),
+               'err_vs_plain': max(rel(o, p) for o, p in zip(outs, plain[runs]))}
+        rows.append(row)
+        print(f'runs {runs}  parts {parts}  tail_rows {tail:3d}  tail splits {splits:2d}  '
+              f'{ms:8.4f} ms  ({ms / runs:.4f} a run)  err vs fp32 {row["err_vs_fp32"]:.4f}  '
+              f'vs plain {row["err_vs_plain"]:.4f}', flush=True)
     print(json.dumps({'fa3_tail': rows}))
 
 

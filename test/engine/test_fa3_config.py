@@ -33,13 +33,14 @@ def test_an_override_replaces_only_its_keys(monkeypatch):
                        '{"query_scale": "head", "splits": 0, "parts": 1}')
     assert fa3_config() == {'splits': 0, 'query_scale': 'head', 'parts': 1,
                             'joint_parts': FA3_CONFIG['joint_parts'],
-                            'tail_rows': FA3_CONFIG['tail_rows']}
+                            'joint_tail_rows': FA3_CONFIG['joint_tail_rows'],
+                            'tail_splits': FA3_CONFIG['tail_splits']}
 
 
 @pytest.mark.parametrize('raw', ['not json', '[1]', '{"split": 2}', '{"splits": -1}',
                                  '{"splits": 1.5}', '{"query_scale": "row"}', '{"parts": 0}',
                                  '{"parts": true}', '{"joint_parts": 0}',
-                                 '{"tail_rows": -1}'])
+                                 '{"joint_tail_rows": -1}', '{"tail_splits": 0}'])
 def test_a_bad_override_is_refused_with_the_keys_it_takes(monkeypatch, raw):
     monkeypatch.setenv('LINGBOT_MAP_FA3_CONFIG', raw)
     with pytest.raises(ValueError, match='LINGBOT_MAP_FA3_CONFIG'):

@@ -45,27 +45,27 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-FA3_CONFIG: dict[str, Any] = {'parts': 4, 'joint_parts': 4, 'tail_rows': 0, 'splits': 1,
-                              'query_scale': 'unit'}
+FA3_CONFIG: dict[str, Any] = {'parts': 4, 'joint_parts': 4, 'joint_tail_rows': 64,
+                              'tail_splits': 16, 'splits': 1, 'query_scale': 'unit'}
 """``parts``: sequences the key run is cut into, one varlen call (``fa3_parts.py``: the grid of
 that many KV splits, which FA3's varlen entry does not give); ``joint_parts``: the same for
 each run when several streams' runs share one call (``attend_runs``, a batch of cameras:
-``cache/staged_runs.py``; used where ``parts`` > 1); ``tail_rows``: with parts, queries past
-the last full FA3 query tile (:data:`FA3_QUERY_TILE`) go to our Triton kernel when there are
-at most this many (0: never), so that FA3 computes no padded tile for them; with one part,
-FA3's own ``splits`` (0: its heuristic) and the FP8 queries' scaling: ``head`` (one scale per head,
-``triton_quant``) or ``unit`` (a saturating cast, no scale: the queries come out of a
-LayerNorm, far inside e4m3's range, and e4m3's relative precision does not depend on a scale).
-Parts always cast unscaled."""
+``cache/staged_runs.py``; used where ``parts`` > 1); ``joint_tail_rows``: in such a joint
+call, each run's queries past the last full FA3 query tile (:data:`FA3_QUERY_TILE`) go to our
+Triton kernel (its keys in ``tail_splits`` parts) when there are at most this many (0: never),
+so that FA3 computes no padded tile for them (a lone run keeps them: no gain there,
+bench/results/h200_round10/); with one part, FA3's own ``splits`` (0: its heuristic) and the
+FP8 queries' scaling: ``head`` (one scale per head, ``triton_quant``) or ``unit`` (a saturating
+cast, no scale: the queries come out of a LayerNorm, far inside e4m3's range, and e4m3's
+relative precision does not depend on a scale). Parts always cast unscaled."""
 
 
 FA3_QUERY_TILE = 192
 """Query rows per CTA of FA3's forward at head dim 64 (bf16 and FP8): a run's queries past the
 last multiple of it make one more tile per head and key part, padded to 192 rows."""
-TAIL_KERNEL: dict[str, Any] = {'block_m': 64, 'block_n': 64, 'num_warps': 4, 'num_stages': 3,
-                               'splits': 16}
-"""Our Triton kernel's config for the tail rows (``triton_attention.attend_run``): one query
-tile, the keys in 16 parts so that the 16 heads fill the GPU."""
+TAIL_KERNEL: dict[str, Any] = {'block_m': 64, 'block_n': 64, 'num_warps': 4, 'num_stages': 3}
+"""Our Triton kernel's config for the tail rows (``triton_attention.attend_run``, one query
+tile; its key parts are ``FA3_CONFIG['tail_splits']``, so that the heads fill the GPU)."""
 
 
 def fa3_config() -> dict[str, Any]:
@@ -83,10 +83,11 @@ def fa3_config() -> dict[str, Any]:
         return isinstance(value, int) and not isinstance(value, bool) and value >= least
     if override.get('query_scale', 'head') not in ('head', 'unit') \
             or not count('splits', 0) or not count('parts', 1) \
-            or not count('joint_parts', 1) or not count('tail_rows', 0):
-        raise ValueError(f'LINGBOT_MAP_FA3_CONFIG={override!r}: parts and joint_parts must be '
-                         "ints >= 1, splits and tail_rows ints >= 0, query_scale 'head' or "
-                         "'unit'")
+            or not count('joint_parts', 1) or not count('joint_tail_rows', 0) \
+            or not count('tail_splits', 1):
+        raise ValueError(f'LINGBOT_MAP_FA3_CONFIG={override!r}: parts, joint_parts and '
+                         'tail_splits must be ints >= 1, splits and joint_tail_rows ints >= 0, '
+                         "query_scale 'head' or 'unit'")
     logger.info('FA3 cache attention: config %s (LINGBOT_MAP_FA3_CONFIG)', override)
     return {**FA3_CONFIG, **override}
 
@@ -119,21 +120,24 @@ class Fa3RunAttention:
         query_scale: ``head`` or ``unit`` (``FA3_CONFIG``); None: ``fa3_config()``.
         parts: sequences the run is cut into (``FA3_CONFIG``); None: ``fa3_config()``.
         joint_parts: the same per run for several runs; None: ``fa3_config()``.
-        tail_rows: the most rows past FA3's last full query tile that our Triton kernel
-            takes (0: none); None: ``fa3_config()``.
+        joint_tail_rows: in a call of several runs, the most rows past FA3's last full
+            query tile that our Triton kernel takes (0: none); None: ``fa3_config()``.
+        tail_splits: key parts of our kernel over those rows; None: ``fa3_config()``.
     """
 
     def __init__(self, num_splits: int | None = None, query_scale: str | None = None,
                  parts: int | None = None, joint_parts: int | None = None,
-                 tail_rows: int | None = None) -> None:
+                 joint_tail_rows: int | None = None, tail_splits: int | None = None) -> None:
         self._attend, self._forward = import_fa3()
         config = fa3_config()
         self._num_splits = config['splits'] if num_splits is None else num_splits
         self._query_scale = config['query_scale'] if query_scale is None else query_scale
         self._parts = config['parts'] if parts is None else parts
         self._joint_parts = config['joint_parts'] if joint_parts is None else joint_parts
-        self._tail_rows = (config['tail_rows'] if tail_rows is None else tail_rows) \
-            if self._parts > 1 else 0
+        self._tail_rows = (config['joint_tail_rows'] if joint_tail_rows is None
+                           else joint_tail_rows) if self._parts > 1 else 0
+        self._tail_kernel = {**TAIL_KERNEL, 'splits': config['tail_splits']
+                             if tail_splits is None else tail_splits}
         # The Triton helpers are imported here, once, not per layer call (and not at module
         # level: the CPU tests import this module without triton).
         if self._parts > 1:
@@ -203,18 +207,16 @@ class Fa3RunAttention:
         out = torch.empty_like(q)
         num_q = q.shape[-3]
         tail = num_q % FA3_QUERY_TILE
-        if not 0 < tail <= self._tail_rows or tail == num_q:
+        if q.dim() == 3 or not 0 < tail <= self._tail_rows or tail == num_q:
             return self._fa3_parts(q, k, v, bounds, out)
-        # FA3 takes the full query tiles; the last few rows go to our kernel, each run over
-        # its own bounds (what FA3 would give them, without a tile of padding per head/part).
+        # Several runs: FA3 takes the full query tiles; each run's last few rows go to our
+        # kernel over its own bounds (what FA3 would give them, without a padded tile per head
+        # and part: a sixth of FA3's work at 978 queries).
         main = num_q - tail
-        self._fa3_parts(q[..., :main, :, :], k, v, bounds, out[..., :main, :, :])
-        if q.dim() == 3:
-            self._tail(q[main:], k, v, bounds[0:2], out=out[main:], **TAIL_KERNEL)
-        else:
-            for run in range(q.shape[0]):
-                self._tail(q[run, main:], k, v, bounds[run, 0:2], out=out[run, main:],
-                           **TAIL_KERNEL)
+        self._fa3_parts(q[:, :main], k, v, bounds, out[:, :main])
+        for run in range(q.shape[0]):
+            self._tail(q[run, main:], k, v, bounds[run, 0:2], out=out[run, main:],
+                       **self._tail_kernel)
         return out
 
     def _fa3_parts(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
