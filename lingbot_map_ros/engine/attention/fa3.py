@@ -22,6 +22,8 @@ so no shape depends on the frame. By default the run is cut into 4 parts, sequen
 varlen call, merged by their sum-exps (``fa3_parts.py``): at our shape that is the grid FA3's
 plain entry reaches with 4 KV splits, which its varlen entry does not (every split count above
 one ran at ~0.72 ms there, against 0.535 ms for the parts: bench/results/h200_round9/).
+A batch of cameras attends all its runs in one such call (``attend_runs``), each run's last
+queries past FA3's 192-row tiles on our Triton kernel (``FA3_CONFIG['joint_tail_rows']``).
 
 FP8 pools (``cache.dtype: float8_e4m3fn``, unit scale) run FA3's FP8 kernel: QK and PV on the
 FP8 tensor cores, K and V read as stored (no widening pass, no copy), the queries cast to e4m3

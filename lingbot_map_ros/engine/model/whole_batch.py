@@ -24,6 +24,8 @@ its own :class:`StagedFrames` (slot b of the batch stages the frame of ``calls[b
 are views of the one pool and independent: each keeps its own write index and visible run).
 Being independent, the B slots' writes and attentions of a block run on side streams
 (``lanes.py``): the graph holds them as parallel branches, joined before the next segment.
+Where the backend attends several runs in one call (``fa3``), they are one write and one
+launch instead (``cache/staged_runs.py``), and the graph key says which form it holds.
 
 A graph is keyed by the batch's shape, dtypes, weights and the B staged keys (window filling,
 or the split of a full window, which fixes where that stream's patch run lies); it is captured
