@@ -20,8 +20,10 @@ over its own run, per global block. Issued slot by slot that is, per block, B wr
 of V and B attention launches (run side by side on the lanes); for backend ``fa3`` each
 attention is itself three launches (``fa3_parts.py``). The slots' runs all lie in the one pool,
 so the B frames' K/V are one ``index_copy`` each (the slots' destinations concatenated) and
-the B runs one FA3 varlen call of ``B * parts`` sequences, each with its run's bounds:
-5 launches per block instead of ~5 * B, and one grid with no tail per stream.
+the B runs one FA3 varlen call of ``B * parts`` sequences, each with its run's bounds (plus
+each run's last query rows on our kernel, ``fa3.py``): one FA3 grid instead of one per stream.
+On the H200, two cameras: 54.56 frames/s against 53.15 slot by slot
+(bench/results/h200_round10/joint/).
 
 Only forms whose run kernel has ``attend_runs`` take part (backend ``fa3`` with parts), and
 only when every slot's key is one range; otherwise the batch runs slot by slot. The slots'
