@@ -23,7 +23,9 @@ The second sends one image stream at a fixed camera rate to two nodes at once (s
 comes and goes hits both alike), one whose sessions roll over every few frames and one whose
 session never ends, and compares their live queue's drops (``drops.queue_overflow``). The rate
 comes from the nodes: twice the per-frame time they report in their diagnostics during a
-paced warm-up, so a loaded machine gets a slower camera.
+paced warm-up, so a loaded machine gets a slower camera. If the machine slows down after the
+warm-up, so much that the node without rollovers drops over a quarter of the frames, no drop
+count of that run means anything: both nodes start again with a camera twice as slow.
 At that rate a normal frame never drops one, while a rollover that ran the next session's
 whole scale pass at the switch (8 scale frames: ~5 normal frames of work on the CPU) stalls
 the worker for about 2.5 periods and drops a frame at most rollovers. With the preparation
@@ -174,13 +176,18 @@ def _counts(graph, node, probe, sent, first, session_keyframes):
             'switch_ms': float(odometry['max_rollover_ms'])}
 
 
-def test_a_prepared_rollover_drops_no_more_live_frames_than_no_rollover(graph):
+def _timed_streams(graph, periods):
+    """Run both nodes through the warm-up and the timed stream at ``periods`` frame times.
+
+    Returns:
+        ``(steady, rolling)`` (``_counts``), the camera period (s) and the warm-up frame ms.
+    """
     # Both nodes get each frame at the same time, so a load that comes and goes on this
     # machine slows both streams alike.
     runs = [start(graph, model__max_frame_num=keyframes, stream__session_keyframes=keyframes,
                   **_SCALE) for keyframes in (_LONG, _SHORT)]
     frame_ms = _warm_up(runs)
-    period_s = _PERIODS * frame_ms / 1e3
+    period_s = periods * frame_ms / 1e3
     sent = stamps(500.0 + (_NS + _WARM) * 0.1, _TIMED, step_s=period_s)
     first = [probe.count(probe.poses) for _, probe in runs]
     due = time.monotonic()
@@ -192,10 +199,22 @@ def test_a_prepared_rollover_drops_no_more_live_frames_than_no_rollover(graph):
         due = max(due + period_s, now)
     steady, rolling = (_counts(graph, *run, sent, n, keyframes) for run, n, keyframes
                        in zip(runs, first, (_LONG, _SHORT)))
-    print(f'live drops at {period_s * 1e3:.0f} ms ({frame_ms:.0f} ms a frame): '
-          f'{steady["drops"]} without rollovers, {rolling["drops"]} with '
-          f'{rolling["rollovers"]} rollovers ({rolling["unprepared"]} unprepared, '
-          f'switch max {rolling["switch_ms"]:.0f} ms)')
+    return steady, rolling, period_s, frame_ms
+
+
+def test_a_prepared_rollover_drops_no_more_live_frames_than_no_rollover(graph):
+    # The comparison needs a camera rate the machine keeps up with: the node without
+    # rollovers is the control. When it drops over a quarter of the frames, the machine slowed
+    # down after the warm-up that set the rate (a CI neighbour), and every drop count of that
+    # run is noise: the streams run again, at a camera twice as slow.
+    for periods in (_PERIODS, 2 * _PERIODS):
+        steady, rolling, period_s, frame_ms = _timed_streams(graph, periods)
+        print(f'live drops at {period_s * 1e3:.0f} ms ({frame_ms:.0f} ms a frame): '
+              f'{steady["drops"]} without rollovers, {rolling["drops"]} with '
+              f'{rolling["rollovers"]} rollovers ({rolling["unprepared"]} unprepared, '
+              f'switch max {rolling["switch_ms"]:.0f} ms)')
+        if steady['drops'] <= _TIMED // 4:
+            break
     assert steady['rollovers'] == 0 and rolling['rollovers'] >= 3
     # Every switch found its session prepared (the drop checks below are the live evidence;
     # this count is what says so without timing).
