@@ -172,16 +172,3 @@ def _summarise(args: argparse.Namespace, sessions: list[RolloverSession], engine
         result['gpu'] = torch.cuda.get_device_name(device)
     result['torch'] = torch.__version__
     return result
-
-
-def print_profile(run: Callable[[], object], device: torch.device) -> None:
-    """Print where the time of ``run()`` (more frames) goes, operator by operator."""
-    from torch.profiler import profile, ProfilerActivity
-
-    activities = [ProfilerActivity.CPU]
-    if device.type == 'cuda':
-        activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities) as prof:
-        run()
-    sort = 'cuda_time_total' if device.type == 'cuda' else 'cpu_time_total'
-    print(prof.key_averages().table(sort_by=sort, row_limit=30, max_name_column_width=60))

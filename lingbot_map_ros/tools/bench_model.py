@@ -47,10 +47,11 @@ from lingbot_map_ros.engine.attention.backend import BACKEND_NAMES
 from lingbot_map_ros.engine.image.preprocess import PreprocessInfo
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.rollover import RolloverSession
-from lingbot_map_ros.tools.bench_cameras import print_profile, run_cameras, synthetic_frames
+from lingbot_map_ros.tools.bench_cameras import run_cameras, synthetic_frames
 from lingbot_map_ros.tools.bench_components import components_report, format_report
 from lingbot_map_ros.tools.bench_rollover import add_live_arguments, block_report, \
     HEADLINE_KEYS, live_drop_report
+from lingbot_map_ros.tools.bench_timeline import print_profile
 from lingbot_map_ros.tools.fast_path_flags import add_fast_path_flags
 import numpy as np
 import torch

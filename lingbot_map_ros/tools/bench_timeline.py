@@ -105,6 +105,30 @@ def labelled_steps() -> Iterator[None]:
             setattr(owner, name, original)
 
 
+def _profiled(run: Callable[[], object], device: torch.device,
+              rows: int = 30) -> tuple[Any, str]:
+    """Run ``run()`` under ``torch.profiler`` (CUDA activity too on CUDA).
+
+    Returns:
+        The profiler, and its top ``rows`` operators by device time (by host time without
+        CUDA) as a table.
+    """
+    from torch.profiler import profile, ProfilerActivity
+
+    cuda = device.type == 'cuda'
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        run()
+    table = prof.key_averages().table(sort_by='cuda_time_total' if cuda else 'cpu_time_total',
+                                      row_limit=rows, max_name_column_width=60)
+    return prof, table
+
+
+def print_profile(run: Callable[[], object], device: torch.device) -> None:
+    """Print where the time of ``run()`` (more frames) goes, operator by operator."""
+    print(_profiled(run, device)[1])
+
+
 def profile_ticks(run: Callable[[Callable[[], Any]], Any], device: torch.device,
                   rows: int = 30) -> tuple[dict[str, Any], str]:
     """Profile ``run(label)``, which wraps each tick in ``label()``.
@@ -113,17 +137,12 @@ def profile_ticks(run: Callable[[Callable[[], Any]], Any], device: torch.device,
     splits the host's time by step.
 
     Returns:
-        :func:`summarise`'s dict, and the top ``rows`` operators by device time (by host time
-        without CUDA) as a table.
+        :func:`summarise`'s dict, and the operator table of :func:`_profiled`.
     """
-    from torch.profiler import profile, ProfilerActivity, record_function
+    from torch.profiler import record_function
 
-    cuda = device.type == 'cuda'
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with labelled_steps(), profile(activities=activities) as prof:
-        run(lambda: record_function(TICK))
-    table = prof.key_averages().table(sort_by='cuda_time_total' if cuda else 'cpu_time_total',
-                                      row_limit=rows, max_name_column_width=60)
+    with labelled_steps():
+        prof, table = _profiled(lambda: run(lambda: record_function(TICK)), device, rows)
     handle, path = tempfile.mkstemp(suffix='.json')
     os.close(handle)
     try:

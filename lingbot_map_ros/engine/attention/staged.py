@@ -55,6 +55,15 @@ StagedKey = tuple
 """What a captured graph is specialised on: ``('range',)`` or ``('split', start, patches)``."""
 
 
+def token_operands(q: torch.Tensor, k_pages: torch.Tensor,
+                   v_pages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Return ``q`` in the attention dtype and the pools' flat token views ``[N*T, H, D]``."""
+    dtype = attention_dtype(q, k_pages)
+    heads, dim = k_pages.shape[2], k_pages.shape[3]
+    return (q if q.dtype == dtype else q.to(dtype), k_pages.view(-1, heads, dim),
+            v_pages.view(-1, heads, dim))
+
+
 class StagedAttention:
     """The visible range of the frame in flight as device numbers; a backend's form attends.
 
@@ -172,11 +181,8 @@ class StagedAttention:
         Returns:
             ``[Q, H, D]`` in the storage dtype (the queries' dtype for an FP8 pool).
         """
-        dtype = attention_dtype(q, k_pages)
-        if q.dtype != dtype:
-            q = q.to(dtype)
-        heads, dim = k_pages.shape[2], k_pages.shape[3]
-        k, v = k_pages.view(-1, heads, dim), v_pages.view(-1, heads, dim)
+        q, k, v = token_operands(q, k_pages, v_pages)
+        dtype = q.dtype
         if q.is_cuda:
             return self.attend_device(key, q, k, v)
         start, stop = self._host_bounds

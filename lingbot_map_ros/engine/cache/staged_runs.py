@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 import os
 from typing import TYPE_CHECKING
 
-from lingbot_map_ros.engine.attention.fp8 import attention_dtype
+from lingbot_map_ros.engine.attention.staged import token_operands
 from lingbot_map_ros.engine.cache.staged_frames import StagedFrames
 import torch
 
@@ -100,9 +100,5 @@ class StagedRuns:
         storage = self._storage
         storage.write(layer, self._index, k.reshape(runs * tokens, heads, dim),
                       v.reshape(runs * tokens, heads, dim))
-        k_pages, v_pages = storage.k[layer], storage.v[layer]
-        dtype = attention_dtype(q, k_pages)
-        if q.dtype != dtype:
-            q = q.to(dtype)
-        return self._kernel(q, k_pages.view(-1, heads, dim), v_pages.view(-1, heads, dim),
+        return self._kernel(*token_operands(q, storage.k[layer], storage.v[layer]),
                             self._bounds)
