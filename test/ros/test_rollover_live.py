@@ -13,7 +13,8 @@
 # limitations under the License.
 """Rollovers of the real tiny engine (CPU) in live mode, on a real rclpy graph.
 
-Run: ``pytest test/ros/test_rollover_live.py`` (~35 s on 2 cores; marker ``rostest``).
+Run: ``pytest test/ros/test_rollover_live.py`` (~35 s on 2 cores, up to ~2.5 min on a slow or
+loaded one; marker ``rostest``).
 
 The first test sends frames one at a time, each once the node has taken the one before (no
 timing): every frame must come out once, across rollovers whose next session was prepared
@@ -23,14 +24,17 @@ The second sends one image stream at a fixed camera rate to two nodes at once (s
 comes and goes hits both alike), one whose sessions roll over every few frames and one whose
 session never ends, and compares their live queue's drops (``drops.queue_overflow``). The rate
 comes from the nodes: twice the per-frame time they report in their diagnostics during a
-paced warm-up, so a loaded machine gets a slower camera. If the machine slows down after the
-warm-up, so much that the node without rollovers drops over a quarter of the frames, no drop
-count of that run means anything: both nodes start again with a camera twice as slow.
-At that rate a normal frame never drops one, while a rollover that ran the next session's
-whole scale pass at the switch (8 scale frames: ~5 normal frames of work on the CPU) stalls
-the worker for about 2.5 periods and drops a frame at most rollovers. With the preparation
-turned off (``RolloverSession.lead_keyframes`` = 0) the test fails: on the node's count of
-unprepared switches always, on the drops right after the switches in most runs.
+paced warm-up, so a loaded machine gets a slower camera. The node without rollovers is the
+control: when it drops over a tenth of the frames, the machine is slower than the warm-up said
+(run alone on 2 cores, the first timed stream often drops half its frames at 2 periods; a CI
+machine slows down and speeds up), and no drop count of that run means anything: both nodes start
+again with a camera twice as slow, up to 8 per-frame times. The drop checks run on the first
+run whose control kept up; a machine that kept up with none skips them (said in the skip
+reason), after every check that needs no timing passed. At 2 periods a rollover that ran the
+next session's whole scale pass at the switch (8 scale frames: ~5 normal frames of work on the
+CPU) stalls the worker for about 2.5 periods and drops a frame at most rollovers; at 4 or 8
+only a longer stall does. With the preparation turned off (``RolloverSession.lead_keyframes``
+= 0) the test fails on the node's count of unprepared switches, whatever the machine's speed.
 """
 
 import statistics
@@ -93,8 +97,11 @@ _LONG = 200
 _WARM = 8
 """Paced streaming frames whose reported times set the camera rate."""
 _TIMED = 100
-_PERIODS = 2.0
-"""Camera period in per-frame times: a frame up to ~2 periods long drops nothing (one waits)."""
+_PERIODS = (2.0, 4.0, 8.0)
+"""Camera periods in per-frame times, tried in turn until the control keeps up: a frame up to
+~2 periods long drops nothing (one waits in the queue)."""
+_CONTROL_DROPS = _TIMED // 10
+"""The most frames the node without rollovers may drop for its run's drop counts to count."""
 
 
 def _engine_values(probe, node, since):
@@ -203,34 +210,36 @@ def _timed_streams(graph, periods):
 
 
 def test_a_prepared_rollover_drops_no_more_live_frames_than_no_rollover(graph):
-    # The comparison needs a camera rate the machine keeps up with: the node without
-    # rollovers is the control. When it drops over a quarter of the frames, the machine slowed
-    # down after the warm-up that set the rate (a CI neighbour), and every drop count of that
-    # run is noise: the streams run again, at a camera twice as slow.
-    for periods in (_PERIODS, 2 * _PERIODS):
+    for periods in _PERIODS:
         steady, rolling, period_s, frame_ms = _timed_streams(graph, periods)
         print(f'live drops at {period_s * 1e3:.0f} ms ({frame_ms:.0f} ms a frame): '
               f'{steady["drops"]} without rollovers, {rolling["drops"]} with '
               f'{rolling["rollovers"]} rollovers ({rolling["unprepared"]} unprepared, '
               f'switch max {rolling["switch_ms"]:.0f} ms)')
-        if steady['drops'] <= _TIMED // 4:
+        # Whatever the timing (``_counts`` checked a rollover at every session limit): no
+        # switch without its preparation.
+        assert steady['rollovers'] == 0 and rolling['unprepared'] == 0, rolling
+        if steady['drops'] <= _CONTROL_DROPS:
             break
-    assert steady['rollovers'] == 0 and rolling['rollovers'] >= 3
-    # Every switch found its session prepared (the drop checks below are the live evidence;
-    # this count is what says so without timing).
-    assert rolling['unprepared'] == 0, rolling
+    else:
+        pytest.skip(f'the node without rollovers dropped {steady["drops"]} of {_TIMED} frames '
+                    f'even at a camera of {_PERIODS[-1]:.0f} frame times: this machine is too '
+                    'slow or too loaded for the drop comparison (the other checks passed)')
+    assert rolling['rollovers'] >= 3, rolling  # frames kept: enough sessions to compare
     switches = rolling['switches']
-    at_switch = sum(rolling['after'][j] for j in switches)
-    rate = (rolling['drops'] - at_switch) / (len(rolling['after']) - len(switches))
+    after = rolling['after']
+    at_switch = sum(after[j] for j in switches)
+    rate = (rolling['drops'] - at_switch) / (len(after) - len(switches))
     print(f'{at_switch} dropped right after the {len(switches)} rollover frames, '
           f'{rate:.3f} per frame after the others')
-    # Timing noise of this machine shows as drops of the stream without rollovers. The stream
-    # with rollovers prepares on every frame (~1.3x a plain frame on the CPU), so under load
-    # its noise drops run up to ~2.5x the other's plus a few of the preparing frames' own:
-    # 3x plus 2 plus one per two rollovers. A stall at the switch is caught below.
+    # The stream with rollovers prepares on every frame (~1.3x a plain frame on the CPU), so
+    # under load its noise drops run up to ~2.5x the control's plus a few of the preparing
+    # frames' own: 3x plus 2 plus one per two rollovers. A stall at the switch is caught below.
     assert rolling['drops'] <= 3 * steady['drops'] + 2 + len(switches) // 2, (steady, rolling)
-    # Sharper, and blind to the preparing frames' extra work: a stalled switch drops the
-    # frames sent while it runs, right after the rollover frame. There the stream may drop
-    # no more often than after its other frames (with room for noise): a stall of 2 periods
-    # or more drops one at nearly every rollover.
-    assert at_switch <= 1 + 3 * len(switches) * rate, (at_switch, switches, rolling)
+    # Sharper, and blind to the preparing frames' extra work: a switch that stalls the worker
+    # for 2 periods or more drops the frames sent meanwhile, right after the rollover frame, at
+    # nearly every rollover. Counted by rollover (a burst of load that drops several frames at
+    # one switch is one), with room for the drops the stream shows after its other frames.
+    stalled = sum(1 for j in switches if after[j] > 0)
+    assert stalled <= 1 + len(switches) // 3 + 3 * len(switches) * rate, (
+        stalled, switches, rolling)
