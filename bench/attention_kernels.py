@@ -97,8 +97,9 @@ def fp8_kv_candidates(checks, timed, flops):
     """FP8 K/V storage as the cache backends read it: ours and FA3's, beside bf16 (``--fp8``).
 
     Rows: our Triton kernel at ``KERNEL_CONFIG`` in bf16, with FP8 K/V widened to fp16
-    (``qk_fp8`` false), and as it runs FP8 K/V by default (K straight into an FP8 QK product,
-    queries scaled per row; V widened), and the per-head query cast FA3's FP8 path uses
+    (``qk_fp8`` false), as it runs FP8 K/V by default (K straight into two FP8 QK products,
+    the queries in two e4m3 terms scaled per row; V widened) and with one query term
+    (``cache.precision: fast_approximate``), and the per-head query cast FA3's FP8 path uses
     (``triton_quant``). The FA3 rows are ``fa3_runs.py``'s.
     """
     from lingbot_map_ros.engine.attention.triton_backend import KERNEL_CONFIG
@@ -107,8 +108,12 @@ def fp8_kv_candidates(checks, timed, flops):
     wide = dict(cfg, qk_fp8=False)
     record(f'Triton FP8 KV widened: {cfg_name(cfg)}', triton_fn(wide, kv_fp8=True), checks,
            timed, flops, 'K/V e4m3 in memory, both widened to fp16 (qk_fp8 false)', bound=8e-2)
-    record(f'Triton FP8 KV (default): {cfg_name(cfg)}', triton_fn(cfg, kv_fp8=True), checks,
-           timed, flops, 'K as stored into FP8 QK (row-scaled q), V widened', bound=8e-2)
+    record(f'Triton FP8 KV split q (faithful default): {cfg_name(cfg)}',
+           triton_fn(dict(cfg, qk_split=True), kv_fp8=True), checks, timed, flops,
+           'K as stored into two FP8 QK products (q in two e4m3 terms), V widened', bound=8e-2)
+    record(f'Triton FP8 KV one-term q (fast_approximate): {cfg_name(cfg)}',
+           triton_fn(dict(cfg, qk_split=False), kv_fp8=True), checks, timed, flops,
+           'K as stored into FP8 QK (row-scaled q), V widened', bound=8e-2)
     from lingbot_map_ros.engine.attention.triton_quant import quantize_queries
     q = checks[0][0][0]
     q8, descale = quantize_queries(q)

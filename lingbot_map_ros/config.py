@@ -31,8 +31,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+import typing
 from typing import Any, Literal
 
+from lingbot_map_ros.loop_config import LoopConfig  # noqa: F401 - re-exported
 from lingbot_map_ros.metric_config import (  # noqa: F401 - MetricConfig re-exported
     MetricConfig, section_from_flat)
 import yaml
@@ -41,6 +43,7 @@ Backend = Literal['flashinfer', 'sdpa', 'reference', 'triton', 'fa3', 'auto']
 DType = Literal['bfloat16', 'float16', 'float32']
 HeadDType = Literal['float32', 'bfloat16']
 CacheDType = Literal['bfloat16', 'float16', 'float32', 'float8_e4m3fn']
+Precision = Literal['faithful', 'fast_approximate']
 FastPath = Literal['eager', 'segments', 'whole_frame']
 Preset = Literal['official', 'tiny']
 
@@ -135,9 +138,16 @@ class CacheConfig:
     backend: Backend = 'auto'
     """Attention over the paged cache: 'flashinfer' (CUDA), 'sdpa' (any device), 'reference'
     (fp32 gather + SDPA, for checks), 'triton' (CUDA: our kernel, docs/gpu_memory.md), 'fa3'
-    (Hopper: FlashAttention-3 from the fa3-fwd package, the run in parts: the fastest), 'auto'
-    ('fa3' for FP8 K/V on Hopper with fa3-fwd, else 'triton' where it runs, else 'sdpa';
-    engine/attention/backend_choice.py)."""
+    (Hopper: FlashAttention-3 from the fa3-fwd package, the run in parts), 'auto' (the fastest
+    combination that passes the long-sequence fidelity gate on this device under
+    ``precision``: engine/attention/backend_choice.py, docs/performance.md)."""
+    precision: Precision = 'faithful'
+    """'faithful': only attention products that keep the official model's bf16 accuracy on
+    long real sequences (the fidelity gate, docs/performance.md); FP8 K/V storage is fine, FP8
+    queries are not (FP8 keys meet queries carried in two e4m3 terms). 'fast_approximate':
+    also the single-e4m3-query FP8 products ('fa3' with FP8 K/V, 'triton' with one term):
+    faster, but several times the official bf16 run's pose error; logged as a warning and shown
+    in the diagnostics."""
     scale_frames: int = 8
     """First frames run together bidirectionally and pinned in the cache forever (N_s)."""
     sliding_window: int = 64
@@ -161,6 +171,9 @@ class CacheConfig:
     A stream that finds no room is refused (PoolExhaustedError) before anything is written."""
 
     def __post_init__(self) -> None:
+        if self.precision not in typing.get_args(Precision):
+            raise ValueError(f"cache.precision='{self.precision}' is not one of "
+                             f"{', '.join(typing.get_args(Precision))}")
         if self.streams < 1:
             raise ValueError(f'cache.streams={self.streams} must be >= 1')
         if self.pool_pages < 0:
@@ -339,7 +352,7 @@ class EngineConfig:
 _SECTIONS = {'model': ModelConfig, 'cache': CacheConfig, 'stream': StreamConfig}
 # Sections with field docstrings (``field_docs``); 'map' and 'metric' are not part of
 # EngineConfig.
-_DOCUMENTED = {**_SECTIONS, 'map': MapConfig, 'metric': MetricConfig}
+_DOCUMENTED = {**_SECTIONS, 'map': MapConfig, 'metric': MetricConfig, 'loop': LoopConfig}
 
 
 def _field_names(section: str) -> set[str]:

@@ -81,6 +81,9 @@ class CacheStats:
     """Pool pages no stream holds."""
     pool_streams: int = 0
     """Streams holding pages of the pool."""
+    precision: str = 'faithful'
+    """``cache.precision`` in effect: 'faithful' or 'fast_approximate' (outside the fidelity
+    gate, docs/performance.md)."""
 
     @classmethod
     def from_manager(cls, cache: dict[str, Any], camera_frames: int,

@@ -40,9 +40,11 @@ import json
 import logging
 import platform
 import time
+import typing
 from typing import Any
 
-from lingbot_map_ros.config import CacheConfig, EngineConfig, ModelConfig, StreamConfig
+from lingbot_map_ros.config import CacheConfig, EngineConfig, ModelConfig, Precision, \
+    StreamConfig
 from lingbot_map_ros.engine.attention.backend import BACKEND_NAMES
 from lingbot_map_ros.engine.image.preprocess import PreprocessInfo
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
@@ -91,6 +93,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stream.camera_head_dtype: the camera head's trunk in bf16")
     parser.add_argument('--kv-dtype', default=None, choices=['bfloat16', 'float8_e4m3fn'],
                         help='cache.dtype (default: --dtype); float8_e4m3fn halves the KV cache')
+    parser.add_argument('--precision', default=CacheConfig.precision,
+                        choices=typing.get_args(Precision),
+                        help='cache.precision: fast_approximate also allows the FP8 products '
+                        'that fail the fidelity gate (docs/performance.md)')
     parser.add_argument('--max-total-frames', type=int, default=CacheConfig.max_total_frames,
                         help='cache.max_total_frames (special-stream capacity in keyframes, '
                              '>= --session-keyframes)')
@@ -173,7 +179,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         model=ModelConfig.from_preset(args.preset),
         cache=CacheConfig(backend=args.backend, scale_frames=args.scale_frames,
                           sliding_window=args.window, max_total_frames=args.max_total_frames,
-                          dtype=args.kv_dtype or args.dtype),
+                          dtype=args.kv_dtype or args.dtype, precision=args.precision),
         stream=StreamConfig(device=args.device, dtype=args.dtype, image_width=args.width,
                             keyframe_interval=args.keyframe_interval, enable_depth=args.depth,
                             fast_path=args.fast_path, compile=args.compile,

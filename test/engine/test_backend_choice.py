@@ -20,7 +20,7 @@ from lingbot_map_ros.config import CacheConfig
 from lingbot_map_ros.engine.attention import backend_choice
 from lingbot_map_ros.engine.attention.backend import BACKEND_NAMES
 from lingbot_map_ros.engine.attention.backend_choice import choose_backend, fa3_refusal, \
-    resolve_backend, triton_refusal
+    resolve_backend, triton_refusal, unfaithful_refusal
 from lingbot_map_ros.engine.cache import FlashInferKVCacheManager
 import pytest
 import torch
@@ -101,7 +101,7 @@ FP8 = torch.float8_e4m3fn
 
 def test_auto_keeps_triton_for_fp8_kv_and_says_so_and_sdpa_off_cuda(caplog):
     chosen, why = choose_backend('cuda', (9, 0), BF16, True, FP8)
-    assert chosen == 'triton' and 'FP8 QK product' in why
+    assert chosen == 'triton' and 'two e4m3 terms (faithful)' in why
     assert choose_backend('cuda', (9, 0), BF16, True, BF16)[1] == \
         choose_backend('cuda', (9, 0), BF16, True)[1]
     # Where Triton cannot run, FP8 K/V go to sdpa (which widens them on read), with the reason.
@@ -115,18 +115,52 @@ def test_auto_keeps_triton_for_fp8_kv_and_says_so_and_sdpa_off_cuda(caplog):
     assert "cache.backend 'auto' -> 'sdpa'" in caplog.text
 
 
-def test_auto_takes_fa3_for_fp8_kv_on_hopper_only_where_its_wheel_is_installed():
-    chosen, why = choose_backend('cuda', (9, 0), BF16, True, FP8, fa3_installed=True)
-    assert chosen == 'fa3' and 'fa3-fwd' in why
-    # Not for bf16 K/V, not off Hopper, not without the wheel, not without triton (its parts
-    # are Triton kernels): the Triton kernel or sdpa, as without FA3.
-    for args, expected in ((('cuda', (9, 0), BF16, True, BF16, True), 'triton'),
-                           (('cuda', (10, 0), BF16, True, FP8, True), 'triton'),
-                           (('cuda', (8, 9), BF16, True, FP8, True), 'triton'),
-                           (('cuda', (9, 0), BF16, True, FP8, False), 'triton'),
-                           (('cuda', (9, 0), BF16, False, FP8, True), 'sdpa'),
-                           (('cpu', None, BF16, True, FP8, True), 'sdpa')):
-        assert choose_backend(*args)[0] == expected, args
+# Every device a choice depends on: (type, capability, triton installed, fa3 installed).
+DEVICES = [('cuda', (9, 0), True, True), ('cuda', (9, 0), True, False),
+           ('cuda', (9, 0), False, True), ('cuda', (10, 0), True, True),
+           ('cuda', (8, 9), True, True), ('cuda', (8, 0), True, False),
+           ('cuda', (7, 5), True, False), ('cpu', None, True, True)]
+
+
+@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('storage', [BF16, FP8])
+def test_auto_never_chooses_a_combination_outside_the_gate_under_faithful(device, storage):
+    kind, capability, triton_installed, fa3_installed = device
+    chosen, why = choose_backend(kind, capability, BF16, triton_installed, storage,
+                                 fa3_installed, 'faithful')
+    # FA3's FP8 kernel (e4m3 queries) fails the long-sequence gate: never for FP8 K/V.
+    assert unfaithful_refusal(chosen, storage, 'faithful') is None
+    assert not (chosen == 'fa3' and storage == FP8)
+    hopper_fa3 = kind == 'cuda' and capability == (9, 0) and triton_installed and fa3_installed
+    triton_runs = kind == 'cuda' and capability >= (8, 0) and triton_installed
+    expected = 'fa3' if hopper_fa3 and storage == BF16 else 'triton' if triton_runs else 'sdpa'
+    assert chosen == expected, (device, storage, why)
+
+
+def test_fast_approximate_allows_fa3_fp8_on_hopper_and_warns(caplog):
+    chosen, why = choose_backend('cuda', (9, 0), BF16, True, FP8, True, 'fast_approximate')
+    assert chosen == 'fa3' and 'fast_approximate' in why
+    assert choose_backend('cuda', (9, 0), BF16, True, FP8, False, 'fast_approximate') == \
+        ('triton', 'the Triton kernel runs here; FP8 keys go as stored into its FP8 QK '
+         'product, one e4m3 query term')
+    with caplog.at_level('WARNING'):
+        assert resolve_backend('sdpa', torch.device('cpu'), torch.float32, FP8,
+                               'fast_approximate') == 'sdpa'
+    assert 'fast_approximate' in caplog.text and 'official bf16' in caplog.text
+    caplog.clear()
+    with caplog.at_level('WARNING'):
+        resolve_backend('sdpa', torch.device('cpu'), torch.float32, FP8, 'faithful')
+    assert 'fast_approximate' not in caplog.text
+
+
+def test_explicit_fa3_with_fp8_kv_is_refused_under_faithful(monkeypatch):
+    monkeypatch.setattr(backend_choice, 'device_facts', lambda _d: ('cuda', (9, 0), True))
+    with pytest.raises(ValueError, match='fidelity gate.*fast_approximate'):
+        resolve_backend('fa3', torch.device('cpu'), BF16, FP8, 'faithful')
+    assert resolve_backend('fa3', torch.device('cpu'), BF16, FP8, 'fast_approximate') == 'fa3'
+    assert resolve_backend('fa3', torch.device('cpu'), BF16, BF16, 'faithful') == 'fa3'
+    with pytest.raises(ValueError, match="cache.precision='exact'"):
+        resolve_backend('sdpa', torch.device('cpu'), BF16, FP8, 'exact')
 
 
 def test_fp8_products_only_where_fp8_tensor_cores_exist(monkeypatch):

@@ -151,3 +151,26 @@ def test_triton_backend_matches_the_reference_backend_through_the_window_fill(st
             # FP8 keys go into an FP8 QK product: the queries' e4m3 rounding (~2.5e-2 seen).
             bound = 1e-2 if storage is None else FP8_BOUND
             assert ((got - want).norm() / want.norm()).item() < bound
+
+
+@pytest.mark.parametrize('splits', [1, 2])
+def test_split_queries_keep_bf16_precision_with_fp8_keys_as_stored(splits):
+    # The faithful form (``qk_split``, the default): FP8 keys go as stored into two FP8
+    # products with the queries' e4m3 term and 16 times its rounding residual. The result must
+    # sit at the widened (exact-product) path's error, far under the one-term product's.
+    gen = torch.Generator().manual_seed(20 + splits)
+    q = (torch.randn(40, 2, 64, generator=gen) * 0.1).to(DEV, torch.bfloat16)
+    k = (torch.randn(200, 2, 64, generator=gen) * 40).to(DEV, torch.float8_e4m3fn)
+    v = torch.randn(200, 2, 64, generator=gen).to(DEV, torch.float8_e4m3fn)
+    bounds = torch.tensor([2, 199], dtype=torch.int32, device=DEV)
+    ref = _reference(q, k[2:199].double(), v[2:199].double())
+
+    def error(**kwargs):
+        out = attend_run(q, k, v, bounds, splits=splits, block_m=32, block_n=32, **kwargs)
+        assert out.dtype == torch.bfloat16 and not out.isnan().any()
+        return ((out.double() - ref).norm() / ref.norm()).item()
+
+    split, single, wide = error(qk_fp8=True), error(qk_fp8=True, qk_split=False), \
+        error(qk_fp8=False)
+    assert split < 2 * wide + 2e-3
+    assert single > 3 * split

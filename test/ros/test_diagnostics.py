@@ -196,3 +196,11 @@ def test_fast_path_fallbacks_are_counted_by_name_in_every_state():
             tracking['fallbacks.compile']) == ('1', '1', '0')
     assert tracking['fast_path_requested'] == 'whole_frame'
     assert tracking['fast_path_reason'] == 'CUDA graphs unavailable'
+
+
+def test_cache_status_shows_the_precision_and_says_when_it_is_outside_the_gate():
+    status = diagnostics.cache_status('n', CACHE, 12, 1024)
+    assert values(status)['precision'] == 'faithful' and 'fidelity gate' not in status.message
+    fast = diagnostics.cache_status('n', replace(CACHE, precision='fast_approximate'), 12, 1024)
+    assert values(fast)['precision'] == 'fast_approximate'
+    assert 'fast_approximate: outside the fidelity gate' in fast.message

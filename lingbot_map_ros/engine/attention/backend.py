@@ -114,7 +114,7 @@ def check_storage_dtype(storage: torch.dtype | None, dtype: torch.dtype,
 
 def make_backend(name: str, *, num_heads: int, head_dim: int, page_size: int, num_pages: int,
                  dtype: torch.dtype, device: torch.device,
-                 full_patch_pages: int = 0) -> AttentionBackend:
+                 full_patch_pages: int = 0, precision: str = 'faithful') -> AttentionBackend:
     """Build the named backend for pools of ``num_pages`` pages ``[T, H, D]`` in ``dtype``.
 
     Args:
@@ -128,6 +128,8 @@ def make_backend(name: str, *, num_heads: int, head_dim: int, page_size: int, nu
         device: Device of the pools.
         full_patch_pages: Patch pages of a frame once the window is full (N_s + W); 'sdpa'
             splits its CUDA attention only from then on (see ``attention/split.py``).
+        precision: ``cache.precision`` ('faithful' or 'fast_approximate'): the products our
+            Triton kernel runs for FP8 keys (``backend_choice.py``).
 
     Returns:
         The backend.
@@ -149,7 +151,7 @@ def make_backend(name: str, *, num_heads: int, head_dim: int, page_size: int, nu
                              f'attention, got device={device}, dtype={dtype}; use '
                              "backend='sdpa' or 'reference'")
         from lingbot_map_ros.engine.attention.triton_backend import TritonBackend
-        return TritonBackend(device)
+        return TritonBackend(device, precision=precision)
     if name == 'fa3':  # FlashAttention-3 (fa3-fwd) as the run kernel: attention/fa3.py
         from lingbot_map_ros.engine.attention.fa3 import Fa3Backend
         return Fa3Backend(device)

@@ -11,23 +11,29 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Backend ``auto``: the fastest cache attention this device runs for the KV dtype, or a fallback.
+"""Backend ``auto`` and ``cache.precision``: the fastest faithful cache attention, or a fallback.
 
-Why: at our cache shape on Hopper (docs/performance.md, bench/results/h200_round9/) the
-fastest path end to end for FP8 K/V (the default) is FlashAttention-3's FP8 kernel (``fa3``,
-the optional ``fa3-fwd`` wheel) over the run cut into parts (``fa3_parts.py``); without that
-wheel, and for bf16 K/V, it is our Triton kernel (one contiguous run, its bounds on the device:
-no cuDNN/flash split; FP8 K read as stored into an FP8 QK product). So:
+Faithful means within the long-sequence fidelity gate (docs/performance.md, ``lingbot_map_bench
+fidelity``): over 120 real frames each mean error at most, and each maximum at most 1.25 times,
+what the official model's own bf16 run shows against its fp32 run. Storing K/V in FP8 passes;
+an 8-bit QK product with the queries rounded once to e4m3 does not (FA3's FP8 kernel: 7.5 times
+the official bf16 error; our Triton kernel with one row-scaled e4m3 term: 1.8 times). Such
+products run only under ``cache.precision: fast_approximate``, which logs a warning.
 
-* FP8 K/V on a Hopper GPU (compute capability 9.x) with ``fa3-fwd`` installed: ``fa3``;
-* where Triton runs (CUDA, compute capability >= 8.0, bf16/fp16, ``triton`` installed):
-  ``triton``, for bf16 and FP8 K/V alike (no extra wheel);
-* else ``sdpa`` (any device, any dtype; it widens FP8 K/V on read).
+``auto`` under ``faithful``:
+
+* FP8 K/V where Triton runs: ``triton`` (FP8 keys as stored meet the queries carried in two
+  e4m3 terms, about bf16's query precision: ``triton_attention.py``; on Ampere the keys are
+  widened);
+* bf16 K/V on a Hopper GPU with ``fa3-fwd`` installed: ``fa3`` (its bf16 kernel);
+* else ``triton`` where it runs, else ``sdpa`` (any device, any dtype; it widens FP8 on read).
+
+Under ``fast_approximate`` FP8 K/V on Hopper with ``fa3-fwd`` take ``fa3``'s FP8 kernel.
 
 It logs its choice and why. An explicit ``triton`` on a device that cannot run it is refused with
 the reason (:func:`triton_refusal`), never silently replaced; so is an explicit ``fa3``
-(:func:`fa3_refusal`; without its package, ``fa3.import_fa3`` raises ImportError saying what to
-install).
+(:func:`fa3_refusal`, and with FP8 K/V under ``faithful``; without its package,
+``fa3.import_fa3`` raises ImportError saying what to install).
 """
 
 from __future__ import annotations
@@ -99,23 +105,47 @@ def fa3_refusal(device_type: str, capability: tuple[int, int] | None,
     return None
 
 
+PRECISIONS = ('faithful', 'fast_approximate')
+"""``cache.precision`` values (module docstring)."""
+
+
+def unfaithful_refusal(backend: str, storage_dtype: torch.dtype | None,
+                       precision: str) -> str | None:
+    """Say why ``backend`` over ``storage_dtype`` K/V is outside the fidelity gate, or None."""
+    if precision == 'faithful' and backend == 'fa3' and storage_dtype in FP8_KV_DTYPES:
+        return ("backend 'fa3' with cache.dtype float8_e4m3fn runs FA3's FP8 kernel (queries "
+                'rounded to e4m3), 7.5 times the official bf16 pose error on the long-sequence '
+                "fidelity gate (docs/performance.md); use backend 'auto' or 'triton' (FP8 "
+                "storage, faithful products), cache.dtype bfloat16 with 'fa3', or "
+                'cache.precision fast_approximate to accept the error')
+    return None
+
+
 def choose_backend(device_type: str, capability: tuple[int, int] | None, dtype: torch.dtype,
                    triton_installed: bool, storage_dtype: torch.dtype | None = None,
-                   fa3_installed: bool = False) -> tuple[str, str]:
+                   fa3_installed: bool = False, precision: str = 'faithful') -> tuple[str, str]:
     """Resolve ``auto`` for a cache attending in ``dtype`` with K/V stored in ``storage_dtype``.
 
     Returns:
-        ``('fa3', why)``, ``('triton', why)`` or ``('sdpa', why)`` (module docstring).
+        ``('fa3', why)``, ``('triton', why)`` or ``('sdpa', why)`` (module docstring); never a
+        combination :func:`unfaithful_refusal` refuses under ``precision``.
     """
-    if storage_dtype in FP8_KV_DTYPES and fa3_installed and triton_installed \
-            and fa3_refusal(device_type, capability, dtype) is None:
-        return 'fa3', ('FlashAttention-3 (fa3-fwd) is installed on this Hopper GPU: its FP8 '
-                       'kernel over the run in parts is the fastest measured for FP8 K/V')
+    fp8 = storage_dtype in FP8_KV_DTYPES
+    fa3_runs = fa3_installed and triton_installed \
+        and fa3_refusal(device_type, capability, dtype) is None
+    if fa3_runs and unfaithful_refusal('fa3', storage_dtype, precision) is None:
+        if fp8:
+            return 'fa3', ('cache.precision fast_approximate and FlashAttention-3 (fa3-fwd) on '
+                           'this Hopper GPU: its FP8 kernel, the fastest measured for FP8 K/V')
+        return 'fa3', ('FlashAttention-3 (fa3-fwd) is installed on this Hopper GPU: its bf16 '
+                       'kernel is the fastest faithful one measured for bf16 K/V')
     refusal = triton_refusal(device_type, capability, dtype, triton_installed)
     if refusal is None:
-        if storage_dtype in FP8_KV_DTYPES:
-            return 'triton', ('the Triton kernel runs here; FP8 K/V go as stored into its FP8 '
-                              'QK product (fastest measured for FP8 K/V)')
+        if fp8:
+            how = 'one e4m3 query term' if precision == 'fast_approximate' \
+                else 'queries in two e4m3 terms (faithful)'
+            return 'triton', (f'the Triton kernel runs here; FP8 keys go as stored into its FP8 '
+                              f'QK product, {how}')
         return 'triton', 'the Triton kernel runs here (fastest measured at the cache shape)'
     return 'sdpa', refusal.split(';')[0].replace("backend 'triton' needs", 'Triton needs')
 
@@ -141,7 +171,7 @@ def device_facts(device: torch.device) -> tuple[str, tuple[int, int] | None, boo
 
 
 def resolve_backend(name: str, device: torch.device, dtype: torch.dtype,
-                    storage_dtype: torch.dtype | None = None) -> str:
+                    storage_dtype: torch.dtype | None = None, precision: str = 'faithful') -> str:
     """Return the concrete backend for ``name`` on ``device`` (``auto`` resolved, logged).
 
     Args:
@@ -149,16 +179,28 @@ def resolve_backend(name: str, device: torch.device, dtype: torch.dtype,
         device: Device of the cache.
         dtype: Dtype attention runs in.
         storage_dtype: K/V storage dtype (FP8 or None: ``dtype``); ``auto`` depends on it.
+        precision: ``cache.precision`` (:data:`PRECISIONS`); ``fast_approximate`` is logged as
+            a warning.
 
     Raises:
-        ValueError: ``triton`` or ``fa3`` asked for explicitly where it cannot run (the message
-            says why and what to use instead).
+        ValueError: an unknown precision; ``triton`` or ``fa3`` asked for explicitly where it
+            cannot run, or ``fa3`` with FP8 K/V under ``faithful`` (the message says why and
+            what to use instead).
     """
+    if precision not in PRECISIONS:
+        raise ValueError(f"cache.precision='{precision}' is not one of {', '.join(PRECISIONS)}")
+    if precision == 'fast_approximate':
+        logger.warning('cache.precision fast_approximate: FP8 attention products with the '
+                       'queries rounded once to e4m3 are allowed. On the long-sequence fidelity '
+                       'gate they give several times the pose error of the official bf16 run '
+                       '(FA3 FP8: 7.5x); use it only where speed matters more than accuracy '
+                       '(docs/performance.md)')
     if name not in ('auto', 'triton', 'fa3'):
         return name
     kind, capability, installed = device_facts(device)
     if name == 'fa3':
-        refusal = fa3_refusal(kind, capability, dtype)
+        refusal = fa3_refusal(kind, capability, dtype) \
+            or unfaithful_refusal(name, storage_dtype, precision)
         if refusal is not None:
             raise ValueError(refusal)
         return name
@@ -169,6 +211,6 @@ def resolve_backend(name: str, device: torch.device, dtype: torch.dtype,
         return name
     fa3_installed = kind == 'cuda' and fa3_usable()
     chosen, why = choose_backend(kind, capability, dtype, installed, storage_dtype,
-                                 fa3_installed)
+                                 fa3_installed, precision)
     logger.info("cache.backend 'auto' -> '%s' (%s)", chosen, why)
     return chosen

@@ -65,7 +65,8 @@ relative precision does not depend on a scale). Parts always cast unscaled."""
 FA3_QUERY_TILE = 192
 """Query rows per CTA of FA3's forward at head dim 64 (bf16 and FP8): a run's queries past the
 last multiple of it make one more tile per head and key part, padded to 192 rows."""
-TAIL_KERNEL: dict[str, Any] = {'block_m': 64, 'block_n': 64, 'num_warps': 4, 'num_stages': 3}
+TAIL_KERNEL: dict[str, Any] = {'block_m': 64, 'block_n': 64, 'num_warps': 4, 'num_stages': 3,
+                               'qk_split': False}
 """Our Triton kernel's config for the tail rows (``triton_attention.attend_run``, one query
 tile; its key parts are ``FA3_CONFIG['tail_splits']``, so that the heads fill the GPU)."""
 

@@ -23,17 +23,21 @@ Why its own kernel: at our shape (978 queries, ~73k keys, 16 x 64, bf16) a query
 into ``splits`` parts (FlashDecoding-style) gives ``splits`` times as many CTAs, so several
 run per SM and hide each other's softmax behind their matrix products; a second, small kernel
 merges the parts with their log-sum-exps. Other choices: ``exp2`` with ``log2(e) / sqrt(D)``
-folded into one multiply-add per score; ``qk_fp8`` runs the QK product in FP8 (Hopper's FP8
-tensor cores) for speed at a larger error.
+folded into one multiply-add per score; ``qk_fp8`` runs the QK product on the FP8 tensor
+cores.
 
 FP8 K and V (e4m3, unit scale: ``fp8.py``) are loaded as FP8 (half the bytes), with no
-widened copy in memory. The keys go as they are into an FP8 QK product (``qk_fp8``, the
-default for FP8 keys): the queries are rounded to e4m3 with one scale per query row (the
-row's largest |q| at 448), folded into the row's softmax factor, so the products need no
-conversion of K at all. Why: a widened operand must be written back to shared memory for
-Hopper's wgmma, and that round trip made the widening kernel 30 % slower than bf16
-(0.931 vs 0.714 ms at our shape); with K read as stored it runs at the bf16 kernel's speed
-(0.718 ms, bench/results/h200_round6/). The values are still widened in registers, to fp16
+widened copy in memory. The keys go as they are into FP8 QK products (``qk_fp8``, the
+default for FP8 keys), so K needs no conversion: a widened operand must be written back to
+shared memory for Hopper's wgmma, a round trip that makes the widening kernel the slowest
+form (docs/performance.md). The queries are scaled per row (the row's largest |q| at 448,
+the scale folded into the row's softmax factor) and carried in two e4m3 terms, the rounded
+value and its rounding residual (``qk_split``, the default): two FP8 products into one
+accumulator, about bf16's query precision. One term (``qk_split=False``) halves the QK
+products but rounds every query to 3 mantissa bits: on long real sequences that error
+builds up across the cache to several times the official bf16 run's pose error, so it runs
+only under ``cache.precision: fast_approximate`` (``backend_choice.py``). The values are
+still widened in registers, to fp16
 (``fp8.kernel_operand_dtype``), for the PV product: e4m3 is exact in fp16, the widening is
 one instruction per two values (``cvt.rn.f16x2.e4m3x2``), and FP8 wgmma would need V
 transposed (K-major). ``qk_fp8=False`` widens K too (exact products, the slower kernel).
@@ -59,11 +63,12 @@ LOG2E = 1.4426950408889634
 def _attend_part(Q, K, V, Out, M, bounds, n_q, qk_scale,
                  s_qm, s_qh, s_km, s_kh, s_vm, s_vh, s_op, s_om, s_oh, s_mp, s_mh,
                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 SPLITS: tl.constexpr, QK_FP8: tl.constexpr, NORMALISE: tl.constexpr,
-                 MMA_FP16: tl.constexpr):
+                 SPLITS: tl.constexpr, QK_FP8: tl.constexpr, QK_SPLIT: tl.constexpr,
+                 NORMALISE: tl.constexpr, MMA_FP16: tl.constexpr):
     """One (query tile, head, key part): unnormalised partial output and its log2 max/sum.
 
     ``MMA_FP16``: K and V are FP8 and both products run in fp16 (module docstring).
+    ``QK_SPLIT`` (with ``QK_FP8``): the queries go in as two e4m3 terms (module docstring).
     """
     tile = tl.program_id(0)
     head = tl.program_id(1)
@@ -85,10 +90,17 @@ def _attend_part(Q, K, V, Out, M, bounds, n_q, qk_scale,
         # One scale per query row: its largest |q| maps to e4m3's 448 and the scale is folded
         # into the row's softmax factor, so small queries keep 3 mantissa bits.
         row_max = tl.maximum(tl.max(tl.abs(q.to(tl.float32)), 1), 1e-30)
-        q = (q.to(tl.float32) * (448.0 / row_max)[:, None]).to(tl.float8e4nv)
+        q_scaled = q.to(tl.float32) * (448.0 / row_max)[:, None]
+        q = q_scaled.to(tl.float8e4nv)
         row_scale = qk_scale * (row_max / 448.0)
+        # The rounding residual, itself rounded to e4m3 at the same scale, so both products
+        # add into one accumulator (no rescaling between them): the pair carries each query
+        # to about 2^-8 of its value, bf16's precision, and never worse than 2^-10 against
+        # the row's largest value of 448. Unused (removed by the compiler) without QK_SPLIT.
+        q_lo = (q_scaled - q.to(tl.float32)).to(tl.float8e4nv)
     else:
         row_scale = qk_scale
+        q_lo = q
         if MMA_FP16:
             q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
     m_i = tl.full([BLOCK_M], float('-inf'), dtype=tl.float32)
@@ -101,14 +113,16 @@ def _attend_part(Q, K, V, Out, M, bounds, n_q, qk_scale,
         keys = n0 + offs_n
         k = tl.load(k_base + keys[None, :] * s_km)
         v = _widen(tl.load(v_base + keys[:, None] * s_vm), Q, MMA_FP16)
-        m_i, l_i, acc = _block(q, k, v, m_i, l_i, acc, row_scale, None, QK_FP8)
+        m_i, l_i, acc = _block(q, q_lo, k, v, m_i, l_i, acc, row_scale, None, QK_FP8,
+                               QK_SPLIT)
     if full_end < hi:
         keys = full_end + offs_n
         key_ok = keys < hi
         k = tl.load(k_base + keys[None, :] * s_km, mask=key_ok[None, :], other=0.0)
         v = _widen(tl.load(v_base + keys[:, None] * s_vm, mask=key_ok[:, None], other=0.0),
                    Q, MMA_FP16)
-        m_i, l_i, acc = _block(q, k, v, m_i, l_i, acc, row_scale, key_ok, QK_FP8)
+        m_i, l_i, acc = _block(q, q_lo, k, v, m_i, l_i, acc, row_scale, key_ok, QK_FP8,
+                               QK_SPLIT)
     o_ptrs = Out + part * s_op + offs_m[:, None] * s_om + head * s_oh + offs_d[None, :]
     # An empty part (more parts than key tiles) has l = 0 and acc = 0: store 0, lse -inf.
     acc = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
@@ -132,8 +146,11 @@ def _widen(x, Q, MMA_FP16: tl.constexpr):
 
 
 @triton.jit
-def _block(q, k, v, m_i, l_i, acc, row_scale, key_ok, QK_FP8: tl.constexpr):
+def _block(q, q_lo, k, v, m_i, l_i, acc, row_scale, key_ok, QK_FP8: tl.constexpr,
+           QK_SPLIT: tl.constexpr):
     """Online-softmax update with one key tile ``k: [D, N]``, ``v: [N, D]`` (log2 domain).
+
+    ``q_lo``: with ``QK_SPLIT``, the queries' second e4m3 term (the first's residual).
 
     ``row_scale``: the factor from ``q . k`` to log2 units (> 0): one per query row ``[M]``
     with ``QK_FP8`` (the rows' e4m3 scales folded in), else one scalar.
@@ -142,9 +159,13 @@ def _block(q, k, v, m_i, l_i, acc, row_scale, key_ok, QK_FP8: tl.constexpr):
     # extra pass over memory.
     if QK_FP8:
         k = k.to(tl.float8e4nv)
+        if QK_SPLIT:
+            qk = tl.dot(q_lo, k, tl.dot(q, k))
+        else:
+            qk = tl.dot(q, k)
     else:
         k = k.to(q.dtype)
-    qk = tl.dot(q, k)
+        qk = tl.dot(q, k)
     if key_ok is not None:
         qk = tl.where(key_ok[None, :], qk, float('-inf'))
     m_new = tl.maximum(m_i, tl.max(qk, 1) * row_scale)
@@ -189,7 +210,7 @@ def _merge_parts(P, M, Out, n_q, s_pp, s_pm, s_ph, s_mp, s_mh, s_om, s_oh,
 
 def attend_run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: torch.Tensor, *,
                splits: int = 4, block_m: int = 128, block_n: int = 64, num_warps: int = 4,
-               num_stages: int = 2, qk_fp8: bool | None = None,
+               num_stages: int = 2, qk_fp8: bool | None = None, qk_split: bool = True,
                out: torch.Tensor | None = None,
                scratch: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Attend ``q: [Q, H, D]`` to the keys ``k[start:stop]``, ``v[start:stop]`` (``[N, H, D]``).
@@ -210,6 +231,9 @@ def attend_run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: torch.
             row, keys as stored or rounded). None: when ``k`` is FP8 and the device has FP8
             tensor cores (``fp8_products``), so FP8 keys go to them as they are (module
             docstring); on Ampere FP8 keys are widened.
+        qk_split: With ``qk_fp8``, the queries go in as two e4m3 terms (two FP8 products,
+            about bf16's query precision: the faithful form). False: one e4m3 term (half the
+            QK products, outside the fidelity gate: ``cache.precision: fast_approximate``).
         out: Optional ``[Q, H, D]`` output buffer.
         scratch: Optional ``(parts [splits, Q, H, D] fp32, lse [splits, H, Q] fp32)``.
 
@@ -230,8 +254,8 @@ def attend_run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: torch.
     qk_scale = LOG2E / math.sqrt(dim)
     grid = (triton.cdiv(num_q, block_m), heads, splits)
     common = {'HEAD_DIM': dim, 'BLOCK_M': block_m, 'BLOCK_N': block_n, 'SPLITS': splits,
-              'QK_FP8': qk_fp8, 'MMA_FP16': mma_fp16, 'num_warps': num_warps,
-              'num_stages': num_stages}
+              'QK_FP8': qk_fp8, 'QK_SPLIT': bool(qk_fp8 and qk_split), 'MMA_FP16': mma_fp16,
+              'num_warps': num_warps, 'num_stages': num_stages}
     if splits == 1:
         _attend_part[grid](q, k, v, out, out, bounds, num_q, qk_scale,
                            q.stride(0), q.stride(1), k.stride(0), k.stride(1),

@@ -78,7 +78,7 @@ def kernel_config() -> dict[str, Any]:
     Raises:
         ValueError: the override is not a JSON object of known keys.
     """
-    known = set(KERNEL_CONFIG) | {'qk_fp8'} | FAST_KEYS
+    known = set(KERNEL_CONFIG) | {'qk_fp8', 'qk_split'} | FAST_KEYS
     override = env_override('LINGBOT_MAP_TRITON_CONFIG', known)
     if override is None:
         return dict(KERNEL_CONFIG)
@@ -101,14 +101,21 @@ def import_triton_kernel() -> Any:
 
 
 class TritonRunAttention:
-    """The kernel over a device-side run, with its config and scratch kept between calls."""
+    """The kernel over a device-side run, with its config and scratch kept between calls.
 
-    def __init__(self) -> None:
+    Args:
+        precision: ``cache.precision``. 'faithful': FP8 keys meet queries carried in two e4m3
+            terms (``qk_split``, about bf16's query precision); 'fast_approximate': one term.
+    """
+
+    def __init__(self, precision: str = 'faithful') -> None:
         self._attend = import_triton_kernel()
         self._config = kernel_config()
         if any(self._config.get(key) for key in FAST_KEYS):
             from lingbot_map_ros.engine.attention.triton_fp8 import attend_run_fast
             self._attend = attend_run_fast
+        else:
+            self._config.setdefault('qk_split', precision == 'faithful')
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  bounds: torch.Tensor) -> torch.Tensor:
@@ -123,11 +130,12 @@ class TritonBackend:
     graph_support = 'whole_frame'  # the kernel reads the run's bounds from the device
     fallbacks = 0  # one kernel, nothing to step down to
 
-    def __init__(self, device: torch.device, kernel: Any = None) -> None:
+    def __init__(self, device: torch.device, kernel: Any = None,
+                 precision: str = 'faithful') -> None:
         from lingbot_map_ros.engine.attention.sdpa import _PageGather
 
         # Another kernel over a device-side run (``fa3.py``) reuses the rest as it is.
-        self.kernel = kernel if kernel is not None else TritonRunAttention()
+        self.kernel = kernel if kernel is not None else TritonRunAttention(precision)
         self._bounds = torch.zeros(2, dtype=torch.int32, device=device)
         self._host_bounds = (-1, -1)
         self._gather = _PageGather()

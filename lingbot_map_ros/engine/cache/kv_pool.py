@@ -84,6 +84,8 @@ class KVPool:
         backend: Attention backend name ('flashinfer', 'sdpa', 'reference', 'triton').
         storage_dtype: K/V storage dtype when it differs from ``dtype`` (FP8).
         full_patch_pages: ``N_s + W``, for the backend's split (``attention/split.py``).
+        precision: ``cache.precision``: 'faithful' (products within the fidelity gate) or
+            'fast_approximate' (``backend_choice.py``).
 
     Raises:
         ValueError: bad sizes, dtypes or backend.
@@ -93,22 +95,23 @@ class KVPool:
     def __init__(self, *, num_layers: int, num_pages: int, page_size: int, num_heads: int,
                  head_dim: int, num_special_tokens: int, dtype: torch.dtype,
                  device: torch.device, backend: str, storage_dtype: torch.dtype | None = None,
-                 full_patch_pages: int = 0) -> None:
+                 full_patch_pages: int = 0, precision: str = 'faithful') -> None:
         self.page_size = page_size
         self.num_special_tokens = num_special_tokens
         self.tokens_per_frame = num_special_tokens + page_size
         self.dtype = dtype
         self.device = torch.device(device)
         # 'auto' -> the fastest backend this device runs; 'triton' refused where it cannot run.
-        backend = resolve_backend(backend, self.device, dtype, storage_dtype)
+        backend = resolve_backend(backend, self.device, dtype, storage_dtype, precision)
         self.backend_name = backend
+        self.precision = precision
         self.storage_dtype = check_storage_dtype(storage_dtype, dtype, backend)
         self.full_patch_pages = full_patch_pages
         # The backend first: a missing FlashInfer fails before gigabytes are allocated.
         self.backend: AttentionBackend = make_backend(
             backend, num_heads=num_heads, head_dim=head_dim, page_size=page_size,
             num_pages=num_pages, dtype=dtype, device=self.device,
-            full_patch_pages=full_patch_pages)
+            full_patch_pages=full_patch_pages, precision=precision)
         self.storage = KVStorage(num_layers, num_pages, page_size, num_heads, head_dim,
                                  num_special_tokens, self.storage_dtype, self.device)
         self._owners = PagePool(num_pages, 'KV pool')

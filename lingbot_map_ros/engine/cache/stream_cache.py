@@ -60,8 +60,10 @@ def new_kv_pool(model: ModelConfig, cache: CacheConfig, kv_dtype: torch.dtype,
                   device=torch.device(device), backend=cache.backend,
                   # FP8 is a storage format only: attention runs in ``kv_dtype``.
                   storage_dtype=torch.float8_e4m3fn if cache.dtype == 'float8_e4m3fn' else None,
-                  full_patch_pages=cache.scale_frames + cache.sliding_window)
+                  full_patch_pages=cache.scale_frames + cache.sliding_window,
+                  precision=cache.precision)
     logger.info('KV page pool: %d pages of %d tokens (+%d specials per frame), N_s=%d, W=%d, '
-                '%s, backend %s', pool.num_pages, page_size, NUM_SPECIAL_TOKENS,
-                cache.scale_frames, cache.sliding_window, pool.storage_dtype, pool.backend_name)
+                '%s, backend %s (%s)', pool.num_pages, page_size, NUM_SPECIAL_TOKENS,
+                cache.scale_frames, cache.sliding_window, pool.storage_dtype, pool.backend_name,
+                pool.precision)
     return pool

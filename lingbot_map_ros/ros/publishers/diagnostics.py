@@ -114,6 +114,12 @@ class NodeStats:
             self._received += 1
             self._last_input = time.monotonic()
 
+    @property
+    def received_total(self) -> int:
+        """Image messages taken from the subscription since start."""
+        with self._lock:
+            return self._received
+
     def count_drop(self, reason: Reason | str, detail: str = '', num: int = 1) -> None:
         """Count ``num`` dropped frames under ``reason`` (a :class:`Reason` value)."""
         reason = Reason(reason)
@@ -320,4 +326,6 @@ def cache_status(node_name: str, cache: CacheStats | None, time_index: int,
     else:
         live = cache.live_pages if cache is not None else 0
         level, msg = OK, f'{frames} frames, {live} live pages'
+    if cache is not None and cache.precision != 'faithful':
+        msg += f'; cache.precision {cache.precision}: outside the fidelity gate'
     return status(f'{node_name}: cache', level, msg, '', values)

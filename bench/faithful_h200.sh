@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Issue #37's GPU runs: faithful defaults (the long-sequence fidelity gate) and their speed, in
+# one call. From the repository root on the H200 machine, with the fa3-fwd wheel in .whl/
+# (optional), the gate's set in .gpu_data/long/ (stream_D.json + .safetensors) and its frames in
+# .gpu_data/loop/. Writes to $OUT. Steps run in order while BUDGET_S (default 560) seconds
+# remain, each under its own timeout.
+#   STAGE=speed: the GPU tests of the attention paths, the FP8 kernel table
+#     (attention_kernels.py --fp8: bf16, FP8 widened, FP8 with the queries in two e4m3 terms,
+#     one term, FA3), then `bench model --compile` (504x378, 200 frames, pose path) for each
+#     combination in SPEED_COMBOS (default: the defaults, then the others of the table).
+#   STAGE=gate: `lingbot_map_bench fidelity` over every combination on the set, then `bench
+#     model` pose and depth at the defaults (the table and the speed side by side).
+set -uo pipefail
+out="${OUT:-bench/results/raw}"
+stage="${STAGE:-gate}"
+budget="${BUDGET_S:-560}"
+mkdir -p "$out"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH="/tmp/site:$PWD"
+else
+  export PYTHONPATH="$PWD"
+fi
+export PYTHONUNBUFFERED=1
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', \
+torch.version.cuda, 'triton', triton.__version__)"
+  python3 -c "import fa3_fwd_interface; print('fa3-fwd loads')" 2>&1 | tail -1
+  echo "commit ${COMMIT:-unknown}"
+} > "$out/env.txt" 2>&1
+cat "$out/env.txt"
+python3 bench/bench_weights.py || exit 1
+bench="python3 -m lingbot_map_ros.tools.bench model --weights /tmp/bench_weights.safetensors \
+--compile --camera-head-dtype bfloat16 --frames 200"
+step() {  # step NAME TIMEOUT COMMAND...: run it if the budget allows
+  local name=$1 limit=$2; shift 2
+  local left=$((budget - SECONDS))
+  if [ "$left" -lt 25 ]; then echo "skipped $name (budget)" | tee "$out/$name.txt"; return; fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  timeout "$limit" "$@" > "$out/$name.txt" 2>&1
+  echo "== $name: rc $? at ${SECONDS}s: $(grep -E 'FPS|passed|failed|PASS|FAIL' "$out/$name.txt" | tail -n 2 | tr '\n' ' ')"
+}
+combo() {  # combo NAME: the bench model flags of a named combination
+  case "$1" in
+    defaults) echo "--backend auto --kv-dtype float8_e4m3fn" ;;
+    triton_bf16) echo "--backend triton --kv-dtype bfloat16" ;;
+    fa3_bf16) echo "--backend fa3 --kv-dtype bfloat16" ;;
+    triton_fp8_fast) echo "--backend triton --kv-dtype float8_e4m3fn --precision fast_approximate" ;;
+    fa3_fp8_fast) echo "--backend fa3 --kv-dtype float8_e4m3fn --precision fast_approximate" ;;
+  esac
+}
+if [ "$stage" = speed ]; then
+  step gpu_tests 120 python3 -m pytest -q -p no:cacheprovider test/engine/test_triton_attention.py \
+    test/engine/test_backend_choice.py test/engine/test_fa3_fp8.py test/engine/test_triton_fp8.py
+  step attention_kernels 100 python3 bench/attention_kernels.py --fp8
+  for c in ${SPEED_COMBOS:-defaults fa3_bf16 triton_bf16 fa3_fp8_fast}; do
+    step "model_${c}_pose" 100 $bench $(combo "$c")
+  done
+  step model_defaults_depth 100 $bench $(combo defaults) --depth
+elif [ "$stage" = gate ]; then
+  step fidelity 400 python3 -m lingbot_map_ros.tools.bench fidelity --set .gpu_data/long/stream_D \
+    --frames-dir .gpu_data/loop --json-out "$out/fidelity.json"
+  step model_defaults_pose 90 $bench $(combo defaults)
+  step model_defaults_depth 90 $bench $(combo defaults) --depth
+fi
+ls -la "$out"
