@@ -8,8 +8,10 @@
 #     (attention_kernels.py --fp8: bf16, FP8 widened, FP8 with the queries in two e4m3 terms,
 #     one term, FA3), then `bench model --compile` (504x378, 200 frames, pose path) for each
 #     combination in SPEED_COMBOS (default: the defaults, then the others of the table).
-#   STAGE=gate: `lingbot_map_bench fidelity` over every combination on the set, then `bench
-#     model` pose and depth at the defaults (the table and the speed side by side).
+#   STAGE=gate: the attention GPU tests, the FP8 kernel table, `lingbot_map_bench fidelity`
+#     over the defaults (compiled) and the table's other combinations (whole-frame graphs), then
+#     `bench model` pose and depth at the defaults, bf16 K/V through fa3, and one and two
+#     cameras: the fidelity table and the speed side by side. Logs in logs.tgz.
 set -uo pipefail
 out="${OUT:-bench/results/raw}"
 stage="${STAGE:-gate}"
@@ -59,9 +61,25 @@ if [ "$stage" = speed ]; then
   done
   step model_defaults_depth 100 $bench $(combo defaults) --depth
 elif [ "$stage" = gate ]; then
-  step fidelity 400 python3 -m lingbot_map_ros.tools.bench fidelity --set .gpu_data/long/stream_D \
-    --frames-dir .gpu_data/loop --json-out "$out/fidelity.json"
-  step model_defaults_pose 90 $bench $(combo defaults)
-  step model_defaults_depth 90 $bench $(combo defaults) --depth
+  step gpu_tests 90 python3 -m pytest -q -p no:cacheprovider test/engine/test_triton_attention.py \
+    test/engine/test_backend_choice.py
+  step attention_kernels 80 python3 bench/attention_kernels.py --fp8
+  # The defaults as the robot runs them (compiled), then each other combination of the table
+  # through the whole-frame graphs without torch.compile (compiling each costs ~35 s).
+  wf="stream.fast_path=whole_frame,stream.compile=false"
+  step fidelity 260 python3 -m lingbot_map_ros.tools.bench fidelity --set .gpu_data/long/stream_D \
+    --frames-dir .gpu_data/loop --json-out "$out/fidelity.json" \
+    --weights-cache /tmp/golden_D.safetensors --combos default \
+    "cache.backend=triton,cache.dtype=float8_e4m3fn,cache.precision=fast_approximate,$wf" \
+    "cache.backend=fa3,cache.dtype=float8_e4m3fn,cache.precision=fast_approximate,$wf" \
+    "cache.backend=fa3,cache.dtype=bfloat16,$wf" "cache.backend=triton,cache.dtype=bfloat16,$wf" \
+    "cache.backend=sdpa,cache.dtype=float8_e4m3fn,$wf" \
+    "cache.backend=triton,cache.dtype=float8_e4m3fn,$wf"
+  step model_defaults_pose 80 $bench $(combo defaults)
+  step model_defaults_depth 80 $bench $(combo defaults) --depth
+  step model_fa3_bf16_pose 70 $bench $(combo fa3_bf16)
+  step model_defaults_cameras1 70 $bench $(combo defaults) --cameras 1
+  step model_defaults_cameras2 80 $bench $(combo defaults) --cameras 2
+  tar czf "$out/logs.tgz" -C "$out" $(cd "$out" && ls *.txt) 2>/dev/null
 fi
 ls -la "$out"

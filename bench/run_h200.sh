@@ -63,11 +63,17 @@
 #     auto), `bench memory --depth` with FP8 K/V at 504 and 518 width, `bench model --compile`
 #     with FP8 K/V pose and depth and with bf16 K/V (+ fa3 in bf16 if time is left). ~4 min.
 #     FP8KV_QUICK=1: the kernel table and golden set A only (~2 min).
+#   STAGE=faithful: issue #37, faithful by default: bench/faithful_h200.sh's gate stage (the
+#     attention GPU tests, `lingbot_map_bench fidelity` on .gpu_data/long/stream_D, then `bench
+#     model` at the defaults beside it). ~9 min.
 #   STAGE=issue13b: the `triton` cache backend: golden set A (bf16 KV and FP8 KV) and `bench
 #     model` (pose; depth with FP8 KV and 330 keyframes). About 4 minutes.
 set -uo pipefail
 out="${OUT:-bench/results/raw}"
 stage="${STAGE:-main}"
+# Issue #37's gate: the attention GPU tests, the long-sequence fidelity table and the speed at
+# the defaults in one call (bench/faithful_h200.sh, its own set-up).
+[ "$stage" = faithful ] && exec env STAGE=gate bash bench/faithful_h200.sh
 mkdir -p "$out"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
