@@ -27,33 +27,11 @@ set -uo pipefail
 out="${OUT:-bench/results/raw}"
 stage="${STAGE:-profile}"
 budget="${BUDGET_S:-280}"
-mkdir -p "$out"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH="/tmp/site:$PWD"
-else
-  export PYTHONPATH="$PWD"
-fi
-export PYTHONUNBUFFERED=1
-{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
-  python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', \
-torch.version.cuda, 'triton', triton.__version__)"
-  git rev-parse HEAD 2>/dev/null || true
-} > "$out/env.txt" 2>&1
-python3 bench/bench_weights.py || exit 1
+. bench/h200_setup.sh
 bench="python3 -m lingbot_map_ros.tools.bench model --weights /tmp/bench_weights.safetensors"
 golden="python3 -m lingbot_map_ros.tools.golden .gpu_data/stream_A.safetensors --device cuda \
 --dtype bfloat16 --fast-path whole_frame --compile"
 new="--backend auto --compile --camera-head-dtype bfloat16"
-step() {  # step NAME TIMEOUT COMMAND...: run it if the budget allows
-  local name=$1 limit=$2; shift 2
-  local left=$((budget - SECONDS))
-  if [ "$left" -lt 25 ]; then echo "skipped $name (budget)" | tee "$out/$name.txt"; return; fi
-  [ "$limit" -gt "$left" ] && limit=$left
-  timeout "$limit" "$@" > "$out/$name.txt" 2>&1
-  echo "== $name: rc $? at ${SECONDS}s"
-}
 if [ "$stage" = profile ]; then
   step attention_kernels 110 python3 bench/attention_kernels.py --quick
   # The kernel variant with split exponentials (bf16 numerics) replaces the plain kernel in
