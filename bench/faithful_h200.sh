@@ -8,7 +8,7 @@
 #     (attention_kernels.py --fp8: bf16, FP8 widened, FP8 with the queries in two e4m3 terms,
 #     one term, FA3), then `bench model --compile` (504x378, 200 frames, pose path) for each
 #     combination in SPEED_COMBOS (default: the defaults, then the others of the table).
-#   STAGE=gate: the attention GPU tests, the FP8 kernel table, `lingbot_map_bench fidelity`
+#   STAGE=gate: the attention GPU tests and the gate's GPU test, the FP8 kernel table, `lingbot_map_bench fidelity`
 #     over the defaults (compiled) and the table's other combinations (whole-frame graphs), then
 #     `bench model` pose and depth at the defaults, bf16 K/V through fa3, and one and two
 #     cameras: the fidelity table and the speed side by side. Logs in logs.tgz.
@@ -37,8 +37,9 @@ if [ "$stage" = speed ]; then
   done
   step model_defaults_depth 100 $bench $(combo defaults) --depth
 elif [ "$stage" = gate ]; then
-  step gpu_tests 90 python3 -m pytest -q -p no:cacheprovider test/engine/test_triton_attention.py \
-    test/engine/test_backend_choice.py
+  # The GPU tests of the attention paths and the gate's own GPU test (the defaults on the set).
+  step gpu_tests 150 python3 -m pytest -q -p no:cacheprovider test/engine/test_triton_attention.py \
+    test/engine/test_backend_choice.py test/tools/test_fidelity_gate.py
   step attention_kernels 80 python3 bench/attention_kernels.py --fp8
   # The defaults as the robot runs them (compiled), then each other combination of the table
   # through the whole-frame graphs without torch.compile (compiling each costs ~35 s).
