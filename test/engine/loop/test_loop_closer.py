@@ -1,0 +1,160 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""LoopCloser: loops found, verified and closed off the caller's thread; failures contained.
+
+Run: ``pytest test/engine/loop/test_loop_closer.py`` (CPU, needs gtsam; a few seconds).
+"""
+
+import threading
+
+from lingbot_map_ros.engine.loop import sim3
+from lingbot_map_ros.engine.loop.loop_closer import LoopCloser
+from lingbot_map_ros.engine.loop.verification import KeyframeRecord
+from lingbot_map_ros.loop_config import LoopConfig
+from loop_scenes import ate, drifting_route, LandmarkVerifier, Places
+import numpy as np
+import pytest
+
+pytest.importorskip('gtsam')
+
+LAP = 40
+CONFIG = LoopConfig(exclude_recent=10, min_score=0.9, image_store_mb=1.0,
+                    odometry_translation_sigma=0.05, odometry_rotation_sigma=0.01,
+                    odometry_scale_sigma=0.01)
+
+
+def _record(k: int, odometry: np.ndarray, places: Places, rng=None) -> KeyframeRecord:
+    return KeyframeRecord(index=k, stamp_ns=(k + 1) * 100_000_000, odom_pose=odometry[k],
+                          descriptor=places.descriptor(k, rng), image=b'\xff\xd8' + bytes(100))
+
+
+def _scene(twins=None):
+    truth, odometry, _ = drifting_route(LAP, lap_offset=0.1)
+    places = Places(truth, LAP, twins=twins)
+    return truth, odometry, places
+
+
+def _run(closer: LoopCloser, odometry: np.ndarray, places: Places, step_wait: bool = True
+         ) -> None:
+    rng = np.random.default_rng(7)
+    for k in range(len(odometry)):
+        closer.add_keyframe(_record(k, odometry, places, rng))
+        if step_wait:  # the worker keeps up: every candidate is verified
+            assert closer.wait_idle(60.0)
+    assert closer.wait_idle(60.0)
+
+
+def test_loops_bring_the_map_trajectory_close_to_the_truth() -> None:
+    truth, odometry, places = _scene()
+    verifier = LandmarkVerifier(lambda k: truth[k], places)
+    closer = LoopCloser(verifier, CONFIG)
+    try:
+        _run(closer, odometry, places)
+        stats = closer.stats()
+        corrected = closer.corrected_poses()
+    finally:
+        closer.close()
+    assert stats['keyframes'] == 2 * LAP
+    assert stats['accepted'] >= 5, stats
+    assert stats['rejected_graph'] == 0 and stats['verification_errors'] == 0
+    assert all(q - c >= CONFIG.exclude_recent for q, c in verifier.calls)
+    assert all(places.place(q) == places.place(c) for q, c in verifier.calls)
+    before, after = ate(odometry, truth), ate(corrected, truth)
+    assert after <= 0.3 * before, (before, after)
+    # map_from_odom maps the last odometry pose onto its corrected pose.
+    np.testing.assert_allclose(stats['map_from_odom'] @ odometry[-1], corrected[-1], atol=1e-9)
+    assert stats['last_correction_m'] > 0 and np.isfinite(stats['optimisation_ms'])
+
+
+def test_aliased_room_never_closes_a_loop() -> None:
+    # Places 30..39 of the route look exactly like places 0..9 (same descriptors) but hold
+    # other furniture; the second lap's real revisits are still found.
+    twins = {30 + p: p for p in range(10)}
+    truth, odometry, places = _scene(twins)
+    verifier = LandmarkVerifier(lambda k: truth[k], places)
+    closer = LoopCloser(verifier, CONFIG)
+    try:
+        _run(closer, odometry, places)
+        edges = closer.loop_edges()
+    finally:
+        closer.close()
+    aliased = [e for e in edges if places.place(e.query) != places.place(e.candidate)]
+    assert aliased, 'the twins were never retrieved: the test would prove nothing'
+    assert not any(e.accepted for e in aliased)
+    assert all(e.reason == 'inliers' for e in aliased)
+    assert any(e.accepted for e in edges)
+
+
+def test_slow_verification_blocks_nothing_and_runs_one_at_a_time() -> None:
+    truth, odometry, places = _scene()
+    verifier = LandmarkVerifier(lambda k: truth[k], places)
+    verifier.gate = threading.Event()
+    closer = LoopCloser(verifier, CONFIG)
+    try:
+        # Every keyframe is queued while the first verification waits on the gate: if
+        # add_keyframe waited for the worker, this loop would never end.
+        for k in range(2 * LAP):
+            closer.add_keyframe(_record(k, odometry, places))
+        verifier.gate.set()
+        assert closer.wait_idle(60.0)
+        stats = closer.stats()
+    finally:
+        closer.close()
+    assert stats['keyframes'] == 2 * LAP
+    assert verifier.max_concurrent == 1
+    assert stats['replaced'] > 0  # newer candidates replaced older ones in the slot of one
+    assert stats['verified'] == len(verifier.calls) < stats['candidates']
+
+
+def test_failing_verifier_is_counted_and_every_keyframe_kept() -> None:
+    truth, odometry, places = _scene()
+    verifier = LandmarkVerifier(lambda k: truth[k], places)
+    verifier.fail = True
+    closer = LoopCloser(verifier, CONFIG)
+    try:
+        _run(closer, odometry, places)
+        stats = closer.stats()
+        corrected = closer.corrected_poses()
+    finally:
+        closer.close()
+    assert stats['keyframes'] == 2 * LAP
+    assert stats['verification_errors'] == len(verifier.calls) > 0
+    assert stats['accepted'] == 0
+    # Without loops the map is the odometry.
+    np.testing.assert_allclose(corrected, odometry, atol=1e-6)
+    np.testing.assert_allclose(stats['map_from_odom'], np.eye(4), atol=1e-6)
+
+
+def test_bad_records_are_refused_at_the_call() -> None:
+    truth, odometry, places = _scene()
+    closer = LoopCloser(LandmarkVerifier(lambda k: truth[k], places), CONFIG)
+    try:
+        with pytest.raises(ValueError, match='next one'):
+            closer.add_keyframe(_record(3, odometry, places))
+        bad = _record(0, odometry, places)
+        with pytest.raises(ValueError, match='descriptor'):
+            closer.add_keyframe(KeyframeRecord(0, 1, bad.odom_pose, np.zeros(64, np.float32),
+                                               None))
+        sheared = odometry[0].copy()
+        sheared[0, 1] = 0.7
+        with pytest.raises(ValueError, match='s \\* R'):
+            closer.add_keyframe(KeyframeRecord(0, 1, sheared, bad.descriptor, None))
+        closer.add_keyframe(bad)
+        assert closer.wait_idle(30.0)
+        assert closer.stats()['keyframes'] == 1
+        assert sim3.scale_of(closer.corrected_poses())[0] == pytest.approx(1.0)
+    finally:
+        closer.close()
+    with pytest.raises(RuntimeError, match='closed'):
+        closer.add_keyframe(_record(1, odometry, places))
