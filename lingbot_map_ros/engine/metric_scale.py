@@ -24,6 +24,10 @@ camera's (metres), pixel by pixel, in log space: ``r = log(sensor) - log(predict
    with exact data every pixel that agrees with the median to round-off is an inlier.
 3. The scale is ``exp(median(r over the inliers))``; ``spread`` is the scaled MAD of the
    inliers' log-ratios (0.01 is about 1 % per-pixel disagreement).
+4. A scale outside :data:`SCALE_RANGE` is refused: the result is degenerate with the reason.
+   The model's depths are about 1 over a session's first frames and a sensor measures between
+   1 mm and 1 km (``engine/image/sensor_depth.py``), so a ratio beyond [1e-3, 1e3] metres per
+   model unit is a broken sensor or model, never a scene.
 
 Medians are one bracketed ``np.partition`` each (O(n), :func:`_select`), and the log-space
 statistics are computed on the ratios (log is monotonic), so only scalars are logged: 15-35 ms
@@ -43,6 +47,8 @@ MAD_TO_SIGMA = 1.4826
 """Scaled MAD: the MAD of a Gaussian times this is its standard deviation."""
 INLIER_MADS = 3.0
 """Inliers lie within this many scaled MADs of the median log-ratio."""
+SCALE_RANGE = (1e-3, 1e3)
+"""Plausible metres per model unit (step 4 of the module docstring)."""
 _SMALL = 20_000
 """Arrays up to this size are partitioned directly."""
 _SAMPLE = 4096
@@ -62,9 +68,15 @@ class ScaleEstimate:
     spread: float
     """Scaled MAD of the inliers' log-ratios (NaN when degenerate)."""
     degenerate: bool
-    """Fewer valid pixels than ``min_valid_fraction``: ``scale`` is the fallback."""
+    """Fewer valid pixels than ``min_valid_fraction``, or an implausible scale: ``scale`` is
+    the fallback."""
     num_valid: int = 0
     """Number of valid pixels."""
+    reason: str = ''
+    """Why it is degenerate ('' when it is not): too few valid pixels, or a scale outside
+    :data:`SCALE_RANGE`."""
+    implausible: bool = False
+    """A scale was measured but refused: it is outside :data:`SCALE_RANGE`."""
 
 
 def estimate_scale(predicted_depth: Any, sensor_depth: Any, *, confidence: Any = None,
@@ -123,7 +135,8 @@ def estimate_scale(predicted_depth: Any, sensor_depth: Any, *, confidence: Any =
     valid_fraction = num_valid / valid.size if valid.size else 0.0
     if num_valid == 0 or valid_fraction < min_valid_fraction:
         return ScaleEstimate(float(fallback_scale), valid_fraction, 0.0, math.nan, True,
-                             num_valid)
+                             num_valid, f'{valid_fraction:.3g} of the pixels have a valid '
+                             f'depth pair (min_valid_fraction {min_valid_fraction:g})')
     # log is monotonic, so medians and MAD bounds of the log-ratios are taken on the ratios
     # themselves and only the few scalars are logged: |log(q / m)| <= k  <=>  q in
     # [m e^-k, m e^k].
@@ -133,6 +146,11 @@ def estimate_scale(predicted_depth: Any, sensor_depth: Any, *, confidence: Any =
     inliers = ratio[(ratio >= median / bound) & (ratio <= median * bound)]
     centre = _median(inliers)
     spread = MAD_TO_SIGMA * _log_mad(inliers, centre)
+    if not SCALE_RANGE[0] <= centre <= SCALE_RANGE[1]:
+        return ScaleEstimate(float(fallback_scale), valid_fraction, inliers.size / num_valid,
+                             math.nan, True, num_valid,
+                             f'scale {centre:.3g} m per model unit is outside the plausible '
+                             f'[{SCALE_RANGE[0]:g}, {SCALE_RANGE[1]:g}]', implausible=True)
     return ScaleEstimate(centre, valid_fraction, inliers.size / num_valid, spread, False,
                          num_valid)
 

@@ -181,10 +181,11 @@ def test_sensor_depth_follows_the_colour_crop_nearest_neighbour():
     _, info = preprocess_array(rgb, 56, 14)
     assert info.crop_top > 0 and info.image_size_hw == (56, 56)
     rows, cols = np.mgrid[0:height0, 0:width0]
-    depth = (1000 * rows + cols).astype(np.float32)  # each pixel names its position
+    # Each pixel names its position, in millimetres (inside the physical range of a sensor).
+    depth = ((1000 * rows + cols) * 1e-3).astype(np.float32)
     out = to_processed(depth, info)
     assert out.shape == info.image_size_hw and out.dtype == np.float32
-    src_rows, src_cols = np.divmod(out.astype(np.int64), 1000)
+    src_rows, src_cols = np.divmod(np.rint(out * 1e3).astype(np.int64), 1000)
     # Every processed pixel takes the input pixel nearest to where it sits (PreprocessInfo).
     v, u = np.mgrid[0:56, 0:56]
     y = (v + info.crop_top + 0.5) / info.scale_y - 0.5

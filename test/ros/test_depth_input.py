@@ -105,7 +105,8 @@ def test_pairs_the_nearest_depth_within_max_dt():
     assert depth.take(10 * SEC + 10_000_000, (2, 2)) is None  # 10 ms from 20 ms: too far
     np.testing.assert_allclose(depth.take(10 * SEC + 21_000_000, (2, 2)), np.full((2, 2), 3.0),
                                rtol=1e-6)
-    assert rec.drops == {}
+    assert rec.drops == {'depth_unpaired': 1}  # -4 ms: passed by the frames, counted
+    assert depth.paired_total == 2 and depth.buffered == 0
 
 
 def test_stale_future_overflow_and_size_are_counted_drops():
@@ -122,9 +123,11 @@ def test_stale_future_overflow_and_size_are_counted_drops():
     bad = depth_msg(np.ones((2, 2)), 13 * SEC)
     bad.header.stamp.nanosec = 2 * SEC
     depth.put(bad)
+    # Unpaired: 3 pushed out of the full buffer, 2 passed by the 12 s frame.
     assert rec.drops == {'depth_stamp_stale': 1, 'depth_stamp_future': 1,
-                         'depth_unpaired': 3, 'depth_size': 1, 'depth_stamp_invalid': 1}
-    assert depth.drops_total == 7
+                         'depth_unpaired': 5, 'depth_size': 1, 'depth_stamp_invalid': 1}
+    assert depth.drops_total == 9
+    assert depth.received_total == depth.paired_total + depth.drops_total + depth.buffered
     # One log line per reason within the throttle period.
     assert sorted(line.split('(')[1].split(')')[0] for line in rec.lines) == sorted(rec.drops)
 
@@ -137,10 +140,10 @@ def test_a_colour_frame_waits_for_its_late_depth_while_the_stream_is_alive():
     out = depth.take(2 * SEC, (2, 2))
     late.join()
     np.testing.assert_allclose(out, np.full((2, 2), 4.0), rtol=1e-6)
-    # The stream already passed this stamp: no wait, no pair (and nothing is a drop).
+    # The stream already passed this stamp: no wait, no pair.
     depth.put(depth_msg(np.ones((2, 2)), 4 * SEC))
     assert depth.take(3 * SEC, (2, 2)) is None
-    assert rec.drops == {}
+    assert rec.drops == {'depth_unpaired': 1}  # the 1 s image: no frame of its own came
 
 
 def test_no_wait_when_the_depth_stream_is_silent():

@@ -32,6 +32,13 @@ changes from ``a`` to ``b``, ``K_b = K_a A_a(t*) A_b(t*)^-1`` at their latest co
 ``t*``, so the fused trajectory continues from where ``a`` left it with ``b``'s motion since
 ``t*``: no jump beyond the alignment's residual. Without a common stamp, ``K_b = K_a``.
 
+**Stamps only go forward.** The fused output carries the stamp of the source's frame, and TF
+consumers refuse a repeated or older stamp, so a fused pose whose stamp is not newer than the
+last fused one is not given out (``fused`` None, counted in :attr:`CameraRig.not_newer`). That
+happens when the source switches: the primary comes back with a frame at a stamp another
+camera's frame already gave, or with stamps older than the other camera's last. The primary's
+reset (a new odom, e.g. a clock jump back) starts the stamps again.
+
 Pure numpy, no ROS.
 """
 
@@ -59,6 +66,9 @@ class RigUpdate:
     source."""
     switched_from: str | None
     """The previous source when this frame made this camera the source, else None."""
+    not_newer: bool = False
+    """This camera is the source but its stamp is not newer than the last fused one: ``fused``
+    is None (module docstring)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +141,9 @@ class CameraRig:
         self.source = primary
         self._correction = np.eye(4)
         self.switches = 0
+        self.not_newer = 0
+        """Fused poses not given out since start: their stamp was not newer than the last."""
+        self._last_fused_ns: int | None = None
         self._start_s: float | None = None
 
     def add(self, name: str, stamp_ns: int, base_pose: np.ndarray, now_s: float) -> RigUpdate:
@@ -155,8 +168,13 @@ class CameraRig:
             self._fit(cam)
         switched = self._pick_source(now_s)
         aligned = cam.aligned(pose)
-        fused = self._correction @ aligned if name == self.source else None
-        return RigUpdate(aligned, fused, switched if name == self.source else None)
+        if name != self.source:
+            return RigUpdate(aligned, None, None)
+        if self._last_fused_ns is not None and stamp_ns <= self._last_fused_ns:
+            self.not_newer += 1
+            return RigUpdate(aligned, None, switched, not_newer=True)
+        self._last_fused_ns = int(stamp_ns)
+        return RigUpdate(aligned, self._correction @ aligned, switched)
 
     def clear(self, name: str) -> None:
         """Forget camera ``name``'s poses (its session was reset: a new odom).
@@ -169,6 +187,7 @@ class CameraRig:
                 cam.clear()
             self._correction = np.eye(4)
             self.source = self.primary
+            self._last_fused_ns = None
 
     def states(self, now_s: float) -> list[CameraState]:
         """Return every camera's alignment and liveness, in priority order."""

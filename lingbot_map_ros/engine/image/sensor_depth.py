@@ -20,6 +20,12 @@ the depth with nearest neighbour, so no value is ever interpolated across a dept
 processed pixel ``(u, v)`` takes the input pixel nearest to where
 :class:`~lingbot_map_ros.engine.image.preprocess.PreprocessInfo` says it sits,
 ``(floor((u + 0.5) / scale_x), floor((v + crop_top + 0.5) / scale_y))``.
+
+**Physical range.** A depth camera measures between a few millimetres and a few hundred metres;
+a value outside [:data:`MIN_DEPTH_M`, :data:`MAX_DEPTH_M`] (or beyond ``metric.max_range_m``
+when that is set) is no measurement, and its pixel is invalid, like 0, NaN and Inf. So a
+sensor that sends 1e9 m or 1e-40 m gives no metric scale (``degenerate``) instead of poses
+scaled by it.
 """
 
 from __future__ import annotations
@@ -28,18 +34,38 @@ from lingbot_map_ros.engine.errors import InvalidFrameError
 from lingbot_map_ros.engine.image.preprocess import PreprocessInfo
 import numpy as np
 
+MIN_DEPTH_M = 1e-3
+"""Smallest sensor depth taken as a measurement (1 mm: one unit of a 16UC1 image)."""
+MAX_DEPTH_M = 1000.0
+"""Largest sensor depth taken as a measurement (also the largest ``metric.max_range_m``)."""
 
-def to_processed(depth_m: np.ndarray, info: PreprocessInfo) -> np.ndarray:
+
+def valid_range(max_range_m: float = 0.0) -> tuple[float, float]:
+    """Return the [low, high] metres of a valid sensor depth (``max_range_m`` 0: no own limit)."""
+    high = MAX_DEPTH_M if not max_range_m > 0 else min(MAX_DEPTH_M, float(max_range_m))
+    return MIN_DEPTH_M, high
+
+
+def valid_mask(depth_m: np.ndarray, max_range_m: float = 0.0) -> np.ndarray:
+    """Return where ``depth_m`` is a measurement: finite and inside :func:`valid_range`."""
+    low, high = valid_range(max_range_m)
+    with np.errstate(invalid='ignore'):
+        return (depth_m >= low) & (depth_m <= high)  # NaN fails both, Inf the second
+
+
+def to_processed(depth_m: np.ndarray, info: PreprocessInfo, max_range_m: float = 0.0
+                 ) -> np.ndarray:
     """Resize and crop a sensor depth map as the colour image it belongs to was.
 
     Args:
         depth_m: ``[H0, W0]`` depth in metres (0 or NaN where the sensor has none), the size
             of the colour input image (``info.original_size_hw``).
         info: how that colour image was processed.
+        max_range_m: ``metric.max_range_m`` (0: only the physical range).
 
     Returns:
         ``[H, W]`` float32 metres at the processed pixels (``info.image_size_hw``); invalid
-        values (NaN, Inf, <= 0) are 0.
+        values (NaN, Inf, outside :func:`valid_range`) are 0.
 
     Raises:
         InvalidFrameError: the depth is not 2-D or not the colour image's size.
@@ -55,5 +81,5 @@ def to_processed(depth_m: np.ndarray, info: PreprocessInfo) -> np.ndarray:
     rows = np.minimum(((np.arange(height) + info.crop_top + 0.5) / info.scale_y)
                       .astype(np.int64), height0 - 1)
     out = depth[rows[:, None], cols[None, :]].astype(np.float32)
-    out[~(out > 0) | ~np.isfinite(out)] = 0.0
+    out[~valid_mask(out, max_range_m)] = 0.0
     return out

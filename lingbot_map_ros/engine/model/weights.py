@@ -152,6 +152,20 @@ def check_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor]) -
                            + '; '.join(problems))
 
 
+def check_not_all_zero(state_dict: Mapping[str, torch.Tensor]) -> None:
+    """Refuse a checkpoint whose every floating-point value is zero (a blank or wiped file).
+
+    The scan stops at the first tensor holding a non-zero value: a real checkpoint's first one.
+
+    Raises:
+        WeightsError: every floating-point tensor is all zeros.
+    """
+    floats = [t for t in state_dict.values() if t.is_floating_point()]
+    if floats and not any(bool(t.any()) for t in floats):
+        raise WeightsError(f'every value of the checkpoint is zero ({len(floats)} tensors): '
+                           'a blank or wiped file; give the LingBot-Map checkpoint')
+
+
 def load_weights(model: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> None:
     """Copy checkpoint tensors into ``model`` after a strict name and shape check.
 
@@ -162,9 +176,10 @@ def load_weights(model: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> No
         state_dict: checkpoint tensors, e.g. from :func:`load_checkpoint`.
 
     Raises:
-        WeightsError: missing, unexpected or mis-shaped keys.
+        WeightsError: missing, unexpected or mis-shaped keys, or every value zero.
     """
     state_dict = drop_ignored(state_dict)
     check_state_dict(model, state_dict)
+    check_not_all_zero(state_dict)
     model.load_state_dict(state_dict, strict=True)
     logger.info('loaded %d tensors', len(state_dict))

@@ -35,13 +35,17 @@ With ``metric.source: depth`` the caller hands over the sensor depth of a frame
 
 States: ``off`` (no depth source), ``waiting`` (no usable depth yet in this session),
 ``settling`` (a scale, still refined), ``locked`` (held), ``degenerate`` (the session settled
-without a usable depth: model units, as without a depth camera).
+without a usable depth, or its only estimates were outside the plausible range
+:data:`~lingbot_map_ros.engine.metric_scale.SCALE_RANGE`: model units, as without a depth
+camera; :attr:`MetricStats.reason` says why). An implausible estimate is never applied: it is
+logged (warning) and left out of the session's samples.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import math
 from typing import Literal
 
@@ -54,6 +58,9 @@ from lingbot_map_ros.engine.session.stitching import Sim3Alignment, with_scale
 import numpy as np
 
 MetricState = Literal['off', 'waiting', 'settling', 'locked', 'degenerate']
+_log = logging.getLogger(__name__)
+MAX_PENDING_BYTES = 256 * 1024 * 1024
+"""Sensor depth held for frames not predicted yet, at most (besides its count)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,6 +87,9 @@ class MetricStats:
     """Scale the last rollover's Sim(3) fit found itself (a check: close to ``scale``)."""
     degenerate_sessions: int = 0
     """Sessions that settled without a metric scale, since start."""
+    reason: str = ''
+    """Why the last estimate gave no scale ('' when it gave one): too few valid pixels, or a
+    scale outside the plausible range."""
 
 
 class MetricSession:
@@ -145,8 +155,10 @@ class MetricSession:
             return
         self._pending[int(stamp_ns)] = depth_m
         self._pending.move_to_end(int(stamp_ns))
-        while len(self._pending) > self._max_pending:
-            self._pending.popitem(last=False)
+        while len(self._pending) > 1 and (
+                len(self._pending) > self._max_pending
+                or sum(d.nbytes for d in self._pending.values()) > MAX_PENDING_BYTES):
+            self._pending.popitem(last=False)  # its frame then counts as without depth
 
     def observe(self, preds: list[FramePrediction]) -> None:
         """Take one batch of session predictions, before they are stitched.
@@ -224,7 +236,7 @@ class MetricSession:
         sensor = None
         if raw is not None:
             try:
-                sensor = to_processed(raw, pred.preprocess)
+                sensor = to_processed(raw, pred.preprocess, self._config.max_range_m)
             except InvalidFrameError:
                 sensor = None  # the caller checks the size; a mismatch here counts as none
         self._counts['with' if sensor is not None else 'without'] += 1
@@ -247,6 +259,9 @@ class MetricSession:
                 self._last = estimate
                 if not estimate.degenerate:
                     self._samples.append((math.log(estimate.scale), len(usable)))
+                elif estimate.implausible:
+                    _log.warning(f'metric scale refused: {estimate.reason} (sensor depth or '
+                                 'model broken?); not applied')
             self._keyframes += len(keyframes)
             if self._keyframes >= self._config.settle_keyframes:
                 self._locked = True
@@ -258,9 +273,11 @@ class MetricSession:
     def _state(self) -> MetricState:
         if not self.enabled:
             return 'off'
-        if self._locked:
-            return 'locked' if self._samples else 'degenerate'
-        return 'settling' if self._samples else 'waiting'
+        if self._samples:
+            return 'locked' if self._locked else 'settling'
+        if self._locked or (self._last is not None and self._last.implausible):
+            return 'degenerate'
+        return 'waiting'
 
     def _snapshot(self) -> None:
         last = self._last
@@ -271,4 +288,5 @@ class MetricSession:
             spread=None if last is None or last.degenerate else last.spread,
             session_keyframes=self._keyframes, frames_with_depth=self._counts['with'],
             frames_without_depth=self._counts['without'], sim3_scale=self._sim3_scale,
-            degenerate_sessions=self._counts['degenerate'])
+            degenerate_sessions=self._counts['degenerate'],
+            reason='' if last is None else last.reason)

@@ -18,21 +18,32 @@ the colour image) and the offline replay reads ``--depth-topic``; both go throug
 :class:`DepthInput`, so they pair and drop alike. Nothing here imports rclpy: message fields
 are read by name, as in :mod:`~lingbot_map_ros.ros.messages.conversions`.
 
-- **Encodings** (REP 118): ``16UC1`` / ``mono16`` in millimetres, ``32FC1`` in metres; 0 and
-  NaN mean no value. Anything else is a drop.
+- **Encodings** (REP 118): ``16UC1`` / ``mono16`` in millimetres, ``32FC1`` in metres; 0, NaN,
+  Inf and values outside the physical range
+  (:func:`~lingbot_map_ros.engine.image.sensor_depth.valid_range`: 1 mm to 1 km, or
+  ``metric.max_range_m``) mean no value. Anything else is a drop.
 - **Pairing**: a colour frame takes the buffered depth image nearest to its stamp within
-  ``metric.max_dt_s``. When none is there yet and the depth stream is alive (a message in the
-  last second, or before the first one a publisher on the topic), the worker waits up to
-  ``metric.depth_wait_s`` for it. A colour frame without
-  depth is processed as usual (the metric layer counts it).
-- **Drops** (counted by reason, :data:`DEPTH_DROP_REASONS`): a bad encoding, size, step or
-  length (``depth_encoding``, ``depth_size``), an invalid stamp, no valid pixel at all, a stamp
-  older than the last processed colour frame (``depth_stamp_stale``: nothing can pair with it),
-  a stamp more than :data:`FUTURE_S` ahead of the newest colour frame received
-  (``depth_stamp_future``), and a depth image pushed out of the full buffer before any colour
-  frame took it (``depth_unpaired``: a flood of depth without colour). A depth image whose
-  colour frame was never processed (the live queue keeps only the newest) is discarded when
-  a later colour frame is processed; that is not a fault.
+  ``metric.max_dt_s``. When none is there yet and the depth stream is live (the last depth
+  image that could pair arrived in the last second and is stamped within a second of the
+  frame, or before the first depth message a publisher on the topic), the worker waits up to
+  ``metric.depth_wait_s`` for it; it stops waiting as soon as a depth image up to
+  :data:`FUTURE_S` after the frame is buffered (the stream has passed it). A depth stream whose
+  images are all dropped (stale, far ahead, broken) is not live, so colour frames do not wait
+  for it. A colour frame without depth is processed as usual (the metric layer counts it).
+- **No single message poisons the pairing**: a depth image stamped more than :data:`FUTURE_S`
+  ahead of the newest colour frame is dropped on arrival; one that came before any colour frame
+  is dropped by the first colour frame it is that far ahead of. Neither counts as the stream
+  passing a frame, nor keeps the stream live.
+- **Every depth image ends paired or dropped with one counted reason**
+  (:data:`DEPTH_DROP_REASONS`): a bad encoding, size, step or length (``depth_encoding``,
+  ``depth_size``), an invalid stamp, no valid pixel (``depth_no_valid_pixels``: all 0, NaN,
+  Inf or out of range), a stamp older than the last processed colour frame
+  (``depth_stamp_stale``: nothing can pair with it), a stamp too far ahead
+  (``depth_stamp_future``), and a depth image that left the buffer unpaired
+  (``depth_unpaired``: pushed out of the full buffer, by count or by bytes,
+  :data:`MAX_BUFFER_BYTES`, or passed by the colour frames without a pair, e.g. its colour
+  frame was never processed because the live queue keeps only the newest).
+  ``received_total == paired_total + drops_total + buffered``.
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ import time
 from typing import Any, Callable
 
 from lingbot_map_ros.config import MetricConfig
+from lingbot_map_ros.engine.image.sensor_depth import valid_mask, valid_range
 from lingbot_map_ros.engine.session.reasons import DEPTH_DROPS
 from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.ros.messages.image_decode import _as_bytes, MAX_PIXELS, MAX_SIDE_PX
@@ -57,7 +69,9 @@ DEPTH_ENCODINGS: dict[str, tuple[str, float]] = {
 FUTURE_S = 5.0
 """A depth stamp this far ahead of the newest colour frame received cannot be its pair."""
 ALIVE_S = 1.0
-"""The depth stream counts as alive when a message came within this many seconds."""
+"""The depth stream is live when a depth image that could pair came within this many seconds."""
+MAX_BUFFER_BYTES = 256 * 1024 * 1024
+"""The depth buffer's bound in bytes (besides its count): about 8 images of 3840x2160."""
 _LOG_EVERY_S = 5.0
 
 
@@ -70,19 +84,20 @@ class DepthConversionError(ValueError):
         self.reason = reason
 
 
-def depth_msg_to_metres(msg: Any) -> np.ndarray:
+def depth_msg_to_metres(msg: Any, max_range_m: float = 0.0) -> np.ndarray:
     """Convert a ``sensor_msgs/Image`` depth message to metres.
 
     Args:
         msg: object with ``height``, ``width``, ``encoding``, ``is_bigendian``, ``step``,
             ``data``.
+        max_range_m: ``metric.max_range_m`` (0: only the physical range).
 
     Returns:
-        ``[H, W]`` float32 metres (0 or NaN where the sensor has no value).
+        ``[H, W]`` float32 metres (0, NaN, Inf or out of range where the sensor has no value).
 
     Raises:
         DepthConversionError: unsupported encoding, empty, huge or inconsistent size, step or
-            data length, or no valid pixel at all.
+            data length, or no valid pixel at all (every pixel 0, NaN, Inf or out of range).
     """
     encoding = str(msg.encoding)
     if encoding not in DEPTH_ENCODINGS:
@@ -107,10 +122,10 @@ def depth_msg_to_metres(msg: Any) -> np.ndarray:
     metres = values.astype(np.float32)
     if unit != 1.0:
         metres *= np.float32(unit)
-    with np.errstate(invalid='ignore'):
-        if not np.any(metres > 0):
-            raise DepthConversionError('depth_no_valid_pixels',
-                                       'every depth pixel is 0 or NaN')
+    if not np.any(valid_mask(metres, max_range_m)):
+        low, high = valid_range(max_range_m)
+        raise DepthConversionError('depth_no_valid_pixels', 'every depth pixel is 0, NaN, Inf '
+                                   f'or outside [{low:g}, {high:g}] m')
     return metres
 
 
@@ -119,30 +134,38 @@ class DepthInput:
 
     def __init__(self, config: MetricConfig, capacity: int,
                  count_drop: Callable[[str, str], None], warn: Callable[[str], None],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 max_bytes: int = MAX_BUFFER_BYTES) -> None:
         """Create an empty buffer.
 
         Args:
-            config: ``metric.max_dt_s`` and ``metric.depth_wait_s``.
+            config: ``metric.max_dt_s``, ``metric.depth_wait_s`` and ``metric.max_range_m``.
             capacity: depth images held at most (at least the colour frames that may wait).
             count_drop: ``(reason, detail)`` -> count one dropped depth image.
             warn: logs a line (throttled here, per reason).
             clock: monotonic seconds (tests may replace it).
+            max_bytes: bytes of depth held at most (the newest image is always kept).
         """
         self._max_dt_ns = int(round(config.max_dt_s * 1e9))
+        self._future_ns = int(FUTURE_S * 1e9)
         self._wait_s = config.depth_wait_s
+        self._max_range_m = config.max_range_m
         self._capacity = max(1, int(capacity))
+        self._max_bytes = int(max_bytes)
         self._count_drop = count_drop
         self._warn = warn
         self._clock = clock
         self._cond = threading.Condition()
         self._buffer: dict[int, np.ndarray] = {}
-        self._newest_depth_ns: int | None = None
+        self._bytes = 0
         self._newest_colour_ns: int | None = None
         self._processed_ns: int | None = None
         self._last_arrival = -np.inf
+        self._last_arrival_ns = 0
+        self._refused_on_arrival = 0
         self._drops = 0
         self._received = 0
+        self._paired = 0
         self._logged: dict[str, float] = {}
         self.has_source: Callable[[], bool] = lambda: False
         """Whether a depth publisher exists (the node sets it); read before the first image."""
@@ -156,6 +179,23 @@ class DepthInput:
     def received_total(self) -> int:
         """Depth messages taken since start (dropped ones included)."""
         return self._received
+
+    @property
+    def paired_total(self) -> int:
+        """Depth images handed to a colour frame since start."""
+        return self._paired
+
+    @property
+    def buffered(self) -> int:
+        """Depth images waiting for their colour frame now."""
+        with self._cond:
+            return len(self._buffer)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of the depth images waiting now."""
+        with self._cond:
+            return self._bytes
 
     def note_colour(self, stamp: Any) -> None:
         """Record the stamp of a colour frame just received (for the future-stamp check)."""
@@ -177,37 +217,56 @@ class DepthInput:
             self._drop('depth_stamp_invalid', str(exc))
             return
         try:
-            depth = depth_msg_to_metres(msg)
+            depth = depth_msg_to_metres(msg, self._max_range_m)
         except DepthConversionError as exc:
+            with self._cond:
+                self._refused_on_arrival += 1
             self._drop(exc.reason, str(exc))
             return
-        evicted = None
         with self._cond:
-            self._last_arrival = self._clock()
-            if self._processed_ns is not None and stamp_ns < self._processed_ns - \
-                    self._max_dt_ns:
-                stale = (self._processed_ns - stamp_ns) * 1e-9
-                problem = ('depth_stamp_stale', f'depth stamp {stamp_ns * 1e-9:.6f} s is '
-                           f'{stale:.3f} s older than the last colour frame processed')
-            elif self._newest_colour_ns is not None and stamp_ns > self._newest_colour_ns + \
-                    FUTURE_S * 1e9:
-                ahead = (stamp_ns - self._newest_colour_ns) * 1e-9
-                problem = ('depth_stamp_future', f'depth stamp {stamp_ns * 1e-9:.6f} s is '
-                           f'{ahead:.3f} s ahead of the newest colour frame')
-            else:
-                problem = None
+            problem = self._refusal(stamp_ns)
+            evicted = []
+            if problem is None:
+                self._last_arrival, self._last_arrival_ns = self._clock(), stamp_ns
+                old = self._buffer.pop(stamp_ns, None)
+                if old is not None:  # the same stamp again: the newer image replaces it
+                    self._bytes -= old.nbytes
+                    evicted.append((stamp_ns, 'the same stamp came again'))
                 self._buffer[stamp_ns] = depth
-                self._newest_depth_ns = stamp_ns if self._newest_depth_ns is None else max(
-                    self._newest_depth_ns, stamp_ns)
-                if len(self._buffer) > self._capacity:
-                    evicted = min(self._buffer)
-                    del self._buffer[evicted]
+                self._bytes += depth.nbytes
+                evicted += self._evict_over_bounds()
                 self._cond.notify_all()
         if problem is not None:
+            with self._cond:
+                self._refused_on_arrival += 1
             self._drop(*problem)
-        if evicted is not None:
-            self._drop('depth_unpaired', f'depth stamp {evicted * 1e-9:.6f} s left the full '
-                       f'buffer ({self._capacity}) without a colour frame')
+        for stamp, why in evicted:
+            self._drop('depth_unpaired', f'depth stamp {stamp * 1e-9:.6f} s left the buffer '
+                       f'without a colour frame: {why}')
+
+    def _refusal(self, stamp_ns: int) -> tuple[str, str] | None:
+        """Return why a depth image at ``stamp_ns`` cannot pair (hold the lock), or None."""
+        if self._processed_ns is not None and stamp_ns < self._processed_ns - self._max_dt_ns:
+            stale = (self._processed_ns - stamp_ns) * 1e-9
+            return ('depth_stamp_stale', f'depth stamp {stamp_ns * 1e-9:.6f} s is {stale:.3f} '
+                    's older than the last colour frame processed')
+        if self._newest_colour_ns is not None and \
+                stamp_ns > self._newest_colour_ns + self._future_ns:
+            ahead = (stamp_ns - self._newest_colour_ns) * 1e-9
+            return ('depth_stamp_future', f'depth stamp {stamp_ns * 1e-9:.6f} s is '
+                    f'{ahead:.3f} s ahead of the newest colour frame')
+        return None
+
+    def _evict_over_bounds(self) -> list[tuple[int, str]]:
+        """Drop the oldest images beyond the count or byte bound (hold the lock)."""
+        evicted = []
+        while len(self._buffer) > 1 and (len(self._buffer) > self._capacity
+                                         or self._bytes > self._max_bytes):
+            oldest = min(self._buffer)
+            self._bytes -= self._buffer.pop(oldest).nbytes
+            evicted.append((oldest, f'the buffer is full ({self._capacity} images, '
+                            f'{self._max_bytes / 2**20:.0f} MiB)'))
+        return evicted
 
     def take(self, stamp_ns: int, size_hw: tuple[int, int], wait: bool = True
              ) -> np.ndarray | None:
@@ -216,36 +275,70 @@ class DepthInput:
         Args:
             stamp_ns: the colour frame's stamp; frames come in stamp order.
             size_hw: the colour image's (H, W); a depth of another size is dropped.
-            wait: wait up to ``metric.depth_wait_s`` while the pair may still come.
+            wait: wait up to ``metric.depth_wait_s`` while the stream is live and the pair
+                may still come.
 
         Returns:
             ``[H, W]`` float32 metres, or None when no depth pairs with the frame.
         """
         deadline = self._clock() + (self._wait_s if wait else 0.0)
+        dropped: list[tuple[str, str]] = []
+        depth = None
         with self._cond:
             self._processed_ns = stamp_ns
             while True:
-                # Older depth can pair with no later frame (their colour frames never came).
-                for old in [s for s in self._buffer if s < stamp_ns - self._max_dt_ns]:
-                    del self._buffer[old]
+                dropped += self._passed_by(stamp_ns)
                 near = [s for s in self._buffer if abs(s - stamp_ns) <= self._max_dt_ns]
                 if near:
                     depth = self._buffer.pop(min(near, key=lambda s: abs(s - stamp_ns)))
+                    self._bytes -= depth.nbytes
                     break
-                remaining = deadline - self._clock()
-                passed = self._newest_depth_ns is not None and \
-                    self._newest_depth_ns > stamp_ns + self._max_dt_ns
-                alive = self._clock() - self._last_arrival < ALIVE_S or (
-                    self._newest_depth_ns is None and self.has_source())
-                if remaining <= 0 or passed or not alive:
-                    return None
-                self._cond.wait(remaining)
+                if not self._may_come(stamp_ns, deadline):
+                    break
+                self._cond.wait(max(0.0, deadline - self._clock()))
+        for problem in dropped:
+            self._drop(*problem)
+        if depth is None:
+            return None
         if depth.shape != tuple(size_hw):
             self._drop('depth_size', f'depth image {depth.shape[1]}x{depth.shape[0]} is not '
                        f'the colour image size {size_hw[1]}x{size_hw[0]} (W x H): it must be '
-                       'aligned to the colour image')
+                       'aligned to it')
             return None
+        with self._cond:
+            self._paired += 1
         return depth
+
+    def _passed_by(self, stamp_ns: int) -> list[tuple[str, str]]:
+        """Remove the images no frame from ``stamp_ns`` on can pair with (hold the lock).
+
+        Older ones: their colour frames never came (or were not processed). Those more than
+        :data:`FUTURE_S` ahead came before any colour frame told they were that far ahead.
+        """
+        out = []
+        for stamp in [s for s in self._buffer if s < stamp_ns - self._max_dt_ns]:
+            self._bytes -= self._buffer.pop(stamp).nbytes
+            out.append(('depth_unpaired', f'depth stamp {stamp * 1e-9:.6f} s: no colour frame '
+                        'within metric.max_dt_s was processed'))
+        for stamp in [s for s in self._buffer if s > stamp_ns + self._future_ns]:
+            self._bytes -= self._buffer.pop(stamp).nbytes
+            if stamp == self._last_arrival_ns:  # it never made the stream live
+                self._last_arrival = -np.inf
+            out.append(('depth_stamp_future', f'depth stamp {stamp * 1e-9:.6f} s is '
+                        f'{(stamp - stamp_ns) * 1e-9:.3f} s ahead of the colour frame'))
+        return out
+
+    def _may_come(self, stamp_ns: int, deadline: float) -> bool:
+        """Return True while the pair of ``stamp_ns`` may still come (hold the lock)."""
+        now = self._clock()
+        if now >= deadline:
+            return False
+        if any(s > stamp_ns + self._max_dt_ns for s in self._buffer):
+            return False  # the stream has passed this frame (nothing far ahead is left)
+        if self._last_arrival == -np.inf and self._refused_on_arrival == 0:
+            return self.has_source()  # before the first depth image: a publisher is there
+        return now - self._last_arrival < ALIVE_S and \
+            abs(stamp_ns - self._last_arrival_ns) <= ALIVE_S * 1e9
 
     def pair(self, stamp_ns: int, size_hw: tuple[int, int], metric: Any, wait: bool = True
              ) -> None:

@@ -28,6 +28,10 @@ Two queue policies:
   the middleware drops (best effort) or slows the publisher (reliable), so bag mode is exact only
   with reliable QoS and a history deep enough, or with ``ros2 bag play --rate`` slow enough.
   The offline replay tool is the exact path.
+
+Both are bounded in bytes as well (:data:`MAX_QUEUE_BYTES` of image data): a queue of large
+images blocks (bag) or drops its oldest (live, counted as ``queue_overflow``) before it holds
+more; one item is always taken, whatever its size (the decoder's limits bound it).
 """
 
 from __future__ import annotations
@@ -40,18 +44,30 @@ from typing import Any, Callable
 _POLL_S = 0.1
 LIVE_CAPACITY = 1
 """Frames a single camera's live queue holds (``input.queue_size`` is bag mode's)."""
+MAX_QUEUE_BYTES = 512 * 1024 * 1024
+"""Image bytes a frame queue holds at most (about 20 frames of 3840x2160 rgb8)."""
+
+
+def item_bytes(item: Any) -> int:
+    """Return the bytes of an item's image data (``item.msg.data``; 0 when it has none)."""
+    try:
+        return len(item.msg.data)
+    except (AttributeError, TypeError):
+        return 0
 
 
 class FrameQueue:
     """Bounded FIFO with a drop-oldest (live) or blocking (bag) policy. Thread safe."""
 
-    def __init__(self, capacity: int, block_when_full: bool) -> None:
+    def __init__(self, capacity: int, block_when_full: bool,
+                 max_bytes: int = MAX_QUEUE_BYTES) -> None:
         """Create an empty queue.
 
         Args:
             capacity: most items held at once (>= 1).
             block_when_full: True for bag mode (``put`` waits), False for live mode (``put``
                 drops the oldest item).
+            max_bytes: most image bytes held at once (:func:`item_bytes`; one item always fits).
 
         Raises:
             ValueError: capacity below 1.
@@ -60,9 +76,33 @@ class FrameQueue:
             raise ValueError(f'queue capacity must be >= 1, got {capacity}')
         self._items: collections.deque[Any] = collections.deque()
         self._capacity = capacity
+        self._max_bytes = int(max_bytes)
+        self._bytes = 0
         self._block = block_when_full
         self._cond = threading.Condition()
         self._closed = False
+
+    @property
+    def num_bytes(self) -> int:
+        """Return the image bytes waiting now."""
+        with self._cond:
+            return self._bytes
+
+    def _full_for(self, size: int) -> bool:
+        """Return True when an item of ``size`` bytes does not fit now (hold the lock)."""
+        return len(self._items) >= self._capacity or (
+            bool(self._items) and self._bytes + size > self._max_bytes)
+
+    def _append(self, item: Any, size: int) -> None:
+        self._items.append(item)
+        self._bytes += size
+        self._cond.notify_all()
+
+    def _pop(self, index: int = 0) -> Any:
+        item = self._items[index]
+        del self._items[index]
+        self._bytes -= item_bytes(item)
+        return item
 
     def put(self, item: Any) -> int:
         """Add an item at the back.
@@ -71,18 +111,18 @@ class FrameQueue:
             Number of older items dropped to make room (always 0 in blocking mode, and 0 when
             the queue is closed, in which case the item is discarded).
         """
+        size = item_bytes(item)
         with self._cond:
             if self._block:
-                while len(self._items) >= self._capacity and not self._closed:
+                while self._full_for(size) and not self._closed:
                     self._cond.wait(_POLL_S)
             if self._closed:
                 return 0
             dropped = 0
-            while len(self._items) >= self._capacity:
-                self._items.popleft()
+            while self._full_for(size):
+                self._pop()
                 dropped += 1
-            self._items.append(item)
-            self._cond.notify_all()
+            self._append(item, size)
             return dropped
 
     def get(self, timeout_s: float) -> Any | None:
@@ -96,7 +136,7 @@ class FrameQueue:
                 self._cond.wait(timeout_s)
             if not self._items:
                 return None
-            item = self._items.popleft()
+            item = self._pop()
             self._cond.notify_all()
             return item
 
@@ -105,6 +145,7 @@ class FrameQueue:
         with self._cond:
             count = len(self._items)
             self._items.clear()
+            self._bytes = 0
             self._cond.notify_all()
             return count
 

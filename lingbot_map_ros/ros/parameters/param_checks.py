@@ -20,13 +20,25 @@ mounting (:func:`~lingbot_map_ros.ros.publishers.odom_frames.pose7_to_matrix`);
 frame may be equal; ``output.directory`` must resolve to an absolute path
 (:func:`~lingbot_map_ros.ros.publishers.map_save.resolve_directory`). Each check returns the reason
 a value is refused, naming the parameter, or None.
+
+:func:`check_pool` refuses, at start, a page pool (``cache.pool_pages``, ``cache.streams``) that
+cannot pose every camera, or whose bytes exceed the device's memory: a pool too small for a
+stream's lease raised at the warm-up (or, at another image size, reset every frame), and a huge
+one allocated until the process was killed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 from typing import Any
 
+from lingbot_map_ros.config import EngineConfig
+from lingbot_map_ros.engine.cache.capacity import pool_pages
+from lingbot_map_ros.engine.cache.stream_kv import prep_pages, stream_pages
+from lingbot_map_ros.engine.frames import NUM_SPECIAL_TOKENS
+from lingbot_map_ros.engine.image.preprocess import resized_height
 from lingbot_map_ros.ros.publishers.map_save import resolve_directory
 from lingbot_map_ros.ros.publishers.odom_frames import pose7_to_matrix
 
@@ -63,9 +75,32 @@ def check_value(name: str, value: Any, bounds: tuple[float, float] | None) -> st
         return f'{name}={value!r} has leading or trailing white space'
     if name == 'output.directory':
         try:
-            resolve_directory(str(value))
+            return _check_path_length(resolve_directory(str(value)))
         except ValueError as exc:
             return str(exc)
+    return None
+
+
+SAVE_NAME_CHARS = 64
+"""Room kept in the path for what ``~/save`` adds under ``output.directory`` (its folder and
+file names)."""
+
+
+def _check_path_length(path: Any) -> str | None:
+    """Refuse a directory whose path (or one of its names) the file system cannot hold."""
+    try:
+        path_max = os.pathconf('/', 'PC_PATH_MAX')
+        name_max = os.pathconf('/', 'PC_NAME_MAX')
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        path_max, name_max = 4096, 255
+    text = str(path)
+    if len(os.fsencode(text)) + SAVE_NAME_CHARS > path_max:
+        return (f'output.directory is {len(text)} characters long: with the folder ~/save '
+                f'adds, it exceeds the {path_max}-byte path limit of the file system')
+    longest = max((os.fsencode(part) for part in path.parts), key=len)
+    if len(longest) > name_max:
+        return (f'output.directory holds a name of {len(longest)} bytes; the file system '
+                f'allows {name_max}')
     return None
 
 
@@ -103,4 +138,96 @@ def check_frames(values: dict[str, Any]) -> str | None:
         if frame in seen:
             return f"{key} and {seen[frame]} are both '{frame}': they must differ"
         seen[frame] = key
+    return None
+
+
+POOL_MEMORY_SHARE = 0.9
+"""The pool may take at most this share of the device's memory (the weights need the rest)."""
+
+
+def reference_size_hw(config: EngineConfig) -> tuple[int, int]:
+    """Return the processed (H, W) of a 4:3 image of ``stream.image_width`` (the warm-up's)."""
+    width = config.stream.image_width
+    patch = config.model.patch_size
+    return min(resized_height(width * 3 // 4, width, width, patch), width), width
+
+
+def pool_need(config: EngineConfig, num_cameras: int) -> tuple[int, int, tuple[int, int]]:
+    """Return (pages one camera needs, pages of the configured pool, the reference size).
+
+    One camera's stream leases ``N_s + W + 1`` patch pages and its special pages, and its
+    rollover prepares the next session's scale pages beside it; pages hold one frame's patch
+    tokens, so flatter images (fewer tokens a frame) need more pages than the 4:3 reference.
+    """
+    cache = config.cache
+    size_hw = reference_size_hw(config)
+    page = (size_hw[0] // config.model.patch_size) * (size_hw[1] // config.model.patch_size)
+    one = (stream_pages(page, NUM_SPECIAL_TOKENS, cache.scale_frames, cache.sliding_window,
+                        cache.max_total_frames)
+           + prep_pages(page, NUM_SPECIAL_TOKENS, cache.scale_frames))
+    streams = max(cache.streams, num_cameras)
+    pages = pool_pages(dataclasses.replace(cache, streams=streams), page)
+    return one, pages, size_hw
+
+
+def pool_bytes(config: EngineConfig, pages: int, size_hw: tuple[int, int]) -> int:
+    """Return the bytes of ``pages`` pool pages at processed size ``size_hw`` (K, V, all layers).
+
+    The storage is e4m3 (1 byte) with ``cache.dtype: float8_e4m3fn``, else the cache dtype on
+    CUDA and float32 on the CPU.
+    """
+    model = config.model
+    page = (size_hw[0] // model.patch_size) * (size_hw[1] // model.patch_size)
+    if config.cache.dtype == 'float8_e4m3fn':
+        itemsize = 1
+    elif str(config.stream.device).startswith('cuda'):
+        itemsize = 2 if config.cache.dtype in ('bfloat16', 'float16') else 4
+    else:
+        itemsize = 4
+    return 2 * model.depth * pages * page * model.num_heads * model.head_dim * itemsize
+
+
+def device_memory_bytes(device: str) -> int | None:
+    """Return the total memory of ``device`` ('cpu', 'cuda', 'cuda:N'), None when unknown."""
+    if str(device).startswith('cuda'):
+        import torch
+        if not torch.cuda.is_available():
+            return None
+        return int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+    try:
+        return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return None
+
+
+def check_pool(config: EngineConfig, num_cameras: int,
+               memory_bytes: int | None = None) -> str | None:
+    """Return why the page pool cannot pose every camera or does not fit the device, or None.
+
+    Args:
+        config: the engine configuration (``cache.streams`` already raised to the cameras).
+        num_cameras: streams the node opens (1 with one camera).
+        memory_bytes: the device's memory; None: :func:`device_memory_bytes`.
+    """
+    one, pages, size_hw = pool_need(config, num_cameras)
+    cache = config.cache
+    where = f'{size_hw[1]}x{size_hw[0]} (W x H, a 4:3 image of stream.image_width)'
+    if cache.pool_pages and cache.pool_pages < one * num_cameras:
+        return (f'cache.pool_pages={cache.pool_pages} cannot pose '
+                f'{num_cameras} camera(s): each needs {one} pages at {where}; set at least '
+                f'{one * num_cameras}, or 0 to size the pool from cache.streams')
+    memory = device_memory_bytes(config.stream.device) if memory_bytes is None else memory_bytes
+    if memory is None:
+        return None
+    need = pool_bytes(config, pages, size_hw)
+    if need > POOL_MEMORY_SHARE * memory:
+        name = (f'cache.pool_pages={cache.pool_pages}' if cache.pool_pages
+                else f'cache.streams={cache.streams}')
+        fits = int(POOL_MEMORY_SHARE * memory // max(1, pool_bytes(config, one, size_hw)))
+        return (f'{name} sizes a KV page pool of {pages} pages = {need / 2**30:.1f} GiB at '
+                f'{where}, more than {POOL_MEMORY_SHARE:.0%} of the '
+                f'{memory / 2**30:.1f} GiB of {config.stream.device}; '
+                f'{num_cameras} camera(s) need {one * num_cameras} pages '
+                f'({pool_bytes(config, one * num_cameras, size_hw) / 2**30:.2f} GiB); at most '
+                f'{fits} streams fit')
     return None
