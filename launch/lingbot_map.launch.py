@@ -66,7 +66,7 @@ def arguments():
         ('allow_random_weights', '', 'true: run without weights (demo, meaningless poses)'),
         ('odom_frame', '', 'Continuous frame of the poses, path and TF (frames.odom_frame)'),
         ('base_frame', '', 'Frame whose pose is published (frames.base_frame)'),
-        ('map_frame', '', 'Set: static identity map_frame -> odom_frame (frames.map_frame)'),
+        ('map_frame', '', 'frames.map_frame: the frame of map -> odom (default map)'),
         ('camera_frame', '', "Camera optical frame; empty keeps the images' frame_id"),
         ('publish_tf', '', 'true/false: broadcast odom_frame -> base_frame (publish.tf)'),
         ('transport', '', 'Input transport: raw or compressed (input.transport)'),
