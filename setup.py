@@ -50,10 +50,13 @@ setup(
         'tools': ['rosbags', 'tqdm', 'matplotlib'],
         # A machine without apt's python3-opencv (the PyPI-wheel CI).
         'opencv': ['opencv-python-headless'],
+        # Loop closure (engine/loop): the pose graph and the place index.
+        'loop': ['gtsam>=4.3', 'faiss-cpu'],
         # Hopper GPUs (H100, H200): FlashAttention-3's forward, which cache.backend 'auto'
-        # takes for FP8 K/V (docs/performance.md). Its wheel is built for one torch release
-        # (0.0.3: torch 2.10, ran under 2.11); where it does not load, 'auto' says so and
-        # keeps the Triton kernel.
+        # takes for bf16 K/V, and for FP8 K/V only under cache.precision fast_approximate
+        # (outside the fidelity gate, docs/performance.md). Its wheel is built for one torch
+        # release (0.0.3: torch 2.10, ran under 2.11); where it does not load, 'auto' says so
+        # and keeps the Triton kernel.
         'hopper': ['fa3-fwd'],
     },
     zip_safe=True,
@@ -66,6 +69,7 @@ setup(
         'console_scripts': [
             'lingbot_map_node = lingbot_map_ros.ros.nodes.entry:main',
             'lingbot_map_lifecycle_node = lingbot_map_ros.ros.nodes.lifecycle_node:main',
+            'lingbot_map_launch = lingbot_map_ros.ros.nodes.launch_entry:main',
             'lingbot_map_replay = lingbot_map_ros.tools.replay:main',
             'lingbot_map_bench = lingbot_map_ros.tools.bench:main',
             'lingbot_map_golden = lingbot_map_ros.tools.golden:main',

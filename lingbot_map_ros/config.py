@@ -267,8 +267,20 @@ class MapConfig:
     """Unproject every n-th pixel per direction of a keyframe's depth."""
     period_s: float = 1.0
     """Period of ~/map, when it changed (steady time)."""
+    load_path: str = ''
+    """A saved map folder (~/save_map) loaded at start to localize in or map into (map.mode,
+    docs/loop_closure.md); '' starts without one. A map that is refused is logged with the
+    reason and the node starts without a map. ~/load_map loads it again at run time."""
+    save_path: str = ''
+    """Folder ~/save_map writes the keyframe map into ('' is <output.directory>/map); a map
+    already there is replaced atomically."""
+    mode: Literal['mapping', 'localization'] = 'mapping'
+    """With a loaded map: 'localization' finds the robot in it and never grows it, 'mapping'
+    joins the new keyframes to it once a first match ties the run to it (from the next load)."""
 
     def __post_init__(self) -> None:
+        if self.mode not in ('mapping', 'localization'):
+            raise ValueError(f"map.mode={self.mode!r} must be 'mapping' or 'localization'")
         if not self.voxel_size > 0:
             raise ValueError(f'map.voxel_size={self.voxel_size} must be > 0')
         if self.max_points < 1:

@@ -60,7 +60,8 @@ class MetricConfig:
     """Share of the pixels with a valid depth pair (sensor and model) below which a frame,
     and a session without better frames, is degenerate (no metric scale)."""
     max_range_m: float = 0.0
-    """Sensor depths beyond this are not used for the scale (0: no limit)."""
+    """Sensor depths beyond this are not used for the scale (0: only the physical range of
+    ``engine/image/sensor_depth.py``, 1 mm to 1 km)."""
     depth_wait_s: float = 0.05
     """Longest wait of a colour frame for its depth image when the depth stream is alive."""
 

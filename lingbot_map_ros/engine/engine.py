@@ -91,6 +91,9 @@ class Engine:
         """Serialises the calls of every stream (one model, one pool)."""
         self._pool: KVPool | None = None
         self._warmed_sizes: set[tuple[int, int]] = set()
+        self.check_frames = 0
+        """Frames of one scale pass beside the streams' (a loop-closure check) that the pool
+        makes room for when it is built; set before the first frame."""
 
     @classmethod
     def load(cls, config: EngineConfig, weights: str | Path | None = None, *,
@@ -170,7 +173,7 @@ class Engine:
                 self.batch_graphs = None  # they stage on the old pool (and hold it)
             self._pool = None
             self._pool = new_kv_pool(self.config.model, self.config.cache, self.kv_dtype,
-                                     size_hw, self.device)
+                                     size_hw, self.device, self.check_frames)
             self.runner.bind_pool(self._pool)
             return self._pool
 
@@ -240,20 +243,22 @@ class EngineStream:
             self.state.kv = StreamKV.for_cache(engine.pool_for(size_hw), engine.config.cache)
 
     def forward_scale(self, images: torch.Tensor, with_depth: bool = False,
-                      return_taps: bool = False) -> dict:
+                      return_taps: bool = False, with_descriptor: bool = False) -> dict:
         """Run the scale pass on this stream (``LingbotMapModel.forward_scale``)."""
         engine = self.engine
         with engine.lock:
             return engine.model.forward_scale(images, self.state, with_depth, return_taps,
-                                              engine.runner)
+                                              engine.runner, with_descriptor)
 
     def forward_frame(self, image: torch.Tensor, time_index: int, keyframe: bool,
-                      with_depth: bool = False, return_taps: bool = False) -> dict:
+                      with_depth: bool = False, return_taps: bool = False,
+                      with_descriptor: bool = False) -> dict:
         """Run one streaming frame on this stream (``LingbotMapModel.forward_frame``)."""
         engine = self.engine
         with engine.lock:
             return engine.model.forward_frame(image, time_index, keyframe, self.state,
-                                              with_depth, return_taps, engine.runner)
+                                              with_depth, return_taps, engine.runner,
+                                              with_descriptor)
 
     def clear(self) -> None:
         """Forget every cached frame; the pages and the camera cache's memory stay."""

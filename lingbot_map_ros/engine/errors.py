@@ -56,3 +56,7 @@ class PoolExhaustedError(CachePoolExhaustedError):
     Raised before anything is written; the streams that hold pages are not touched. Ending or
     resetting another stream returns its pages.
     """
+
+
+class MapLoadError(LingbotMapError, ValueError):
+    """A saved map that is refused (``engine/loop/map_store.py``); the message says why."""

@@ -45,11 +45,13 @@ from pathlib import Path
 import time
 from typing import Any
 
-from lingbot_map_ros.config import engine_config_from_yaml, EngineConfig
+from lingbot_map_ros.config import engine_config_from_yaml, EngineConfig, load_yaml
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.rollover import RolloverSession
+from lingbot_map_ros.ros.parameters import params
 from lingbot_map_ros.tools.bench_cameras import synthetic_frames
 from lingbot_map_ros.tools.bench_model import stream_frames
+from lingbot_map_ros.tools.cli_errors import check_device
 from lingbot_map_ros.tools.config_files import find_config, parse_set
 import numpy as np
 import torch
@@ -64,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              '(lingbot_map.yaml, small_gpu.yaml, demo_tiny_cpu.yaml)')
     parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                         help='override an engine key of the file, e.g. cache.dtype=float8_e4m3fn '
-                             '(repeatable)')
+                             '(repeatable; an unknown key is refused with the nearest names)')
     parser.add_argument('--depth', action=argparse.BooleanOptionalAction, default=None,
                         help='run the depth head (stream.enable_depth; default: the file)')
     parser.add_argument('--height', type=int, default=378, help='processed image height (px)')
@@ -88,8 +90,13 @@ def build_config(args: argparse.Namespace) -> EngineConfig:
     overrides = parse_set(args.set)
     if args.depth is not None:
         overrides['stream.enable_depth'] = args.depth
-    config = engine_config_from_yaml(path if path.is_file() else find_config(args.config),
-                                     **overrides)
+    path = path if path.is_file() else find_config(args.config)
+    params.check_names(load_yaml(path))
+    params.check_names(overrides)
+    config = engine_config_from_yaml(path, **overrides)
+    check_device(config.stream.device, 'stream.device',
+                 'for the CPU dry run: lingbot_map_bench memory --config demo_tiny_cpu.yaml '
+                 '--steady 2')
     cache = config.cache
     session_keyframes = cache.scale_frames + cache.sliding_window + args.steady
     stream = dataclasses.replace(config.stream, session_keyframes=session_keyframes,

@@ -53,6 +53,7 @@ from lingbot_map_ros.engine.map.ply import write_ply
 from lingbot_map_ros.ros.messages.conversions import map_axes_transform, stamp_to_ns
 from lingbot_map_ros.tools import bag_io, trajectory
 from lingbot_map_ros.tools.config_files import find_config
+from lingbot_map_ros.tools.help_text import plain
 from lingbot_map_ros.tools.make_bag import BagSpec, write_synthetic
 from lingbot_map_ros.tools.map_plot import ground_truth_map, plot_map
 from lingbot_map_ros.tools.player import BagPlayer, PlayOptions
@@ -326,7 +327,7 @@ def write_map_picture(out: Path, seq: SyntheticSequence, values: dict[str, Any],
 def build_parser() -> argparse.ArgumentParser:
     """Build the ``lingbot_map_demo`` argument parser."""
     parser = argparse.ArgumentParser(prog='lingbot_map_demo',
-                                     description=__doc__.split('\n\n', 1)[0])
+                                     description=plain(__doc__.split('\n\n', 1)[0]))
     parser.add_argument('--out', default='lingbot_map_demo_out',
                         help='output folder (default: %(default)s)')
     parser.add_argument('--weights', default=None,

@@ -43,6 +43,7 @@ import time
 from safetensors.torch import load_file
 import torch
 
+from .cli_errors import check_device, USAGE_ERRORS
 from .fast_path_flags import add_fast_path_flags
 from .golden_compare import compare, FP8_KV_TOLERANCES
 from ..config import CacheConfig, FastPath, ModelConfig, StreamConfig
@@ -56,6 +57,9 @@ from ..engine.model.golden_weights import fill_golden_weights
 from ..engine.model.stream_state import StreamState
 
 DTYPES = {'float32': torch.float32, 'float64': torch.float64, 'bfloat16': torch.bfloat16}
+_LOG = logging.getLogger('lingbot_map_golden')
+_PROGRESS_STEPS = 10
+"""Progress lines per run (a CPU run of set B takes a minute)."""
 
 
 def model_config_from_json(meta: dict) -> ModelConfig:
@@ -175,7 +179,10 @@ def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, bac
                                    runner=runner)]
     frame_of = [(0, i) for i in range(num_scale)]  # (call, row) of every frame
     schedule = [_cache_occupancy(kv, True)] * num_scale
+    every = max(1, images.shape[0] // _PROGRESS_STEPS)
     for i in range(num_scale, images.shape[0]):
+        if i % every == 0:
+            _LOG.info('frame %d of %d', i, images.shape[0])
         outputs.append(model.forward_frame(images[i:i + 1], time_index[i], keyframe[i], state,
                                            with_depth, return_taps=i in tap_frames,
                                            runner=runner))
@@ -195,6 +202,23 @@ def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, bac
         torch.stack([tap[frame_of[f][1]] for tap in outputs[frame_of[f][0]]['taps']])
         for f in tap_frames]).cpu()
     return result
+
+
+def resolve_set(path: str | Path) -> Path:
+    """Return the set's ``.safetensors`` file; ``stream_A`` stands for ``stream_A.safetensors``.
+
+    Raises:
+        FileNotFoundError: neither exists (the message names both and the sets beside them).
+    """
+    path = Path(path)
+    for candidate in (path, path.parent / f'{path.name}.safetensors'):
+        if candidate.is_file():
+            return candidate
+    sets = sorted(p.name for p in path.parent.glob('*.safetensors')) \
+        if path.parent.is_dir() else []
+    raise FileNotFoundError(f'golden set {path} not found (nor {path.name}.safetensors); '
+                            + (f'{path.parent} holds {", ".join(sets)}' if sets else
+                               'give a set file such as ../shared/golden/stream_B.safetensors'))
 
 
 def run_golden(set_path: str | Path, config_path: str | Path | None = None,
@@ -229,7 +253,7 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
     Raises:
         ValueError: unknown dtype, or a model whose configuration or dtype does not fit the set.
     """
-    set_path = Path(set_path)
+    set_path = resolve_set(set_path)
     config_path = Path(config_path) if config_path else set_path.with_suffix('.json')
     if dtype not in DTYPES:
         raise ValueError(f"dtype='{dtype}' is not one of {sorted(DTYPES)}")
@@ -238,6 +262,8 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
     config = model_config_from_json(meta)
     start = time.perf_counter()
     if model is None:
+        _LOG.info('%s: building the model (golden weights, %s on %s)', set_path.name, dtype,
+                  device)
         model = build_golden_model(config, meta['weights']['salt'], DTYPES[dtype], device)
     elif model.config != config or model.compute_dtype != DTYPES[dtype]:
         raise ValueError(f'run_golden: model ({model.compute_dtype}) does not fit set '
@@ -245,6 +271,7 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
     if camera_head_dtype == 'bfloat16' and dtype == 'bfloat16':
         model.camera_head.set_compute_dtype(torch.bfloat16)
     built = time.perf_counter()
+    _LOG.info('running %d frames (backend %s)', ref['images'].shape[0], backend)
     runner = FrameRunner.for_model(model, FastPathState(fast_path, compile))
     result = drive_stream(model, ref['images'], meta['stream'], backend,
                           ref['tap_frames'].tolist(), config.enable_depth, kv_dtype, runner)
@@ -268,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog='lingbot_map_golden',
         description='Run a golden streaming set and compare it with the stored reference.')
-    parser.add_argument('set', help='golden set .safetensors (e.g. shared/golden/stream_A)')
+    parser.add_argument('set', help='golden set: its .safetensors file, or the path without '
+                                    'the suffix (e.g. ../shared/golden/stream_B)')
     parser.add_argument('--config', default=None,
                         help='the set JSON (default: the .safetensors path with .json)')
     parser.add_argument('--dtype', choices=sorted(DTYPES), default='float32',
@@ -290,15 +318,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
+    _LOG.setLevel(logging.INFO)  # progress on stderr; the results go to stdout
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.dtype != 'bfloat16':
         # The set's float32 tolerances assume true float32 products: no TF32 on Ampere+ GPUs.
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-    report = run_golden(args.set, args.config, args.dtype, args.backend, device=args.device,
-                        fast_path=args.fast_path, compile=args.compile,
-                        kv_dtype=args.kv_dtype, camera_head_dtype=args.camera_head_dtype)
+    try:
+        check_device(args.device, '--device', 'leave --device out for the CPU')
+        report = run_golden(args.set, args.config, args.dtype, args.backend, device=args.device,
+                            fast_path=args.fast_path, compile=args.compile,
+                            kv_dtype=args.kv_dtype, camera_head_dtype=args.camera_head_dtype)
+    except USAGE_ERRORS as exc:
+        # A missing set, a device or backend this machine lacks: one line, no traceback.
+        sys.stderr.write(f'lingbot_map_golden: {exc}\n')
+        return 1
     for name, check in report['checks'].items():
         verdict = 'ok' if check['pass'] else 'FAIL'
         sys.stdout.write(f"{name:20s} {check['metric']:10s} {check['error']:<12.4g} "

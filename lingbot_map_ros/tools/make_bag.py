@@ -40,6 +40,7 @@ from typing import Any
 import cv2
 from lingbot_map_ros.ros.messages.conversions import map_axes_transform
 from lingbot_map_ros.tools import bag_io
+from lingbot_map_ros.tools.help_text import plain
 from lingbot_map_ros.tools.synthetic_scene import (pinhole_intrinsics, render_sequence,
                                                    SceneConfig, SyntheticSequence)
 from lingbot_map_ros.tools.trajectory import Trajectory, write_tum
@@ -240,7 +241,7 @@ def write_synthetic(spec: BagSpec, scene: SceneConfig, gt_path: str | Path,
         scene: size, length, frame rate and seed of the scene.
         gt_path: output TUM file of the true camera poses.
         map_axes: axes of the ground truth's map frame ('flu' or 'optical'), as the node's
-            ``frames.map_axes``.
+            ``replay run --map-axes``.
         seq: ``render_sequence(scene)`` when the caller already rendered it (the demo).
 
     Returns:
@@ -252,7 +253,8 @@ def write_synthetic(spec: BagSpec, scene: SceneConfig, gt_path: str | Path,
                          depths=seq.depth if spec.depth_topic else None)
     c2w = map_axes_transform(map_axes) @ seq.c2w
     write_tum(gt_path, Trajectory(seq.stamps_ns, c2w), comments=[
-        f'ground truth of the synthetic scene (seed {scene.seed}, {scene.num_frames} frames, '
+        f'ground truth of the synthetic scene (seed {scene.seed}, {scene.num_frames} frames '
+        f'x {scene.laps} laps, '
         f'{scene.width}x{scene.height}, hfov {scene.hfov_deg} deg)',
         f'camera optical frame in the map frame (first camera, map axes {map_axes}), metres'])
     _LOG.info('wrote ground truth %s', gt_path)
@@ -263,7 +265,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     """Add the ``make-bag`` subcommand to the replay CLI."""
     p = subparsers.add_parser(
         'make-bag', help='write a rosbag2 bag from images, a video or the synthetic scene',
-        description=__doc__.split('\n\n', 1)[1] if __doc__ else None,
+        description=plain(__doc__.split('\n\n', 1)[1]) if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument('--images', metavar='DIR', help='folder of images, sorted by name')
@@ -301,6 +303,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument('--size', default=f'{SceneConfig.width}x{SceneConfig.height}',
                    help='synthetic: image size WxH (default: %(default)s)')
     p.add_argument('--seed', type=int, default=0, help='synthetic: texture seed')
+    p.add_argument('--loop', action='store_true',
+                   help='synthetic: drive the loop twice (--frames each), the second lap '
+                        '0.1 m higher: a route that revisits its start (loop closure)')
     p.add_argument('--gt', default=None,
                    help='synthetic: ground-truth TUM output (default: <out>_gt.tum)')
     p.add_argument('--depth', action='store_true',
@@ -313,8 +318,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help='synthetic: a rig of N cameras with fixed offsets, on /cam_<i>/image_raw '
                         '(tools/synthetic_rig.py; default: one camera on --topic)')
     p.add_argument('--map-axes', choices=('flu', 'optical'), default='flu',
-                   help="synthetic: map axes of the ground truth, as the node's "
-                        'frames.map_axes (default: %(default)s)')
+                   help='synthetic: map axes of the ground truth, as replay run --map-axes '
+                        '(default: %(default)s)')
     p.set_defaults(handler=run)
     return p
 
@@ -344,13 +349,17 @@ def run(args: argparse.Namespace) -> int:
     if args.synthetic:
         width, _, height = args.size.partition('x')
         scene = SceneConfig(width=int(width), height=int(height), num_frames=args.frames,
-                            fps=args.fps or 10.0, seed=args.seed, start_ns=start_ns)
+                            fps=args.fps or 10.0, seed=args.seed, start_ns=start_ns,
+                            laps=2 if args.loop else 1)
         gt = args.gt or spec.out.parent / f'{spec.out.name}_gt.tum'
         if args.cameras > 1:  # a rig of cameras
-            from lingbot_map_ros.tools.synthetic_rig import write_rig
+            from lingbot_map_ros.tools.synthetic_rig import gt_path, write_rig
             write_rig(spec, scene, args.cameras, gt, args.map_axes)
+            for i in range(args.cameras):
+                _LOG.info('wrote ground truth of camera %d: %s', i, gt_path(gt, i))
         else:
             write_synthetic(spec, scene, gt, args.map_axes)
+        log_written(spec.out)
         return 0
     k = _explicit_k(args)
     if args.images:
@@ -361,4 +370,12 @@ def run(args: argparse.Namespace) -> int:
         fps = args.fps or (video_fps(args.video) / args.stride) or 10.0
         write_frames(spec, video_frames(args.video, args.stride, args.max_frames, args.width),
                      k, fps, start_ns, args.hfov_deg)
+    log_written(spec.out)
     return 0
+
+
+def log_written(bag: Path) -> None:
+    """Log the bag's topics as written (the names to give ``--topic``, ``--cameras``)."""
+    with bag_io.open_bag(bag) as reader:
+        topics = bag_io.list_topics(reader)
+    _LOG.info('wrote %s:\n%s', bag, bag_io.describe_topics(topics))

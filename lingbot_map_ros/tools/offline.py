@@ -57,7 +57,8 @@ from pathlib import Path
 import time
 from typing import Any
 
-from lingbot_map_ros.config import EngineConfig, MapConfig, MetricConfig
+from lingbot_map_ros.config import EngineConfig, LoopConfig, MapConfig, MetricConfig
+from lingbot_map_ros.engine.loop import sim3
 from lingbot_map_ros.engine.map.map_accumulator import MapAccumulator
 from lingbot_map_ros.engine.map.ply import write_ply
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
@@ -69,6 +70,7 @@ from lingbot_map_ros.engine.stats import RolloverStats
 from lingbot_map_ros.ros.inference.depth_input import DepthInput
 from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.tools import bag_io
+from lingbot_map_ros.tools.replay_loop import LoopReplay
 from lingbot_map_ros.tools.trajectory import Trajectory
 import numpy as np
 from tqdm import tqdm
@@ -101,6 +103,8 @@ class RunOptions:
     """The node's ``metric.*`` parameters (metric scale from a depth camera)."""
     depth_topic: str = ''
     """Topic of the depth images among the messages (with ``metric.source: depth``)."""
+    loop: LoopConfig | None = None
+    """Loop closure (``--loop-closure``): the node's ``loop.*`` parameters; None: off."""
 
 
 def make_session(values: dict[str, Any]) -> StreamingSession:
@@ -131,13 +135,15 @@ def make_session(values: dict[str, Any]) -> StreamingSession:
 class OfflineRunner:
     """Feeds raw bag messages to a session and collects what the node would publish."""
 
-    def __init__(self, session: StreamingSession, options: RunOptions, out_dir: Path) -> None:
+    def __init__(self, session: StreamingSession, options: RunOptions, out_dir: Path, *,
+                 verifier: Any = None) -> None:
         """Prepare an empty run.
 
         Args:
             session: a fresh engine session (wrapped in a ``RolloverSession`` unless it is one).
             options: what to write.
             out_dir: output folder (created when something is written).
+            verifier: loop candidates' verifier with ``options.loop`` (None: the model's).
         """
         if not isinstance(session, RolloverSession):
             session = RolloverSession(session, options.metric)
@@ -159,6 +165,10 @@ class OfflineRunner:
         # Metric scale: the node's pairing, without waiting (the bag order is known).
         self._depth = DepthInput(options.metric, 64, self._drop, _LOG.debug) \
             if options.metric.enabled and options.depth_topic else None
+        self._loop = LoopReplay(session, options.loop, verifier=verifier,
+                                scale_fixed=options.metric.enabled) \
+            if options.loop is not None else None
+        self._map_poses: np.ndarray | None = None
 
     @classmethod
     def from_values(cls, values: dict[str, Any], options: RunOptions,
@@ -170,6 +180,15 @@ class OfflineRunner:
     def segments(self) -> list[dict[str, Any]]:
         """Return the map segments so far: index, reason, start stamp, poses (first: start)."""
         return self._segments
+
+    @property
+    def map_trajectory(self) -> Trajectory | None:
+        """Every pose in the loop closure's ``map`` (map axes), after the run; None without."""
+        if self._map_poses is None:
+            return None
+        rigid = [sim3.make(sim3.rotation_of(p), p[:3, 3]) for p in self._map_poses]
+        return Trajectory(np.array(self._stamps, dtype=np.int64),
+                          np.array([self._axes @ p for p in rigid]).reshape(-1, 4, 4))
 
     @property
     def trajectory(self) -> Trajectory:
@@ -208,6 +227,11 @@ class OfflineRunner:
         self._report(self._feeder.finish(), None)
         wall_s = time.perf_counter() - start
         self._write_map()
+        loop = None
+        if self._loop is not None:
+            self._map_poses = self._loop.map_poses()
+            loop = self._loop.summary()
+            self._loop.close()
         return {'frames_read': num_read, 'poses': len(self._stamps),
                 'drops': dict(sorted(self._drops.items())), 'segments': self._segments,
                 **_session_counts(self._session.rollover_stats()),
@@ -218,7 +242,8 @@ class OfflineRunner:
                 'weights': self._session.weights, 'map_axes': self._options.map_axes,
                 'config': self._session.config.to_flat(), 'storage_error': storage_error,
                 'metric': {**dataclasses.asdict(self._session.metric.stats()),
-                           'depth_drops': 0 if self._depth is None else self._depth.drops_total}}
+                           'depth_drops': 0 if self._depth is None else self._depth.drops_total},
+                'loop': loop}
 
     def tum_comments(self, summary: dict[str, Any]) -> list[str]:
         """Header lines of the TUM file: source, model, drops and map segments."""
@@ -308,6 +333,8 @@ class OfflineRunner:
                  reset.reason, reset.detail, reset.cleared)
         self._segments.append({'index': len(self._segments), 'reason': reset.reason.value,
                                'start_stamp_ns': stamp_ns, 'poses': 0})
+        if self._loop is not None:
+            self._loop.reset()
 
     def _collect(self, preds: list[FramePrediction]) -> None:
         segment = self._segments[-1]
@@ -319,6 +346,8 @@ class OfflineRunner:
             self._stamps.append(pred.stamp_ns)
             self._poses.append(c2w)
             self._engine_ms.append(pred.timings_ms.get('total', 0.0))
+            if self._loop is not None:
+                self._loop.add(pred)
             if pred.depth is not None:
                 self._save_dense_outputs(pred, c2w)
 

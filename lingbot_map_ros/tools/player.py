@@ -23,8 +23,10 @@ recording time, and at ``--clock-hz`` in between, so nodes with ``use_sim_time``
 time. Images default to best-effort QoS (the sensor-data convention, what the node subscribes
 with by default); ``--reliable`` offers reliable QoS with a deep history, which a node in bag mode
 with ``input.qos.reliability: reliable`` needs to receive every frame. ``--wait-for-subscribers``
-holds playback until each image topic has that many subscribers, so no frame is published before
-the node is listening.
+holds playback until each colour image topic has that many subscribers, so no frame is published
+before the node is listening; depth topics (a ``depth`` part in the name) are not waited for,
+since a wrong remap would never subscribe them: one without a subscriber is named in a warning.
+SIGINT and SIGTERM stop the playback and end the process with status 0.
 """
 
 from __future__ import annotations
@@ -33,15 +35,18 @@ import argparse
 from dataclasses import dataclass
 import importlib
 import logging
+import signal
 import time
 from typing import Any
 
 from lingbot_map_ros.ros.messages.conversions import fill_stamp
 from lingbot_map_ros.tools import bag_io
+from lingbot_map_ros.tools.help_text import plain
 import rclpy
 from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.signals import SignalHandlerOptions
 from rosgraph_msgs.msg import Clock
 
 _LOG = logging.getLogger(__name__)
@@ -147,17 +152,25 @@ class BagPlayer:
         self.num_published = 0
 
     def wait_for_subscribers(self, count: int, timeout_s: float) -> bool:
-        """Wait until each image topic has ``count`` subscribers.
+        """Wait until each colour image topic has ``count`` subscribers.
+
+        Depth topics are not waited for (see the module docstring); each without a subscriber
+        once the colour topics have theirs is named in a warning.
 
         Returns:
             True when they are there, False after ``timeout_s``.
         """
         images = [t.name for t in self.topics if t.msgtype in bag_io.IMAGE_TYPES]
+        colour = [n for n in images if not is_depth_topic(n)]
         deadline = time.monotonic() + timeout_s
-        while any(self._pubs[n].get_subscription_count() < count for n in images):
+        while any(self._pubs[n].get_subscription_count() < count for n in colour):
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.05)
+        for name in images:
+            if is_depth_topic(name) and self._pubs[name].get_subscription_count() == 0:
+                _LOG.warning('%s has no subscriber (a depth remap missing?); playing anyway',
+                             name)
         return True
 
     def play(self) -> int:
@@ -169,7 +182,7 @@ class BagPlayer:
         opts = self._options
         if opts.wait_for_subscribers and \
                 not self.wait_for_subscribers(opts.wait_for_subscribers, opts.wait_timeout_s):
-            _LOG.warning('not every image topic has %d subscriber(s) after %.0f s; playing '
+            _LOG.warning('not every colour image topic has %d subscriber(s) after %.0f s; playing '
                          'anyway', opts.wait_for_subscribers, opts.wait_timeout_s)
         time.sleep(opts.delay_s)
         names = [t.name for t in self.topics]
@@ -225,11 +238,16 @@ class BagPlayer:
             self._clock_pub.publish(msg)
 
 
+def is_depth_topic(name: str) -> bool:
+    """Return True for a depth image topic: one part of its name starts with ``depth``."""
+    return any(part.startswith('depth') for part in name.split('/'))
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``play`` subcommand to the replay CLI."""
     p = subparsers.add_parser(
         'play', help='publish a bag into the ROS graph with its recorded timing (and /clock)',
-        description=__doc__.split('\n\n', 1)[1] if __doc__ else None,
+        description=plain(__doc__.split('\n\n', 1)[1]) if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('bag', help='rosbag2 folder (sqlite3 or MCAP)')
     p.add_argument('--topics', nargs='+', default=[],
@@ -248,7 +266,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument('--delay', type=float, default=0.0,
                    help='seconds to wait before the first message (default: %(default)s)')
     p.add_argument('--wait-for-subscribers', type=int, default=0, metavar='N',
-                   help='hold playback until every image topic has N subscribers')
+                   help='hold playback until every colour image topic has N subscribers '
+                        '(depth topics are not waited for)')
     p.add_argument('--wait-timeout', type=float, default=30.0,
                    help='longest wait for subscribers in seconds (default: %(default)s)')
     p.set_defaults(handler=run)
@@ -262,21 +281,35 @@ def run(args: argparse.Namespace) -> int:
         reliable=args.reliable, qos_depth=args.qos_depth, loop=args.loop, delay_s=args.delay,
         wait_for_subscribers=args.wait_for_subscribers, wait_timeout_s=args.wait_timeout)
     # Explicit init/shutdown: Jazzy's rclpy.init() returns None, so it is no context manager.
-    with bag_io.open_bag(args.bag) as reader:
-        rclpy.init()
-        try:
-            node = Node('lingbot_map_player')
+    # rclpy's own handlers would shut the context down under a publish (an RCLError traceback on
+    # SIGTERM); ours end the playback between two messages instead.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    player = None
+    start = time.monotonic()
+    try:
+        with bag_io.open_bag(args.bag) as reader:
+            rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
             try:
-                player = BagPlayer(node, reader, options)
-                _LOG.info('playing %s at rate %g%s:\n%s', args.bag, options.rate,
-                          ' with /clock' if options.clock else '',
-                          '\n'.join(f'  {t.name} [{t.msgtype}] {t.num_messages} msgs'
-                                    for t in player.topics))
-                start = time.monotonic()
-                count = player.play()
-                _LOG.info('published %d messages in %.1f s', count, time.monotonic() - start)
+                node = Node('lingbot_map_player')
+                try:
+                    player = BagPlayer(node, reader, options)
+                    _LOG.info('playing %s at rate %g%s:\n%s', args.bag, options.rate,
+                              ' with /clock' if options.clock else '',
+                              bag_io.describe_topics({t.name: t for t in player.topics}))
+                    player.play()
+                finally:
+                    node.destroy_node()
             finally:
-                node.destroy_node()
-        finally:
-            rclpy.try_shutdown()
+                rclpy.try_shutdown()
+    except KeyboardInterrupt:
+        _LOG.info('stopped by a signal')
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if player is not None:
+        _LOG.info('published %d messages in %.1f s', player.num_published,
+                  time.monotonic() - start)
     return 0
+
+
+def _interrupt(signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)

@@ -40,15 +40,16 @@ command-line usage.
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
 import json
 import logging
 from pathlib import Path
 import sys
 from typing import Any
 
-from lingbot_map_ros.config import EngineConfig, load_yaml, MapConfig, MetricConfig
+from lingbot_map_ros.config import load_yaml, LoopConfig, MapConfig, MetricConfig
+from lingbot_map_ros.config import section_from_flat
 from lingbot_map_ros.engine.errors import LingbotMapError
+from lingbot_map_ros.ros.parameters import params
 from lingbot_map_ros.tools import bag_io, make_bag, replay_cameras, trajectory
 from lingbot_map_ros.tools.config_files import find_config, parse_set
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
@@ -65,14 +66,20 @@ def run_options(args: argparse.Namespace) -> tuple[dict[str, Any], RunOptions]:
         ``(flat parameter values, run options)``.
 
     Raises:
-        ValueError: unknown ``--set`` key or a bad value.
+        ValueError: a parameter the node does not know (in the file or ``--set``: the node's
+            own check, ``params.check_names``) or a bad value.
     """
-    values = load_yaml(args.params_file or find_config(DEFAULT_PARAMS))
+    params_file = args.params_file or find_config(DEFAULT_PARAMS)
+    values = load_yaml(params_file)
     overrides = parse_set(args.set)
-    metric_keys = {f'metric.{f.name}' for f in fields(MetricConfig)}
-    unknown = sorted(set(overrides) - set(values) - set(EngineConfig().to_flat()) - metric_keys)
-    if unknown:
-        raise ValueError(f'--set: unknown parameter(s) {", ".join(unknown)}')
+    cameras = list(values.get('input.cameras') or ())
+    if args.cameras:
+        cameras += list(replay_cameras.parse_cameras(args.cameras))
+    for source, names in ((str(params_file), values), ('--set', overrides)):
+        try:
+            params.check_names(names, cameras)
+        except ValueError as exc:
+            raise ValueError(f'{source}: {exc}') from None
     values.update(overrides)
     if args.weights:
         values['weights'] = args.weights
@@ -82,14 +89,12 @@ def run_options(args: argparse.Namespace) -> tuple[dict[str, Any], RunOptions]:
         values['seed'] = args.seed
     if args.device:
         values['stream.device'] = args.device
-    if args.map_axes:
-        values['frames.map_axes'] = args.map_axes
     if args.depth_topic:  # metric scale from a depth camera
         values['metric.source'] = 'depth'
     if args.depth or args.ply or values.get('metric.source') == 'depth':
         values['stream.enable_depth'] = True
     options = RunOptions(
-        map_axes=values.get('frames.map_axes', 'flu'),
+        map_axes=args.map_axes,
         backwards_reset_s=float(values.get('input.backwards_reset_s',
                                            RunOptions.backwards_reset_s)),
         forward_jump_s=float(values.get('input.forward_jump_s', RunOptions.forward_jump_s)),
@@ -97,7 +102,9 @@ def run_options(args: argparse.Namespace) -> tuple[dict[str, Any], RunOptions]:
                                                 RunOptions.resolution_change_frames)),
         save_depth=args.depth, save_ply=args.ply, map=MapConfig.from_flat(values),
         max_frames=args.max_frames, metric=MetricConfig.from_flat(values),
-        depth_topic=_absolute(args.depth_topic or ''))
+        depth_topic=_absolute(args.depth_topic or ''),
+        loop=section_from_flat(LoopConfig, 'loop', {**values, 'loop.enable': True})
+        if getattr(args, 'loop_closure', False) else None)
     return values, options
 
 
@@ -125,19 +132,22 @@ def run_bag(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.torch_threads)
     if args.cameras:  # several cameras on one engine, fused (replay_cameras.py)
         result = replay_cameras.run_cameras(args.bag, replay_cameras.parse_cameras(args.cameras),
-                                            values, options, out)
-        _LOG.info('fused odometry: %d poses, %d source switches; wrote %s',
-                  result['fused_poses'], result['switches'], out / 'trajectory.tum')
+                                            values, options, out, gt=args.gt)
+        _LOG.info('fused odometry: %d poses, %d source switches', result['fused_poses'],
+                  result['switches'])
         return 0 if result['fused_poses'] else 1
     with bag_io.open_bag(args.bag) as reader:
-        info = _pick_topic(reader, args.topic, options.depth_topic)
-        topics = [info.name]
+        depth = None
         if options.metric.enabled:
             if not options.depth_topic:
                 raise ValueError("metric.source is 'depth': name the depth topic with "
                                  '--depth-topic')
-            topics.append(bag_io.require_topic(reader, options.depth_topic,
-                                               (bag_io.IMAGE_TYPE,)).name)
+            try:  # checked first: a missing one is not a reason to ask for --topic
+                depth = bag_io.require_topic(reader, options.depth_topic, (bag_io.IMAGE_TYPE,))
+            except bag_io.BagError as exc:
+                raise bag_io.BagError(f'--depth-topic: {exc}') from None
+        info = _pick_topic(reader, args.topic, options.depth_topic)
+        topics = [info.name] + ([depth.name] if depth is not None else [])
         runner = OfflineRunner.from_values(values, options, out)
         summary = runner.run(bag_io.read_raw(reader, topics), info.num_messages)
     summary.update(bag=str(args.bag), topic=info.name, msgtype=info.msgtype)
@@ -158,6 +168,10 @@ def _write_trajectory(args: argparse.Namespace, runner: OfflineRunner, summary: 
                       map_axes: str) -> None:
     tum = Path(args.out) / 'trajectory.tum'
     trajectory.write_tum(tum, runner.trajectory, runner.tum_comments(summary))
+    map_tum = Path(args.out) / 'trajectory_map.tum'
+    if runner.map_trajectory is not None:  # --loop-closure
+        trajectory.write_tum(map_tum, runner.map_trajectory, runner.tum_comments(summary) + [
+            'loop closure: poses in the map frame (the pose graph, corrected after the run)'])
     gt = trajectory.read_tum(args.gt) if args.gt else None
     trajectory.plot(Path(args.out) / 'trajectory.png', runner.trajectory, gt,
                     title=f'{Path(args.bag).name}: {summary["poses"]} poses', map_axes=map_axes)
@@ -166,6 +180,8 @@ def _write_trajectory(args: argparse.Namespace, runner: OfflineRunner, summary: 
             _LOG.warning('%d map segments (session resets): APE/RPE over all of them mixes '
                          'frames', len(summary['segments']))
         summary['evaluation'] = trajectory.evaluate(tum, args.gt)
+        if map_tum.exists():
+            summary['evaluation_map'] = trajectory.evaluate(map_tum, args.gt)
 
 
 def _log_summary(summary: dict[str, Any], out: Path) -> None:
@@ -181,7 +197,12 @@ def _log_summary(summary: dict[str, Any], out: Path) -> None:
         _LOG.info('vs ground truth (Sim(3)-aligned, %d pairs): APE rmse %.4f, RPE rmse %.4f',
                   evaluation['num_pairs'], evaluation['ape_m']['rmse'],
                   evaluation['rpe_m']['rmse'])
-    for name in ('trajectory.tum', 'trajectory.png', 'map.ply', 'depth', 'summary.json'):
+    evaluation = summary.get('evaluation_map')
+    if evaluation:
+        _LOG.info('map frame (loop closure) vs ground truth: APE rmse %.4f, RPE rmse %.4f',
+                  evaluation['ape_m']['rmse'], evaluation['rpe_m']['rmse'])
+    for name in ('trajectory.tum', 'trajectory_map.tum', 'trajectory.png', 'map.ply', 'depth',
+                 'summary.json'):
         if (out / name).exists():
             _LOG.info('wrote %s', out / name)
 
@@ -202,9 +223,13 @@ def _add_run_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument('--device', default=None, help="engine device override, e.g. 'cpu'")
     p.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                    help='override any parameter of the YAML, e.g. cache.scale_frames=4')
-    p.add_argument('--map-axes', choices=('flu', 'optical'), default=None,
-                   help='map axes of the output poses (default: frames.map_axes of the YAML)')
-    p.add_argument('--gt', default=None, help='ground-truth TUM file: APE/RPE (needs evo)')
+    p.add_argument('--map-axes', choices=('flu', 'optical'), default='flu',
+                   help='axes of the world of the TUM poses (camera optical frames): flu = x '
+                        'forward, y left, z up at the first camera; optical = the first '
+                        "camera's optical axes (default: %(default)s)")
+    p.add_argument('--gt', default=None,
+                   help='ground-truth TUM file: APE/RPE (needs evo); with --cameras, of the '
+                        'fused odometry')
     p.add_argument('--depth', action='store_true',
                    help='save depth/<stamp_ns>.npz per frame: depth, depth_conf, intrinsics, c2w '
                         '(turns stream.enable_depth on)')
@@ -220,6 +245,9 @@ def _add_run_parser(subparsers: argparse._SubParsersAction) -> None:
                         'fused odometry in OUT/trajectory.tum (README "Several cameras"; '
                         'mountings from frames.cameras.NAME.base_to_camera of the YAML)')
     p.add_argument('--max-frames', type=int, default=None, help='stop after this many images')
+    p.add_argument('--loop-closure', action='store_true',
+                   help='close loops (loop.* of the parameter file, enabled): also write '
+                        'trajectory_map.tum, the poses in the map frame (needs gtsam)')
     p.add_argument('--torch-threads', type=int, default=0,
                    help='CPU threads of torch (0: torch default; 1 is fastest on a busy '
                         'machine with few cores)')

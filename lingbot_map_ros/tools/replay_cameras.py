@@ -24,6 +24,10 @@ bag time (a camera without a pose for ``diagnostics.stale_after_s`` hands over),
 ``OUT/trajectory.tum`` is the fused odometry: ``base_frame`` in ``odom``, what ``~/pose``
 carries. ``OUT/<name>/aligned.tum`` is each camera's base trajectory in that ``odom``
 (``~/<name>/pose``). ``OUT/summary.json`` holds every camera's summary and the alignment.
+With ``--gt`` the fused odometry is compared with the ground truth (APE/RPE after a Sim(3)
+alignment, ``OUT/trajectory.png``). With ``--ply`` each camera writes its own map in its own map
+axes (``OUT/<name>/map.ply``); there is no fused map file. Every file written is logged, and so
+is a camera whose alignment to the primary is degenerate.
 """
 
 from __future__ import annotations
@@ -78,8 +82,16 @@ def make_sessions(values: dict[str, Any], names: list[str]) -> dict[str, Streami
 
 
 def run_cameras(bag: str, cameras: dict[str, str], values: dict[str, Any],
-                options: RunOptions, out: Path) -> dict[str, Any]:
+                options: RunOptions, out: Path, gt: str | None = None) -> dict[str, Any]:
     """Replay every camera, fuse them, write the outputs; return the summary.
+
+    Args:
+        bag: the rosbag2 folder.
+        cameras: ``{name: image topic}``.
+        values: node-style parameter values.
+        options: what to write (per camera).
+        out: output folder.
+        gt: optional ground-truth TUM file, compared with the fused odometry.
 
     Raises:
         BagError: a topic is missing or not an image topic.
@@ -123,14 +135,44 @@ def run_cameras(bag: str, cameras: dict[str, str], values: dict[str, Any],
                              [f'lingbot_map_replay --cameras {",".join(names)}: the fused '
                               f'odometry, base_frame in odom (~/pose); primary {primary}; '
                               f'{rig.switches} source switches'])
+        if gt:
+            _compare(out, fused, gt, result)
     out.mkdir(parents=True, exist_ok=True)
     (out / 'summary.json').write_text(json.dumps(result, indent=2, default=str) + '\n',
                                       encoding='utf-8')
+    _log_outputs(states, summaries, out)
+    return result
+
+
+def _compare(out: Path, fused: trajectory.Trajectory, gt: str, result: dict[str, Any]) -> None:
+    """Plot the fused odometry against the ground truth and add APE/RPE to ``result``."""
+    trajectory.plot(out / 'trajectory.png', fused, trajectory.read_tum(gt),
+                    title=f'fused odometry: {fused.stamps_ns.size} poses')
+    result['evaluation'] = evaluation = trajectory.evaluate(out / 'trajectory.tum', gt)
+    if evaluation is None:
+        _LOG.warning('--gt: evo is not installed; no APE/RPE')
+        return
+    _LOG.info('fused odometry vs ground truth (Sim(3)-aligned, %d pairs): APE rmse %.4f, '
+              'RPE rmse %.4f', evaluation['num_pairs'], evaluation['ape_m']['rmse'],
+              evaluation['rpe_m']['rmse'])
+
+
+def _log_outputs(states: list[Any], summaries: dict[str, Any], out: Path) -> None:
+    """Log each camera's alignment (a WARN when degenerate) and every file written."""
     for state in states:
         _LOG.info('camera %s: %d poses, alignment scale %.4f, residual %.4f (%d common stamps)',
                   state.name, summaries[state.name]['poses'], state.scale, state.residual,
                   state.matched)
-    return result
+        if state.degenerate:
+            _LOG.warning('camera %s: its alignment to the primary is degenerate (too few '
+                         'common stamps or too little motion); its aligned poses are not '
+                         'trustworthy', state.name)
+    names = ['trajectory.tum', 'trajectory.png', 'summary.json'] + [
+        f'{state.name}/{file}' for state in states
+        for file in ('trajectory.tum', 'aligned.tum', 'map.ply', 'depth')]
+    for name in names:
+        if (out / name).exists():
+            _LOG.info('wrote %s', out / name)
 
 
 def fuse(runners: dict[str, OfflineRunner], frames: dict[str, OdomFrames], primary: str,

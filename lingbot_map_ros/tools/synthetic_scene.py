@@ -50,6 +50,8 @@ _PALETTE = np.array([
     [0.70, 0.45, 0.75], [0.45, 0.75, 0.75], [0.90, 0.45, 0.45], [0.60, 0.60, 0.60],
 ])
 _NOISE_GRID = 64
+LAP_RISE = 0.1
+"""Metres each further lap of a multi-lap path runs above the previous one."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,9 @@ class SceneConfig:
     """Stamp of the first frame, nanoseconds."""
     supersample: int = 1
     """Render at this factor and downsample with area averaging (anti-aliasing)."""
+    laps: int = 1
+    """Times the camera drives the loop (``num_frames`` each): later laps revisit the first
+    one's places, rising :data:`LAP_RISE` m a lap (loop closure tests)."""
 
     def __post_init__(self) -> None:
         """Reject out-of-range values."""
@@ -85,6 +90,13 @@ class SceneConfig:
             raise ValueError(f'scene hfov_deg={self.hfov_deg} must be in [10, 150]')
         if self.supersample < 1:
             raise ValueError(f'scene supersample={self.supersample} must be >= 1')
+        if self.laps < 1:
+            raise ValueError(f'scene laps={self.laps} must be >= 1')
+
+    @property
+    def total_frames(self) -> int:
+        """Frames of the whole sequence (``num_frames * laps``)."""
+        return self.num_frames * self.laps
 
 
 @dataclass(frozen=True)
@@ -118,19 +130,21 @@ def pinhole_intrinsics(width: int, height: int, hfov_deg: float) -> np.ndarray:
     return np.array([[f, 0.0, width / 2.0], [0.0, f, height / 2.0], [0.0, 0.0, 1.0]])
 
 
-def camera_path(num_frames: int) -> np.ndarray:
+def camera_path(num_frames: int, laps: int = 1) -> np.ndarray:
     """Return the camera-to-room transforms of the loop, optical axes.
 
     Args:
-        num_frames: number of poses, evenly spaced in the loop parameter.
+        num_frames: number of poses a lap, evenly spaced in the loop parameter.
+        laps: laps driven; each rises :data:`LAP_RISE` m (smoothly) above the one before.
 
     Returns:
-        [N, 4, 4] float64 ``c2w`` in the z-up room frame.
+        [num_frames * laps, 4, 4] float64 ``c2w`` in the z-up room frame.
     """
-    poses = np.zeros((num_frames, 4, 4))
-    for i, phase in enumerate(2.0 * np.pi * np.arange(num_frames) / num_frames):
+    poses = np.zeros((num_frames * laps, 4, 4))
+    for i, phase in enumerate(2.0 * np.pi * np.arange(num_frames * laps) / num_frames):
+        rise = LAP_RISE * i / num_frames if laps > 1 else 0.0
         centre = np.array([2.4 * np.cos(phase), 1.6 * np.sin(phase),
-                           1.25 + 0.08 * np.sin(3.0 * phase)])
+                           1.25 + 0.08 * np.sin(3.0 * phase) + rise])
         tangent = np.array([-2.4 * np.sin(phase), 1.6 * np.cos(phase), 0.0])
         inward = -centre[:2] / np.linalg.norm(centre[:2])
         heading = tangent[:2] / np.linalg.norm(tangent[:2]) + 0.6 * inward
@@ -262,11 +276,11 @@ def render_sequence(config: SceneConfig = SceneConfig(),
     k_render[:2] *= s
     k_inv = np.linalg.inv(k_render)
     textures = _Textures(config.seed, 6 + 6 * len(_BOXES))
-    path_room = camera_path(config.num_frames)
+    path_room = camera_path(config.num_frames, config.laps)
     poses_room = path_room if mount is None else path_room @ mount
     size_hw = (config.height * s, config.width * s)
-    images = np.zeros((config.num_frames, config.height, config.width, 3), np.uint8)
-    depth = np.zeros((config.num_frames, config.height, config.width), np.float32)
+    images = np.zeros((config.total_frames, config.height, config.width, 3), np.uint8)
+    depth = np.zeros((config.total_frames, config.height, config.width), np.float32)
     for i, pose in enumerate(poses_room):
         rgb, z = _render(pose, k_inv, size_hw, textures)
         small = cv2.resize(rgb.astype(np.float32), (config.width, config.height),
@@ -275,6 +289,6 @@ def render_sequence(config: SceneConfig = SceneConfig(),
         depth[i] = z[s // 2::s, s // 2::s]
     world_from_room = np.linalg.inv(path_room[0])
     step_ns = 1e9 / config.fps
-    stamps = config.start_ns + np.rint(np.arange(config.num_frames) * step_ns).astype(np.int64)
+    stamps = config.start_ns + np.rint(np.arange(config.total_frames) * step_ns).astype(np.int64)
     return SyntheticSequence(images=images, c2w=world_from_room @ poses_room, intrinsics=k,
                              stamps_ns=stamps, depth=depth)

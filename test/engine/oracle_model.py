@@ -20,7 +20,8 @@ translation and scale, as a real session picks its own origin and scale), plus p
 ``sibling`` gives a rollover's second stream, which shares the draws (``sessions`` lists every
 session's frame in start order) and runs its scale pass unit by unit as ``ScalePass`` does.
 With depth on it also returns depth maps: the frame's ground-truth depth (a slowly changing
-plane) in the session's scale, with per-pixel noise (``depth_noise``, relative).
+plane) in the session's scale, with per-pixel noise (``depth_noise``, relative). Asked for
+place descriptors, it gives each frame one that encodes its true camera centre and heading.
 It enforces the RoPE table and the cache capacity like the real model, so a test that never
 sees a limit reset shows that the rollover came first.
 """
@@ -154,9 +155,10 @@ class OracleModel(torch.nn.Module):
             raise CachePoolExhaustedError(f'oracle: {self.cached} cached, no room for {num}')
         self.cached += num
 
-    def forward_scale(self, images: torch.Tensor, with_depth: bool = False) -> dict:
+    def forward_scale(self, images: torch.Tensor, with_depth: bool = False,
+                      with_descriptor: bool = False) -> dict:
         self._take(len(images))
-        return self._outputs(images, with_depth)
+        return self._with_descriptor(self._outputs(images, with_depth), images, with_descriptor)
 
     def sibling(self) -> 'OracleModel':
         """Return a second stream (a rollover's next session) with the same ground truth."""
@@ -172,11 +174,22 @@ class OracleModel(torch.nn.Module):
         return OracleScalePass(self, images, with_depth)
 
     def forward_frame(self, image: torch.Tensor, time_index: int, keyframe: bool,
-                      with_depth: bool = False) -> dict:
+                      with_depth: bool = False, with_descriptor: bool = False) -> dict:
         if time_index >= self.max_frame_num:
             raise TimeIndexLimitError(f'oracle: time index {time_index} past the RoPE table')
         self._take(int(keyframe))
-        return self._outputs(image, with_depth)
+        return self._with_descriptor(self._outputs(image, with_depth), image, with_descriptor)
+
+    def _with_descriptor(self, out: dict, images: torch.Tensor, wanted: bool) -> dict:
+        """Add place descriptors that encode the place: the true camera centre and heading."""
+        if wanted:
+            rows = []
+            for image in images:
+                gt = self.gt[self._index(image)]
+                rows.append(np.concatenate([gt[:3, 3], gt[:3, 2]]))
+            desc = torch.tensor(np.stack(rows), dtype=torch.float32)
+            out['descriptor'] = desc / desc.norm(dim=-1, keepdim=True)
+        return out
 
 
 class OracleScalePass:

@@ -186,3 +186,18 @@ def test_the_triton_kernel_dtype_refuses_what_it_cannot_read():
         kernel_operand_dtype(torch.float32, f8, f8)
     with pytest.raises(ValueError, match='v is torch.float32'):
         kernel_operand_dtype(torch.bfloat16, f8, torch.float32)
+
+
+def test_pool_pages_make_room_for_one_check_pass_beside_every_stream():
+    from dataclasses import replace
+
+    from lingbot_map_ros.config import CacheConfig
+    from lingbot_map_ros.engine.cache.capacity import pool_pages
+    from lingbot_map_ros.engine.cache.stream_kv import prep_pages, stream_pages
+    page = 972
+    cache = CacheConfig(streams=2)
+    per_stream = stream_pages(page, 6, 8, 64, 320) + prep_pages(page, 6, 8)
+    assert pool_pages(cache, page) == 2 * per_stream
+    # One loop-closure check of 4 frames: its patch pages and one special page, once per pool.
+    assert pool_pages(cache, page, check_frames=4) == 2 * per_stream + 4 + 1
+    assert pool_pages(replace(cache, pool_pages=50), page, check_frames=4) == 50

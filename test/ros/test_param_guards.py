@@ -46,6 +46,13 @@ ACCEPTED: frozenset[tuple[str, str]] = frozenset({
     ('metric.max_range_m', 'zero'),          # no range limit on the sensor depth
     ('metric.depth_wait_s', 'zero'),         # a colour frame never waits for its depth
     ('input.sync_tolerance_s', 'zero'),      # only frames of equal stamps are one group
+    ('diagnostics.no_input_warn_s', 'zero'),  # the no-input warning is off
+    ('loop.min_score', 'zero'),              # any positively correlated place is a candidate
+    ('loop.min_score', 'negative'),          # every place is a candidate
+    ('loop.exclude_recent', 'zero'),         # recent keyframes may be candidates too
+    ('loop.separation', 'zero'),             # near-duplicate candidates kept
+    ('loop.min_inlier_fraction', 'zero'),    # no inlier floor (the residual gates still hold)
+    ('loop.image_store_mb', 'zero'),         # no keyframe images kept
 })
 """(parameter, hostile value) pairs that are valid settings (docs/parameters.md)."""
 

@@ -30,11 +30,15 @@ from lingbot_map_ros.engine.cache.stream_kv import prep_pages, stream_pages
 import torch
 
 
-def pool_pages(cache: CacheConfig, page_size: int, num_special_tokens: int = 6) -> int:
+def pool_pages(cache: CacheConfig, page_size: int, num_special_tokens: int = 6,
+               check_frames: int = 0) -> int:
     """Return the pages (per layer) of the engine's pool: ``cache.pool_pages`` or derived.
 
     Derived: ``cache.streams`` x (one stream's lease, ``stream_kv.stream_pages``, + the scale
-    pages its next session holds while it is prepared, ``stream_kv.prep_pages``).
+    pages its next session holds while it is prepared, ``stream_kv.prep_pages``), + the pages
+    of one more scale pass of ``check_frames`` frames (a loop-closure check: at most one runs
+    per engine, beside every stream's rollover preparation). An explicit ``cache.pool_pages``
+    is taken as it is.
     """
     if cache.pool_pages:
         return cache.pool_pages
@@ -42,8 +46,9 @@ def pool_pages(cache: CacheConfig, page_size: int, num_special_tokens: int = 6) 
     # frames take their pages from this headroom until the switch (engine/session/scale_steps.py).
     per_stream = stream_pages(page_size, num_special_tokens, cache.scale_frames,
                               cache.sliding_window, cache.max_total_frames)
+    check = prep_pages(page_size, num_special_tokens, check_frames) if check_frames > 0 else 0
     return cache.streams * (per_stream + prep_pages(page_size, num_special_tokens,
-                                                    cache.scale_frames))
+                                                    cache.scale_frames)) + check
 
 
 def kv_cache_bytes(cache: CacheConfig, patches_per_frame: int, num_layers: int = 24,

@@ -39,7 +39,8 @@ def tokens_per_frame(model: ModelConfig, image_hw: tuple[int, int]) -> int:
 
 
 def new_kv_pool(model: ModelConfig, cache: CacheConfig, kv_dtype: torch.dtype,
-                image_hw: tuple[int, int], device: torch.device | str) -> KVPool:
+                image_hw: tuple[int, int], device: torch.device | str,
+                check_frames: int = 0) -> KVPool:
     """Build the global-attention KV page pool for frames of processed size ``image_hw``.
 
     Args:
@@ -49,12 +50,14 @@ def new_kv_pool(model: ModelConfig, cache: CacheConfig, kv_dtype: torch.dtype,
             storage is FP8 instead when ``cache.dtype`` is 'float8_e4m3fn'.
         image_hw: processed (H, W), multiples of the patch size.
         device: where the K/V pages live.
+        check_frames: frames of one extra scale pass the pool has room for (``capacity``).
 
     Raises:
         ImportError: the FlashInfer backend was asked for and is not installed.
     """
     page_size = tokens_per_frame(model, image_hw) - NUM_SPECIAL_TOKENS
-    pool = KVPool(num_layers=model.depth, num_pages=pool_pages(cache, page_size),
+    pool = KVPool(num_layers=model.depth, num_pages=pool_pages(cache, page_size,
+                                                               check_frames=check_frames),
                   page_size=page_size, num_heads=model.num_heads, head_dim=model.head_dim,
                   num_special_tokens=NUM_SPECIAL_TOKENS, dtype=kv_dtype,
                   device=torch.device(device), backend=cache.backend,

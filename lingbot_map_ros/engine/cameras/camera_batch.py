@@ -258,17 +258,21 @@ def _run_group(jobs: list[FrameJob]) -> list[JobOutcome]:
         try:
             if len(ready) == 1:
                 job = jobs[ready[0]]
-                outs[ready[0]] = job.stream.forward_frame(job.image, job.time_index,
-                                                          job.keyframe, job.with_depth)
+                outs[ready[0]] = job.stream.forward_frame(
+                    job.image, job.time_index, job.keyframe, job.with_depth,
+                    with_descriptor=job.with_descriptor)
             elif ready:
                 states = [jobs[i].stream.state for i in ready]
                 calls = [(state, BatchCall(state.kv, jobs[i].time_index, jobs[i].role))
                          for i, state in zip(ready, states)]
                 images = torch.cat([jobs[i].image for i in ready])
-                batch = engine.model.forward_batch(images, calls, patch_hw,
-                                                   jobs[ready[0]].with_depth, engine.runner,
-                                                   batch_graphs(engine))
-                outs.update(zip(ready, batch))
+                batch = engine.model.forward_batch(
+                    images, calls, patch_hw, jobs[ready[0]].with_depth, engine.runner,
+                    batch_graphs(engine), any(jobs[i].with_descriptor for i in ready))
+                for i, out in zip(ready, batch):
+                    if not jobs[i].with_descriptor:
+                        out.pop('descriptor', None)  # only keyframes that ask carry one
+                    outs[i] = out
         except Exception as exc:  # noqa: BLE001 - every frame of the batch failed with it
             outs.update((i, exc) for i in ready)
         if engine.device.type == 'cuda':

@@ -46,6 +46,7 @@ from .aggregator import Aggregator
 from .batched import BatchCall, BatchGraphs, run_batched
 from .heads.camera_head import CameraHead, CameraKVCache
 from .heads.dpt_head import DPTHead
+from .place_descriptor import place_descriptor
 from .stream_state import StreamState
 from ..frames import Role
 from ...config import ModelConfig
@@ -154,6 +155,7 @@ class LingbotMapModel(nn.Module):
     @torch.no_grad()
     def forward_scale(self, images: torch.Tensor, stream: StreamState, with_depth: bool = False,
                       return_taps: bool = False, runner: FrameRunner | None = None,
+                      with_descriptor: bool = False,
                       ) -> dict[str, torch.Tensor | list[torch.Tensor]]:
         """Phase 1: run the N_s scale frames together (time indices 0 .. N_s-1) and cache them.
 
@@ -163,16 +165,18 @@ class LingbotMapModel(nn.Module):
             with_depth: also run the depth head.
             return_taps: also return 'taps' (list of [S, P, 2C]) and 'dino_tokens' [S, h*w, C].
             runner: the fast path to run through; None runs eagerly.
+            with_descriptor: also return each frame's place descriptor.
 
         Returns:
             See :meth:`forward`.
         """
-        return self(images, 0, 'scale', stream, with_depth, return_taps, runner)
+        return self(images, 0, 'scale', stream, with_depth, return_taps, runner,
+                    with_descriptor)
 
     @torch.no_grad()
     def forward_frame(self, image: torch.Tensor, time_index: int, keyframe: bool,
                       stream: StreamState, with_depth: bool = False, return_taps: bool = False,
-                      runner: FrameRunner | None = None,
+                      runner: FrameRunner | None = None, with_descriptor: bool = False,
                       ) -> dict[str, torch.Tensor | list[torch.Tensor]]:
         """Phase 2: one streaming frame; a keyframe is cached, a non-keyframe is not.
 
@@ -185,16 +189,18 @@ class LingbotMapModel(nn.Module):
             with_depth: also run the depth head.
             return_taps: also return 'taps' and 'dino_tokens'.
             runner: the fast path to run through; None runs eagerly.
+            with_descriptor: also return the frame's place descriptor.
 
         Returns:
             See :meth:`forward`.
         """
         mode: Role = 'keyframe' if keyframe else 'non-keyframe'
-        return self(image, time_index, mode, stream, with_depth, return_taps, runner)
+        return self(image, time_index, mode, stream, with_depth, return_taps, runner,
+                    with_descriptor)
 
     def forward(self, images: torch.Tensor, time_index: int, mode: Role, stream: StreamState,
                 with_depth: bool = False, return_taps: bool = False,
-                runner: FrameRunner | None = None,
+                runner: FrameRunner | None = None, with_descriptor: bool = False,
                 ) -> dict[str, torch.Tensor | list[torch.Tensor]]:
         """Run aggregator and heads for one call of the schedule on ``stream``.
 
@@ -206,11 +212,15 @@ class LingbotMapModel(nn.Module):
             with_depth: also run the depth head.
             return_taps: also return the aggregator features.
             runner: the fast path (``FrameRunner``) to run through; None runs eagerly.
+            with_descriptor: also return the place descriptors (``place_descriptor.py``),
+                pooled from the DINO tokens the call returns: after any captured graph, so
+                every fast path computes the same thing the same way.
 
         Returns:
             'pose_enc' [S, 9] and 'pose_enc_iters' [S, I, 9] (float32, ``[t, q_xyzw, fov_h,
             fov_w]``); with depth 'depth' and 'depth_conf' [S, H, W]; with taps 'taps'
-            (list of [S, P, 2C]) and 'dino_tokens' [S, h*w, C].
+            (list of [S, P, 2C]) and 'dino_tokens' [S, h*w, C]; with descriptors
+            'descriptor' [S, C] float32, unit norm.
 
         Raises:
             ValueError: depth requested but the depth head is not built; see also
@@ -234,13 +244,15 @@ class LingbotMapModel(nn.Module):
         if return_taps:
             out['taps'] = features.taps
             out['dino_tokens'] = features.dino_tokens
+        if with_descriptor:
+            out['descriptor'] = place_descriptor(features.dino_tokens)
         return out
 
     @torch.no_grad()
     def forward_batch(self, images: torch.Tensor, calls: Sequence[tuple[StreamState, BatchCall]],
                       patch_hw: tuple[int, int], with_depth: bool = False,
                       runner: FrameRunner | None = None, graphs: BatchGraphs | None = None,
-                      ) -> list[dict[str, torch.Tensor]]:
+                      with_descriptor: bool = False) -> list[dict[str, torch.Tensor]]:
         """Run one streaming frame of each of B streams, the frame-wise work as one batch.
 
         The aggregator runs batched (``batched.py``: the cache attention per stream, staged
@@ -255,6 +267,7 @@ class LingbotMapModel(nn.Module):
             runner: the fast path of the camera head steps; None runs them eagerly.
             graphs: the batches' CUDA graphs (segments, or whole batches over the staged
                 cache: ``BatchGraphs``); None runs the segments eagerly.
+            with_descriptor: also return each row's place descriptor.
 
         Returns:
             Per row, what :meth:`forward` returns for a single frame (B = 1 tensors).
@@ -297,4 +310,8 @@ class LingbotMapModel(nn.Module):
             depth_map, conf = heads[0]
             for row, out in enumerate(outs):
                 out['depth'], out['depth_conf'] = depth_map[row:row + 1], conf[row:row + 1]
+        if with_descriptor:
+            descriptors = place_descriptor(features.dino_tokens)
+            for row, out in enumerate(outs):
+                out['descriptor'] = descriptors[row:row + 1]
         return outs

@@ -49,6 +49,8 @@ class FrameJob:
     time_index: int
     """3-D RoPE time index (keyframes the session cached so far)."""
     with_depth: bool
+    with_descriptor: bool = False
+    """Return the frame's place descriptor (a keyframe of a session that asks for them)."""
 
     @property
     def role(self) -> Role:

@@ -80,7 +80,7 @@ class StreamingSession:
 
     def __init__(self, config: EngineConfig, weights: str | Path | None = None, *,
                  allow_random_weights: bool = False, seed: int = 0,
-                 engine: Engine | None = None) -> None:
+                 engine: Engine | None = None, place_descriptors: bool = False) -> None:
         """Open a stream on ``engine``, or build a private engine (model, weights, pool).
 
         Args:
@@ -91,6 +91,8 @@ class StreamingSession:
             seed: seed of the random weights.
             engine: an engine to share (its model, fast path and page pool); its
                 configuration must equal ``config`` but for the live stream fields.
+            place_descriptors: give every keyframe's prediction its place descriptor
+                (loop closure; :attr:`place_descriptors`).
 
         Raises:
             ValueError: no weights and random weights not allowed, a device/backend mismatch,
@@ -119,6 +121,10 @@ class StreamingSession:
         self._frames_in = 0
         self._frames_out = 0
         self._keyframes = 0
+        self.place_descriptors = place_descriptors
+        """Keyframes' predictions carry ``descriptor`` (pooled DINO tokens, a few KB each;
+        ``model/place_descriptor.py``). Read per frame, like the live stream fields: the loop
+        closure turns it on. Nothing else about a frame changes with it."""
 
     # ---- public API -----------------------------------------------------------------------
 
@@ -315,7 +321,8 @@ class StreamingSession:
         num = len(self._pending)
         start = time.perf_counter()
         images = torch.stack([t for t, _, _ in self._pending]).to(self._device)
-        out = self._stream.forward_scale(images, with_depth=self.with_depth)
+        out = self._stream.forward_scale(images, with_depth=self.with_depth,
+                                         with_descriptor=self.place_descriptors)
         return self._scale_predictions(out, images, {'preprocess': prep_ms,
                                                      'model': self._elapsed_ms(start) / num})
 
@@ -337,13 +344,15 @@ class StreamingSession:
         interval = self.config.stream.keyframe_interval
         keyframe = interval <= 1 or (index - self.config.cache.scale_frames) % interval == 0
         return FrameJob(self, tensor.to(self._device)[None], info, tag, prep_ms, index,
-                        keyframe, self._keyframes, self.with_depth)
+                        keyframe, self._keyframes, self.with_depth,
+                        keyframe and self.place_descriptors)
 
     def _forward(self, job: FrameJob, overlap: Callable[[], None] | None = None
                  ) -> tuple[dict, float]:
         start = time.perf_counter()
         out = self._stream.forward_frame(job.image, job.time_index, job.keyframe,
-                                         with_depth=job.with_depth)
+                                         with_depth=job.with_depth,
+                                         with_descriptor=job.with_descriptor)
         if overlap is not None:
             overlap()
         return out, self._elapsed_ms(start)

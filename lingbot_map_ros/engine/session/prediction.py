@@ -32,6 +32,7 @@ from lingbot_map_ros.engine.errors import NonFiniteOutputError
 from lingbot_map_ros.engine.frames import FrameTag, Role
 from lingbot_map_ros.engine.image import geometry
 from lingbot_map_ros.engine.image.preprocess import PreprocessInfo
+from lingbot_map_ros.engine.model.place_descriptor import start_host_copy
 import numpy as np
 import torch
 
@@ -80,6 +81,10 @@ class FramePrediction:
     """Engine session that made the prediction (counts rollovers and resets)."""
     session_c2w: np.ndarray | None = None
     """[4, 4] pose in the session's own frame, before stitching; None when not stitched."""
+    descriptor: np.ndarray | None = None
+    """[C] float32 L2-normalised place descriptor of a keyframe (``model/place_descriptor.py``),
+    on the host; None for non-keyframes and unless the session asks for them
+    (``StreamingSession.place_descriptors``)."""
     _points: list = field(default_factory=list, init=False, repr=False, compare=False)
     """``[frame_from_world, points]`` of the last :meth:`points` call (``replace`` empties it)."""
 
@@ -161,8 +166,11 @@ def frame_prediction(out: dict[str, torch.Tensor], row: int, index: int, role: R
     """Make row ``row`` of a model call's outputs ``out`` a frame's prediction.
 
     The pose is the one host copy per frame; dense outputs stay on the device. They are copied
-    there (no sync): the model's output buffers are reused by the next frame.
+    there (no sync): the model's output buffers are reused by the next frame. A place
+    descriptor in ``out`` (keyframes of a session that asks) is copied to the host without a
+    wait of its own: queued before the pose's copy, it is complete when that returns.
     """
+    descriptor = (start_host_copy(out['descriptor'][row]) if 'descriptor' in out else None)
     pose_enc = out['pose_enc'][row].detach().double().cpu().numpy()
     depth = conf = rgb = None
     if 'depth' in out:
@@ -180,7 +188,9 @@ def frame_prediction(out: dict[str, torch.Tensor], row: int, index: int, role: R
         frame_index=index, tag=tag, role=role, time_index=time_index,
         pose_enc=pose_enc, c2w=c2w, intrinsics=k, intrinsics_original=k_orig,
         preprocess=info, network_input=image, depth=depth, depth_conf=conf, image=rgb,
-        timings_ms=timings)
+        timings_ms=timings,
+        # A copy: the pinned buffer goes back to torch's cache for the next keyframe's.
+        descriptor=None if descriptor is None else descriptor.numpy().copy())
 
 
 def check_finite(preds: list[FramePrediction]) -> None:

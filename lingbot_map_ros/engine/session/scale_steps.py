@@ -171,6 +171,14 @@ class ScalePass:
         """Return the stream the pass prepares."""
         return self._stream
 
+    @property
+    def outputs(self) -> dict[str, Any] | None:
+        """Return the pass's outputs once done (as ``forward_scale``'s), None before.
+
+        For a pass that is read, not installed (a loop closure's check: engine/loop/).
+        """
+        return self._out
+
     def step(self) -> None:
         """Run the next unit (nothing once done)."""
         if self.done:

@@ -40,9 +40,11 @@ from lingbot_map_ros.engine.cameras.camera_batch import BatchFeedError, BatchSta
 from lingbot_map_ros.engine.cameras.camera_rig import CameraRig
 from lingbot_map_ros.engine.frames import FrameTag
 from lingbot_map_ros.engine.session.prediction import FramePrediction
+from lingbot_map_ros.engine.session.reasons import Reason
 from lingbot_map_ros.engine.session.stream_feeder import FeedResult, StreamFeeder
+from lingbot_map_ros.ros.inference.camera_sizes import CameraSizes
 from lingbot_map_ros.ros.inference.session_runner import InputFrame, SessionRunner
-from lingbot_map_ros.ros.inference.worker import FrameQueue
+from lingbot_map_ros.ros.inference.worker import FrameQueue, item_bytes, MAX_QUEUE_BYTES
 from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.ros.parameters import input_params
 from lingbot_map_ros.ros.parameters.node_options import NodeOptions
@@ -74,25 +76,45 @@ def camera_options(options: NodeOptions) -> NodeOptions:
 
 
 class CameraQueue(FrameQueue):
-    """The frame queue of several cameras: live mode keeps the newest frame of each camera."""
+    """The frame queue of several cameras: live mode keeps the newest frame of each camera.
 
-    def __init__(self, num_cameras: int, capacity: int, block_when_full: bool) -> None:
+    Bounded in bytes too (``worker.MAX_QUEUE_BYTES``): in live mode, when the newest frames of
+    all cameras hold more, the oldest waiting frames of other cameras are dropped, each counted
+    on its own camera through ``count_overflow``.
+    """
+
+    def __init__(self, num_cameras: int, capacity: int, block_when_full: bool,
+                 max_bytes: int = MAX_QUEUE_BYTES,
+                 count_overflow: Callable[[str, int], None] | None = None) -> None:
         """Create an empty queue (live: one frame per camera; bag: ``capacity`` frames)."""
-        super().__init__(capacity if block_when_full else num_cameras, block_when_full)
+        super().__init__(capacity if block_when_full else num_cameras, block_when_full,
+                         max_bytes)
+        self._count_overflow = count_overflow
 
     def put(self, item: InputFrame) -> int:
-        """Add a frame; in live mode it replaces the waiting frame of its camera (returns 1)."""
+        """Add a frame; in live mode it replaces the waiting frame of its camera (returns 1).
+
+        Returns:
+            The frames of ``item``'s camera dropped for it; frames of other cameras dropped to
+            stay within the byte bound are counted through ``count_overflow``.
+        """
         if self._block:
             return super().put(item)
+        size = item_bytes(item)
+        others: collections.Counter = collections.Counter()
         with self._cond:
             if self._closed:
                 return 0
-            old = [i for i in self._items if i.camera == item.camera]
-            for i in old:
-                self._items.remove(i)
-            self._items.append(item)
-            self._cond.notify_all()
-            return len(old)
+            old = [k for k, i in enumerate(self._items) if i.camera == item.camera]
+            for k in reversed(old):
+                self._pop(k)
+            while self._items and self._bytes + size > self._max_bytes:
+                others[self._pop().camera] += 1
+            self._append(item, size)
+        if self._count_overflow is not None:
+            for camera, num in others.items():
+                self._count_overflow(camera, num)
+        return len(old)
 
     def take_synced(self, first: InputFrame, tolerance_ns: int) -> list[InputFrame]:
         """Take the waiting frames of other cameras that are in sync with ``first``.
@@ -114,7 +136,7 @@ class CameraQueue(FrameQueue):
                 if other is not None and abs(other - stamp) <= tolerance_ns:
                     taken.append(item)
             for item in taken:
-                self._items.remove(item)
+                self._pop(next(k for k, i in enumerate(self._items) if i is item))
             if taken:
                 self._cond.notify_all()
         return taken
@@ -184,11 +206,18 @@ class CameraGroup:
         self.tolerance_ns = int(round(values['input.sync_tolerance_s'] * 1e9))
         self.rig = CameraRig(self.names, self.primary, self.tolerance_ns,
                              values['diagnostics.stale_after_s'])
+        config = next(iter(sessions.values())).session.config
+        self.sizes = CameraSizes(self.primary, config.stream.image_width,
+                                 config.model.patch_size)
         self._rig_lock = threading.Lock()
         self.map_output = map_output
         self._options = options
         self._camera_opts = camera_options(options)
         self._order = {name: i for i, name in enumerate(self.names)}
+        suffix = '/compressed' if values['input.transport'] == 'compressed' else ''
+        # Resolved (namespace and remaps applied), as the single camera's input status shows it.
+        self.topics = {name: node.resolve_topic_name(f'{name}/image') + suffix
+                       for name in self.names}
         self.stats = {name: NodeStats() for name in self.names}
         self.batch_stats = BatchStats()
         self.fused = Outputs(node, values, self.stats[self.primary])
@@ -220,7 +249,9 @@ class CameraGroup:
     def handle_group(self, items: list[InputFrame]) -> None:
         """Feed one frame per camera as one group; each camera publishes its own results."""
         opts = self._camera_opts
-        items = sorted(items, key=lambda i: self._order[i.camera])  # one lock order for all
+        # The primary first: its pose at a stamp is the fused one, never a repeat of another
+        # camera's at that stamp (also the one lock order of every group).
+        items = sorted(items, key=lambda i: (i.camera != self.primary, self._order[i.camera]))
         runners = [self.runners[i.camera] for i in items]
         with contextlib.ExitStack() as stack:
             for runner in runners:
@@ -228,7 +259,7 @@ class CameraGroup:
             ready = []
             for runner, item in zip(runners, items):
                 prepared = runner.prepare(item, opts)
-                if prepared is not None:
+                if prepared is not None and self._size_fits(item.camera, prepared[0]):
                     ready.append((runner, prepared))
             if not ready:
                 return
@@ -245,6 +276,21 @@ class CameraGroup:
                     runner.finish(fed, opts)
                 except Exception as exc:  # noqa: BLE001 - one camera never stops the others
                     self._camera_error(runner, exc)
+
+    def _size_fits(self, name: str, image: np.ndarray) -> bool:
+        """Apply the size rule (``camera_sizes.py``): the primary's size is the engine's."""
+        verdict = self.sizes.check(name, image.shape[:2])
+        for other in verdict.reset:
+            self._log.warning(f'camera {other}: reset, its images are not the size of the '
+                              f"primary camera '{self.primary}'")
+            self.runners[other].reset(Reason.RESOLUTION_CHANGED, 5.0,
+                                      f"the primary camera '{self.primary}' sets the size")
+        if not verdict.accepted:
+            self.stats[name].count_drop(Reason.RESOLUTION_MISMATCH, verdict.detail)
+            if verdict.warn:
+                self._log.warning(f'{verdict.detail}: its frames are dropped '
+                                  '(drops.resolution_mismatch)')
+        return verdict.accepted
 
     def _camera_error(self, runner: SessionRunner, exc: Exception) -> None:
         name = next(n for n, r in self.runners.items() if r is runner)
@@ -266,6 +312,11 @@ class CameraGroup:
             self._log.warning(f"odometry source: camera '{name}' continues odom -> base from "
                               f"'{update.switched_from}' (no pose from it for "
                               f'{self.rig.stale_after_s:g} s, or it is back)')
+        if update.not_newer:
+            self._log.warning(f"odometry source '{name}': pose at {pred.stamp_ns * 1e-9:.6f} s "
+                              'is not newer than the last fused one: not published (counted '
+                              'as fused_not_newer in the cameras status)',
+                              throttle_duration_sec=5.0)
         if update.fused is not None:
             self.fused.publish_base(update.fused, pred.stamp_ns, self._options)
         return update.aligned, update.fused
@@ -279,6 +330,7 @@ class CameraGroup:
         """Forget camera ``name``'s alignment; the primary's reset restarts odom and the map."""
         with self._rig_lock:
             self.rig.clear(name)
+        self.sizes.forget(name)
         if name == self.primary:
             self.fused.clear()
             self.map_output.clear()
@@ -324,7 +376,7 @@ class CameraGroup:
         for name in self.names:
             runner = self.runners[name]
             report = primary_report if name == self.primary else self.stats[name].roll()
-            info = {'topic': f'{name}/image', 'transport': values['input.transport'],
+            info = {'topic': self.topics[name], 'transport': values['input.transport'],
                     'queue_mode': values['input.queue_mode'], 'queue_length': 0}
             prefix = f'{node_name}/{name}'
             out.append(diagnostics.input_status(prefix, report, info,
@@ -334,8 +386,10 @@ class CameraGroup:
         now = time.monotonic()
         with self._rig_lock:
             states, source, switches = self.rig.states(now), self.rig.source, self.rig.switches
+            not_newer = self.rig.not_newer
         values_out: dict[str, Any] = {'primary': self.primary, 'source': source,
                                       'switches': switches, 'cameras': ','.join(self.names),
+                                      'fused_not_newer': not_newer,
                                       'pool_pages': pool.pool_pages_total,
                                       'pool_free': pool.pool_pages_free,
                                       'pool_streams': pool.pool_streams,

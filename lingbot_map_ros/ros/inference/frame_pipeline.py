@@ -33,13 +33,16 @@ from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.rollover import RolloverSession
 from lingbot_map_ros.ros.inference import depth_input
 from lingbot_map_ros.ros.inference.camera_group import CameraGroup
+from lingbot_map_ros.ros.inference.loop_feed import LoopFeed
 from lingbot_map_ros.ros.inference.session_runner import SessionRunner
 from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.ros.nodes.service_qos import service_qos
-from lingbot_map_ros.ros.parameters import input_params, params
+from lingbot_map_ros.ros.parameters import input_params, param_checks, params
 from lingbot_map_ros.ros.parameters.node_options import NodeOptions
 from lingbot_map_ros.ros.publishers import diagnostics
+from lingbot_map_ros.ros.publishers.loop_outputs import LoopOutput
 from lingbot_map_ros.ros.publishers.map_output import MapOutput
+from lingbot_map_ros.ros.publishers.map_reuse import MapReuse
 from lingbot_map_ros.ros.publishers.odom_frames import OdomFrames
 from lingbot_map_ros.ros.publishers.outputs import Outputs
 import numpy as np
@@ -135,7 +138,9 @@ class FramePipeline:
             values: the node's parameter values.
 
         Raises:
-            ValueError: a bad parameter value, or no weights without allow_random_weights.
+            ValueError: a bad parameter value, a page pool that cannot pose every camera or
+                does not fit the device (``param_checks.check_pool``), or no weights without
+                allow_random_weights.
             WeightsError: the checkpoint does not match the model.
             ImportError: the configured attention backend is not installed.
         """
@@ -143,6 +148,10 @@ class FramePipeline:
         self.config = pipeline_config(values)
         self.cameras: CameraGroup | None = None
         several = bool(input_params.camera_names(values))
+        refused = param_checks.check_pool(self.config, len(input_params.camera_names(values))
+                                          or 1)
+        if refused is not None:  # before any weight or page is allocated
+            raise ValueError(refused)
         if several:
             sessions = make_sessions(values, self.config)
             self.session: RolloverSession | None = sessions[input_params.primary_camera(values)]
@@ -151,6 +160,8 @@ class FramePipeline:
         self.stats = diagnostics.NodeStats()
         self.outputs: Outputs | None = None
         self.map_output: MapOutput | None = None
+        self.loop_output: LoopOutput | None = None
+        self.map_reuse: MapReuse | None = None
         try:
             options = NodeOptions.from_values(values)
             bridge = CvBridge() if CvBridge is not None else None
@@ -162,10 +173,15 @@ class FramePipeline:
             self.map_output = MapOutput(node, options, self.config.stream.device,
                                         self.outputs.frames, self.outputs.frames_info(),
                                         service_qos=service_qos())
+            self.loop_output = LoopOutput(node, values, LoopFeed(self.session, values, self._log),
+                                          self.outputs)
+            self.map_reuse = MapReuse(node, values, self.session, self.loop_output,
+                                      self.map_output, self.outputs)
             depth = depth_input.from_values(values, self.stats, self._log)
             self.runner: SessionRunner | None = SessionRunner(
                 self.session, self.outputs, self.stats, self._log, options,
-                raw_converter(bridge), extra_outputs=(self.map_output,), depth_input=depth)
+                raw_converter(bridge), extra_outputs=(self.map_output, self.loop_output),
+                depth_input=depth)
         except BaseException:
             self.destroy()
             raise
@@ -174,6 +190,11 @@ class FramePipeline:
                        convert: Callable[[Any], np.ndarray],
                        sessions: dict[str, RolloverSession]) -> None:
         """Build the outputs and runners of several cameras (``camera_group.py``)."""
+        if values['loop.enable']:
+            self._log.warning('loop.enable is true, but loop closure runs with one camera only: '
+                              'map -> odom stays a static identity')
+            # The fused outputs then broadcast the static identity map -> odom.
+            values = {**values, 'loop.enable': False}
         frame_ids = {'odom_frame': values['frames.odom_frame'],
                      'base_frame': values['frames.base_frame'], 'mounting': 'per camera'}
         self.map_output = MapOutput(node, options, self.config.stream.device,
@@ -239,14 +260,9 @@ class FramePipeline:
             self._log.info(f'{", ".join(sorted(live))} take effect at the next reset '
                            '(call ~/reset)')
 
-    def log_start(self, values: dict[str, Any], topic: str) -> None:
-        """Log what runs, and warn about settings that leave outputs silent."""
+    def log_start(self, values: dict[str, Any]) -> None:
+        """Warn about settings that leave outputs silent (the node logs what it listens to)."""
         config, log = self.config, self._log
-        log.info(f"listening on '{topic}' ({values['input.transport']}, "
-                 f"{values['input.queue_mode']} mode, converter "
-                 f"{'cv_bridge' if self.has_bridge else 'built-in'}); model "
-                 f'{config.model.preset} on {config.stream.device}, backend '
-                 f'{config.cache.backend}, weights {self.session.weights}')
         if values['publish.tf'] and not self.outputs.has_tf:
             log.warning('publish.tf is true but tf2_ros is not importable: no TF is broadcast')
         if values['map.enable'] and not (config.stream.enable_depth and
@@ -276,4 +292,10 @@ class FramePipeline:
             self.outputs.destroy()
         if self.map_output is not None:
             self.map_output.destroy()
+        if self.map_reuse is not None:
+            self.map_reuse.destroy()
+            self.map_reuse = None
+        if self.loop_output is not None:
+            self.loop_output.destroy()
         self.outputs = self.map_output = self.runner = self.session = self.cameras = None
+        self.loop_output = None

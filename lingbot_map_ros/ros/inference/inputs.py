@@ -70,7 +70,10 @@ class Inputs:
             self.queue = FrameQueue(values['input.queue_size'] if bag else LIVE_CAPACITY, bag)
             handler = pipeline.runner.handle
         else:
-            self.queue = CameraQueue(len(cameras.names), values['input.queue_size'], bag)
+            self.queue = CameraQueue(
+                len(cameras.names), values['input.queue_size'], bag,
+                count_overflow=lambda name, num: cameras.stats[name].count_drop(
+                    'queue_overflow', num=num))
             queue = self.queue
 
             def handler(item: InputFrame) -> None:

@@ -53,13 +53,22 @@ class LingbotMapLifecycleNode(LifecycleNode):
 
         Args:
             **kwargs: passed to ``rclpy.lifecycle.LifecycleNode`` (``parameter_overrides``...).
+
+        Raises:
+            ValueError: an unknown parameter or a bad value (the process exits with a FATAL).
         """
         # Imported here, not at the top: the core pulls in torch (seconds), and the console
         # script imports this module before main() installs the signal handlers.
         from lingbot_map_ros.ros.nodes.node_core import LingbotMapCore
 
         super().__init__(entry.NODE_NAME, **kwargs)
-        self.core = LingbotMapCore(self)
+        try:
+            self.core = LingbotMapCore(self)
+        except BaseException:
+            # Destroyed here: the context would otherwise destroy a node without a core at
+            # shutdown (an AttributeError traceback after the FATAL line).
+            super().destroy_node()
+            raise
 
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Load the weights, warm up, create the outputs, diagnostics and ``~/reset``."""

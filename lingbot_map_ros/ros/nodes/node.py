@@ -57,7 +57,8 @@ class LingbotMapNode(Node):
             **kwargs: passed to ``rclpy.node.Node`` (e.g. ``parameter_overrides``, ``context``).
 
         Raises:
-            ValueError: a bad parameter value, or no weights without allow_random_weights.
+            ValueError: an unknown parameter, a bad value, or no weights without
+                allow_random_weights.
             WeightsError: the checkpoint does not match the model.
             ImportError: the configured attention backend is not installed.
         """

@@ -48,7 +48,7 @@ from typing import Any
 from lingbot_map_ros.ros.inference.frame_pipeline import FramePipeline, release_memory
 from lingbot_map_ros.ros.inference.inputs import input_topic, Inputs
 from lingbot_map_ros.ros.inference.worker import Worker
-from lingbot_map_ros.ros.nodes import logging_bridge
+from lingbot_map_ros.ros.nodes import input_watch, logging_bridge
 from lingbot_map_ros.ros.nodes.entry import NODE_NAME
 from lingbot_map_ros.ros.nodes.node_services import NodeServices
 from lingbot_map_ros.ros.parameters import params
@@ -90,6 +90,7 @@ class LingbotMapCore:
         self.pipeline: FramePipeline | None = None
         self.services: NodeServices | None = None
         self.inputs: Inputs | None = None
+        self._watch: input_watch.InputWatch | None = None
         self._draining: list[Worker] = []
         self._shut_down = False
         node.add_on_set_parameters_callback(self._validate_parameters)
@@ -143,7 +144,11 @@ class LingbotMapCore:
             if self.pipeline is None:
                 raise RuntimeError('activate: the node is not configured')
             self.inputs = Inputs(self._node, self.values, self.pipeline)
-            self.pipeline.log_start(self.values, self.inputs.topic)
+            self._log.info(input_watch.startup_line(self._node, self.values, self.pipeline))
+            self.pipeline.log_start(self.values)
+            self._watch = input_watch.InputWatch(
+                self._node, input_watch.watched_inputs(self._node, self.values, self.pipeline),
+                self.values['diagnostics.no_input_warn_s'])
 
     def deactivate(self, wait_s: float = DEACTIVATE_WAIT_S) -> bool:
         """Unsubscribe and stop the inference thread; the session (the map) is kept.
@@ -223,6 +228,9 @@ class LingbotMapCore:
 
     def _stop_inputs(self, wait_s: float) -> bool:
         """Stop the inputs; a worker still in a frame after ``wait_s`` joins the draining ones."""
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.destroy()
         inputs, self.inputs = self.inputs, None
         if inputs is None or inputs.stop(wait_s):
             return True

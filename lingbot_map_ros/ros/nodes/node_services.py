@@ -137,6 +137,8 @@ class NodeServices:
             odometry_status(name, runner.rollover_stats(), pipeline.outputs.frames_info(),
                             config.stream.session_keyframes, pipeline.session.metric.stats(),
                             getattr(runner.depth_input, 'drops_total', 0))]
+        if pipeline.loop_output is not None:
+            msg.status.append(pipeline.loop_output.status(name))
         if pipeline.cameras is not None:  # each camera's input and engine, the rig, the pool
             msg.status += pipeline.cameras.statuses(name, values, report,
                                                     pipeline.session.session.engine.pool_stats(),

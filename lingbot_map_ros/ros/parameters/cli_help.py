@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from lingbot_map_ros.ros.parameters import params
+from lingbot_map_ros.tools.help_text import plain
 
 _USAGE = """usage: {exe} [--help] [--ros-args -p NAME:=VALUE ... --params-file FILE]
 
@@ -39,7 +40,7 @@ def wants_help(argv: list[str]) -> bool:
 
 def help_text(exe: str, description: str) -> str:
     """Return the usage, ``description`` (the module docstring) and the parameter list."""
-    lines = [_USAGE.format(exe=exe, description=description.strip())]
+    lines = [_USAGE.format(exe=exe, description=plain(description).strip())]
     for spec in params.all_specs():
-        lines.append(f'  {spec.name} = {spec.default!r}: {spec.description}')
+        lines.append(f'  {spec.name} = {spec.default!r}: {plain(spec.description)}')
     return '\n'.join(lines)

@@ -30,8 +30,6 @@ from typing import Any
 
 from lingbot_map_ros.ros.parameters.param_spec import LIVE as _LIVE, ParamSpec, RO as _RO
 from lingbot_map_ros.ros.publishers.odom_frames import pose7_to_matrix
-from rcl_interfaces.msg import ParameterDescriptor, ParameterType
-from rclpy.parameter import Parameter
 
 MAX_CAMERAS = 32
 """Most cameras of one node (each is a stream on the node's page pool)."""
@@ -40,7 +38,10 @@ MAX_SYNC_TOLERANCE_S = 1.0
 RESERVED_NAMES = frozenset({'pose', 'odometry', 'path', 'depth', 'cloud', 'map', 'save',
                             'reset', 'image', 'camera_info'})
 """Names of the node's own topics and services: a camera so named would publish over them."""
-_NAME = re.compile(r'^[A-Za-z][A-Za-z0-9_]*$')
+MAX_NAME_CHARS = 64
+"""Longest camera name: it is one token of ``~/<name>/odometry`` and the like, whose full name
+(namespace and node name included) ROS caps at a few hundred characters."""
+_NAME = re.compile(r'[A-Za-z][A-Za-z0-9_]*')
 
 INPUT_PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec('input.transport', 'raw', "'raw': sensor_msgs/Image on 'image'; 'compressed': "
@@ -77,8 +78,10 @@ INPUT_PARAMS: tuple[ParamSpec, ...] = (
               'x y z qx qy qz qw of the camera body frame (x forward, z up) in base_frame; the '
               'optical rotation is applied on top. Replaced by base_frame -> camera frame from '
               '/tf_static when tf2_ros finds it.', _RO),
-    ParamSpec('frames.map_frame', '', 'Optional: broadcast a static identity map_frame -> '
-              "odom_frame; '' (default) leaves map to a localisation node.", _RO),
+    ParamSpec('frames.map_frame', 'map', 'Frame of the loop-closed outputs (~/map_pose, '
+              '~/map_path, ~/loop_closures); map_frame -> odom_frame on TF (publish.map_tf) '
+              "comes from the pose graph, or is a static identity without loop closure; '' "
+              'leaves map to a localisation node.', _RO),
     ParamSpec('frames.camera_frame', '', 'Camera optical frame of the outputs; empty: the '
               'frame_id of each input image.', _RO),
     ParamSpec('input.cameras', (), 'Camera names; empty: one camera on image and camera_info. '
@@ -118,9 +121,12 @@ def check_cameras(values: dict[str, Any]) -> str | None:
         return f'input.cameras lists {len(names)} cameras; at most {MAX_CAMERAS} are supported'
     seen: set[str] = set()
     for name in names:
-        if not _NAME.match(str(name)):
-            return (f'input.cameras: {name!r} is not a valid camera name (a letter, then '
-                    'letters, digits or _; it becomes a topic name)')
+        if not _NAME.fullmatch(str(name)) or len(str(name)) > MAX_NAME_CHARS:
+            shown = repr(name) if len(str(name)) <= MAX_NAME_CHARS else \
+                f'{str(name)[:MAX_NAME_CHARS]!r}... ({len(str(name))} characters)'
+            return (f'input.cameras: {shown} is not a valid camera name (a letter, then '
+                    f'letters, digits or _, at most {MAX_NAME_CHARS} characters; it becomes a '
+                    'topic name)')
         if name in RESERVED_NAMES:
             return (f"input.cameras: '{name}' is one of the node's own topic names "
                     f"({', '.join(sorted(RESERVED_NAMES))}); choose another")
@@ -145,6 +151,8 @@ def declare_mounts(node: Any, values: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ValueError: a mounting that is not plausible (the message names its parameter).
     """
+    from rcl_interfaces.msg import ParameterDescriptor, ParameterType  # the tables need no ROS
+
     out = {}
     for name in camera_names(values):
         key = mount_param(name)
@@ -163,6 +171,8 @@ def declare_names(node: Any, spec: ParamSpec) -> list[str]:
     rclpy types an empty list as a byte array, so it is declared by type, unset; unset reads
     as the empty default.
     """
+    from rclpy.parameter import Parameter  # the tables need no ROS
+
     value = node.declare_parameter(spec.name, Parameter.Type.STRING_ARRAY,
                                    spec.descriptor()).value
     return list(value or [])

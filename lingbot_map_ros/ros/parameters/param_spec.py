@@ -13,18 +13,19 @@
 # limitations under the License.
 """One declared ROS parameter as data: default, description, read-only flag, choices, range.
 
-:class:`ParamSpec` builds the ``ParameterDescriptor`` announced to ``ros2 param describe``; the
-tables of specs live in :mod:`~lingbot_map_ros.ros.parameters.params` (engine, map, metric, node)
-and :mod:`~lingbot_map_ros.ros.parameters.input_params` (inputs, cameras, frames).
+:class:`ParamSpec` builds the ``ParameterDescriptor`` announced to ``ros2 param describe`` (the
+only use of ROS here, imported there, so the tools read the tables without ROS); the tables of
+specs live in :mod:`~lingbot_map_ros.ros.parameters.params` (engine, map, metric, node) and
+:mod:`~lingbot_map_ros.ros.parameters.input_params` (inputs, cameras, frames).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
-from rcl_interfaces.msg import ParameterType
+if TYPE_CHECKING:
+    from rcl_interfaces.msg import ParameterDescriptor
 
 RO, LIVE = True, False
 """``read_only`` values of a spec, named for the tables."""
@@ -45,6 +46,8 @@ class ParamSpec:
 
     def descriptor(self) -> ParameterDescriptor:
         """Build the ``ParameterDescriptor`` announced to ``ros2 param describe``."""
+        from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+
         desc = ParameterDescriptor(name=self.name, description=self.description,
                                    read_only=self.read_only)
         desc.type = _param_type(self.default)
@@ -61,6 +64,8 @@ class ParamSpec:
 
 
 def _param_type(value: Any) -> int:
+    from rcl_interfaces.msg import ParameterType
+
     if isinstance(value, tuple) and all(isinstance(v, str) for v in value):
         return ParameterType.PARAMETER_STRING_ARRAY  # names; () is the empty string array
     if isinstance(value, bool):

@@ -36,7 +36,7 @@ import typing
 from typing import Any
 
 from lingbot_map_ros import config
-from lingbot_map_ros.ros.parameters import input_params, param_checks
+from lingbot_map_ros.ros.parameters import input_params, param_checks, param_names
 from lingbot_map_ros.ros.parameters.param_spec import LIVE as _LIVE, ParamSpec, RO as _RO
 from lingbot_map_ros.ros.publishers.map_save import DEFAULT_DIRECTORY
 
@@ -53,11 +53,18 @@ MIN_VOXEL_SIZE, MAX_VOXEL_SIZE = 1e-6, 1e6
 
 MAP_SECTION = 'map'
 LIVE_MAP_PARAMS: frozenset[str] = frozenset({'map.enable', 'map.confidence_percentile',
-                                             'map.min_confidence', 'map.pixel_stride'})
-"""``map.*`` parameters that take effect with the next keyframe; the others size the map."""
+                                             'map.min_confidence', 'map.pixel_stride',
+                                             'map.load_path', 'map.save_path', 'map.mode'})
+"""``map.*`` parameters that take effect with the next keyframe (``map.load_path``,
+``map.save_path``, ``map.mode``: with the next ``~/load_map`` or ``~/save_map``); the others
+size the map."""
 
 METRIC_SECTION = 'metric'
 """``metric.*`` (metric scale from a depth camera): all read-only (they pick subscriptions)."""
+
+LOOP_SECTION = 'loop'
+"""``loop.*`` (loop closure, docs/loop_closure.md): all read-only (they size the closer).
+``loop.enable`` defaults to true but for the tiny preset (random weights: no places)."""
 
 
 NODE_PARAMS: tuple[ParamSpec, ...] = (
@@ -70,6 +77,8 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
 ) + input_params.INPUT_PARAMS + (
     ParamSpec('publish.tf', True, 'Broadcast odom_frame -> base_frame on /tf (needs tf2_ros).',
               _LIVE),
+    ParamSpec('publish.map_tf', True, 'Broadcast map_frame -> odom_frame on /tf: from the pose '
+              'graph with loop closure, else a static identity (needs frames.map_frame).', _RO),
     ParamSpec('publish.depth', False, 'Publish ~/depth/image (32FC1: metres with '
               'metric.source depth, else model units) and ~/depth/camera_info; needs '
               'stream.enable_depth.', _LIVE),
@@ -92,6 +101,10 @@ NODE_PARAMS: tuple[ParamSpec, ...] = (
               'for this long.', _LIVE, float_range=(0.1, 3600.0)),
     ParamSpec('diagnostics.stall_after_s', 10.0, 'Engine status is ERROR while one frame has '
               'been in progress for longer than this.', _LIVE, float_range=(0.1, 3600.0)),
+    ParamSpec('diagnostics.no_input_warn_s', 5.0, 'Log a warning, once per topic, when '
+              'nothing has arrived on an expected input (image, depth) for this long after '
+              'start, naming the image topics the graph has; 0 turns it off.', _RO,
+              float_range=(0.0, 3600.0)),
 )
 
 # Bounds announced for integers (the dataclasses check them again). Every numeric parameter has
@@ -121,6 +134,10 @@ _INT_RANGES: dict[str, tuple[int, int, int]] = {
     'map.max_points': (1, 1_000_000_000, 0),
     'map.pixel_stride': (1, 64, 0),
     'metric.settle_keyframes': (1, 1_000_000, 0),
+    'loop.candidates': (1, 100, 0),
+    'loop.exclude_recent': (0, 1_000_000, 0),
+    'loop.separation': (0, 1_000_000, 0),
+    'loop.verify_frames': (1, 64, 0),
 }
 _FLOAT_RANGES: dict[str, tuple[float, float]] = {
     'model.mlp_ratio': (0.25, 16.0),
@@ -132,6 +149,14 @@ _FLOAT_RANGES: dict[str, tuple[float, float]] = {
     'metric.min_valid_fraction': (1e-4, 1.0),
     'metric.max_range_m': (0.0, 1000.0),
     'metric.depth_wait_s': (0.0, 10.0),
+    'loop.min_score': (-1.0, 1.0),
+    'loop.min_inlier_fraction': (0.0, 1.0),
+    'loop.inlier_threshold': (1e-6, 10.0),
+    'loop.max_residual': (1e-3, 1e6),
+    'loop.odometry_translation_sigma': (1e-6, 10.0),
+    'loop.odometry_rotation_sigma': (1e-6, 10.0),
+    'loop.odometry_scale_sigma': (1e-6, 10.0),
+    'loop.image_store_mb': (0.0, 1e6),
 }
 
 
@@ -167,6 +192,13 @@ def metric_specs() -> list[ParamSpec]:
     return _section_specs(METRIC_SECTION, config.MetricConfig, defaults, frozenset())
 
 
+def loop_specs(preset: str = 'official') -> list[ParamSpec]:
+    """Specs of the ``loop.*`` parameters; ``loop.enable`` is off for the tiny preset."""
+    defaults = {f'{LOOP_SECTION}.{k}': v for k, v in asdict(config.LoopConfig()).items()}
+    defaults[f'{LOOP_SECTION}.enable'] = preset != 'tiny'
+    return _section_specs(LOOP_SECTION, config.LoopConfig, defaults, frozenset())
+
+
 def metric_problem(values: dict[str, Any]) -> str | None:
     """Return why the ``metric.*`` values cannot work with the others, or None."""
     try:
@@ -199,7 +231,8 @@ def _section_specs(section: str, cls: type, defaults: dict[str, Any],
 
 def all_specs(preset: str = 'official') -> list[ParamSpec]:
     """Engine, map, metric and node specs: every parameter the node declares."""
-    return engine_specs(preset) + map_specs() + metric_specs() + list(NODE_PARAMS)
+    return (engine_specs(preset) + map_specs() + metric_specs() + loop_specs(preset) +
+            list(NODE_PARAMS))
 
 
 def check_value(spec: ParamSpec, value: Any) -> str | None:
@@ -239,9 +272,49 @@ def engine_config(values: dict[str, Any]) -> config.EngineConfig:
     return config.EngineConfig.from_flat(flat)
 
 
+def known_names(cameras: Any = ()) -> set[str]:
+    """Every parameter name the node declares with these camera names (their mountings too).
+
+    Args:
+        cameras: the names of ``input.cameras``.
+    """
+    return {s.name for s in all_specs()} | {input_params.mount_param(n) for n in cameras or ()}
+
+
+def check_names(names: Any, cameras: Any = ()) -> None:
+    """Refuse parameter names the node does not know (the node's and the tools' one check).
+
+    Args:
+        names: the names given (a parameter file's keys, ``-p`` names, ``--set`` keys).
+        cameras: the names of ``input.cameras`` (each declares its mounting).
+
+    Raises:
+        ValueError: an unknown name; the message names it and the nearest known names.
+    """
+    problem = param_names.unknown_problem(names, known_names(cameras))
+    if problem:
+        raise ValueError(problem)
+
+
+def given_values(node: Any) -> dict[str, Any] | None:
+    """Return the parameters given to ``node`` (files, ``-p``, overrides) by name, or None.
+
+    rclpy has no public accessor for them: its ``automatically_declare_parameters_from_overrides``
+    would declare them all, but it fails on an empty list from a YAML file (``input.cameras:
+    []``, typed NOT_SET). ``Node._parameter_overrides`` holds exactly the names rcl resolved
+    for this node (node-targeted ``-p name:param:=``, wildcards, remapped node names); it exists
+    in rclpy 7.1 (Jazzy) and 9.1 (Kilted), which the tests run. None where it does not.
+    """
+    overrides = getattr(node, '_parameter_overrides', None)
+    if not isinstance(overrides, dict):
+        return None
+    return {name: getattr(param, 'value', None) for name, param in overrides.items()}
+
+
 def declare_all(node: Any) -> dict[str, Any]:
     """Declare every parameter on ``node`` and return their values.
 
+    Names given to the node that it does not know are refused first (:func:`check_names`).
     ``model.preset`` is declared first; its value picks the other ``model.*`` defaults.
 
     Args:
@@ -251,9 +324,17 @@ def declare_all(node: Any) -> dict[str, Any]:
         ``{name: value}`` for every declared parameter.
 
     Raises:
-        ValueError: a value outside its choices or an invalid engine configuration.
+        ValueError: an unknown name, a value outside its choices or an invalid engine
+            configuration.
         rclpy.exceptions.InvalidParameterValueException: a value outside its range.
     """
+    given = given_values(node)
+    if given is None:
+        node.get_logger().warning('this rclpy does not say which parameters were given: names '
+                                  'are not checked (a misspelled one keeps its default)')
+    else:
+        cameras = given.get('input.cameras')
+        check_names(given, cameras if isinstance(cameras, (list, tuple)) else ())
     first = next(s for s in engine_specs() if s.name == 'model.preset')
     preset = node.declare_parameter(first.name, first.default, first.descriptor()).value
     values = {first.name: preset}
@@ -271,6 +352,7 @@ def declare_all(node: Any) -> dict[str, Any]:
     values.update(input_params.declare_mounts(node, values))
     engine_config(values)
     config.MapConfig.from_flat(values)
+    config.section_from_flat(config.LoopConfig, LOOP_SECTION, values)
     problem = metric_problem(values)
     if problem:
         raise ValueError(problem)

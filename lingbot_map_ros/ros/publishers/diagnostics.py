@@ -262,6 +262,11 @@ def engine_status(node_name: str, report: PeriodReport, session: SessionStats,
     """
     values: dict[str, Any] = {k: getattr(session, k) for k in SESSION_STATS_FIELDS
                               if k not in ('cache', 'fallbacks')}
+    # The backend in use: 'auto' is resolved when the first frame builds the cache.
+    if session.cache is not None:
+        values['backend'] = session.cache.backend
+    elif session.backend == 'auto':
+        values['backend'] = 'auto (resolved at the first frame)'
     values.update(_counts('fallbacks', FALLBACK_KINDS, session.fallbacks))
     for name, samples in (('latency', report.latency_ms), ('inference', report.inference_ms)):
         values[f'{name}_mean_ms'] = sum(samples) / len(samples) if samples else 0.0

@@ -37,7 +37,7 @@ ODOMETRY_KEYS: tuple[str, ...] = (
     'metric.state', 'metric.scale', 'metric.valid_fraction', 'metric.inlier_fraction',
     'metric.spread', 'metric.depth_drops', 'metric.session_keyframes',
     'metric.frames_with_depth', 'metric.frames_without_depth', 'metric.sim3_scale',
-    'metric.degenerate_sessions')
+    'metric.degenerate_sessions', 'metric.reason')
 """Keys of the status, in order."""
 
 
@@ -89,8 +89,9 @@ def odometry_status(node_name: str, rollover: RolloverStats, frames: dict[str, A
                    'the previous scale was kept')
     elif metric.state == 'degenerate':
         level = DiagnosticStatus.WARN
-        message = ('no metric scale for this session (no usable depth image paired with its '
-                   'keyframes): model units, as without a depth camera')
+        message = ('no metric scale for this session '
+                   f"({metric.reason or 'no usable depth image paired with its keyframes'}): "
+                   'model units, as without a depth camera')
     elif rollover.last_degenerate:
         level = DiagnosticStatus.WARN
         message = ('last rollover could not observe scale (camera nearly still over the '
@@ -120,4 +121,5 @@ def _metric_values(metric: MetricStats, depth_drops: int) -> dict[str, Any]:
         'metric.frames_without_depth': metric.frames_without_depth,
         'metric.sim3_scale': number(metric.sim3_scale),
         'metric.degenerate_sessions': metric.degenerate_sessions,
+        'metric.reason': metric.reason or 'none',
     }

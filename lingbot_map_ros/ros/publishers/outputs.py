@@ -16,7 +16,8 @@
 Frames (REP 105, docs/odometry.md, ``odom_frames.py``): poses, path, odometry and TF are those
 of ``frames.base_frame`` in ``frames.odom_frame``, which is anchored at the first pose after
 start or a reset and stays continuous across session rollovers. TF ``odom -> base_frame`` only;
-with ``frames.map_frame`` set, also a static identity ``map -> odom``. Translation, depth and the
+with ``frames.map_frame`` set and loop closure off, also a static identity ``map -> odom``
+(with loop closure ``loop_outputs.py`` broadcasts the pose graph's). Translation, depth and the
 cloud share one scale: metres with a depth camera (``metric.source: depth``), else the model's,
 fixed by the first session's scale frames and carried across rollovers. The model gives no
 uncertainty: odometry covariances are marked unknown with a large variance
@@ -106,7 +107,9 @@ class Outputs:
                 self._tf_listener = TransformListener(self._tf_buffer, node, spin_thread=False)
         if self._tf is not None:
             self._static_tf = StaticTransformBroadcaster(node)
-            if values['frames.map_frame']:
+            # With loop closure the map -> odom correction is ours (loop_outputs.py).
+            if values['frames.map_frame'] and values.get('publish.map_tf', True) and \
+                    not values.get('loop.enable', False):
                 identity = TransformStamped(child_frame_id=self._odom_frame)
                 identity.header.frame_id = values['frames.map_frame']
                 identity.header.stamp = node.get_clock().now().to_msg()
