@@ -41,3 +41,14 @@ def graph():
     g = Graph()
     yield g
     g.close()
+
+
+@pytest.fixture(scope='module')
+def context():
+    """Yield an initialised rclpy Context without an executor, one per test module."""
+    import rclpy
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    yield ctx
+    rclpy.shutdown(context=ctx)

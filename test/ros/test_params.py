@@ -39,14 +39,6 @@ def engine_fields():
             for f in fields(getattr(config, f'{section.capitalize()}Config'))}
 
 
-@pytest.fixture(scope='module')
-def context():
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx)
-    yield ctx
-    rclpy.shutdown(context=ctx)
-
-
 def test_both_parameter_files_are_shipped():
     assert {p.name for p in YAMLS} == {'lingbot_map.yaml', 'demo_tiny_cpu.yaml', 'small_gpu.yaml',
                                        'two_cameras.yaml'}

@@ -28,21 +28,12 @@ import sys
 from lingbot_map_ros.ros.parameters import param_names, params
 from node_harness import TINY_CPU
 import pytest
-import rclpy
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 pytestmark = pytest.mark.rostest
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / 'config' / 'demo_tiny_cpu.yaml'
-
-
-@pytest.fixture(scope='module')
-def context():
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx)
-    yield ctx
-    rclpy.shutdown(context=ctx)
 
 
 def test_the_nearest_names_are_offered():
