@@ -55,16 +55,20 @@ def _run(closer: LoopCloser, odometry: np.ndarray, places: Places, step_wait: bo
     assert closer.wait_idle(60.0)
 
 
-def test_loops_bring_the_map_trajectory_close_to_the_truth() -> None:
-    truth, odometry, places = _scene()
-    verifier = LandmarkVerifier(lambda k: truth[k], places)
+def _closed_run(verifier, odometry: np.ndarray, places: Places) -> tuple[dict, np.ndarray]:
+    """Feed the route through a closer; return its stats and corrected poses, closed."""
     closer = LoopCloser(verifier, CONFIG)
     try:
         _run(closer, odometry, places)
-        stats = closer.stats()
-        corrected = closer.corrected_poses()
+        return closer.stats(), closer.corrected_poses()
     finally:
         closer.close()
+
+
+def test_loops_bring_the_map_trajectory_close_to_the_truth() -> None:
+    truth, odometry, places = _scene()
+    verifier = LandmarkVerifier(lambda k: truth[k], places)
+    stats, corrected = _closed_run(verifier, odometry, places)
     assert stats['keyframes'] == 2 * LAP
     assert stats['accepted'] >= 5, stats
     assert stats['rejected_graph'] == 0 and stats['verification_errors'] == 0
@@ -121,13 +125,7 @@ def test_failing_verifier_is_counted_and_every_keyframe_kept() -> None:
     truth, odometry, places = _scene()
     verifier = LandmarkVerifier(lambda k: truth[k], places)
     verifier.fail = True
-    closer = LoopCloser(verifier, CONFIG)
-    try:
-        _run(closer, odometry, places)
-        stats = closer.stats()
-        corrected = closer.corrected_poses()
-    finally:
-        closer.close()
+    stats, corrected = _closed_run(verifier, odometry, places)
     assert stats['keyframes'] == 2 * LAP
     assert stats['verification_errors'] == len(verifier.calls) > 0
     assert stats['accepted'] == 0
