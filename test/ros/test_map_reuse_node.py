@@ -228,7 +228,11 @@ def test_localization_from_another_start_and_hostile_maps_refused(graph, mapped,
     frame = loaded.frame_from_graph
     places = [(START + k) % LAP for k in range(LIVE)]
     centres = loaded.graph.poses[places][:, :3, 3]
-    in_graph = np.linalg.norm(closer.corrected_poses()[NUM:, :3, 3] - centres, axis=1)
+    # The graph's live keyframes that were fed after the closer went idle: how many keyframes
+    # came before the first match, and so how well those are placed, depends on the machine's
+    # load (a waiting candidate is replaced by a newer one).
+    live = closer.corrected_poses()[NUM:, :3, 3]
+    in_graph = np.linalg.norm(live[list(settled)] - centres[list(settled)], axis=1)
     assert np.median(in_graph) <= 0.05 * scale, (in_graph, scale)
     expected = {_stamp(k): frame[:3, :3] @ centres[k] + frame[:3, 3] for k in range(LIVE)}
     with rec.lock:
