@@ -96,14 +96,16 @@ def flash_attn4_candidate(checks, timed, flops):
 def fp8_kv_candidates(checks, timed, flops):
     """FP8 K/V storage as the cache backends read it: ours and FA3's, beside bf16 (``--fp8``).
 
-    Rows: our Triton kernel at ``KERNEL_CONFIG`` in bf16, with FP8 K/V widened to fp16
+    Rows: our Triton kernel at ``cache.kernel``'s defaults in bf16, with FP8 K/V widened to fp16
     (``qk_fp8`` false), as it runs FP8 K/V by default (K straight into two FP8 QK products,
     the queries in two e4m3 terms scaled per row; V widened) and with one query term
     (``cache.precision: fast_approximate``), and the per-head query cast FA3's FP8 path uses
     (``triton_quant``). The FA3 rows are ``fa3_runs.py``'s.
     """
-    from lingbot_map_ros.engine.attention.triton_backend import KERNEL_CONFIG
-    cfg = dict(KERNEL_CONFIG)
+    from lingbot_map_ros.engine.attention.triton_backend import triton_kernel_args
+    from lingbot_map_ros.kernel_config import KernelConfig
+    # The tiles of cache.kernel's defaults (the rows set the QK products themselves).
+    cfg = {k: v for k, v in triton_kernel_args(KernelConfig()).items() if k != 'qk_split'}
     record(f'Triton bf16: {cfg_name(cfg)}', triton_fn(cfg), checks, timed, flops)
     wide = dict(cfg, qk_fp8=False)
     record(f'Triton FP8 KV widened: {cfg_name(cfg)}', triton_fn(wide, kv_fp8=True), checks,

@@ -105,8 +105,10 @@ def two_run_rows(checks, flops):
                              q2, k8, v8, cu_q, cu_k, n_q, n, q_descale=ones, k_descale=ones,
                              v_descale=ones, num_splits=s)))
     from lingbot_map_ros.engine.attention.triton_attention import attend_run
-    from lingbot_map_ros.engine.attention.triton_backend import KERNEL_CONFIG
-    cfg = dict(KERNEL_CONFIG)
+    from lingbot_map_ros.engine.attention.triton_backend import triton_kernel_args
+    from lingbot_map_ros.kernel_config import KernelConfig
+    # The tiles of cache.kernel's defaults (the rows set the QK products themselves).
+    cfg = {k: v for k, v in triton_kernel_args(KernelConfig()).items() if k != 'qk_split'}
     outs = [torch.empty_like(q), torch.empty_like(q)]
     scratch = [split_scratch(cfg, q), split_scratch(cfg, q)]
     bounds = [torch.tensor([0, n], dtype=torch.int32, device=q.device),

@@ -3,10 +3,10 @@
 At the model's shape (978 queries = 5 x 192 + 18, 16 heads of 64, 71,184 FP8 keys) FA3's
 forward pads the last 18 rows to a 192-row tile per head and key part, a sixth of its work.
 With ``joint_tail_rows`` those rows of a call of several runs go to our Triton kernel instead
-(``FA3_CONFIG``). Timed here, each call as a CUDA graph (as in the model), for one run (a
-camera) and two runs in one call (a batch of two: ``attend_runs``) at several part counts and
-tail key parts; each variant's output is compared with the plain one (no tail) and with
-float32 attention over the run for two heads.
+(``cache.kernel.fa3_joint_tail_rows``). Timed here, each call as a CUDA graph (as in the
+model), for one run (a camera) and two runs in one call (a batch of two: ``attend_runs``) at
+several part counts and tail key parts; each variant's output is compared with the plain one
+(no tail) and with float32 attention over the run for two heads.
 
 Run on the GPU machine: ``PYTHONPATH=/tmp/site:$PWD python3 bench/fa3_tail.py`` (fa3-fwd and
 triton installed). Prints a table, then one JSON line.

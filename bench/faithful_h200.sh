@@ -12,6 +12,11 @@
 #     over the defaults (compiled) and the table's other combinations (whole-frame graphs), then
 #     `bench model` pose and depth at the defaults, bf16 K/V through fa3, and one and two
 #     cameras: the fidelity table and the speed side by side. Logs in logs.tgz.
+#   STAGE=sweep: golden sets A and B through the robot path at the defaults, the tile sweep of
+#     the faithful FP8 kernel (bench/faithful_sweep.py), then, with its fastest config as the
+#     kernel config, the gate over the compiled defaults and `bench model` pose and depth.
+#     Golden sets in .gpu_data/golden/.
+#   STAGE=model: `bench model` at the defaults only: pose, depth, one and two cameras.
 set -uo pipefail
 out="${OUT:-bench/results/raw}"
 stage="${STAGE:-gate}"
@@ -58,5 +63,29 @@ elif [ "$stage" = gate ]; then
   step model_defaults_cameras1 70 $bench $(combo defaults) --cameras 1
   step model_defaults_cameras2 80 $bench $(combo defaults) --cameras 2
   tar czf "$out/logs.tgz" -C "$out" $(cd "$out" && ls *.txt) 2>/dev/null
+elif [ "$stage" = sweep ]; then
+  robot="--device cuda --dtype bfloat16 --backend auto --kv-dtype float8_e4m3fn \
+--fast-path whole_frame --compile --camera-head-dtype bfloat16"
+  step golden_A_defaults 70 python3 -m lingbot_map_ros.tools.golden .gpu_data/golden/stream_A $robot
+  step golden_B_defaults 50 python3 -m lingbot_map_ros.tools.golden .gpu_data/golden/stream_B $robot
+  step faithful_sweep 170 python3 bench/faithful_sweep.py --budget-s ${SWEEP_S:-140}
+  # The sweep's best as cache.kernel fields (bench/kernel_json.py): --kernel for bench model,
+  # a combination of cache.kernel.* keys for the fidelity gate.
+  kernel='{}'; best_combo=''
+  if [ -s "$out/faithful_best.json" ]; then
+    kernel="$(python3 bench/kernel_json.py triton "$out/faithful_best.json")"
+    best_combo="$(python3 bench/kernel_json.py triton "$out/faithful_best.json" --combo)"
+    echo "kernel config: $kernel"
+  fi
+  step fidelity_best 150 python3 -m lingbot_map_ros.tools.bench fidelity --set .gpu_data/long/stream_D \
+    --frames-dir .gpu_data/loop --json-out "$out/fidelity_best.json" \
+    --weights-cache /tmp/golden_D.safetensors --combos "${best_combo:-default}"
+  step model_best_pose 80 $bench $(combo defaults) --kernel "$kernel"
+  step model_best_depth 80 $bench $(combo defaults) --depth --kernel "$kernel"
+elif [ "$stage" = model ]; then
+  step model_defaults_pose 80 $bench $(combo defaults)
+  step model_defaults_depth 80 $bench $(combo defaults) --depth
+  step model_defaults_cameras1 70 $bench $(combo defaults) --cameras 1
+  step model_defaults_cameras2 80 $bench $(combo defaults) --cameras 2
 fi
 ls -la "$out"

@@ -66,6 +66,12 @@
 #   STAGE=faithful: issue #37, faithful by default: bench/faithful_h200.sh's gate stage (the
 #     attention GPU tests, `lingbot_map_bench fidelity` on .gpu_data/long/stream_D, then `bench
 #     model` at the defaults beside it). ~9 min.
+#   STAGE=loop: issue #33's loop-closure cost, paced (docs/loop_closure.md): the verifier's
+#     GPU tests, then `lingbot_map_bench loop --checks 10` (official size, random weights,
+#     504x378, the defaults) at the config's loop.verify_unit_interval (its JSON also holds the
+#     back-to-back N = 1 phase), the same with the depth head, and at N = 3. Logs and
+#     bench_loop.json (each run's JSON line) in $OUT/loop/ (OUT=bench/results/h200_round12).
+#     About 4 minutes.
 #   STAGE=issue13b: the `triton` cache backend: golden set A (bf16 KV and FP8 KV) and `bench
 #     model` (pose; depth with FP8 KV and 330 keyframes). About 4 minutes.
 set -uo pipefail
@@ -169,18 +175,20 @@ elif [ "$stage" = issue13 ]; then
     --weights /tmp/bench_weights.safetensors > "$out/memory_fp8_depth.txt" 2>&1
   python3 bench/h200_summary.py "$out" > "$out/summary.txt" 2>&1
 elif [ "$stage" = issue13b ]; then
-  # The Triton backend end to end, with the kernel config LINGBOT_MAP_TRITON_CONFIG (JSON), else
-  # the best of STAGE=issue13's attention_kernels.json if it is in $out, else the default.
+  # The Triton backend end to end, with the cache.kernel JSON in KERNEL, else the best of
+  # STAGE=issue13's attention_kernels.json if it is in $out (bench/kernel_json.py), else the
+  # defaults.
   best=$(python3 -c "import json; print(json.dumps(json.load(open('$out/attention_kernels.json'))\
 ['triton_best'] or {}))" 2>/dev/null || echo '{}')
-  export LINGBOT_MAP_TRITON_CONFIG="${LINGBOT_MAP_TRITON_CONFIG:-$best}"
+  kernel="${KERNEL:-$(python3 bench/kernel_json.py triton "$best")}"
   timeout 80 $golden --dtype bfloat16 --backend triton --fast-path whole_frame --compile \
-    > "$out/golden_A_triton.txt" 2>&1
+    --kernel "$kernel" > "$out/golden_A_triton.txt" 2>&1
   timeout 80 $golden --dtype bfloat16 --backend triton --fast-path whole_frame --compile \
-    --kv-dtype float8_e4m3fn > "$out/golden_A_triton_fp8_kv.txt" 2>&1
-  timeout 70 $bench --backend triton --compile > "$out/model_triton_pose.txt" 2>&1
+    --kv-dtype float8_e4m3fn --kernel "$kernel" > "$out/golden_A_triton_fp8_kv.txt" 2>&1
+  timeout 70 $bench --backend triton --compile --kernel "$kernel" \
+    > "$out/model_triton_pose.txt" 2>&1
   timeout 70 $bench --backend triton --compile --depth --kv-dtype float8_e4m3fn \
-    --max-total-frames 330 > "$out/model_triton_fp8_depth.txt" 2>&1
+    --max-total-frames 330 --kernel "$kernel" > "$out/model_triton_fp8_depth.txt" 2>&1
 elif [ "$stage" = round5 ]; then
   # The merged round-5 code at its defaults (cache.backend auto, camera head bf16, the engine's
   # page pool): GPU tests beside three memory-only `bench memory` runs (their times are not
@@ -351,6 +359,19 @@ elif [ "$stage" = dtypes ]; then
     timeout 100 $bench --compile --kv-dtype $kv --depth > "$out/model_${kv}_depth.txt" 2>&1
   done
   for f in "$out"/model_*.txt; do echo "== $f"; tail -n 1 "$f" | cut -c1-400; done
+elif [ "$stage" = loop ]; then
+  logs="$out/loop" && mkdir -p "$logs"
+  timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider test/engine/test_model_verifier.py \
+    test/engine/loop/test_verify_pacing.py > "$logs/loop_gpu_tests.txt" 2>&1
+  loop="python3 -m lingbot_map_ros.tools.bench loop --checks 10"
+  timeout 130 $loop > "$logs/bench_loop_pose.txt" 2>&1
+  timeout 130 $loop --depth > "$logs/bench_loop_depth.txt" 2>&1
+  timeout 130 $loop --verify-unit-interval 3 > "$logs/bench_loop_pose_n3.txt" 2>&1
+  for f in pose depth pose_n3; do
+    tail -n 1 "$logs/bench_loop_$f.txt" | grep '^{' | sed "s/^{/{\"run\": \"$f\", /"
+  done > "$logs/bench_loop.json"
+  tail -n 3 "$logs/loop_gpu_tests.txt"
+  for f in "$logs"/bench_loop_*.txt; do echo "== $f"; grep -v '^{' "$f" | tail -n 8; done
 elif [ "$stage" = kernels ]; then
   timeout 300 python3 bench/attention_kernels.py > "$out/attention_kernels.txt" 2>&1
 elif [ "$stage" = fp8 ]; then

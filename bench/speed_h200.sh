@@ -5,7 +5,8 @@
 # own timeout, so the call ends inside its limit with every finished step's output.
 #   STAGE=profile (default): the attention kernel table, then golden set A through the robot
 #     path with the new defaults (cache.backend auto -> triton, camera head bf16; the kernel's
-#     split-exponential variant where the table has it >= 3 % faster), `bench model
+#     split-exponential variant is reported where the table has it >= 3 % faster: a table-only
+#     variant, not a cache.kernel knob), `bench model
 #     --components` (the floors table) with them, the depth path, then the old default (sdpa,
 #     float32 camera head) with --components for comparison.
 #   STAGE=fa3: cache.backend fa3 (FlashAttention-3, fa3-fwd carried in .whl/): golden set A
@@ -14,7 +15,7 @@
 #     query scalings, two runs in one launch), the FA3/parts GPU tests, then at the defaults
 #     (FP8 K/V, `auto` -> fa3 with the wheel carried): `bench model` pose, the same with
 #     backend triton, golden set A, the depth path, and `bench model --cameras 1` and `2`.
-#     FA3_FROM_TABLE=1: the runs use the table's fastest FA3 config (LINGBOT_MAP_FA3_CONFIG).
+#     FA3_FROM_TABLE=1: the runs use the table's fastest FA3 config (--kernel, cache.kernel).
 #   STAGE=cameras: `bench model --cameras N` for N = 1..4 at the defaults (issue #19's table).
 #   STAGE=cams_timeline: issue #19's joint cache work: its GPU tests, then `bench model
 #     --cameras N --profile 10` for N in CAMERAS_ORDER (default "1 2 2_lanes"; _lanes: slot by
@@ -22,7 +23,7 @@
 #     (tools/bench_timeline.py). TAIL=1: first bench/fa3_tail.py and its fastest config for
 #     two runs (for the _t runs).
 #   STAGE=verify: golden set A and `bench model` pose and depth at the defaults of
-#     config/lingbot_map.yaml (EXTRA: more `bench model` flags, e.g. a kernel variant's env).
+#     config/lingbot_map.yaml (EXTRA: more `bench model` flags, e.g. --kernel JSON for cache.kernel).
 set -uo pipefail
 out="${OUT:-bench/results/raw}"
 stage="${STAGE:-profile}"
@@ -34,8 +35,8 @@ golden="python3 -m lingbot_map_ros.tools.golden .gpu_data/stream_A.safetensors -
 new="--backend auto --compile --camera-head-dtype bfloat16"
 if [ "$stage" = profile ]; then
   step attention_kernels 110 python3 bench/attention_kernels.py --quick
-  # The kernel variant with split exponentials (bf16 numerics) replaces the plain kernel in
-  # the end-to-end runs below if the table has it >= 3 % faster (FP8 variants: table only).
+  # The kernel variant with split exponentials (bf16 numerics), if the table has it >= 3 %
+  # faster: reported only (the variants are table-only; the engine runs attend_run).
   python3 - "$out/attention_kernels.json" > "$out/triton_config.json" <<'PY' || true
 import json, sys
 rows = json.load(open(sys.argv[1]))['rows']
@@ -53,13 +54,11 @@ if plain and split and split['ms'] < 0.97 * plain['ms']:
     print(json.dumps(cfg))
 PY
   if [ -s "$out/triton_config.json" ]; then
-    export LINGBOT_MAP_TRITON_CONFIG="$(cat "$out/triton_config.json")"
-    echo "end-to-end runs use the Triton variant $LINGBOT_MAP_TRITON_CONFIG"
+    echo "the table's Triton variant is faster: $(cat "$out/triton_config.json")"
   fi
   step golden_A_new 95 $golden --backend auto --camera-head-dtype bfloat16
   step model_new_pose 90 $bench $new --components 3
   step model_new_depth 70 $bench $new --depth
-  unset LINGBOT_MAP_TRITON_CONFIG
   step model_old_pose 80 $bench --backend sdpa --compile --components 3
 elif [ "$stage" = fa3 ]; then
   # cache.backend fa3 (needs the fa3-fwd wheel in .whl/): golden A in bf16 and with an FP8
@@ -86,15 +85,18 @@ if rows:
 PY
   step gpu_tests 60 python3 -m pytest -q -p no:cacheprovider test/engine/test_fa3_fp8.py \
     test/engine/test_fa3_parts.py test/engine/test_backend_choice.py
-  [ -n "${FA3_FROM_TABLE:-}" ] && export LINGBOT_MAP_FA3_CONFIG="$(cat "$out/fa3_config.json")"
+  kernel='{}'
+  [ -n "${FA3_FROM_TABLE:-}" ] && kernel="$(python3 bench/kernel_json.py fa3 "$out/fa3_config.json")"
   echo "fastest FA3 run-kernel config in the table: $(cat "$out/fa3_config.json")"
   fp8="--kv-dtype float8_e4m3fn"
-  step model_auto_pose 80 $bench $new $fp8
+  step model_auto_pose 80 $bench $new $fp8 --kernel "$kernel"
   step model_triton_pose 80 $bench --backend triton --compile --camera-head-dtype bfloat16 $fp8
-  step golden_A_auto 90 $golden --backend auto --camera-head-dtype bfloat16 $fp8
-  step model_auto_depth 70 $bench $new $fp8 --depth
+  step golden_A_auto 90 $golden --backend auto --camera-head-dtype bfloat16 $fp8 \
+    --kernel "$kernel"
+  step model_auto_depth 70 $bench $new $fp8 --depth --kernel "$kernel"
   for n in 1 2; do
-    step model_cameras$n 100 $bench $new $fp8 --cameras $n --frames 200 --warmup 20
+    step model_cameras$n 100 $bench $new $fp8 --cameras $n --frames 200 --warmup 20 \
+      --kernel "$kernel"
   done
 elif [ "$stage" = cameras ]; then
   # Issue #19's table at the defaults: `bench model --cameras N` for N = 1..4 (200 frames per
@@ -110,14 +112,14 @@ elif [ "$stage" = cams_timeline ]; then
   # Issue #19: the GPU tests of the batch's joint cache work (staged_runs.py), then `bench
   # model --cameras N` (200 timed frames; with PROFILE=T, default 10, the tick timeline of T
   # more) for each entry of CAMERAS_ORDER: N, N_lanes (the slots' cache work slot by slot,
-  # LINGBOT_MAP_STAGED_RUNS=0: the form before the joint runs) or N_pK (K parts per run in
-  # the joint FA3 call, LINGBOT_MAP_FA3_CONFIG joint_parts). NO_TESTS=1 skips the tests.
+  # --kernel '{"staged_runs": false}': the form before the joint runs) or N_pK (K parts per
+  # run in the joint FA3 call, cache.kernel.fa3_joint_parts). NO_TESTS=1 skips the tests.
   [ -z "${NO_TESTS:-}" ] && step gpu_tests 150 python3 -m pytest -q -p no:cacheprovider \
     test/engine/test_fa3_parts.py test/engine/test_fa3_fp8.py test/engine/test_fa3_config.py \
     test/engine/test_staged_runs.py test/engine/test_whole_batch.py
   if [ -n "${TAIL:-}" ]; then
     # The query tail on our kernel (fa3_tail.py): the fastest config for two runs becomes
-    # the _t runs' LINGBOT_MAP_FA3_CONFIG (a lone run, golden set A's, keeps its tail).
+    # the _t runs' --kernel (a lone run, golden set A's, keeps its tail).
     step fa3_tail 90 python3 bench/fa3_tail.py
     python3 - "$out/fa3_tail.txt" > "$out/fa3_tail_config.json" <<'PY' || true
 import json, sys
@@ -132,18 +134,16 @@ PY
   for n in ${CAMERAS_ORDER:-1 2 2_lanes}; do
     name=model_cameras$n
     [ -f "$out/$name.txt" ] && name="$name.$SECONDS"
-    export LINGBOT_MAP_STAGED_RUNS=1
-    unset LINGBOT_MAP_FA3_CONFIG
+    kernel='{}'
     case "$n" in
-      *_lanes) export LINGBOT_MAP_STAGED_RUNS=0 ;;
-      *_p*) export LINGBOT_MAP_FA3_CONFIG="{\"joint_parts\": ${n##*_p}}" ;;
-      *_t) export LINGBOT_MAP_FA3_CONFIG="$(cat "$out/fa3_tail_config.json")" ;;
+      *_lanes) kernel='{"staged_runs": false}' ;;
+      *_p*) kernel="{\"fa3_joint_parts\": ${n##*_p}}" ;;
+      *_t) kernel="$(python3 bench/kernel_json.py fa3 "$out/fa3_tail_config.json")" ;;
     esac
     extra=""; [ "$profile" -gt 0 ] && extra="--profile $profile"
     step "$name" 130 $bench $new --kv-dtype float8_e4m3fn --cameras "${n%%_*}" --frames 200 \
-      --warmup 20 $extra
+      --warmup 20 $extra --kernel "$kernel"
   done
-  unset LINGBOT_MAP_STAGED_RUNS LINGBOT_MAP_FA3_CONFIG
 else
   step golden_A_verify 95 $golden --backend auto --camera-head-dtype bfloat16
   step model_verify_pose 80 $bench $new --components 3 ${EXTRA:-}

@@ -139,11 +139,12 @@ def _actions(context, *_args, **_kwargs):
             EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(node),
                                         transition_id=Transition.TRANSITION_CONFIGURE))]
     if arg('rviz').lower() == 'true':
-        actions.append(_rviz())
+        actions.append(rviz_action())
     return actions
 
 
-def _rviz():
+def rviz_action():
+    """Return rviz2 with the package's view, or a message when rviz2 is not installed."""
     if shutil.which('rviz2') is None:
         return LogInfo(msg='rviz:=true but rviz2 is not installed: not started')
     config = os.path.join(get_package_share_directory('lingbot_map_ros'), 'rviz',

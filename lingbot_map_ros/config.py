@@ -14,7 +14,8 @@
 """One tree of frozen dataclasses: YAML -> ROS parameters -> engine.
 
 ``EngineConfig`` = ``ModelConfig`` (what the network is) + ``CacheConfig`` (how the
-global-attention KV cache is sized and which attention backend runs it) + ``StreamConfig`` (how
+global-attention KV cache is sized and which attention backend runs it, with the kernels' tuning
+``KernelConfig`` as ``cache.kernel``, in ``kernel_config.py``) + ``StreamConfig`` (how
 frames are fed); ``MapConfig`` (the accumulated point-cloud map) and ``MetricConfig`` (metric
 scale from a depth camera, in ``metric_config.py``) sit beside it.
 Each dataclass is the only source of its defaults. The ROS node declares one parameter per field
@@ -34,6 +35,7 @@ from pathlib import Path
 import typing
 from typing import Any, Literal
 
+from lingbot_map_ros.kernel_config import KernelConfig
 from lingbot_map_ros.loop_config import LoopConfig  # noqa: F401 - re-exported
 from lingbot_map_ros.metric_config import (  # noqa: F401 - MetricConfig re-exported
     MetricConfig, section_from_flat)
@@ -169,6 +171,8 @@ class CacheConfig:
     ``streams`` x (N_s + W + 1 patch pages + the special pages of ``max_total_frames`` + the
     N_s scale pages and special page of the next session a rollover prepares).
     A stream that finds no room is refused (PoolExhaustedError) before anything is written."""
+    kernel: KernelConfig = field(default_factory=KernelConfig)
+    """Expert tuning of the attention kernels, ``cache.kernel.*`` (``kernel_config.py``)."""
 
     def __post_init__(self) -> None:
         if self.precision not in typing.get_args(Precision):
@@ -185,6 +189,9 @@ class CacheConfig:
         if self.max_total_frames < self.scale_frames + 1:
             raise ValueError(f'cache.max_total_frames={self.max_total_frames} must exceed '
                              f'cache.scale_frames={self.scale_frames}')
+        if self.kernel.triton_qk == 'single' and self.precision == 'faithful':
+            raise ValueError("cache.kernel.triton_qk='single' (one e4m3 query term) is outside "
+                             "the fidelity gate: it needs cache.precision 'fast_approximate'")
 
 
 @dataclass(frozen=True)
@@ -339,9 +346,10 @@ class EngineConfig:
         Raises:
             ValueError: unknown key or bad value.
         """
-        sections: dict[str, dict[str, Any]] = {'model': {}, 'cache': {}, 'stream': {}}
+        sections: dict[str, dict[str, Any]] = {'model': {}, 'cache': {}, 'stream': {},
+                                               'cache.kernel': {}}
         for key, value in values.items():
-            section, _, name = key.partition('.')
+            section, _, name = key.rpartition('.')
             if section not in sections or name not in _field_names(section):
                 raise ValueError(f"unknown engine setting '{key}'")
             if isinstance(value, list):
@@ -349,26 +357,28 @@ class EngineConfig:
             sections[section][name] = value
         preset = sections['model'].pop('preset', 'official')
         return cls(model=ModelConfig.from_preset(preset, **sections['model']),
-                   cache=CacheConfig(**sections['cache']),
+                   cache=CacheConfig(**sections['cache'],
+                                     kernel=KernelConfig(**sections['cache.kernel'])),
                    stream=StreamConfig(**sections['stream']))
 
     def to_flat(self) -> dict[str, Any]:
         """Inverse of :meth:`from_flat`."""
         out: dict[str, Any] = {}
         for section in ('model', 'cache', 'stream'):
-            for name, value in dataclasses.asdict(getattr(self, section)).items():
-                out[f'{section}.{name}'] = value
+            out.update(_flatten(dataclasses.asdict(getattr(self, section)), f'{section}.'))
         return out
 
 
-_SECTIONS = {'model': ModelConfig, 'cache': CacheConfig, 'stream': StreamConfig}
+_SECTIONS = {'model': ModelConfig, 'cache': CacheConfig, 'stream': StreamConfig,
+             'cache.kernel': KernelConfig}
 # Sections with field docstrings (``field_docs``); 'map' and 'metric' are not part of
 # EngineConfig.
 _DOCUMENTED = {**_SECTIONS, 'map': MapConfig, 'metric': MetricConfig, 'loop': LoopConfig}
 
 
 def _field_names(section: str) -> set[str]:
-    return {f.name for f in fields(_SECTIONS[section])}
+    # A nested section (``cache.kernel``) is set through its own fields only.
+    return {f.name for f in fields(_SECTIONS[section]) if f'{section}.{f.name}' not in _SECTIONS}
 
 
 def field_docs(section: str) -> dict[str, str]:

@@ -39,6 +39,10 @@ class LoopConfig:
     """Candidates within this many keyframes of a better one are near-duplicates (dropped)."""
     verify_frames: int = 2
     """Keyframes on each side (query, candidate) of the model's joint verification pass."""
+    verify_unit_interval: int = 3
+    """A unit of the verification pass runs beside at most one frame in this many: the check's
+    model work costs each frame 1/N of a unit on average, and a check takes N times as many
+    frames (33 units with the official model: 65 frames from first to last at 2)."""
     min_inlier_fraction: float = 0.3
     """Least share of confident points that agree after the verified relative pose."""
     inlier_threshold: float = 0.05
@@ -57,7 +61,11 @@ class LoopConfig:
     """Keep the keyframe JPEGs as files in this folder instead of in RAM (same bound)."""
 
     def __post_init__(self) -> None:
-        for name in ('candidates', 'verify_frames'):
+        if isinstance(self.verify_unit_interval, bool) \
+                or not isinstance(self.verify_unit_interval, int):
+            raise ValueError(f'loop.verify_unit_interval={self.verify_unit_interval!r} must be '
+                             'an integer (frames)')
+        for name in ('candidates', 'verify_frames', 'verify_unit_interval'):
             if getattr(self, name) < 1:
                 raise ValueError(f'loop.{name}={getattr(self, name)} must be >= 1')
         for name in ('exclude_recent', 'separation'):

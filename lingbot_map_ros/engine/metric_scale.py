@@ -30,9 +30,9 @@ camera's (metres), pixel by pixel, in log space: ``r = log(sensor) - log(predict
    model unit is a broken sensor or model, never a scene.
 
 Medians are one bracketed ``np.partition`` each (O(n), :func:`_select`), and the log-space
-statistics are computed on the ratios (log is monotonic), so only scalars are logged: 15-35 ms
-for four 518 x 392 frames on one busy CPU core (``test/engine/test_metric_scale.py -m slow
--s`` measures it).
+statistics are computed on the ratios (log is monotonic), so only scalars are logged: the
+estimate is a few passes over the pixels per frame (its cost: docs/odometry.md, 'Metric scale
+from a depth camera'; ``test/engine/test_metric_scale.py -m slow -s`` measures it).
 """
 
 from __future__ import annotations

@@ -84,6 +84,9 @@ class CacheStats:
     precision: str = 'faithful'
     """``cache.precision`` in effect: 'faithful' or 'fast_approximate' (outside the fidelity
     gate, docs/performance.md)."""
+    kernel: str = ''
+    """``cache.kernel`` in effect (the attention kernels' tuning), every field as
+    ``name=value``, comma-separated (``KernelConfig.summary``)."""
 
     @classmethod
     def from_manager(cls, cache: dict[str, Any], camera_frames: int,

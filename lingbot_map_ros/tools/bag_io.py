@@ -228,6 +228,27 @@ def image_message(rgb: np.ndarray, stamp_ns: int, frame_id: str,
         is_bigendian=0, step=3 * w, data=np.ascontiguousarray(pixels).reshape(-1))
 
 
+def depth_message(depth_m: np.ndarray, stamp_ns: int, frame_id: str) -> Any:
+    """Build a ``16UC1`` ``sensor_msgs/Image`` in millimetres (REP 118) from metres.
+
+    Args:
+        depth_m: [H, W] depth in metres; NaN, Inf and values <= 0 become 0 (no value),
+            values past 65.535 m are clipped.
+        stamp_ns: header stamp, nanoseconds.
+        frame_id: header frame id (the colour camera's optical frame: aligned depth).
+
+    Returns:
+        A ``rosbags`` ``sensor_msgs/msg/Image``.
+    """
+    metres = np.nan_to_num(np.asarray(depth_m, dtype=np.float64), nan=0.0, posinf=0.0,
+                           neginf=0.0)
+    mm = np.clip(np.rint(metres * 1000.0), 0, 65535).astype('<u2')
+    h, w = mm.shape
+    return TYPESTORE.types[IMAGE_TYPE](
+        header=_header(stamp_ns, frame_id), height=h, width=w, encoding='16UC1',
+        is_bigendian=0, step=2 * w, data=mm.reshape(-1).view(np.uint8))
+
+
 def compressed_message(rgb: np.ndarray, stamp_ns: int, frame_id: str,
                        jpeg_quality: int = 90) -> Any:
     """Build a JPEG ``sensor_msgs/CompressedImage`` (``image_transport`` format string).

@@ -35,10 +35,10 @@ import importlib
 import logging
 import sys
 
+from lingbot_map_ros.ros.parameters.cli_help import plain
 from lingbot_map_ros.tools.cli_errors import USAGE_ERRORS
-from lingbot_map_ros.tools.help_text import plain
 
-_SUBCOMMANDS = {
+SUBCOMMANDS = {
     'cache': 'lingbot_map_ros.tools.bench_cache',
     'model': 'lingbot_map_ros.tools.bench_model',
     'map': 'lingbot_map_ros.tools.bench_map',
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog='lingbot_map_bench', description=plain(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     subparsers = parser.add_subparsers(dest='command', required=True)
-    for name, module_name in _SUBCOMMANDS.items():
+    for name, module_name in SUBCOMMANDS.items():
         module = importlib.import_module(module_name)
         summary = plain(module.__doc__ or name).strip().splitlines()[0]
         sub = subparsers.add_parser(name, help=summary, description=plain(module.__doc__ or ''),

@@ -298,8 +298,8 @@ def kernel_ms_by_part(events: Any) -> tuple[dict[str, float], float]:
     """Sum each kernel's device time into the part whose GPU-side range holds its start.
 
     By time, not through the CPU operators: Triton launches through the driver API, linked to
-    no CPU operator. A range's GPU-side annotation is not a kernel (the first H200 run counted
-    it as one: every part but the Triton attention doubled). Ranges on a stream do not overlap.
+    no CPU operator. A range's GPU-side annotation is not a kernel (counted as one, it would
+    double every part but the Triton attention). Ranges on a stream do not overlap.
 
     Returns:
         ``({part: ms}, ms of all kernels)``.

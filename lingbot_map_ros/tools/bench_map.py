@@ -15,10 +15,11 @@
 
 What it measures and why: with ``map.enable`` the node adds every keyframe's depth to the map
 (``engine/map/map_accumulator.py``) on the worker thread, between two frames, so the time it takes
-adds to every keyframe's latency (target: <= 2 ms at 504x378 on the H200). The depth, colours and
-poses come from the synthetic room of ``tools/synthetic_scene.py`` (ground-truth depth, a camera
-loop; confidence uniform in [1, 10]), so voxels are revisited as on a real loop. The map is filled
-first (``--prefill``), so the timings are those of a map at its bound, the worst case.
+adds to every keyframe's latency (its target and figures: docs/map.md, 'Cost'). The depth,
+colours and poses come from the synthetic room of ``tools/synthetic_scene.py`` (ground-truth
+depth, a camera loop; confidence uniform in [1, 10]), so voxels are revisited as on a real
+loop. The map is filled first (``--prefill``), so the timings are those of a map at its bound,
+the worst case.
 
 Two timings per keyframe, after ``--warmup`` untimed ones, with CUDA synchronised around each:
 

@@ -49,6 +49,7 @@ from lingbot_map_ros.engine.attention.backend import BACKEND_NAMES
 from lingbot_map_ros.engine.image.preprocess import PreprocessInfo
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.rollover import RolloverSession
+from lingbot_map_ros.kernel_config import kernel_from_json
 from lingbot_map_ros.tools.bench_cameras import run_cameras, synthetic_frames
 from lingbot_map_ros.tools.bench_components import components_report, format_report
 from lingbot_map_ros.tools.bench_rollover import add_live_arguments, block_report, \
@@ -97,6 +98,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         choices=typing.get_args(Precision),
                         help='cache.precision: fast_approximate also allows the FP8 products '
                         'that fail the fidelity gate (docs/performance.md)')
+    parser.add_argument('--kernel', default='{}', metavar='JSON',
+                        help='cache.kernel fields to replace, a JSON object (e.g. '
+                        '\'{"triton_splits": 1}\', \'{"staged_runs": false}\'; '
+                        'docs/parameters.md)')
     parser.add_argument('--max-total-frames', type=int, default=CacheConfig.max_total_frames,
                         help='cache.max_total_frames (special-stream capacity in keyframes, '
                              '>= --session-keyframes)')
@@ -179,7 +184,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         model=ModelConfig.from_preset(args.preset),
         cache=CacheConfig(backend=args.backend, scale_frames=args.scale_frames,
                           sliding_window=args.window, max_total_frames=args.max_total_frames,
-                          dtype=args.kv_dtype or args.dtype, precision=args.precision),
+                          dtype=args.kv_dtype or args.dtype, precision=args.precision,
+                          kernel=kernel_from_json(args.kernel)),
         stream=StreamConfig(device=args.device, dtype=args.dtype, image_width=args.width,
                             keyframe_interval=args.keyframe_interval, enable_depth=args.depth,
                             fast_path=args.fast_path, compile=args.compile,

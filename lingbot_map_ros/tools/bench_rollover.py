@@ -15,10 +15,10 @@
 
 Why a flatness number needs care: after every rollover (and at the start) the new session's
 sliding window is empty and refills over the next W keyframes, and those frames attend to
-fewer cached tokens, so they are faster (on the H200 at 504x378 the cache attention is ~16 of
-~29 ms of a full-window frame). A block of frames that holds a window refill therefore has a
-lower mean than one that does not. Before a rollover the next session is prepared: for
-``lead`` frames each frame also runs one unit of its scale pass
+fewer cached tokens, so they are faster (the cache attention is over half of a full-window
+frame: docs/performance.md, 'Floors per part of a frame'). A block of frames that holds a
+window refill therefore has a lower mean than one that does not. Before a rollover the next
+session is prepared: for ``lead`` frames each frame also runs one unit of its scale pass
 (``engine/session/scale_steps.py``), so those frames are a little slower, and the rollover frame
 itself only switches. :func:`block_report` gives the max/min ratio of the block means over every
 block after the first (nothing excluded) and, separately, over the blocks that hold no refill, no

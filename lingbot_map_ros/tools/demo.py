@@ -51,9 +51,9 @@ from lingbot_map_ros.config import load_yaml, MapConfig
 from lingbot_map_ros.engine.image.geometry import quaternion_to_rotation
 from lingbot_map_ros.engine.map.ply import write_ply
 from lingbot_map_ros.ros.messages.conversions import map_axes_transform, stamp_to_ns
+from lingbot_map_ros.ros.parameters.cli_help import plain
 from lingbot_map_ros.tools import bag_io, trajectory
 from lingbot_map_ros.tools.config_files import find_config
-from lingbot_map_ros.tools.help_text import plain
 from lingbot_map_ros.tools.make_bag import BagSpec, write_synthetic
 from lingbot_map_ros.tools.map_plot import ground_truth_map, plot_map
 from lingbot_map_ros.tools.player import BagPlayer, PlayOptions

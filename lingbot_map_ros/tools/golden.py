@@ -55,6 +55,7 @@ from ..engine.model.frame_runner import FrameRunner
 from ..engine.model.gct import LingbotMapModel
 from ..engine.model.golden_weights import fill_golden_weights
 from ..engine.model.stream_state import StreamState
+from ..kernel_config import kernel_from_json, KernelConfig
 
 DTYPES = {'float32': torch.float32, 'float64': torch.float64, 'bfloat16': torch.bfloat16}
 _LOG = logging.getLogger('lingbot_map_golden')
@@ -138,7 +139,8 @@ def _cache_occupancy(kv: StreamKV, keyframe: bool) -> dict[str, int]:
 
 def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, backend: str,
                  tap_frames: list[int], with_depth: bool, kv_dtype: str = 'bfloat16',
-                 runner: FrameRunner | None = None) -> dict[str, object]:
+                 runner: FrameRunner | None = None,
+                 kernel: KernelConfig | None = None) -> dict[str, object]:
     """Run a whole sequence through the model as the golden README §2.3 prescribes.
 
     Args:
@@ -153,6 +155,7 @@ def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, bac
             cache otherwise stores the model's dtype).
         runner: the fast path to run streaming frames through (``FrameRunner.for_model`` with a
             ``FastPathState``); None runs eagerly.
+        kernel: ``cache.kernel`` (None: the defaults).
 
     Returns:
         Per-frame outputs stacked over frames ('pose_enc', 'pose_enc_iters', 'depth',
@@ -166,7 +169,7 @@ def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, bac
     cache = CacheConfig(backend=backend, scale_frames=stream['num_scale_frames'],
                         sliding_window=stream['sliding_window'],
                         max_total_frames=max(images.shape[0], stream['num_scale_frames'] + 1),
-                        dtype=kv_dtype)
+                        dtype=kv_dtype, kernel=kernel or KernelConfig())
     device = next(model.parameters()).device
     pool = new_kv_pool(model.config, cache, dtype, tuple(images.shape[-2:]), device)
     kv = StreamKV.for_cache(pool, cache)
@@ -225,7 +228,8 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
                dtype: str = 'float32', backend: str = 'reference',
                model: LingbotMapModel | None = None, device: str = 'cpu',
                fast_path: FastPath = 'eager', compile: bool = False,  # noqa: A002
-               kv_dtype: str = 'bfloat16', camera_head_dtype: str = 'float32') -> dict:
+               kv_dtype: str = 'bfloat16', camera_head_dtype: str = 'float32',
+               kernel: KernelConfig | None = None) -> dict:
     """Run one golden set end to end and compare every stored output.
 
     Args:
@@ -245,6 +249,7 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
             :data:`FP8_KV_TOLERANCES`; otherwise the cache stores ``dtype``.
         camera_head_dtype: 'bfloat16' runs the camera head's trunk in bf16 (the node's
             ``stream.camera_head_dtype``; only with ``dtype='bfloat16'``).
+        kernel: ``cache.kernel``, the attention kernels' tuning (None: the defaults).
 
     Returns:
         ``{'set', 'dtype', 'backend', 'fast_path', 'fallbacks', 'seconds', 'checks': {...},
@@ -274,7 +279,8 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
     _LOG.info('running %d frames (backend %s)', ref['images'].shape[0], backend)
     runner = FrameRunner.for_model(model, FastPathState(fast_path, compile))
     result = drive_stream(model, ref['images'], meta['stream'], backend,
-                          ref['tap_frames'].tolist(), config.enable_depth, kv_dtype, runner)
+                          ref['tap_frames'].tolist(), config.enable_depth, kv_dtype, runner,
+                          kernel)
     fp8 = kv_dtype == 'float8_e4m3fn'
     checks = compare(result, ref, meta, low_precision=dtype == 'bfloat16',
                      bounds=FP8_KV_TOLERANCES if fp8 else None)
@@ -316,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="bfloat16: the camera head's trunk in bf16 "
                         '(stream.camera_head_dtype; with --dtype bfloat16 only)')
     parser.add_argument('--threads', type=int, default=None, help='torch CPU threads')
+    parser.add_argument('--kernel', default='{}', metavar='JSON',
+                        help='cache.kernel fields to replace, a JSON object (benchmarks: '
+                        '\'{"triton_splits": 1}\'; docs/parameters.md)')
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
     _LOG.setLevel(logging.INFO)  # progress on stderr; the results go to stdout
@@ -329,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         check_device(args.device, '--device', 'leave --device out for the CPU')
         report = run_golden(args.set, args.config, args.dtype, args.backend, device=args.device,
                             fast_path=args.fast_path, compile=args.compile,
-                            kv_dtype=args.kv_dtype, camera_head_dtype=args.camera_head_dtype)
+                            kv_dtype=args.kv_dtype, camera_head_dtype=args.camera_head_dtype,
+                            kernel=kernel_from_json(args.kernel))
     except USAGE_ERRORS as exc:
         # A missing set, a device or backend this machine lacks: one line, no traceback.
         sys.stderr.write(f'lingbot_map_golden: {exc}\n')

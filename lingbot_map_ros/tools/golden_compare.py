@@ -16,8 +16,9 @@
 float32 and float64 runs use the set's own tolerances (10x the observed float32 error).
 The bf16 GPU path of spec §4.6 (bf16 aggregator GEMMs and KV cache, float32 residual stream and
 heads) cannot hold those; it is judged against :data:`BF16_TOLERANCES`, our own bound for that
-path, set from measured H200 errors (see docs/performance.md) with a margin, and an FP8 KV cache
-against :data:`FP8_KV_TOLERANCES`. ``golden.py`` runs the set and calls :func:`compare`.
+path, set from errors measured on the GPU (docs/gpu_memory.md, 'FP8 accuracy') with a margin,
+and an FP8 KV cache against :data:`FP8_KV_TOLERANCES`. ``golden.py`` runs the set and calls
+:func:`compare`.
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ import torch
 logger = logging.getLogger(__name__)
 
 # Bounds for the bf16 GPU path (max abs for pose/taps/dino, max elementwise relative for depth
-# and confidence): about 2x the errors measured on the H200 with golden set A (FlashInfer, bf16
-# KV; bench/results/h200_baseline): pose 0.050, depth 0.019, confidence 0.017, DINO 0.115,
-# taps 0.116. The same path on the CPU measured pose 0.058, DINO 0.115, taps 0.133.
+# and confidence): about 2x the errors measured on the GPU with golden set A (FlashInfer, bf16
+# KV; docs/gpu_memory.md, 'FP8 accuracy'). The same path on the CPU measured pose 0.058, DINO
+# 0.115, taps 0.133.
 BF16_TOLERANCES = {'pose_enc': 0.1, 'pose_enc_iters': 0.1, 'depth': 0.05, 'depth_conf': 0.05,
                    'dino': 0.25, 'taps': 0.25}
 
-# Bounds for an FP8 (e4m3, unit scale) KV cache on the bf16 path: 2x (the bf16 path's H200
+# Bounds for an FP8 (e4m3, unit scale) KV cache on the bf16 path: 2x (the bf16 path's GPU
 # error above + the error FP8 storage alone adds, measured on the CPU with all else in float32:
 # pose 0.030, depth 0.0026, confidence 0.0019, DINO 0 (no cache), taps 0.014), rounded up; the
 # depth and confidence bounds stay at the bf16 ones, which already cover that sum twice over.

@@ -40,8 +40,8 @@ import time
 from typing import Any
 
 from lingbot_map_ros.ros.messages.conversions import fill_stamp
+from lingbot_map_ros.ros.parameters.cli_help import plain
 from lingbot_map_ros.tools import bag_io
-from lingbot_map_ros.tools.help_text import plain
 import rclpy
 from rclpy.duration import Duration
 from rclpy.node import Node

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from lingbot_map_ros.ros.messages.conversions import map_axes_transform
 from lingbot_map_ros.tools import bag_io
-from lingbot_map_ros.tools.make_bag import BagSpec, write_frame
+from lingbot_map_ros.tools.frame_bag import BagSpec, write_frame
 from lingbot_map_ros.tools.synthetic_scene import render_sequence, SceneConfig
 from lingbot_map_ros.tools.trajectory import Trajectory, write_tum
 import numpy as np

@@ -37,9 +37,9 @@ import cv2
 import numpy as np
 
 # Room bounds in the z-up room frame: (min xyz, max xyz).
-_ROOM = (np.array([-4.0, -3.0, 0.0]), np.array([4.0, 3.0, 2.6]))
+ROOM = (np.array([-4.0, -3.0, 0.0]), np.array([4.0, 3.0, 2.6]))
 # Solid boxes on the floor: (min xyz, max xyz). All stay clear of the camera path.
-_BOXES = (
+BOXES = (
     (np.array([-0.6, -0.4, 0.0]), np.array([0.6, 0.4, 0.9])),
     (np.array([-3.9, 2.0, 0.0]), np.array([-3.0, 2.9, 1.6])),
     (np.array([2.9, -2.9, 0.0]), np.array([3.9, -2.1, 0.7])),
@@ -218,14 +218,14 @@ def _cast(origin: np.ndarray, dirs: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     """
     with np.errstate(divide='ignore', invalid='ignore'):
         inv = 1.0 / dirs
-        lo, hi = _ROOM
+        lo, hi = ROOM
         t_lo, t_hi = (lo - origin) * inv, (hi - origin) * inv
         t_exit = np.where(dirs > 0, t_hi, t_lo)
         t_exit[~np.isfinite(t_exit)] = np.inf
         axis = np.argmin(t_exit, axis=1)
         t = t_exit[np.arange(len(dirs)), axis]
         sid = axis * 2 + (dirs[np.arange(len(dirs)), axis] > 0)
-        for b, (blo, bhi) in enumerate(_BOXES):
+        for b, (blo, bhi) in enumerate(BOXES):
             t0, t1 = (blo - origin) * inv, (bhi - origin) * inv
             near, far = np.minimum(t0, t1), np.maximum(t0, t1)
             near = np.nan_to_num(near, nan=-np.inf)
@@ -275,7 +275,7 @@ def render_sequence(config: SceneConfig = SceneConfig(),
     k_render = k.copy()
     k_render[:2] *= s
     k_inv = np.linalg.inv(k_render)
-    textures = _Textures(config.seed, 6 + 6 * len(_BOXES))
+    textures = _Textures(config.seed, 6 + 6 * len(BOXES))
     path_room = camera_path(config.num_frames, config.laps)
     poses_room = path_room if mount is None else path_room @ mount
     size_hw = (config.height * s, config.width * s)

@@ -13,9 +13,8 @@
 # limitations under the License.
 """Camera trajectories as TUM files, a PNG plot, and APE / RPE against ground truth.
 
-TUM format: one pose per line, ``timestamp tx ty tz qx qy qz qw``, timestamp in seconds, the pose
-that of the camera optical frame (x right, y down, z forward) in the map frame (``c2w``); lines
-starting with ``#`` are comments. The map frame is anchored at the first camera, with the axes the
+TUM files are read and written by ``engine/map/tum.py`` (the node's ``~/save`` writes them too;
+its names are re-exported here). The map frame is anchored at the first camera, with the axes the
 node publishes (``frames.map_axes``: 'flu' = x forward, y left, z up; or 'optical'). Timestamps
 are written with 9 decimals and read back to the exact nanosecond, so stamps survive a round trip.
 
@@ -26,99 +25,17 @@ come from ``evo`` (an optional dependency: ``pip install evo``); the plot needs 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
 import logging
 from pathlib import Path
 from typing import Any
 
-from lingbot_map_ros.engine.image.geometry import quaternion_to_rotation
-from lingbot_map_ros.ros.messages.conversions import c2w_to_pose
+from lingbot_map_ros.engine.map.tum import format_stamp, read_tum, Trajectory, write_tum
 import numpy as np
 
+__all__ = ['align_sim3', 'associate', 'evaluate', 'format_stamp', 'plot', 'read_tum',
+           'Trajectory', 'write_tum']
+
 _LOG = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Trajectory:
-    """Stamped camera poses."""
-
-    stamps_ns: np.ndarray
-    """[N] int64 stamps, nanoseconds."""
-    c2w: np.ndarray
-    """[N, 4, 4] float64 camera optical frame in the world frame."""
-
-    @property
-    def positions(self) -> np.ndarray:
-        """[N, 3] camera centres in the world frame."""
-        return self.c2w[:, :3, 3]
-
-
-def format_stamp(stamp_ns: int) -> str:
-    """Integer nanoseconds -> seconds with 9 decimals, exact (``-4900000000`` -> ``-4.900000000``).
-
-    The sign is written once, in front: a negative stamp is not floored to the second below.
-    """
-    sec, nsec = divmod(abs(int(stamp_ns)), 1_000_000_000)
-    return f'{"-" if stamp_ns < 0 else ""}{sec}.{nsec:09d}'
-
-
-def _parse_stamp(text: str) -> int:
-    """Seconds as text -> exact integer nanoseconds (no float rounding for <= 9 decimals)."""
-    if 'e' in text.lower():
-        return int(round(float(text) * 1e9))
-    whole, _, frac = text.partition('.')
-    sign = -1 if whole.startswith('-') else 1
-    return int(whole) * 1_000_000_000 + sign * int((frac + '000000000')[:9])
-
-
-def write_tum(path: str | Path, trajectory: Trajectory, comments: Iterable[str] = ()) -> None:
-    """Write a TUM trajectory file.
-
-    Args:
-        path: output file (its folder is created).
-        trajectory: poses to write, in order.
-        comments: lines written first, each prefixed with ``# `` (line breaks inside one are
-            written as spaces, so a comment never becomes a pose line).
-    """
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    lines = [f"# {' '.join(str(c).splitlines())}" for c in comments]
-    lines.append('# timestamp tx ty tz qx qy qz qw')
-    for stamp, c2w in zip(trajectory.stamps_ns, trajectory.c2w):
-        position, quat = c2w_to_pose(c2w)
-        values = ' '.join(f'{v:.9g}' for v in (*position, *quat))
-        lines.append(f'{format_stamp(stamp)} {values}')
-    out.write_text('\n'.join(lines) + '\n', encoding='utf-8')
-
-
-def read_tum(path: str | Path) -> Trajectory:
-    """Read a TUM trajectory file.
-
-    Args:
-        path: file with ``timestamp tx ty tz qx qy qz qw`` lines (``#`` comments allowed).
-
-    Returns:
-        The trajectory, in file order.
-
-    Raises:
-        ValueError: a line that does not hold 8 numbers (its line number is named).
-    """
-    stamps, poses = [], []
-    for number, line in enumerate(Path(path).read_text(encoding='utf-8').splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith('#'):
-            continue
-        fields = line.replace(',', ' ').split()
-        if len(fields) != 8:
-            raise ValueError(f'{path}:{number}: expected 8 values, got {len(fields)}')
-        values = np.array([float(v) for v in fields[1:]])
-        c2w = np.eye(4)
-        c2w[:3, :3] = quaternion_to_rotation(values[3:])
-        c2w[:3, 3] = values[:3]
-        stamps.append(_parse_stamp(fields[0]))
-        poses.append(c2w)
-    return Trajectory(np.array(stamps, dtype=np.int64), np.array(poses).reshape(-1, 4, 4))
 
 
 def associate(est: Trajectory, ref: Trajectory,

@@ -34,6 +34,7 @@ from lingbot_map_ros.engine.image import geometry
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.scale_steps import scale_units
 import numpy as np
+from tiny_engine import tiny_config
 import torch
 
 
@@ -237,11 +238,8 @@ def oracle_session(gt_c2w: np.ndarray, noise: float = 0.0, seed: int = 0,
                    depth_noise: float = 0.0, outliers: dict[int, float] | None = None,
                    **values) -> tuple[StreamingSession, OracleModel]:
     """Build a real ``StreamingSession`` (tiny preset, CPU) whose network is the oracle."""
-    flat = {'model.preset': 'tiny', 'stream.device': 'cpu', 'stream.image_width': 56,
-            'cache.backend': 'sdpa', 'cache.scale_frames': 2}
-    flat.update(values)
-    config = EngineConfig.from_flat(flat)
+    config = tiny_config({'stream.image_width': 56, 'cache.scale_frames': 2}, values)
     session = StreamingSession(config, allow_random_weights=True)
     oracle = OracleModel(gt_c2w, config, noise, seed, depth_noise, outliers)
-    session._stream = oracle  # the stand-in replaces the stream's network, nothing else
+    session.replace_stream(oracle)  # the stand-in replaces the stream's network, nothing else
     return session, oracle

@@ -35,6 +35,7 @@ from lingbot_map_ros.engine.session.rollover import RolloverSession
 from lingbot_map_ros.engine.session.stream_feeder import StreamFeeder
 import numpy as np
 import pytest
+from tiny_engine import random_frames, tiny_config
 import torch
 
 N_S, WINDOW, FRAMES = 2, 2, 16
@@ -42,19 +43,10 @@ STEP_NS = 100_000_000
 
 
 def _config(**overrides) -> EngineConfig:
-    values = {'model.preset': 'tiny', 'stream.device': 'cpu', 'stream.image_width': 112,
-              'stream.keyframe_interval': 2, 'stream.enable_depth': True,
-              'cache.backend': 'sdpa', 'cache.scale_frames': N_S,
-              'cache.sliding_window': WINDOW, 'cache.max_total_frames': FRAMES,
-              'stream.session_keyframes': 5, 'stream.overlap_keyframes': N_S,
-              'cache.streams': 3}
-    values.update(overrides)
-    return EngineConfig.from_flat(values)
-
-
-def _frames(count: int, seed: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return [rng.integers(0, 256, (64, 128, 3), dtype=np.uint8) for _ in range(count)]
+    return tiny_config({'stream.keyframe_interval': 2, 'stream.enable_depth': True,
+                        'cache.scale_frames': N_S, 'cache.sliding_window': WINDOW,
+                        'cache.max_total_frames': FRAMES, 'stream.session_keyframes': 5,
+                        'stream.overlap_keyframes': N_S, 'cache.streams': 3}, overrides)
 
 
 def _feeders(engine: Engine, count: int, rollover: bool = True) -> list[StreamFeeder]:
@@ -100,7 +92,7 @@ def test_cameras_batched_equal_each_camera_alone(cameras):
     # 9 frames, K 2, 5 keyframes a session: scale phase, window eviction, non-keyframes rolled
     # back, and a rollover (its scale pass alone) in every stream.
     count = N_S + 7
-    frames = [_frames(count, seed=s) for s in range(1, cameras + 1)]
+    frames = [random_frames(count, seed=s) for s in range(1, cameras + 1)]
     engine = Engine.load(_config(), allow_random_weights=True, seed=5)
     feeders = _feeders(engine, cameras)
     stats = BatchStats()
@@ -126,7 +118,7 @@ def test_staged_whole_batches_through_the_engine_equal_each_camera_alone():
     # every batch stages each stream's frame in a slot of its own (model/whole_batch.py),
     # across window fills, evictions and a rollover per stream.
     count = N_S + 7
-    frames = [_frames(count, seed=s) for s in (1, 2)]
+    frames = [random_frames(count, seed=s) for s in (1, 2)]
     engine = Engine.load(_config(), allow_random_weights=True, seed=5)
     engine.batch_graphs = BatchGraphs(False, staged=True)
     feeders = _feeders(engine, 2)
@@ -141,7 +133,7 @@ def test_staged_whole_batches_through_the_engine_equal_each_camera_alone():
 
 def test_a_camera_in_its_scale_phase_runs_alone_beside_streaming_ones():
     count = N_S + 5
-    frames_a, frames_b = _frames(count, seed=1), _frames(count, seed=2)
+    frames_a, frames_b = random_frames(count, seed=1), random_frames(count, seed=2)
     engine = Engine.load(_config(), allow_random_weights=True, seed=5)
     a, b = _feeders(engine, 2, rollover=False)
     stats = BatchStats()
@@ -163,7 +155,7 @@ def test_a_camera_in_its_scale_phase_runs_alone_beside_streaming_ones():
 
 def test_a_bad_frame_in_one_camera_does_not_disturb_the_others():
     count = N_S + 4
-    frames = [_frames(count, seed=s) for s in (1, 2, 3)]
+    frames = [random_frames(count, seed=s) for s in (1, 2, 3)]
     bad = frames[1][N_S + 1] = np.zeros((0, 5, 3), np.uint8)  # an empty image
     assert bad.size == 0
     stamps = [[i * STEP_NS for i in range(count)] for _ in range(3)]
@@ -183,7 +175,7 @@ def test_a_bad_frame_in_one_camera_does_not_disturb_the_others():
 
 def test_a_full_pool_refuses_a_third_camera_typed_and_the_others_go_on():
     count = N_S + 3
-    frames = [_frames(count, seed=s) for s in (1, 2, 3)]
+    frames = [random_frames(count, seed=s) for s in (1, 2, 3)]
     engine = Engine.load(_config(**{'cache.streams': 2}), allow_random_weights=True, seed=5)
     feeders = _feeders(engine, 3)
     got = _run(feeders, frames, BatchStats())
@@ -203,7 +195,7 @@ def test_a_full_pool_refuses_a_third_camera_typed_and_the_others_go_on():
 
 def test_step_batch_of_preprocessed_frames_equals_step_tensor():
     count = N_S + 3
-    frames = [_frames(count, seed=s) for s in (1, 2)]
+    frames = [random_frames(count, seed=s) for s in (1, 2)]
     engine = Engine.load(_config(), allow_random_weights=True, seed=5)
     sessions = [StreamingSession(engine.config, engine=engine) for _ in range(2)]
     alone = StreamingSession(_config(), allow_random_weights=True, seed=5)
@@ -226,7 +218,7 @@ def test_batched_cuda_graphs_equal_each_stream_alone_in_bf16():
     # Batched GEMMs pick other kernels (B*P rows), staged attention flash varlen / cuDNN:
     # bf16 noise.
     count = N_S + 6
-    frames = [_frames(count, seed=s) for s in (1, 2)]
+    frames = [random_frames(count, seed=s) for s in (1, 2)]
     cuda = {'stream.device': 'cuda', 'stream.dtype': 'bfloat16', 'cache.dtype': 'bfloat16',
             'stream.fast_path': 'whole_frame'}
     engine = Engine.load(_config(**cuda), allow_random_weights=True, seed=5)

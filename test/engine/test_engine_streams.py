@@ -29,6 +29,7 @@ from lingbot_map_ros.engine.errors import CachePoolExhaustedError, PoolExhausted
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 import numpy as np
 import pytest
+from tiny_engine import random_frame, random_frames, tiny_config
 
 N_S, WINDOW, FRAMES = 2, 2, 16
 PAGE = (56 // 14) * (112 // 14)  # patches of a 56 x 112 frame: one page
@@ -37,18 +38,10 @@ PREP = prep_pages(PAGE, 6, N_S)  # each stream's headroom for its rollover's nex
 
 
 def _config(**overrides) -> EngineConfig:
-    values = {'model.preset': 'tiny', 'stream.device': 'cpu', 'stream.image_width': 112,
-              'stream.keyframe_interval': 2, 'stream.enable_depth': True,
-              'cache.backend': 'sdpa', 'cache.scale_frames': N_S,
-              'cache.sliding_window': WINDOW, 'cache.max_total_frames': FRAMES,
-              'stream.session_keyframes': FRAMES, 'stream.overlap_keyframes': N_S}
-    values.update(overrides)
-    return EngineConfig.from_flat(values)
-
-
-def _frames(count: int, seed: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return [rng.integers(0, 256, (64, 128, 3), dtype=np.uint8) for _ in range(count)]
+    return tiny_config({'stream.keyframe_interval': 2, 'stream.enable_depth': True,
+                        'cache.scale_frames': N_S, 'cache.sliding_window': WINDOW,
+                        'cache.max_total_frames': FRAMES, 'stream.session_keyframes': FRAMES,
+                        'stream.overlap_keyframes': N_S}, overrides)
 
 
 def _engine(**overrides) -> Engine:
@@ -70,7 +63,7 @@ def _assert_same(got: list, want: list) -> None:
 
 def test_two_streams_interleaved_on_one_pool_equal_each_stream_alone():
     # N_s 2, W 2, K 2 over 9 frames: the window fills, keyframes evict, non-keyframes roll back.
-    frames_a, frames_b = _frames(N_S + 7, seed=1), _frames(N_S + 7, seed=2)
+    frames_a, frames_b = random_frames(N_S + 7, seed=1), random_frames(N_S + 7, seed=2)
     engine = _engine(**{'cache.streams': 2})
     a = StreamingSession(engine.config, engine=engine)
     b = StreamingSession(engine.config, engine=engine)
@@ -98,7 +91,7 @@ def test_two_streams_interleaved_on_one_pool_equal_each_stream_alone():
 
 
 def test_a_full_pool_refuses_a_stream_before_writing_and_the_others_go_on():
-    frames_a, frames_b, frames_c = (_frames(N_S + 5, seed=s) for s in (1, 2, 3))
+    frames_a, frames_b, frames_c = (random_frames(N_S + 5, seed=s) for s in (1, 2, 3))
     engine = _engine(**{'cache.streams': 2})
     a = StreamingSession(engine.config, engine=engine)
     b = StreamingSession(engine.config, engine=engine)
@@ -134,7 +127,7 @@ def test_pool_size_follows_the_configuration():
     engine = _engine(**{'cache.pool_pages': PER_STREAM + 3})
     session = StreamingSession(engine.config, engine=engine)
     assert engine.pool_stats().pool_pages_total == 0  # no pool before the first frame
-    session.step(_frames(1, seed=1)[0], 0)
+    session.step(random_frame(1), 0)
     assert engine.pool_stats().pool_pages_total == PER_STREAM + 3
     assert engine.pool_stats().pool_pages_free == 3
     session.close()

@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import logging
 
-from lingbot_map_ros.config import EngineConfig
+from lingbot_map_ros.config import ModelConfig
 from lingbot_map_ros.engine.attention.sdpa import ReferenceBackend, SdpaBackend
 from lingbot_map_ros.engine.model.fast_path import FastPathState
 from lingbot_map_ros.engine.model.frame_runner import FrameRunner
-from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.stats import FALLBACK_KINDS
 import numpy as np
 import pytest
-# tiny_stream sits next to this file (pytest puts test/engine on sys.path).
+# tiny_engine and tiny_stream sit next to this file (pytest puts test/engine on sys.path).
+from tiny_engine import random_images, tiny_session
 from tiny_stream import run_stream, tiny_model
 import torch
 
@@ -48,8 +48,7 @@ def _counted(state: FastPathState) -> dict[str, int]:
 
 def _plain_and_fast(mode: str, compile_: bool = False, frames: int = 5):
     """Return the plain forward's outputs, a fresh runner asking for ``mode``, its run."""
-    torch.manual_seed(0)
-    images = torch.rand(frames, 3, 56, 84)
+    images = random_images(frames, seed=0)
     model = tiny_model('cpu', torch.float32)
     plain = run_stream(model, images, FrameRunner.for_model(model), torch.float32)
     runner = FrameRunner.for_model(model, FastPathState(mode, compile_))
@@ -120,9 +119,7 @@ def test_a_refused_cudnn_split_is_counted_as_an_attention_kernel_fallback():
 
 
 def test_the_session_reports_every_counter_by_name():
-    config = EngineConfig.from_flat({'model.preset': 'tiny', 'stream.device': 'cpu',
-                                     'stream.image_width': 112, 'cache.backend': 'sdpa'})
-    session = StreamingSession(config, allow_random_weights=True)
+    session = tiny_session()
     frame = np.full((64, 128, 3), 128, np.uint8)
     session.step(frame, tag=1_000)
     stats = session.stats()
@@ -219,7 +216,7 @@ def test_a_whole_frame_capture_that_fails_falls_back_to_segments(monkeypatch):
         for tap_a, tap_b in zip(a['taps'], b['taps']):
             torch.testing.assert_close(tap_b, tap_a, atol=1e-5, rtol=0)
     _assert_equal(plain, fast)
-    depth = runner._agg.config.depth
+    depth = ModelConfig.from_preset('tiny').depth  # tiny_model's
     assert len(calls) == 1 + depth + 1  # the refused whole frame, then each segment once
     assert _counted(runner.fast_path) == {'whole_frame': 1}
     assert runner.fast_path.mode.aggregator == 'segments'

@@ -57,7 +57,7 @@ def test_fp8_storage_matches_float32_up_to_e4m3_rounding(backend):
 
 def test_fp8_storage_holds_the_written_values_in_e4m3():
     _, cache = _stream(FP8, frames=1)
-    stored = cache._storage.k[0]  # noqa: SLF001 - the bytes themselves are the point
+    stored = cache.storage.k[0]  # the bytes themselves are the point
     assert stored.dtype == FP8
     gen = torch.Generator().manual_seed(7)
     k = torch.randn(P, H, D, generator=gen)

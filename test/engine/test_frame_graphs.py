@@ -25,7 +25,8 @@ from __future__ import annotations
 from lingbot_map_ros.engine.model.frame_runner import FrameRunner
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 import pytest
-# tiny_stream sits next to this file (pytest puts test/engine on sys.path).
+# tiny_engine and tiny_stream sit next to this file (pytest puts test/engine on sys.path).
+from tiny_engine import random_images
 from tiny_stream import run_stream, tiny_model
 import torch
 
@@ -49,10 +50,9 @@ def _stream(model: LingbotMapModel, images: torch.Tensor, graphs: bool,
 
 def _compare(device: str, dtype: torch.dtype, atol: float, compile_frames: bool = False,
              rtol: float = 0.0, staged: bool = True) -> None:
-    torch.manual_seed(0)
     # N_s 2, W 3, K 2: the window is full from frame 6 on, so frames 7 and 8 take the
     # full-window (cuDNN split) graphs on CUDA and the earlier ones the window-fill graph.
-    images = torch.rand(9, 3, 56, 84, device=device)
+    images = random_images(9, seed=0, device=device)
     model = tiny_model(device, dtype)
     plain = _stream(model, images, graphs=False, kv_dtype=dtype)
     graphed = _stream(model, images, graphs=True, kv_dtype=dtype, compile_frames=compile_frames,
@@ -64,8 +64,8 @@ def _compare(device: str, dtype: torch.dtype, atol: float, compile_frames: bool 
     assert fast.aggregator == ('whole_frame' if staged else 'segments')
     assert sum(runner.fast_path.fallbacks().values()) == 0 and fast.reason == ''
     if staged and device == 'cuda':
-        assert ('range',) in graphs._whole
-        assert any(key[0] == 'split' for key in graphs._whole)
+        assert ('range',) in graphs.whole_keys
+        assert any(key[0] == 'split' for key in graphs.whole_keys)
     assert fast.segments_compile is compile_frames
     assert runner.head_step_built('camera head')
     assert runner.head_step_built('depth head')
@@ -105,8 +105,7 @@ def test_cuda_graphs_equal_the_plain_forward_in_bf16(compile_frames, staged):
 def test_compiled_segments_equal_the_plain_forward_on_cpu():
     # Inductor on the CPU (C++ codegen): the same fused bodies the GPU gets as Triton kernels.
     # Fusion reorders float32 sums, hence a tolerance instead of equality.
-    torch.manual_seed(0)
-    images = torch.rand(7, 3, 56, 84)
+    images = random_images(7, seed=0)
     model = tiny_model('cpu', torch.float32)
     plain = _stream(model, images, graphs=False, kv_dtype=torch.float32)
     compiled = _stream(model, images, graphs=False, kv_dtype=torch.float32, compile_frames=True)

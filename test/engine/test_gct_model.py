@@ -26,6 +26,7 @@ from lingbot_map_ros.engine.model.stream_state import StreamState
 from lingbot_map_ros.engine.model.weights import load_weights
 from lingbot_map_ros.engine.stats import CacheStats
 import pytest
+from tiny_engine import random_images
 import torch
 
 CACHE = CacheConfig(backend='sdpa', scale_frames=2, sliding_window=2)
@@ -92,7 +93,7 @@ def _cache_stats(model: LingbotMapModel) -> CacheStats:
 
 @pytest.fixture(scope='module')
 def images() -> torch.Tensor:
-    return torch.rand(8, 3, 56, 84, generator=torch.Generator().manual_seed(1))
+    return random_images(8, seed=1)
 
 
 def _run(model, images, keyframes, kv_dtype=torch.float32, with_depth=False):

@@ -196,7 +196,7 @@ def test_camera_cache_matches_naive_recomputation(fixed_shape: bool) -> None:
     assert sum(fast_path.fallbacks().values()) == 0
     assert runner.head_step_built('camera head') is fixed_shape
     if fixed_shape:  # rebuilt for the grown buffer
-        assert runner._head_steps[('camera head', id(head.cache))][0].cache_capacity == 32
+        assert runner.head_step_key('camera head', head.cache).cache_capacity == 32
     per_frame = head.num_iterations * len(head.trunk) * 2 * 256 * 8
     assert stats.used_bytes == 20 * per_frame and stats.allocated_bytes == 32 * per_frame
     # The last frame's result depends on its history (here: without the previous keyframe),

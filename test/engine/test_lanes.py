@@ -22,7 +22,6 @@ Run: ``python -m pytest test/engine/test_lanes.py``.
 
 from __future__ import annotations
 
-from lingbot_map_ros.engine.model import lanes
 from lingbot_map_ros.engine.model.lanes import Lanes
 import pytest
 import torch
@@ -67,12 +66,11 @@ def test_a_failing_lane_raises_and_stops_the_lanes_after_it():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
 @pytest.mark.parametrize('overlap', [True, False], ids=['side-streams', 'one-stream'])
-def test_lanes_captured_in_a_graph_replay_the_work_of_one_stream(monkeypatch, overlap):
-    monkeypatch.setattr(lanes, 'OVERLAP', overlap)
+def test_lanes_captured_in_a_graph_replay_the_work_of_one_stream(overlap):
     torch.manual_seed(0)
     w = torch.randn(64, 64, device='cuda') / 8
     inputs = [torch.randn(128, 64, device='cuda') for _ in range(3)]
-    lanes_ = Lanes()
+    lanes_ = Lanes(overlap)
 
     def batch() -> torch.Tensor:
         outs = lanes_.run(w.device, [lambda x=x: _chain(x, w) for x in inputs])

@@ -183,7 +183,7 @@ def test_incremental_map_equals_one_pass_voxel_means():
     assert len(xyz) == len(means) and (np.bincount(group) <= 64).all()  # below MAX_WEIGHT
     np.testing.assert_allclose(sorted_rows(xyz), sorted_rows(means[:, :3]), atol=1e-4)
     # The map's keys are sorted and unique after every merge.
-    keys = acc._keys.numpy()
+    keys = acc.voxel_ids.cpu().numpy()
     assert (np.diff(keys) > 0).all()
 
 

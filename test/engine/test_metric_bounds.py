@@ -110,6 +110,6 @@ def test_depth_held_for_frames_not_predicted_yet_is_bounded_in_bytes():
     one = np.ones((1024, 1024), np.float32)  # 4 MiB
     for i in range(100):
         metric.provide_depth(i * SEC, one)
-    held = len(metric._pending) * one.nbytes
-    assert held <= metric_session.MAX_PENDING_BYTES and len(metric._pending) == 64
-    assert next(iter(metric._pending)) == 36 * SEC  # the oldest went first
+    held = len(metric.pending_stamps) * one.nbytes
+    assert held <= metric_session.MAX_PENDING_BYTES and len(metric.pending_stamps) == 64
+    assert metric.pending_stamps == tuple(i * SEC for i in range(36, 100))  # oldest went first

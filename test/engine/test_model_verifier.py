@@ -41,6 +41,7 @@ from lingbot_map_ros.tools.synthetic_scene import render_sequence, SceneConfig
 import numpy as np
 from PIL import Image
 import pytest
+from tiny_engine import tiny_config
 import torch
 
 NUM_FRAMES = 36
@@ -211,10 +212,9 @@ def test_config_refuses_bad_values():
 # ---- the pass on the tiny model, beside a live stream ----------------------------------------
 
 def _config(device: str = 'cpu') -> EngineConfig:
-    return EngineConfig.from_flat({
-        'model.preset': 'tiny', 'stream.device': device, 'stream.image_width': SIZE_HW[1],
-        'cache.backend': 'sdpa', 'cache.scale_frames': 4, 'cache.sliding_window': 4,
-        'stream.enable_depth': True, 'cache.streams': 2})
+    return tiny_config({'stream.device': device, 'stream.image_width': SIZE_HW[1],
+                        'cache.scale_frames': 4, 'cache.sliding_window': 4,
+                        'stream.enable_depth': True, 'cache.streams': 2})
 
 
 def _jpeg(rgb: np.ndarray) -> bytes:

@@ -25,6 +25,7 @@ from lingbot_map_ros.engine.errors import (CachePoolExhaustedError, InvalidFrame
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 import numpy as np
 import pytest
+from tiny_engine import random_frame, random_frames, tiny_config
 import torch
 
 N_S = 3
@@ -32,16 +33,7 @@ WINDOW = 4
 
 
 def _config(**overrides) -> EngineConfig:
-    values = {'model.preset': 'tiny', 'stream.device': 'cpu', 'stream.image_width': 112,
-              'cache.backend': 'sdpa', 'cache.scale_frames': N_S,
-              'cache.sliding_window': WINDOW}
-    values.update(overrides)
-    return EngineConfig.from_flat(values)
-
-
-def _frames(count: int, height: int = 64, width: int = 128, seed: int = 0) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return [rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for _ in range(count)]
+    return tiny_config({'cache.scale_frames': N_S, 'cache.sliding_window': WINDOW}, overrides)
 
 
 def _run(session: StreamingSession, frames: list[np.ndarray]) -> list:
@@ -59,7 +51,7 @@ def test_weights_are_required_unless_random_is_asked_for():
 def test_scale_phase_then_streaming_schedule():
     session = StreamingSession(_config(**{'stream.keyframe_interval': 2}),
                                allow_random_weights=True)
-    frames = _frames(N_S + 6)
+    frames = random_frames(N_S + 6)
     outputs = [session.step(f, tag=100 + i) for i, f in enumerate(frames)]
     # The first N_s - 1 calls buffer; the N_s-th returns all scale predictions at once.
     assert [len(o) for o in outputs] == [0] * (N_S - 1) + [N_S] + [1] * 6
@@ -82,7 +74,7 @@ def test_scale_phase_then_streaming_schedule():
 
 def test_window_caps_live_pages_and_specials_grow():
     session = StreamingSession(_config(), allow_random_weights=True)
-    _run(session, _frames(N_S + WINDOW + 5))
+    _run(session, random_frames(N_S + WINDOW + 5))
     cache = session.stats().cache
     assert cache.scale_pages == N_S
     assert cache.live_pages == WINDOW
@@ -91,7 +83,7 @@ def test_window_caps_live_pages_and_specials_grow():
 
 
 def test_same_seed_same_poses_and_reset_restarts_identically():
-    frames = _frames(N_S + 3)
+    frames = random_frames(N_S + 3)
     first = StreamingSession(_config(), allow_random_weights=True, seed=7)
     second = StreamingSession(_config(), allow_random_weights=True, seed=7)
     a, b = _run(first, frames), _run(second, frames)
@@ -116,16 +108,16 @@ def test_time_index_limit_raises_before_touching_the_cache():
                                           'stream.session_keyframes': N_S + 2,
                                           'stream.overlap_keyframes': N_S}),
                                allow_random_weights=True)
-    preds = _run(session, _frames(N_S + 2))
+    preds = _run(session, random_frames(N_S + 2))
     assert preds[-1].time_index == N_S + 1
     before = session.stats()
     with pytest.raises(TimeIndexLimitError, match='max_frame_num'):
-        session.step(_frames(1, seed=3)[0], tag=99)
+        session.step(random_frame(3), tag=99)
     after = session.stats()
     assert after.frames_in == before.frames_in
     assert after.cache.frame_count == before.cache.frame_count
     session.reset()
-    assert len(_run(session, _frames(N_S))) == N_S
+    assert len(_run(session, random_frames(N_S))) == N_S
 
 
 def test_pool_exhaustion_is_a_typed_error_naming_the_capacity():
@@ -133,29 +125,29 @@ def test_pool_exhaustion_is_a_typed_error_naming_the_capacity():
                                           'stream.session_keyframes': N_S + 2,
                                           'stream.overlap_keyframes': N_S}),
                                allow_random_weights=True)
-    _run(session, _frames(N_S + 2))
+    _run(session, random_frames(N_S + 2))
     with pytest.raises(CachePoolExhaustedError, match='max_total_frames') as err:
-        session.step(_frames(1, seed=4)[0], tag=5)
+        session.step(random_frame(4), tag=5)
     assert isinstance(err.value, SessionLimitError)
 
 
 def test_bad_frames_and_resolution_changes_leave_the_session_usable():
     session = StreamingSession(_config(), allow_random_weights=True)
-    _run(session, _frames(N_S))
+    _run(session, random_frames(N_S))
     for bad in (np.zeros((0, 5, 3), np.uint8), np.zeros((64, 128, 3), np.float32),
                 np.zeros((64, 128, 2), np.uint8)):
         with pytest.raises(InvalidFrameError):
             session.step(bad, tag=1)
     with pytest.raises(ResolutionChangedError):
-        session.step(_frames(1, height=128)[0], tag=2)
+        session.step(random_frame(size=(128, 128)), tag=2)
     assert session.stats().frames_in == N_S
-    assert len(session.step(_frames(1)[0], tag=3)) == 1
+    assert len(session.step(random_frame(), tag=3)) == 1
 
 
 def test_flush_runs_a_short_scale_phase_and_depth_comes_out():
     session = StreamingSession(_config(**{'stream.enable_depth': True}),
                                allow_random_weights=True)
-    assert session.step(_frames(1)[0], tag=10) == []
+    assert session.step(random_frame(), tag=10) == []
     preds = session.flush()
     assert len(preds) == 1 and preds[0].role == 'scale'
     pred = preds[0]
@@ -186,14 +178,14 @@ def test_a_saved_checkpoint_reproduces_the_session_it_came_from(tmp_path):
     save_file({k: v.contiguous() for k, v in source.model.state_dict().items()}, str(path))
     loaded = StreamingSession(_config(), path)
     assert loaded.weights == str(path)
-    frames = _frames(N_S + 2)
+    frames = random_frames(N_S + 2)
     for a, b in zip(_run(source, frames), _run(loaded, frames)):
         np.testing.assert_allclose(a.pose_enc, b.pose_enc, rtol=1e-5, atol=1e-6)
 
 
 def test_fast_path_is_built_before_the_stream_and_leaves_no_trace():
     # stream.compile on the CPU: Inductor's C++ backend, the same warm-up as CUDA graphs get.
-    frames = _frames(N_S + 4)
+    frames = random_frames(N_S + 4)
     plain = _run(StreamingSession(_config(**{'stream.keyframe_interval': 2}),
                                   allow_random_weights=True, seed=7), frames)
     session = StreamingSession(_config(**{'stream.compile': True, 'stream.keyframe_interval': 2}),
@@ -231,7 +223,7 @@ def _run_from(session: StreamingSession, frames: list[np.ndarray], first: int) -
 def test_fast_path_is_one_checked_mode_and_eager_on_the_cpu_without_compile():
     with pytest.raises(ValueError, match="stream.fast_path='graphs'"):
         _config(**{'stream.fast_path': 'graphs'})
-    frames = _frames(N_S + 1)
+    frames = random_frames(N_S + 1)
     for fast_path, compile_, want in (('whole_frame', False, 'eager'),
                                       ('eager', True, 'eager')):
         session = StreamingSession(_config(**{'stream.fast_path': fast_path,
@@ -252,7 +244,7 @@ def test_apply_config_takes_live_fields_and_refuses_the_others():
     with pytest.raises(ValueError, match='only stream.keyframe_interval'):
         session.apply_config(_config(**{'cache.sliding_window': WINDOW + 1}))
     assert session.config.cache.sliding_window == WINDOW  # unchanged after a refusal
-    preds = _run(session, _frames(N_S + 4))
+    preds = _run(session, random_frames(N_S + 4))
     assert [p.role for p in preds[N_S:]] == ['keyframe', 'non-keyframe', 'non-keyframe',
                                              'keyframe']
 
@@ -267,7 +259,7 @@ def test_overlap_work_runs_after_the_frames_model_call_and_before_its_prediction
         stats = session.stats()
         seen.append((stats.frames_out, stats.keyframes, stats.cache.frame_count))
 
-    frames = _frames(N_S + 3)
+    frames = random_frames(N_S + 3)
     out = []
     for i, frame in enumerate(frames):
         tensor, info, _ = session.preprocess(frame)
@@ -275,7 +267,7 @@ def test_overlap_work_runs_after_the_frames_model_call_and_before_its_prediction
     assert [p.stamp_ns for p in out] == list(range(N_S + 3))
     # Streaming frames N_s.. : the frame is cached already, not counted yet.
     assert seen == [(N_S + i, N_S + i, N_S + i + 1) for i in range(3)]
-    small, info, _ = session.preprocess(_frames(1, height=128)[0])
+    small, info, _ = session.preprocess(random_frame(size=(128, 128)))
     with pytest.raises(ResolutionChangedError):
         session.step_tensor(small, info, 99, overlap=overlap)
     assert len(seen) == 3

@@ -29,6 +29,7 @@ from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.tools.synthetic_scene import render_sequence, SceneConfig
 import numpy as np
 import pytest
+from tiny_engine import random_frames, tiny_config
 import torch
 
 N_S = 2
@@ -36,11 +37,8 @@ NUM_FRAMES = 12
 
 
 def _config(**overrides) -> EngineConfig:
-    values = {'model.preset': 'tiny', 'stream.device': 'cpu', 'stream.image_width': 112,
-              'cache.backend': 'sdpa', 'cache.scale_frames': N_S, 'cache.sliding_window': 4,
-              'stream.keyframe_interval': 2, 'cache.streams': 2}
-    values.update(overrides)
-    return EngineConfig.from_flat(values)
+    return tiny_config({'cache.scale_frames': N_S, 'cache.sliding_window': 4,
+                        'stream.keyframe_interval': 2, 'cache.streams': 2}, overrides)
 
 
 def _run(session: StreamingSession, images) -> list:
@@ -133,8 +131,7 @@ def test_neighbours_score_higher_than_far_places_and_other_scenes(runs):
     assert sim[0, halfway] < neighbours.min()
     assert sim[0, -1] > sim[0, halfway] + 0.1
     # Another scene: random-noise images share no structure with the room.
-    rng = np.random.default_rng(5)
-    noise = [rng.integers(0, 256, (84, 112, 3), dtype=np.uint8) for _ in range(4)]
+    noise = random_frames(4, seed=5, size=(84, 112))
     session = StreamingSession(_config(), allow_random_weights=True, place_descriptors=True)
     other = np.stack([p.descriptor for p in _run(session, noise) if p.descriptor is not None])
     assert (desc @ other.T).max() < neighbours.min()

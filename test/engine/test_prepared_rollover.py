@@ -30,6 +30,7 @@ from lingbot_map_ros.engine.session.rollover import RolloverSession
 from lingbot_map_ros.engine.session.scale_steps import scale_units
 import numpy as np
 import pytest
+from tiny_engine import random_frames, tiny_config
 import torch
 
 N_S, WINDOW = 2, 3
@@ -37,19 +38,14 @@ PAGE = (56 // 14) * (112 // 14)  # patches of a 56 x 112 frame: one page
 
 
 def _config(**overrides) -> EngineConfig:
-    values = {'model.preset': 'tiny', 'stream.device': 'cpu', 'stream.image_width': 112,
-              'stream.enable_depth': True, 'cache.backend': 'sdpa',
-              'cache.scale_frames': N_S, 'cache.sliding_window': WINDOW,
-              'cache.max_total_frames': 16, 'model.max_frame_num': 16,
-              'stream.session_keyframes': 16, 'stream.overlap_keyframes': N_S}
-    values.update(overrides)
-    return EngineConfig.from_flat(values)
+    return tiny_config({'stream.enable_depth': True, 'cache.scale_frames': N_S,
+                        'cache.sliding_window': WINDOW, 'cache.max_total_frames': 16,
+                        'model.max_frame_num': 16, 'stream.session_keyframes': 16,
+                        'stream.overlap_keyframes': N_S}, overrides)
 
 
 def _images(count: int, seed: int) -> list[torch.Tensor]:
-    rng = np.random.default_rng(seed)
-    return [preprocess_image(rng.integers(0, 256, (64, 128, 3), dtype=np.uint8), 112, 14)[0]
-            for _ in range(count)]
+    return [preprocess_image(frame, 112, 14)[0] for frame in random_frames(count, seed)]
 
 
 @pytest.mark.parametrize('depth', [True, False])

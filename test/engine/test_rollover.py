@@ -21,7 +21,6 @@ Run: ``OMP_NUM_THREADS=1 python -m pytest test/engine/test_rollover.py`` (a few 
 
 from __future__ import annotations
 
-from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.frames import FrameTag
 from lingbot_map_ros.engine.session.rollover import RolloverSession
 from lingbot_map_ros.engine.session.stitching import align_sim3
@@ -30,6 +29,7 @@ import numpy as np
 # oracle_model sits next to this file (pytest puts test/engine on sys.path).
 from oracle_model import frame_image, ground_truth, oracle_session
 import pytest
+from tiny_engine import tiny_config
 import torch
 
 SEC = 10**9
@@ -129,10 +129,9 @@ def test_reset_starts_a_new_origin_and_keeps_the_counters():
     ({'cache.max_total_frames': 20}, 'max_total_frames'),
 ])
 def test_bad_rollover_settings_are_refused(values, match):
-    flat = {'model.preset': 'tiny', 'cache.scale_frames': 2, 'model.max_frame_num': 24,
-            'stream.session_keyframes': 24, 'stream.overlap_keyframes': 4, **values}
     with pytest.raises(ValueError, match=match):
-        EngineConfig.from_flat(flat)
+        tiny_config({'cache.scale_frames': 2, 'model.max_frame_num': 24,
+                     'stream.session_keyframes': 24, 'stream.overlap_keyframes': 4}, values)
 
 
 def test_depth_ratio_sets_the_scale_when_depth_runs():
@@ -211,7 +210,7 @@ def test_the_overlap_ring_keeps_the_tensor_the_session_ran_on():
     assert rollover.rollover_stats().rollovers == 1
     # The network's input is handed back on the prediction, not copied or uploaded again ...
     assert seen[-1][0].data_ptr() == out[-1].network_input.data_ptr()
-    ring = list(rollover._ring)
+    ring = rollover.overlap
     assert [kf.tag.stamp_ns for kf in ring] == [p.stamp_ns for p in out[-4:]]
     for kf, pred in zip(ring, out[-4:]):
         # ... and the ring keeps that very tensor (the device copy), with the published pose.

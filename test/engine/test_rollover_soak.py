@@ -26,12 +26,10 @@ from __future__ import annotations
 
 import os
 
-from lingbot_map_ros.config import EngineConfig
-from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.rollover import RolloverSession
 from lingbot_map_ros.engine.session.stream_feeder import StreamFeeder
-import numpy as np
 import pytest
+from tiny_engine import random_frames, tiny_session
 import torch
 
 SEC = 10**9
@@ -44,14 +42,11 @@ def _rss_mib() -> float:
 
 def _soak(num: int) -> tuple[list[int], dict, list[tuple[int, float]]]:
     torch.set_num_threads(1)
-    config = EngineConfig.from_flat({
-        'model.preset': 'tiny', 'stream.device': 'cpu', 'stream.image_width': 56,
-        'cache.backend': 'sdpa', 'cache.scale_frames': 2, 'cache.sliding_window': 4,
-        'stream.session_keyframes': 24, 'stream.overlap_keyframes': 4})
-    session = RolloverSession(StreamingSession(config, allow_random_weights=True))
+    session = RolloverSession(tiny_session({
+        'stream.image_width': 56, 'cache.scale_frames': 2, 'cache.sliding_window': 4,
+        'stream.session_keyframes': 24, 'stream.overlap_keyframes': 4}))
     feeder = StreamFeeder(session)
-    rng = np.random.default_rng(0)
-    pool = [rng.integers(0, 256, (42, 56, 3), dtype=np.uint8) for _ in range(16)]
+    pool = random_frames(16, seed=0, size=(42, 56))
     out, curve = [], []
     for i in range(num):
         fed = feeder.feed(pool[i % len(pool)], 10 * SEC + i * SEC // 10)

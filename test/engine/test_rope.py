@@ -110,8 +110,8 @@ def test_tables_built_once_and_float32_rounded_from_float64(monkeypatch):
         calls.append(width)
         return frequencies(width, base)
 
-    frequencies = rope_module._frequencies
-    monkeypatch.setattr(rope_module, '_frequencies', counting_frequencies)
+    frequencies = rope_module.axis_frequencies
+    monkeypatch.setattr(rope_module, 'axis_frequencies', counting_frequencies)
     rope, frame = VideoRope(D, max_frames=8), FrameRope(D)
     first = rope.tables(0, 1, 2, 2, torch.device('cpu'), torch.float32)
     frame_first = frame.tables(2, 2, torch.device('cpu'), torch.float32)

@@ -20,13 +20,14 @@ result), and its activations are N_s tokens of 2C channels, a few hundred kB. A 
 scale pass without depth keeps of the taps only what the camera head reads.
 """
 
-from lingbot_map_ros.config import CacheConfig, ModelConfig
+from lingbot_map_ros.config import CacheConfig
 from lingbot_map_ros.engine.cache import new_kv_pool, StreamKV
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
-from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
 from lingbot_map_ros.engine.model.stream_state import StreamState
-from lingbot_map_ros.engine.model.weights import load_weights
 import pytest
+# tiny_engine and tiny_stream sit next to this file (pytest puts test/engine on sys.path).
+from tiny_engine import random_images
+from tiny_stream import tiny_model
 import torch
 
 SCALE_FRAMES = 4
@@ -35,11 +36,7 @@ IMAGE_HW = (56, 84)
 
 @pytest.fixture(scope='module')
 def model() -> LingbotMapModel:
-    config = ModelConfig.from_preset('tiny')
-    net = LingbotMapModel(config).eval()
-    shapes = {k: tuple(v.shape) for k, v in net.state_dict().items()}
-    load_weights(net, golden_state_dict(shapes, salt=11))
-    return net
+    return tiny_model('cpu', torch.float32, salt=11)
 
 
 def _scale_pass(model: LingbotMapModel, chunk: int) -> dict:
@@ -48,7 +45,7 @@ def _scale_pass(model: LingbotMapModel, chunk: int) -> dict:
     kv = StreamKV(pool, cache.scale_frames, cache.sliding_window, cache.max_total_frames)
     stream = StreamState(model.new_camera_cache(), kv)
     model.depth_head.frames_chunk_size = chunk
-    images = torch.rand(SCALE_FRAMES, 3, *IMAGE_HW, generator=torch.Generator().manual_seed(3))
+    images = random_images(SCALE_FRAMES, seed=3, hw=IMAGE_HW)
     try:
         return model.forward_scale(images, stream, with_depth=True, return_taps=True)
     finally:
@@ -86,7 +83,7 @@ def _block_steps(model: LingbotMapModel, camera_only: bool) -> tuple[object, int
     cache = CacheConfig(backend='sdpa', scale_frames=SCALE_FRAMES, sliding_window=2)
     pool = new_kv_pool(model.config, cache, torch.float32, IMAGE_HW, 'cpu')
     kv = StreamKV(pool, cache.scale_frames, cache.sliding_window, cache.max_total_frames)
-    images = torch.rand(SCALE_FRAMES, 3, *IMAGE_HW, generator=torch.Generator().manual_seed(5))
+    images = random_images(SCALE_FRAMES, seed=5, hw=IMAGE_HW)
     agg = model.aggregator
     with torch.no_grad():
         patch_hw = agg.prepare(images, 0, 'scale', kv)

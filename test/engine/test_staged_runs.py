@@ -25,12 +25,12 @@ Run: ``python -m pytest test/engine/test_staged_runs.py``.
 
 from __future__ import annotations
 
-from lingbot_map_ros.engine.attention.sdpa import attend_tokens
+from lingbot_map_ros.engine.attention.page_gather import attend_tokens
 from lingbot_map_ros.engine.cache import KVPool, StreamKV
-from lingbot_map_ros.engine.cache import staged_runs
 from lingbot_map_ros.engine.cache.staged_frames import StagedFrames
 from lingbot_map_ros.engine.cache.staged_runs import joint_kernel, StagedRuns
 from lingbot_map_ros.engine.cache.stream_kv import stream_pages
+from lingbot_map_ros.kernel_config import KernelConfig
 import pytest
 import torch
 
@@ -44,12 +44,12 @@ def reference_runs(q, k, v, bounds):
                         for b, (lo, hi) in enumerate(bounds[:, :2].tolist())])
 
 
-def _streams() -> list[StreamKV]:
+def _streams(kernel: KernelConfig | None = None) -> list[StreamKV]:
     pages = stream_pages(PATCHES, SPECIALS, SCALE, WINDOW, 32)
     pool = KVPool(num_layers=BLOCKS, num_pages=STREAMS * pages, page_size=PATCHES,
                   num_heads=HEADS, head_dim=DIM, num_special_tokens=SPECIALS,
                   dtype=torch.float64, device=torch.device('cpu'), backend='sdpa',
-                  full_patch_pages=SCALE + WINDOW)
+                  full_patch_pages=SCALE + WINDOW, kernel=kernel)
     return [StreamKV(pool, SCALE, WINDOW, 32) for _ in range(STREAMS)]
 
 
@@ -105,19 +105,18 @@ def test_joint_runs_only_where_the_form_has_a_several_run_kernel(monkeypatch):
     # The sdpa form (splits full windows, merges on its own) has none: slot by slot.
     assert joint_kernel(slots, [('range',)] * STREAMS) is None
 
-    class Form:
-        def __init__(self):
-            self.joint = reference_runs
-
-        def joint_kernel(self):
-            return self.joint
-
+    # A form with a several-run kernel, as a slot hands it on.
     for slot in slots:
-        monkeypatch.setattr(slot, '_attention', Form())
+        monkeypatch.setattr(slot, 'joint_kernel', lambda: reference_runs)
     assert joint_kernel(slots, [('range',)] * STREAMS) is reference_runs
     assert joint_kernel(slots[:1], [('range',)]) is None  # one slot: nothing to join
     assert joint_kernel(slots, [('range',), ('split', 0, 10), ('range',)]) is None
-    monkeypatch.setattr(staged_runs, 'JOINT', False)
+
+    # cache.kernel.staged_runs false (the pool's kernel config): slot by slot.
+    kvs = _streams(KernelConfig(staged_runs=False))
+    slots = [StagedFrames(kvs[0].pool) for _ in kvs]
+    for slot in slots:
+        monkeypatch.setattr(slot, 'joint_kernel', lambda: reference_runs)
     assert joint_kernel(slots, [('range',)] * STREAMS) is None
 
 

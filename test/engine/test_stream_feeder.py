@@ -18,7 +18,6 @@ Run: ``OMP_NUM_THREADS=1 python -m pytest test/engine/test_stream_feeder.py`` (a
 
 from __future__ import annotations
 
-from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.errors import (CachePoolExhaustedError, NonFiniteOutputError,
                                            SessionLimitError)
 from lingbot_map_ros.engine.frames import FrameTag
@@ -27,27 +26,21 @@ from lingbot_map_ros.engine.session.reasons import Reason
 from lingbot_map_ros.engine.session.stream_feeder import FrameDrop, StreamFeeder
 import numpy as np
 import pytest
+from tiny_engine import random_frame, tiny_session
 
 N_S = 2
 SEC = 10**9
 
 
 def _session(**overrides) -> StreamingSession:
-    values = {'model.preset': 'tiny', 'stream.device': 'cpu', 'stream.image_width': 112,
-              'cache.backend': 'sdpa', 'cache.scale_frames': N_S}
-    values.update(overrides)
-    return StreamingSession(EngineConfig.from_flat(values), allow_random_weights=True)
-
-
-def _frame(seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 256, (64, 128, 3), dtype=np.uint8)
+    return tiny_session({'cache.scale_frames': N_S}, overrides)
 
 
 def _feed_all(feeder: StreamFeeder, stamps: list[int]) -> list[int]:
     """Feed one frame per stamp and return the stamps of the predictions that came out."""
     out = []
     for i, stamp in enumerate(stamps):
-        fed = feeder.feed(_frame(i), stamp)
+        fed = feeder.feed(random_frame(i), stamp)
         assert fed.accepted and not fed.resets and fed.drop is None
         out += [p.stamp_ns for p in fed.predictions]
     return out
@@ -69,7 +62,7 @@ def test_stamps_not_newer_are_dropped_and_the_session_is_unchanged():
     before = session.stats().frames_in
     # Equal to the last stamp, then 0.5 s back: both below the 1 s reset threshold.
     for stamp in (12 * SEC, 12 * SEC - SEC // 2):
-        fed = feeder.feed(_frame(9), stamp)
+        fed = feeder.feed(random_frame(9), stamp)
         assert not fed.accepted and fed.predictions == [] and fed.resets == ()
         assert fed.drop == FrameDrop(
             Reason.STAMP_OUT_OF_ORDER,
@@ -84,7 +77,7 @@ def test_a_big_step_back_resets_and_the_frame_starts_the_new_session():
     feeder = StreamFeeder(session, backwards_reset_s=1.0,
                           on_reset=lambda: calls.append(session.stats().frames_in))
     _feed_all(feeder, [10 * SEC, 11 * SEC, 12 * SEC])
-    fed = feeder.feed(_frame(5), 11 * SEC)  # exactly the threshold back
+    fed = feeder.feed(random_frame(5), 11 * SEC)  # exactly the threshold back
     [reset] = fed.resets
     assert (reset.reason, reset.detail) == ('clock_jump', 'stamp went back 1.000 s')
     assert reset.cleared == {'frames': 3, 'keyframes': 3, 'pending_frames': 0}
@@ -93,7 +86,7 @@ def test_a_big_step_back_resets_and_the_frame_starts_the_new_session():
     assert feeder.last_stamp_ns == 11 * SEC
     assert session.stats().frames_in == 1 and fed.predictions == []
     # The next frame completes the new scale phase, which starts at the jumped-to stamp.
-    more = feeder.feed(_frame(6), 11 * SEC + 1)
+    more = feeder.feed(random_frame(6), 11 * SEC + 1)
     assert [p.stamp_ns for p in more.predictions] == [11 * SEC, 11 * SEC + 1]
 
 
@@ -104,7 +97,7 @@ def test_time_index_limit_resets_and_the_frame_is_fed_again():
     feeder = StreamFeeder(session)
     stamps = [SEC * (i + 1) for i in range(N_S + 1)]
     assert _feed_all(feeder, stamps) == stamps
-    fed = feeder.feed(_frame(7), 10 * SEC)
+    fed = feeder.feed(random_frame(7), 10 * SEC)
     [reset] = fed.resets
     assert reset.reason == 'time_index_limit' and 'max_frame_num' in reset.detail
     assert reset.cleared == {'frames': N_S + 1, 'keyframes': N_S + 1, 'pending_frames': 0}
@@ -112,7 +105,7 @@ def test_time_index_limit_resets_and_the_frame_is_fed_again():
     assert feeder.last_stamp_ns == 10 * SEC
     stats = session.stats()
     assert (stats.frames_in, stats.frames_out, stats.pending_frames) == (1, 0, 1)
-    more = feeder.feed(_frame(8), 11 * SEC)
+    more = feeder.feed(random_frame(8), 11 * SEC)
     assert [p.stamp_ns for p in more.predictions] == [10 * SEC, 11 * SEC]
     assert [p.frame_index for p in more.predictions] == [0, 1]
 
@@ -128,7 +121,7 @@ def test_a_second_limit_on_the_retry_gives_up_on_the_frame():
         calls.append(tag.stamp_ns)
         raise failures.pop(0)
     session.step = step
-    fed = feeder.feed(_frame(3), 5 * SEC)
+    fed = feeder.feed(random_frame(3), 5 * SEC)
     assert [(r.reason, r.detail) for r in fed.resets] == [('session_limit', 'some other limit'),
                                                           ('cache_full', 'still full')]
     assert [r.cleared['pending_frames'] for r in fed.resets] == [1, 0]
@@ -149,7 +142,8 @@ def test_a_bad_frame_is_dropped_as_invalid_frame():
     assert session.stats().frames_in == 1
     # The stamp passed its check before the engine refused the frame, so it counts as seen.
     assert feeder.last_stamp_ns == 2 * SEC
-    assert [p.stamp_ns for p in feeder.feed(_frame(1), 3 * SEC).predictions] == [SEC, 3 * SEC]
+    fed = feeder.feed(random_frame(1), 3 * SEC)
+    assert [p.stamp_ns for p in fed.predictions] == [SEC, 3 * SEC]
 
 
 def test_a_non_finite_pose_resets_without_feeding_the_frame_again():
@@ -162,7 +156,7 @@ def test_a_non_finite_pose_resets_without_feeding_the_frame_again():
         calls.append(tag.stamp_ns)
         raise NonFiniteOutputError('pose is NaN')
     session.step = step
-    fed = feeder.feed(_frame(1), 2 * SEC)
+    fed = feeder.feed(random_frame(1), 2 * SEC)
     [reset] = fed.resets
     assert (reset.reason, reset.detail) == ('nan_pose', 'pose is NaN')
     assert reset.cleared == {'frames': 0, 'keyframes': 0, 'pending_frames': 1}
@@ -178,9 +172,9 @@ def test_other_errors_raise_unless_the_caller_asks_for_a_reset():
         raise failure
     session.step = step
     with pytest.raises(RuntimeError, match='CUDA went away'):
-        StreamFeeder(session).feed(_frame(), SEC)
+        StreamFeeder(session).feed(random_frame(), SEC)
     feeder = StreamFeeder(session, reset_on_error=True)
-    fed = feeder.feed(_frame(), SEC)
+    fed = feeder.feed(random_frame(), SEC)
     [reset] = fed.resets
     assert (reset.reason, reset.detail, reset.error) == ('engine_error', 'CUDA went away',
                                                          failure)
@@ -195,5 +189,5 @@ def test_reset_forgets_the_last_stamp_and_runs_the_hook():
     assert feeder.reset() == {'frames': 0, 'keyframes': 0, 'pending_frames': 1}
     assert calls == ['reset'] and feeder.last_stamp_ns is None
     # An older stamp is now simply the first of a new stream, not a clock jump.
-    fed = feeder.feed(_frame(), SEC)
+    fed = feeder.feed(random_frame(), SEC)
     assert fed.accepted and fed.resets == () and fed.drop is None

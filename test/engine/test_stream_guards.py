@@ -21,12 +21,10 @@ Run: ``OMP_NUM_THREADS=1 python -m pytest test/engine/test_stream_guards.py`` (a
 
 from __future__ import annotations
 
-from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.frames import FrameTag
-from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.stream_feeder import FrameHeld, StreamFeeder
 from lingbot_map_ros.engine.session.stream_guards import ForwardJumpGuard, ResolutionGuard
-import numpy as np
+from tiny_engine import random_frame, tiny_session
 
 N_S = 2
 SEC = 10**9
@@ -34,14 +32,7 @@ MS = 10**6
 
 
 def _feeder(**kwargs) -> StreamFeeder:
-    values = {'model.preset': 'tiny', 'stream.device': 'cpu', 'stream.image_width': 112,
-              'cache.backend': 'sdpa', 'cache.scale_frames': N_S}
-    session = StreamingSession(EngineConfig.from_flat(values), allow_random_weights=True)
-    return StreamFeeder(session, **kwargs)
-
-
-def _frame(seed: int = 0, size: tuple[int, int] = (64, 128)) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 256, (*size, 3), dtype=np.uint8)
+    return StreamFeeder(tiny_session({'cache.scale_frames': N_S}), **kwargs)
 
 
 def test_threshold_follows_the_cadence_with_a_floor():
@@ -66,7 +57,7 @@ def test_one_frame_stamped_ahead_is_dropped_and_the_following_frames_are_kept():
     glitch = stamps[5] + SEC  # one frame stamped 1 s ahead, between frames 5 and 6
     out, drops = [], []
     for i, stamp in enumerate(stamps[:6] + [glitch] + stamps[6:]):
-        fed = feeder.feed(_frame(i), stamp)
+        fed = feeder.feed(random_frame(i), stamp)
         out += [p.stamp_ns for p in fed.predictions]
         drops += [d.reason for d in (fed.drop, fed.held_drop) if d is not None]
         assert not fed.resets
@@ -79,7 +70,7 @@ def test_a_real_gap_costs_no_frame_the_held_one_is_fed_with_the_next():
     feeder = _feeder(forward_jump_s=0.1)
     before = [10 * SEC + i * 33 * MS for i in range(4)]
     after = [20 * SEC + i * 33 * MS for i in range(3)]  # the stream resumes 10 s later
-    results = [feeder.feed(_frame(i), s) for i, s in enumerate(before + after)]
+    results = [feeder.feed(random_frame(i), s) for i, s in enumerate(before + after)]
     held = results[len(before)]
     # A typed verdict, not a drop: the frame is neither taken nor refused yet.
     assert isinstance(held.held, FrameHeld) and held.held.tag == FrameTag(after[0])
@@ -98,11 +89,11 @@ def test_a_frame_ahead_followed_by_an_out_of_order_frame_is_still_an_outlier():
     feeder = _feeder(forward_jump_s=0.1)
     stamps = [10 * SEC + i * 33 * MS for i in range(4)]
     for i, stamp in enumerate(stamps):
-        feeder.feed(_frame(i), stamp)
+        feeder.feed(random_frame(i), stamp)
     ahead = FrameTag(stamps[-1] + 5 * SEC, 'cam', 1.5)
-    hold = feeder.feed(_frame(9), ahead).held
+    hold = feeder.feed(random_frame(9), ahead).held
     assert feeder.held == hold and hold.tag is ahead
-    fed = feeder.feed(_frame(10), stamps[-1])  # a duplicate of the last stamp
+    fed = feeder.feed(random_frame(10), stamps[-1])  # a duplicate of the last stamp
     assert fed.held_drop.reason == 'stamp_jump_ahead'
     assert fed.held_drop.tag is ahead and fed.held_drop.detail == hold.detail
     assert fed.drop.reason == 'stamp_out_of_order'
@@ -112,15 +103,16 @@ def test_a_frame_ahead_followed_by_an_out_of_order_frame_is_still_an_outlier():
 def test_finish_runs_buffered_scale_frames_and_drops_a_held_frame():
     feeder = _feeder(forward_jump_s=0.1)
     first = FrameTag(10 * SEC, 'cam')
-    assert feeder.feed(_frame(0), first).predictions == []  # N_s = 2: buffered
+    assert feeder.feed(random_frame(0), first).predictions == []  # N_s = 2: buffered
     end = feeder.finish()
     assert [p.tag for p in end.predictions] == [first] and end.held_drop is None
     feeder.reset()
     stamps = [10 * SEC + i * 33 * MS for i in range(3)]
-    out = [p.stamp_ns for i, t in enumerate(stamps) for p in feeder.feed(_frame(i), t).predictions]
+    out = [p.stamp_ns for i, t in enumerate(stamps)
+           for p in feeder.feed(random_frame(i), t).predictions]
     assert out == stamps
     last = FrameTag(stamps[-1] + 5 * SEC)
-    assert feeder.feed(_frame(3), last).held.tag is last
+    assert feeder.feed(random_frame(3), last).held.tag is last
     end = feeder.finish()  # nothing can confirm the last frame: it was an outlier
     assert end.held_drop.reason == 'stamp_jump_ahead' and end.held_drop.tag is last
     assert end.drop is None and end.resets == () and end.predictions == []
@@ -133,7 +125,7 @@ def test_a_glitch_frame_of_another_size_keeps_the_map():
     sizes = [(64, 128)] * 3 + [(128, 128)] + [(64, 128)] * 4
     reasons, out = [], []
     for i, (stamp, size) in enumerate(zip(stamps, sizes)):
-        fed = feeder.feed(_frame(i, size), stamp)
+        fed = feeder.feed(random_frame(i, size), stamp)
         assert not fed.resets
         reasons.append(fed.drop.reason if fed.drop else None)
         out += [p.stamp_ns for p in fed.predictions]
@@ -144,8 +136,8 @@ def test_a_glitch_frame_of_another_size_keeps_the_map():
 def test_a_lasting_size_change_starts_a_new_map_at_the_nth_frame():
     feeder = _feeder(resolution_change_frames=3)
     for i in range(3):
-        feeder.feed(_frame(i), (i + 1) * SEC)
-    results = [feeder.feed(_frame(i, (128, 128)), (i + 4) * SEC) for i in range(4)]
+        feeder.feed(random_frame(i), (i + 1) * SEC)
+    results = [feeder.feed(random_frame(i, (128, 128)), (i + 4) * SEC) for i in range(4)]
     assert [r.drop.reason if r.drop else None for r in results] == [
         'resolution_mismatch', 'resolution_mismatch', None, None]
     assert [r.reason for r in results[2].resets] == ['resolution_changed']

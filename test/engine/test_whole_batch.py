@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from lingbot_map_ros.engine.cache import new_kv_pool, staged_runs, StreamKV
-from lingbot_map_ros.engine.model import lanes
+from lingbot_map_ros.engine.cache import new_kv_pool, StreamKV
 from lingbot_map_ros.engine.model.batched import BatchCall, BatchGraphs
 from lingbot_map_ros.engine.model.fast_path import FastPathState
 from lingbot_map_ros.engine.model.frame_runner import FrameRunner
 from lingbot_map_ros.engine.model.stream_state import StreamState
+from lingbot_map_ros.kernel_config import KernelConfig
 import pytest
-# tiny_stream sits next to this file (pytest puts test/engine on sys.path).
+# tiny_engine and tiny_stream sit next to this file (pytest puts test/engine on sys.path).
+from tiny_engine import random_images
 from tiny_stream import CACHE, new_stream, tiny_model
 import torch
 
@@ -160,8 +161,8 @@ def _assert_close(got: list[list[dict]], want: list[list[dict]], atol: float,
 
 def _images(count: int, streams: int, device: str = 'cpu',
             dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
-    torch.manual_seed(0)
-    return [torch.rand(count, 3, 56, 84, device=device, dtype=dtype) for _ in range(streams)]
+    gen = torch.Generator(device=device).manual_seed(0)
+    return [random_images(count, gen, device=device, dtype=dtype) for _ in range(streams)]
 
 
 @pytest.mark.parametrize('streams', [2, 3])
@@ -260,17 +261,16 @@ def test_batches_replay_once_their_graphs_are_captured():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
-def test_overlapped_batches_equal_serial_ones_in_bf16(monkeypatch):
+def test_overlapped_batches_equal_serial_ones_in_bf16():
     # The slots' cache attentions (branches of the batch graph) and the streams' camera-head
     # replays on side streams: the same kernels as on one stream, so the same numbers.
     model = tiny_model('cuda', torch.bfloat16)
     images = _images(12, 3, 'cuda')
     runs = {}
-    for overlap in (False, True):
-        monkeypatch.setattr(lanes, 'OVERLAP', overlap)
+    for overlap in (False, True):  # cache.kernel.lanes
         state = FastPathState('whole_frame', compile=False)
         graphs = BatchGraphs(True, lambda exc: state.fall_back('batch_capture', exc),
-                             staged=True)
+                             staged=True, lanes=overlap)
         runner = _cuda_runner(model)
         runs[overlap] = _batched(model, images, graphs, runner=runner)[0]
         assert sum(state.fallbacks().values()) == 0, state.mode.reason
@@ -293,10 +293,10 @@ def test_joint_fa3_batches_equal_slot_by_slot_ones(monkeypatch, storage):
     pytest.importorskip('fa3_fwd_interface')
     model = tiny_model('cuda', torch.bfloat16)
     images = _images(12, 3, 'cuda')
-    cache = dataclasses.replace(CACHE, backend='fa3', dtype=storage)
     runs, joined = {}, {}
     for joint in (False, True):
-        monkeypatch.setattr(staged_runs, 'JOINT', joint)
+        cache = dataclasses.replace(CACHE, backend='fa3', dtype=storage,
+                                    kernel=KernelConfig(staged_runs=joint))
         state = FastPathState('whole_frame', compile=False)
         graphs = BatchGraphs(True, lambda exc: state.fall_back('batch_capture', exc),
                              staged=True)

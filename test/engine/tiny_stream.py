@@ -31,11 +31,11 @@ import torch
 CACHE = CacheConfig(backend='sdpa', scale_frames=2, sliding_window=3)
 
 
-def tiny_model(device: str, dtype: torch.dtype) -> LingbotMapModel:
-    """Return the tiny preset with golden weights (salt 3), aggregator in ``dtype``."""
+def tiny_model(device: str, dtype: torch.dtype, salt: int = 3) -> LingbotMapModel:
+    """Return the tiny preset with golden weights of ``salt``, aggregator in ``dtype``."""
     model = LingbotMapModel(ModelConfig.from_preset('tiny'))
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    load_weights(model, golden_state_dict(shapes, salt=3))
+    load_weights(model, golden_state_dict(shapes, salt=salt))
     model = model.to(device).eval()
     if dtype != torch.float32:
         model.cast_aggregator(dtype)

@@ -59,11 +59,10 @@ def make(wait_s: float = 0.05, capacity: int = 16, max_bytes: int = MAX_BUFFER_B
          **metric: Any) -> tuple[DepthInput, Recorder, WaitWithArrivals]:
     clock = [1000.0]
     rec = Recorder()
+    cond = WaitWithArrivals(clock)
     depth = DepthInput(MetricConfig(source='depth', depth_wait_s=wait_s, **metric), capacity,
                        rec.count, rec.lines.append, clock=lambda: clock[0],
-                       max_bytes=max_bytes)
-    cond = WaitWithArrivals(clock)
-    depth._cond = cond
+                       max_bytes=max_bytes, condition=cond)
     depth.has_source = lambda: True  # a depth publisher is matched (the node's case)
     return depth, rec, cond
 
@@ -176,7 +175,7 @@ def test_the_nodes_depth_buffer_has_the_byte_bound():
     values = {'metric.source': 'depth', 'input.queue_size': 64, 'input.queue_mode': 'bag',
               'input.qos.depth': 100}
     depth = from_values(values, Stats(), Log())
-    assert depth._max_bytes == MAX_BUFFER_BYTES <= 256 * 2**20
+    assert depth.max_bytes == MAX_BUFFER_BYTES <= 256 * 2**20
 
 
 def test_hostile_sequence_every_depth_image_ends_in_exactly_one_place():

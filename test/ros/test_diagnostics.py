@@ -21,6 +21,7 @@ import time
 
 from lingbot_map_ros.engine.session.reasons import POLICY, Reason
 from lingbot_map_ros.engine.stats import CacheStats, SessionStats
+from lingbot_map_ros.kernel_config import KernelConfig
 from lingbot_map_ros.ros.messages.conversions import DROP_REASONS
 from lingbot_map_ros.ros.publishers import diagnostics
 from lingbot_map_ros.ros.publishers.diagnostics import ERROR, NodeStats, OK, STALE, WARN
@@ -204,3 +205,14 @@ def test_cache_status_shows_the_precision_and_says_when_it_is_outside_the_gate()
     fast = diagnostics.cache_status('n', replace(CACHE, precision='fast_approximate'), 12, 1024)
     assert values(fast)['precision'] == 'fast_approximate'
     assert 'fast_approximate: outside the fidelity gate' in fast.message
+
+
+def test_cache_status_shows_the_kernel_config_and_names_the_tuned_fields():
+    defaults = KernelConfig().summary()
+    status = diagnostics.cache_status('n', replace(CACHE, kernel=defaults), 12, 1024)
+    assert values(status)['kernel'] == defaults and 'cache.kernel' not in status.message
+    assert 'triton_block_m=128' in defaults and 'lanes=true' in defaults
+    tuned = KernelConfig(triton_splits=4, staged_runs=False).summary()
+    status = diagnostics.cache_status('n', replace(CACHE, kernel=tuned), 12, 1024)
+    assert values(status)['kernel'] == tuned
+    assert status.message.endswith('; cache.kernel tuned: triton_splits=4,staged_runs=false')

@@ -128,7 +128,7 @@ def test_a_hostile_tf_static_mounting_is_refused_and_the_parameter_kept(graph, t
         lookup_mount(_StaticBuffer(mount), 'base_link', 'cam_optical')
     outputs = node.core.pipeline.outputs
     before = outputs.frames.mount.copy()
-    outputs._tf_buffer = _StaticBuffer(mount)  # what a tf2_ros install would hand over
+    outputs.use_tf_buffer(_StaticBuffer(mount))  # what a tf2_ros install would hand over
     sent = _feed(probe, 6)
     wait_for(lambda: probe.count(probe.poses) >= len(sent), _TIMEOUT_S, 'every pose')
     assert outputs.frames_info()['mounting'] == 'parameter'

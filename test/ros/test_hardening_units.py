@@ -25,7 +25,7 @@ from pathlib import Path
 from lingbot_map_ros.engine.stats import CacheStats
 from lingbot_map_ros.ros.messages.conversions import check_image_msg, ImageConversionError
 from lingbot_map_ros.ros.publishers import diagnostics
-from lingbot_map_ros.ros.publishers.map_output import _PoseLog
+from lingbot_map_ros.ros.publishers.map_output import PoseLog
 from lingbot_map_ros.ros.publishers.map_save import resolve_directory
 from lingbot_map_ros.ros.publishers.odom_frames import pose7_to_matrix
 from lingbot_map_ros.tools import trajectory
@@ -60,7 +60,7 @@ def test_a_plausible_mounting_is_normalised():
 
 
 def test_the_pose_log_keeps_the_newest_within_its_cap_and_counts_the_rest():
-    log = _PoseLog()
+    log = PoseLog()
     pose = np.eye(4)
     fell = []
     for i in range(600):
@@ -70,12 +70,12 @@ def test_the_pose_log_keeps_the_newest_within_its_cap_and_counts_the_rest():
     assert stamps.tolist() == list(range(300, 600)) and log.dropped == 300
     assert c2w[:, 0, 3].tolist() == [float(i) for i in range(300, 600)]  # copied: exact
     assert sum(fell) == 300 and fell[:300] == [0] * 300
-    assert len(log._stamps) == 300  # grown by doubling, never past the cap
+    assert log.capacity == 300  # grown by doubling, never past the cap
     # A smaller cap at run time: the oldest fall out at the next pose.
     assert log.append(600, pose, cap=10) == 291
     assert log.arrays()[0].tolist() == list(range(591, 601))
     log.clear()
-    assert log.arrays()[0].size == 0 and log.dropped == 0 and len(log._stamps) == 256
+    assert log.arrays()[0].size == 0 and log.dropped == 0 and log.capacity == 256
 
 
 @pytest.mark.parametrize('stamp_ns,text', [(-4_900_000_000, '-4.900000000'),

@@ -38,7 +38,7 @@ from node_harness import Graph, image_msg, make_image, TINY_CPU, wait_for
 import pytest
 import yaml
 
-pytestmark = pytest.mark.rostest
+pytestmark = [pytest.mark.rostest, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / 'launch' / 'lingbot_map.launch.py'
@@ -288,8 +288,8 @@ def test_rviz_is_skipped_with_a_message_when_rviz2_is_missing(prefix, monkeypatc
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     monkeypatch.setattr(module.shutil, 'which', lambda _name: None)
-    action = module._rviz()
+    action = module.rviz_action()
     assert isinstance(action, LogInfo)
     monkeypatch.setattr(module.shutil, 'which', lambda _name: '/usr/bin/rviz2')
-    node = module._rviz()
+    node = module.rviz_action()
     assert (node.node_package, node.node_executable) == ('rviz2', 'rviz2')

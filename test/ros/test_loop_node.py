@@ -116,14 +116,16 @@ def start(graph, places: Places, odometry: np.ndarray, truth: np.ndarray, **over
     node, probe = graph.start_node(f'/loop{next(_ns)}', values)
     session = node.core.pipeline.session.session
     oracle = PlaceOracle(odometry, session.config, places)
-    session._stream = oracle
+    session.replace_stream(oracle)
     loop_output = node.core.pipeline.loop_output
     verifier = LandmarkVerifier(lambda k: truth[k], places,
                                 units=lambda: oracle.sessions[0][0])
     loop_output.feed.use_verifier(verifier)
     recorder = Recorder(probe)
-    wait_for(lambda: all(p.get_subscription_count() > 0 for p in (
-        loop_output._pose_pub, loop_output._path_pub)), _TIMEOUT_S, 'map subscribers')
+    map_pubs = [p for p in node.publishers if p.topic_name.endswith(('/map_pose', '/map_path'))]
+    assert len(map_pubs) == 2, [p.topic_name for p in node.publishers]
+    wait_for(lambda: all(p.get_subscription_count() > 0 for p in map_pubs), _TIMEOUT_S,
+             'map subscribers')
     return node, probe, recorder, verifier, oracle
 
 

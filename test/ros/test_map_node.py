@@ -84,7 +84,7 @@ def test_late_subscriber_gets_the_map_and_save_writes_it(graph, tmp_path):
     wait_for(lambda: accumulator.num_keyframes == _NUM_FRAMES, _TIMEOUT_S, 'keyframes in map')
     xyz, _ = accumulator.points()
     assert len(xyz) > 100
-    wait_for(lambda: map_output._stamp_ns == sent[-1] and not map_output._changed, _TIMEOUT_S,
+    wait_for(lambda: map_output.published_stamp_ns == sent[-1], _TIMEOUT_S,
              'the map with the last keyframe published')
 
     msg = late_map(graph, node.get_namespace(), lambda m: stamp_ns(m) == sent[-1],
@@ -129,8 +129,8 @@ def test_late_subscriber_gets_the_map_and_save_writes_it(graph, tmp_path):
 
     # A reset starts a new map: the latched map is empty.
     assert probe.call(probe.reset_client, Trigger.Request()).success
-    wait_for(lambda: accumulator.num_points == 0 and not map_output._changed, _TIMEOUT_S,
-             'the empty map published')
+    wait_for(lambda: accumulator.num_points == 0 and map_output.published_stamp_ns is not None,
+             _TIMEOUT_S, 'the empty map published')
     empty = late_map(graph, node.get_namespace(), lambda m: m.width == 0, 'empty')
     assert empty.header.frame_id == 'odom' and not empty.data
     graph.remove(node)

@@ -35,7 +35,7 @@ from lingbot_map_ros.ros.inference.depth_input import DEPTH_DROP_REASONS
 from lingbot_map_ros.ros.parameters import params
 from lingbot_map_ros.ros.publishers.odometry_status import ODOMETRY_KEYS
 from lingbot_map_ros.tools import bag_io
-from lingbot_map_ros.tools.make_bag import depth_message
+from lingbot_map_ros.tools.bag_io import depth_message
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
 from lingbot_map_ros.tools.trajectory import read_tum
 from node_harness import (image_msg, no_callback_errors, stamp_ns,  # noqa: F401
@@ -97,7 +97,7 @@ def start(graph, tmp_path, **overrides):
     node, probe = graph.start_node(f'/metric{next(_ns)}', values)
     session = node.core.pipeline.session.session
     gt = ground_truth(200)
-    session._stream = OracleModel(gt, session.config, noise=0.001, seed=1, depth_noise=0.02)
+    session.replace_stream(OracleModel(gt, session.config, noise=0.001, seed=1, depth_noise=0.02))
     depth_pub = probe.create_publisher(Image, 'depth', QoSProfile(
         depth=300, reliability=ReliabilityPolicy.RELIABLE))
     depth_sub = next(s for s in node.subscriptions if s.topic_name.endswith('/depth'))

@@ -291,7 +291,7 @@ def test_rollovers_publish_one_continuous_trajectory(graph):
     num = 40
     session = node.core.pipeline.session.session
     gt = ground_truth(num)
-    session._stream = OracleModel(gt, session.config, noise=0.001, seed=1)
+    session.replace_stream(OracleModel(gt, session.config, noise=0.001, seed=1))
     sent = stamps(60.0, num)
     publish(probe, [image_msg(frame_image(i), t) for i, t in enumerate(sent)])
     wait_poses(probe, num)

@@ -53,6 +53,8 @@ ACCEPTED: frozenset[tuple[str, str]] = frozenset({
     ('loop.separation', 'zero'),             # near-duplicate candidates kept
     ('loop.min_inlier_fraction', 'zero'),    # no inlier floor (the residual gates still hold)
     ('loop.image_store_mb', 'zero'),         # no keyframe images kept
+    ('cache.kernel.fa3_joint_tail_rows', 'zero'),  # FA3 keeps every run's tail rows
+    ('cache.kernel.fa3_splits', 'zero'),     # FA3's own split heuristic
 })
 """(parameter, hostile value) pairs that are valid settings (docs/parameters.md)."""
 

@@ -35,13 +35,28 @@ READ_ONLY_ENGINE = {'cache.backend', 'cache.scale_frames', 'cache.sliding_window
 
 
 def engine_fields():
-    return {f'{section}.{f.name}' for section in params.ENGINE_SECTIONS
-            for f in fields(getattr(config, f'{section.capitalize()}Config'))}
+    names = {f'{section}.{f.name}' for section in params.ENGINE_SECTIONS
+             for f in fields(getattr(config, f'{section.capitalize()}Config'))}
+    # The nested section cache.kernel is its own fields.
+    names.remove(params.KERNEL_SECTION)
+    return names | {f'{params.KERNEL_SECTION}.{f.name}' for f in fields(config.KernelConfig)}
 
 
 def test_both_parameter_files_are_shipped():
     assert {p.name for p in YAMLS} == {'lingbot_map.yaml', 'demo_tiny_cpu.yaml', 'small_gpu.yaml',
                                        'two_cameras.yaml'}
+
+
+def test_the_kernel_knobs_are_read_only_parameters_with_their_defaults_and_bounds():
+    specs = {s.name: s for s in params.engine_specs() if s.name.startswith('cache.kernel.')}
+    assert sorted(specs) == sorted(f'cache.kernel.{f.name}' for f in fields(config.KernelConfig))
+    assert all(s.read_only for s in specs.values())
+    assert specs['cache.kernel.triton_block_m'].default == 128
+    assert specs['cache.kernel.triton_block_m'].int_range == (16, 256, 0)
+    assert specs['cache.kernel.lanes'].default is True
+    assert specs['cache.kernel.triton_qk'].choices == ('auto', 'split', 'single', 'widened')
+    assert 'power of two' in specs['cache.kernel.triton_block_m'].description
+    assert 'triton_splits' in params.check_value(specs['cache.kernel.triton_splits'], 0)
 
 
 @pytest.mark.parametrize('path', YAMLS, ids=lambda p: p.name)

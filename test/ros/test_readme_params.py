@@ -28,7 +28,7 @@ TABLE = Path(__file__).resolve().parents[2] / 'docs' / 'parameters.md'
 
 def _documented_parameters() -> set[str]:
     text = TABLE.read_text(encoding='utf-8')
-    return set(re.findall(r'^\| `([a-z_.]+)` \|', text, flags=re.MULTILINE))
+    return set(re.findall(r'^\| `([a-z0-9_.]+)` \|', text, flags=re.MULTILINE))
 
 
 def test_readme_parameter_table_matches_the_declared_parameters():

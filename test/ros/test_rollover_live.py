@@ -14,7 +14,11 @@
 """Rollovers of the real tiny engine (CPU) in live mode, on a real rclpy graph.
 
 Run: ``pytest test/ros/test_rollover_live.py`` (~35 s on 2 cores, up to ~2.5 min on a slow or
-loaded one; marker ``rostest``).
+loaded one; marker ``rostest``). The second test runs on the wall clock, so it is marked
+``slow``: ``-m 'not slow'`` keeps the first, which decides on logic alone. The same drop
+comparison without a graph is the benchmark's: ``lingbot_map_bench model`` replays the measured
+frame times through the live queue (``live_drops_with_rollovers`` and
+``live_drops_without_rollovers``, ``tools/bench_rollover.py``).
 
 The first test sends frames one at a time, each once the node has taken the one before (no
 timing): every frame must come out once, across rollovers whose next session was prepared
@@ -209,6 +213,7 @@ def _timed_streams(graph, periods):
     return steady, rolling, period_s, frame_ms
 
 
+@pytest.mark.slow
 def test_a_prepared_rollover_drops_no_more_live_frames_than_no_rollover(graph):
     for periods in _PERIODS:
         steady, rolling, period_s, frame_ms = _timed_streams(graph, periods)

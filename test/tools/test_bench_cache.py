@@ -48,7 +48,7 @@ def test_every_subcommand_is_wired():
 
 
 def test_import_errors_are_not_hidden(monkeypatch):
-    monkeypatch.setitem(bench._SUBCOMMANDS, 'model', 'no_such_package.bench_model')
+    monkeypatch.setitem(bench.SUBCOMMANDS, 'model', 'no_such_package.bench_model')
     with pytest.raises(ModuleNotFoundError, match='no_such_package'):
         bench.build_parser()
 

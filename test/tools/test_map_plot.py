@@ -28,9 +28,9 @@ VOXEL = 0.05
 
 def _distance_to_surfaces(p):
     """Distance of room-frame points to the nearest wall, floor, ceiling or box face."""
-    lo, hi = synthetic_scene._ROOM
+    lo, hi = synthetic_scene.ROOM
     best = np.min(np.abs(np.concatenate([p - lo, hi - p], axis=1)), axis=1)
-    for blo, bhi in synthetic_scene._BOXES:
+    for blo, bhi in synthetic_scene.BOXES:
         outside = np.linalg.norm(np.maximum(np.maximum(blo - p, p - bhi), 0.0), axis=1)
         inside = np.min(np.concatenate([p - blo, bhi - p], axis=1), axis=1)
         best = np.minimum(best, np.where(outside > 0, outside, np.abs(inside)))

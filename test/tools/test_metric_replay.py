@@ -33,7 +33,7 @@ from lingbot_map_ros.engine.metric_scale import estimate_scale
 from lingbot_map_ros.engine.session.rollover import RolloverSession
 from lingbot_map_ros.ros.inference.depth_input import depth_msg_to_metres
 from lingbot_map_ros.tools import bag_io
-from lingbot_map_ros.tools.make_bag import depth_message
+from lingbot_map_ros.tools.bag_io import depth_message
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
 from lingbot_map_ros.tools.replay import find_config, main
 from lingbot_map_ros.tools.synthetic_scene import render_sequence, SceneConfig

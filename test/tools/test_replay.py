@@ -13,10 +13,11 @@
 # limitations under the License.
 """``lingbot_map_replay run`` / ``make-bag``, the offline runner, and the trajectory helpers.
 
-Run: ``pytest test/tools/test_replay.py`` (about 30 s on 2 cores). Every bag is generated here:
-the synthetic scene, hand-made messages, or 5 frames of ``../shared/data/loop`` (skipped when that
-folder is absent). The engine is the tiny random-weight model on CPU
-(``config/demo_tiny_cpu.yaml`` with smaller images and scale phase).
+Run: ``pytest test/tools/test_replay.py`` (about 30 s on 2 cores); the tests that run the
+engine are marked ``slow``, so ``-m 'not slow'`` keeps only the trajectory helpers' checks.
+Every bag is generated here: the synthetic scene, hand-made messages, or 5 frames of
+``../shared/data/loop`` (skipped when that folder is absent). The engine is the tiny
+random-weight model on CPU (``config/demo_tiny_cpu.yaml`` with smaller images and scale phase).
 """
 
 import json
@@ -55,6 +56,7 @@ def _run(bag, out, *extra):
                  *extra])
 
 
+@pytest.mark.slow
 def test_run_writes_trajectory_plot_depth_cloud_and_summary(synthetic, tmp_path):
     bag, gt = synthetic
     assert _run(bag, tmp_path, '--gt', str(gt), '--depth', '--ply', '--set', 'map.pixel_stride=1',
@@ -85,6 +87,7 @@ def test_run_writes_trajectory_plot_depth_cloud_and_summary(synthetic, tmp_path)
         assert np.isfinite(summary['evaluation']['ape_m']['rmse'])
 
 
+@pytest.mark.slow
 def test_run_compressed_real_frames_from_an_image_folder(tmp_path, shared_file):
     loop = shared_file('data', 'loop')
     bag = tmp_path / 'loop'
@@ -97,6 +100,7 @@ def test_run_compressed_real_frames_from_an_image_folder(tmp_path, shared_file):
     assert (summary['frames_read'], summary['poses']) == (5, 5)
 
 
+@pytest.mark.slow
 def test_run_errors_exit_1_with_a_clear_message(synthetic, tmp_path, caplog):
     bag, _ = synthetic
     caplog.set_level(logging.ERROR)
@@ -127,6 +131,7 @@ def _image(value: int, stamp_ns: int, size=(48, 64), encoding='rgb8'):
     return msg
 
 
+@pytest.mark.slow
 def test_runner_counts_drops_and_starts_a_segment_per_reset(tmp_path):
     t0 = 100 * SEC
     messages = [  # (stamp, size, encoding); scale phase of 2 frames
@@ -158,6 +163,7 @@ def test_runner_counts_drops_and_starts_a_segment_per_reset(tmp_path):
     assert f'segment 2 (resolution_changed) starts at stamp {t0 - 48 * SEC // 10}' in comments
 
 
+@pytest.mark.slow
 def test_runner_flushes_a_stream_shorter_than_the_scale_phase(tmp_path):
     bag = tmp_path / 'bag'
     with bag_io.BagWriter(bag) as writer:
@@ -216,6 +222,7 @@ def test_sim3_alignment_and_evaluation_recover_a_similarity(tmp_path):
     assert result['ape_m']['rmse'] < 1e-5 and result['rpe_m']['max'] < 1e-5
 
 
+@pytest.mark.slow
 def test_run_rolls_over_into_one_continuous_trajectory(tmp_path):
     bag_dir = tmp_path / 'long'
     assert main(['make-bag', '--synthetic', '--frames', '60', '--size', '128x72',

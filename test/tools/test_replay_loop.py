@@ -88,7 +88,7 @@ def test_offline_loop_closure_corrects_the_map_trajectory(tmp_path):
     _oracle_bag(tmp_path / 'bag', 2 * LAP)
     session, _ = oracle_session(odometry, **{'cache.scale_frames': 2})
     oracle = PlaceOracle(odometry, session.config, places)
-    session._stream = oracle
+    session.replace_stream(oracle)
     verifier = LandmarkVerifier(lambda k: truth[k], places,
                                 units=lambda: oracle.sessions[0][0])
     runner = OfflineRunner(RolloverSession(session), RunOptions(map_axes='optical', loop=LOOP),

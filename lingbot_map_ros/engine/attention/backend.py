@@ -47,8 +47,9 @@ from lingbot_map_ros.engine.attention.fp8 import FP8_KV_DTYPES
 import torch
 
 if TYPE_CHECKING:
+    from lingbot_map_ros.engine.attention.page_layout import PageLayout
     from lingbot_map_ros.engine.attention.staged import StagedAttention
-    from lingbot_map_ros.engine.cache.page_table import PageLayout
+    from lingbot_map_ros.kernel_config import KernelConfig
 
 BACKEND_NAMES = ('flashinfer', 'sdpa', 'reference', 'triton', 'fa3', 'auto')
 """``auto``: ``triton`` where it runs, else ``sdpa`` (``backend_choice.py``; the cache resolves
@@ -114,7 +115,8 @@ def check_storage_dtype(storage: torch.dtype | None, dtype: torch.dtype,
 
 def make_backend(name: str, *, num_heads: int, head_dim: int, page_size: int, num_pages: int,
                  dtype: torch.dtype, device: torch.device,
-                 full_patch_pages: int = 0, precision: str = 'faithful') -> AttentionBackend:
+                 full_patch_pages: int = 0, precision: str = 'faithful',
+                 kernel: KernelConfig | None = None) -> AttentionBackend:
     """Build the named backend for pools of ``num_pages`` pages ``[T, H, D]`` in ``dtype``.
 
     Args:
@@ -130,6 +132,8 @@ def make_backend(name: str, *, num_heads: int, head_dim: int, page_size: int, nu
             splits its CUDA attention only from then on (see ``attention/split.py``).
         precision: ``cache.precision`` ('faithful' or 'fast_approximate'): the products our
             Triton kernel runs for FP8 keys (``backend_choice.py``).
+        kernel: ``cache.kernel``, the tuning of the 'triton' and 'fa3' kernels (None: the
+            defaults).
 
     Returns:
         The backend.
@@ -151,10 +155,10 @@ def make_backend(name: str, *, num_heads: int, head_dim: int, page_size: int, nu
                              f'attention, got device={device}, dtype={dtype}; use '
                              "backend='sdpa' or 'reference'")
         from lingbot_map_ros.engine.attention.triton_backend import TritonBackend
-        return TritonBackend(device, precision=precision)
+        return TritonBackend(device, precision=precision, config=kernel)
     if name == 'fa3':  # FlashAttention-3 (fa3-fwd) as the run kernel: attention/fa3.py
         from lingbot_map_ros.engine.attention.fa3 import Fa3Backend
-        return Fa3Backend(device)
+        return Fa3Backend(device, config=kernel)
     if name == 'flashinfer':
         if device.type != 'cuda':
             raise ValueError(f"backend='flashinfer' needs a CUDA device, got device={device}; "

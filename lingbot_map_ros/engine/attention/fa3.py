@@ -20,47 +20,31 @@ It runs as the ``triton`` backend does (``TritonBackend``: one call per layer, i
 whole-frame graph) with FA3's varlen entry as the kernel: the key range comes from the device,
 so no shape depends on the frame. By default the run is cut into 4 parts, sequences of the one
 varlen call, merged by their sum-exps (``fa3_parts.py``): at our shape that is the grid FA3's
-plain entry reaches with 4 KV splits, which its varlen entry does not (every split count above
-one ran at ~0.72 ms there, against 0.535 ms for the parts: bench/results/h200_round9/).
+plain entry reaches with 4 KV splits, which its varlen entry does not (more splits gain nothing
+there; docs/performance.md, 'FA3 in parts').
 A batch of cameras attends all its runs in one such call (``attend_runs``), each run's last
-queries past FA3's 192-row tiles on our Triton kernel (``FA3_CONFIG['joint_tail_rows']``).
+queries past FA3's 192-row tiles on our Triton kernel (``cache.kernel.fa3_joint_tail_rows``).
 
 FP8 pools (``cache.dtype: float8_e4m3fn``, unit scale) run FA3's FP8 kernel: QK and PV on the
 FP8 tensor cores, K and V read as stored (no widening pass, no copy), the queries cast to e4m3
-(``FA3_CONFIG['query_scale']``), the K/V descales 1 (the storage's unit scale, ``fp8.py``);
+(``cache.kernel.fa3_query_scale``), the K/V descales 1 (the storage's unit scale, ``fp8.py``);
 FA3 rounds the softmax probabilities to e4m3 for PV itself. Its output is bf16.
 
-``cache.backend: auto`` takes it for FP8 K/V on Hopper where the wheel loads
-(``backend_choice.py``): 23.6 ms a frame against 28.5 for our Triton kernel at the defaults on
-the H200, golden set A within the FP8 bounds (docs/performance.md). Hopper only (FA3 is built
-for sm_90); the wheel is optional (built for torch 2.10, runs under 2.11 on the H200).
+``cache.backend: auto`` takes it on Hopper where the wheel loads, as ``backend_choice.py`` says:
+its bf16 kernel for bf16 K/V, its FP8 kernel only under ``cache.precision: fast_approximate``
+(faster than our Triton kernel, outside the fidelity gate: docs/performance.md). Hopper only
+(FA3 is built for sm_90); the wheel is optional (built for torch 2.10, it loads under 2.11).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-import logging
+import dataclasses
 from typing import Any
 
-from lingbot_map_ros.engine.attention.triton_backend import env_override, TritonBackend
+from lingbot_map_ros.engine.attention.triton_backend import TritonBackend
+from lingbot_map_ros.kernel_config import KernelConfig
 import torch
-
-logger = logging.getLogger(__name__)
-
-FA3_CONFIG: dict[str, Any] = {'parts': 4, 'joint_parts': 4, 'joint_tail_rows': 64,
-                              'tail_splits': 16, 'splits': 1, 'query_scale': 'unit'}
-"""``parts``: sequences the key run is cut into, one varlen call (``fa3_parts.py``: the grid of
-that many KV splits, which FA3's varlen entry does not give); ``joint_parts``: the same for
-each run when several streams' runs share one call (``attend_runs``, a batch of cameras:
-``cache/staged_runs.py``; used where ``parts`` > 1); ``joint_tail_rows``: in such a joint
-call, each run's queries past the last full FA3 query tile (:data:`FA3_QUERY_TILE`) go to our
-Triton kernel (its keys in ``tail_splits`` parts) when there are at most this many (0: never),
-so that FA3 computes no padded tile for them (a lone run keeps them: no gain there,
-bench/results/h200_round10/); with one part, FA3's own ``splits`` (0: its heuristic) and the
-FP8 queries' scaling: ``head`` (one scale per head, ``triton_quant``) or ``unit`` (a saturating
-cast, no scale: the queries come out of a LayerNorm, far inside e4m3's range, and e4m3's
-relative precision does not depend on a scale). Parts always cast unscaled."""
-
 
 FA3_QUERY_TILE = 192
 """Query rows per CTA of FA3's forward at head dim 64 (bf16 and FP8): a run's queries past the
@@ -68,31 +52,7 @@ last multiple of it make one more tile per head and key part, padded to 192 rows
 TAIL_KERNEL: dict[str, Any] = {'block_m': 64, 'block_n': 64, 'num_warps': 4, 'num_stages': 3,
                                'qk_split': False}
 """Our Triton kernel's config for the tail rows (``triton_attention.attend_run``, one query
-tile; its key parts are ``FA3_CONFIG['tail_splits']``, so that the heads fill the GPU)."""
-
-
-def fa3_config() -> dict[str, Any]:
-    """Return ``FA3_CONFIG``, or the benchmark override from ``LINGBOT_MAP_FA3_CONFIG``.
-
-    Raises:
-        ValueError: the override is not a JSON object of known keys and values.
-    """
-    override = env_override('LINGBOT_MAP_FA3_CONFIG', set(FA3_CONFIG))
-    if override is None:
-        return dict(FA3_CONFIG)
-
-    def count(key: str, least: int) -> bool:
-        value = override.get(key, least)
-        return isinstance(value, int) and not isinstance(value, bool) and value >= least
-    if override.get('query_scale', 'head') not in ('head', 'unit') \
-            or not count('splits', 0) or not count('parts', 1) \
-            or not count('joint_parts', 1) or not count('joint_tail_rows', 0) \
-            or not count('tail_splits', 1):
-        raise ValueError(f'LINGBOT_MAP_FA3_CONFIG={override!r}: parts, joint_parts and '
-                         'tail_splits must be ints >= 1, splits and joint_tail_rows ints >= 0, '
-                         "query_scale 'head' or 'unit'")
-    logger.info('FA3 cache attention: config %s (LINGBOT_MAP_FA3_CONFIG)', override)
-    return {**FA3_CONFIG, **override}
+tile; its key parts are ``cache.kernel.fa3_tail_splits``, so that the heads fill the GPU)."""
 
 
 def import_fa3() -> tuple[Any, Any]:
@@ -118,29 +78,42 @@ def unit_scale_queries(q: torch.Tensor) -> torch.Tensor:
 class Fa3RunAttention:
     """FA3 over a device-side run ``(q, k, v, bounds)``, the ``triton`` kernel's signature.
 
+    The knobs are ``cache.kernel.fa3_*`` (``KernelConfig``); an argument given here replaces
+    its field (the benchmarks' candidates).
+
     Args:
-        num_splits: FA3's KV splits; 0 lets its heuristic choose. None: ``fa3_config()``.
-        query_scale: ``head`` or ``unit`` (``FA3_CONFIG``); None: ``fa3_config()``.
-        parts: sequences the run is cut into (``FA3_CONFIG``); None: ``fa3_config()``.
-        joint_parts: the same per run for several runs; None: ``fa3_config()``.
+        num_splits: FA3's KV splits; 0 lets its heuristic choose (``fa3_splits``).
+        query_scale: ``head`` or ``unit`` (``fa3_query_scale``).
+        parts: sequences the run is cut into (``fa3_parts``).
+        joint_parts: the same per run for several runs (``fa3_joint_parts``).
         joint_tail_rows: in a call of several runs, the most rows past FA3's last full
-            query tile that our Triton kernel takes (0: none); None: ``fa3_config()``.
-        tail_splits: key parts of our kernel over those rows; None: ``fa3_config()``.
+            query tile that our Triton kernel takes, 0: none (``fa3_joint_tail_rows``).
+        tail_splits: key parts of our kernel over those rows (``fa3_tail_splits``).
+        config: ``cache.kernel`` (None: the defaults).
+
+    Raises:
+        ValueError: a value ``KernelConfig`` refuses.
+        ImportError: the ``fa3-fwd`` package is not installed.
     """
 
     def __init__(self, num_splits: int | None = None, query_scale: str | None = None,
                  parts: int | None = None, joint_parts: int | None = None,
-                 joint_tail_rows: int | None = None, tail_splits: int | None = None) -> None:
+                 joint_tail_rows: int | None = None, tail_splits: int | None = None,
+                 config: KernelConfig | None = None) -> None:
+        given = {'fa3_splits': num_splits, 'fa3_query_scale': query_scale, 'fa3_parts': parts,
+                 'fa3_joint_parts': joint_parts, 'fa3_joint_tail_rows': joint_tail_rows,
+                 'fa3_tail_splits': tail_splits}
+        config = dataclasses.replace(config or KernelConfig(),
+                                     **{k: v for k, v in given.items() if v is not None})
+        self.config = config
+        """The ``cache.kernel`` this kernel runs with (the arguments given laid over it)."""
         self._attend, self._forward = import_fa3()
-        config = fa3_config()
-        self._num_splits = config['splits'] if num_splits is None else num_splits
-        self._query_scale = config['query_scale'] if query_scale is None else query_scale
-        self._parts = config['parts'] if parts is None else parts
-        self._joint_parts = config['joint_parts'] if joint_parts is None else joint_parts
-        self._tail_rows = (config['joint_tail_rows'] if joint_tail_rows is None
-                           else joint_tail_rows) if self._parts > 1 else 0
-        self._tail_kernel = {**TAIL_KERNEL, 'splits': config['tail_splits']
-                             if tail_splits is None else tail_splits}
+        self._num_splits = config.fa3_splits
+        self._query_scale = config.fa3_query_scale
+        self._parts = config.fa3_parts
+        self._joint_parts = config.fa3_joint_parts
+        self._tail_rows = config.fa3_joint_tail_rows if self._parts > 1 else 0
+        self._tail_kernel = {**TAIL_KERNEL, 'splits': config.fa3_tail_splits}
         # The Triton helpers are imported here, once, not per layer call (and not at module
         # level: the CPU tests import this module without triton).
         if self._parts > 1:
@@ -249,5 +222,5 @@ class Fa3Backend(TritonBackend):
 
     name = 'fa3'
 
-    def __init__(self, device: torch.device) -> None:
-        super().__init__(device, kernel=Fa3RunAttention())
+    def __init__(self, device: torch.device, config: KernelConfig | None = None) -> None:
+        super().__init__(device, kernel=Fa3RunAttention(config=config))

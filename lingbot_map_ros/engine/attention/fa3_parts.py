@@ -16,13 +16,13 @@
 Shapes: ``q: [Q, H, D]``, or ``[B, Q, H, D]`` for ``B`` runs (the frames of a batch of streams,
 each over its own run); ``bounds = [start, stop]`` per run (int32, on the device); ``P`` parts.
 
-Why: FA3's FP8 kernel at our shape runs 6 query tiles x 16 heads = 96 CTAs per key split on
-the H200's 132 SMs; its plain entry with 4 splits (384 CTAs, 2.9 waves) takes 0.547 ms
-against 0.683 with one, but through the varlen entry (the one whose key range can live on
-the device, as a CUDA graph of a frame needs) every split count above one ran at ~0.72 ms
-(bench/results/h200_round9/). Cutting the run into ``P`` sequences of one varlen call gives
-the same grid as ``P`` splits and leaves the merge to us. ``B`` runs are ``B * P`` sequences of
-that one call: one launch for a batch of streams instead of one per stream.
+Why: FA3's FP8 kernel at our shape runs 6 query tiles x 16 heads = 96 CTAs per key split,
+fewer than a Hopper GPU has SMs; its plain entry fills the GPU with a few key splits, but
+through the varlen entry (the one whose key range can live on the device, as a CUDA graph of a
+frame needs) more splits gained nothing (docs/performance.md, 'FA3 in parts'). Cutting the
+run into ``P`` sequences of one varlen call gives the same grid as ``P`` splits and leaves the
+merge to us. ``B`` runs are ``B * P`` sequences of that one call: one launch for a batch of
+streams instead of one per stream.
 
 ``prepare_parts`` writes, in one launch, the queries ``P`` times (``q_parts: [B * P * Q, H, D]``,
 sequence ``b * P + i`` holds run b's queries; cast to e4m3 for FP8 pools, saturated at +-448)

@@ -39,7 +39,7 @@ from typing import Any, TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from lingbot_map_ros.engine.cache.page_table import PageLayout
+    from lingbot_map_ros.engine.attention.page_layout import PageLayout
 
 WORKSPACE_BYTES = 128 * 2**20
 """FlashInfer's recommended float workspace for split-kv partial results."""
@@ -98,6 +98,8 @@ class FlashInferBackend:
         self._next_staging = 0
         self._uploaded: tuple[int, ...] | range | None = None
         self._planned: tuple[int, int] | None = None
+        self.num_plans = 0
+        """Kernel plans made so far (one per new page layout or query count)."""
 
     def staged_attention(self, *args: object) -> None:
         """Return None: ``plan`` is host work, so segments only, never staged."""
@@ -125,6 +127,7 @@ class FlashInferBackend:
             causal=False, pos_encoding_mode='NONE',
             q_data_type=self._dtype, kv_data_type=self._dtype)
         self._planned = key
+        self.num_plans += 1
 
     def run(self, q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
             layout: PageLayout) -> torch.Tensor:

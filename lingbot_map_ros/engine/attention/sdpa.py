@@ -25,39 +25,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lingbot_map_ros.engine.attention.fp8 import attention_dtype, widen
+from lingbot_map_ros.engine.attention.page_gather import attend_tokens, PageGather
+from lingbot_map_ros.engine.attention.sdpa_staged import SdpaStagedAttention
 from lingbot_map_ros.engine.attention.split import SplitAttention
 import torch
-import torch.nn.functional as F
 
 if TYPE_CHECKING:
+    from lingbot_map_ros.engine.attention.page_layout import PageLayout
     from lingbot_map_ros.engine.attention.staged import StagedAttention
-    from lingbot_map_ros.engine.cache.page_table import PageLayout
-
-
-class _PageGather:
-    """Visible tokens of a layout as a new ``[K, H, D]`` tensor (index built once per layout)."""
-
-    def __init__(self) -> None:
-        self._version = -1
-        self._index: torch.Tensor | None = None
-
-    def __call__(self, pages: torch.Tensor, layout: PageLayout) -> torch.Tensor:
-        if self._index is None or self._version != layout.version \
-                or self._index.device != pages.device:
-            self._index = torch.tensor(layout.page_ids, dtype=torch.long, device=pages.device)
-            self._version = layout.version
-        num_heads, head_dim = pages.shape[2], pages.shape[3]
-        tokens = pages.index_select(0, self._index).view(-1, num_heads, head_dim)
-        return tokens[:layout.num_tokens]
-
-
-def attend_tokens(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Attend ``q [Q, H, D]`` to ``k, v [K, H, D]`` with torch SDPA; returns ``[Q, H, D]``."""
-    # [Q, H, D] -> [1, H, Q, D] views; the result goes back to [Q, H, D] (a view).
-    out = F.scaled_dot_product_attention(q.unsqueeze(0).transpose(1, 2),
-                                         k.unsqueeze(0).transpose(1, 2),
-                                         v.unsqueeze(0).transpose(1, 2))
-    return out.transpose(1, 2).squeeze(0)
 
 
 class SdpaBackend:
@@ -76,10 +51,10 @@ class SdpaBackend:
         Args:
             full_patch_pages: patch pages once the window is full (N_s + W). The cuDNN/flash
                 split (``split.py``) starts there: cuDNN plans each new key count once, and
-                while the window fills every frame brings a new one (measured on the H200:
-                ~90 ms/frame with the split during the fill, 48 without).
+                while the window fills every frame brings a new one, so a split during the
+                fill would plan on every frame (docs/performance.md, 'cuDNN plans').
         """
-        self._gather = _PageGather()
+        self._gather = PageGather()
         self._split = SplitAttention()
         self._split_from = max(1, full_patch_pages)
         self._split_prepared = False  # a backend serves one cache: one page size, one q shape
@@ -97,7 +72,6 @@ class SdpaBackend:
     def staged_attention(self, page_size: int, full_patch_pages: int, num_special_tokens: int,
                          device: torch.device, compile_merge: bool) -> StagedAttention:
         """Return the capturable form: flash varlen over a device-side range, and the split."""
-        from lingbot_map_ros.engine.attention.sdpa_staged import SdpaStagedAttention
         return SdpaStagedAttention(self._split, page_size, full_patch_pages,
                                    num_special_tokens, device, compile_merge)
 
@@ -154,7 +128,7 @@ class ReferenceBackend:
     fallbacks = 0  # one kernel, nothing to step down to
 
     def __init__(self) -> None:
-        self._gather = _PageGather()
+        self._gather = PageGather()
 
     def staged_attention(self, *args: object) -> None:
         """Return None: segments only, never staged."""

@@ -16,10 +16,10 @@
 Shapes: ``Q`` queries, ``K1`` patch keys (scale + window pages), ``K2`` special keys, ``H`` heads,
 ``D`` head dim; tensors are ``[Q|K, H, D]`` as the backends pass them.
 
-Why: on the H200 cuDNN's fused attention runs this shape at ~407 TFLOP/s against ~180 for the
-flash kernel torch ships (bench/results/h200_cuda_graphs/profile_sdpa.txt), but cuDNN builds an
-execution plan for every new key count, which costs ~0.8 ms of host time per call. The special
-stream grows by 6 keys every keyframe, so one cuDNN call over all keys would re-plan every frame.
+Why: cuDNN's fused attention runs this shape much faster than the flash kernel torch ships,
+but it builds an execution plan for every new key count, and the plan's host time is paid on
+the call (docs/performance.md, 'cuDNN plans'). The special stream grows by 6 keys every
+keyframe, so one cuDNN call over all keys would re-plan every frame.
 Split at the patch/special boundary instead: once the window is full the patch part has one of
 two sizes (keyframe, non-keyframe), so cuDNN plans it once; the small, growing special part runs
 on flash. The two partial results are merged exactly with their log-sum-exps (softmax is a sum
@@ -93,11 +93,11 @@ class SplitAttention:
                 patch_token_counts: tuple[int, ...]) -> None:
         """Build cuDNN's plans for the patch-key counts the split will see.
 
-        Why: cuDNN's first call at a new key count builds its plan, measured at ~0.75 s on the
-        H200 (frame 629 of bench/results/h200_compile/model_sdpa_compile_10k.txt): a stall in
-        the middle of a stream, just when the window fills. Planning at the first frame moves
-        it to the start-up. Plans are keyed by shapes and strides, so views of the real pools
-        at the real sizes (their contents do not matter) give the plans the split will reuse.
+        Why: cuDNN's first call at a new key count builds its plan, which takes far longer
+        than a frame (docs/performance.md, 'cuDNN plans'): a stall in the middle of a stream,
+        just when the window fills. Planning at the first frame moves it to the start-up.
+        Plans are keyed by shapes and strides, so views of the real pools at the real sizes
+        (their contents do not matter) give the plans the split will reuse.
 
         Args:
             q: [Q, H, D] queries of the real shape.

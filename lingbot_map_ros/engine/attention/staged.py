@@ -21,9 +21,9 @@ between them would still be issued one by one from Python, each with its page bo
 changes from frame to frame in that attention is only *where* the visible keys are: the run
 ``[start, stop)`` of the flat pool (the page table keeps it one contiguous range,
 ``page_table.py``) and the slots the frame's keys are written to. Kept in small device tensors,
-they let one captured graph serve every frame of a kind (model/graphed.py). On the H200 that
-saves ~0.7 ms of the aggregator's ~26 ms per frame and up to ~3.5 ms on window-fill frames
-(bench/results/h200_whole_frame/).
+they let one captured graph serve every frame of a kind (model/graphed.py), which saves the
+host's launches and bookkeeping of those attentions on every frame, most on window-fill frames
+(docs/performance.md, 'Whole-frame graphs').
 
 :class:`StagedAttention` holds those numbers and the graph keys; it is the base of each
 whole-frame backend's capturable form (SGLang's per-backend capture hooks), which a backend
@@ -45,11 +45,11 @@ from __future__ import annotations
 from typing import Any, TYPE_CHECKING
 
 from lingbot_map_ros.engine.attention.fp8 import attention_dtype, widen
-from lingbot_map_ros.engine.attention.sdpa import attend_tokens
+from lingbot_map_ros.engine.attention.page_gather import attend_tokens
 import torch
 
 if TYPE_CHECKING:
-    from lingbot_map_ros.engine.cache.page_table import PageLayout
+    from lingbot_map_ros.engine.attention.page_layout import PageLayout
 
 StagedKey = tuple
 """What a captured graph is specialised on: ``('range',)`` or ``('split', start, patches)``."""

@@ -182,8 +182,8 @@ def _block(q, q_lo, k, v, m_i, l_i, acc, row_scale, key_ok, QK_FP8: tl.constexpr
 
 
 @triton.jit
-def _merge_parts(P, M, Out, n_q, s_pp, s_pm, s_ph, s_mp, s_mh, s_om, s_oh,
-                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, SPLITS: tl.constexpr):
+def merge_parts(P, M, Out, n_q, s_pp, s_pm, s_ph, s_mp, s_mh, s_om, s_oh,
+                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, SPLITS: tl.constexpr):
     """Average the parts' normalised outputs, weighted by their share exp2(lse - top)."""
     tile = tl.program_id(0)
     head = tl.program_id(1)
@@ -244,7 +244,7 @@ def attend_run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: torch.
         ValueError: shapes, dtypes or sizes the kernel does not take.
     """
     num_q, heads, dim = q.shape
-    _check(q, k, v, bounds, splits)
+    check_run_operands(q, k, v, bounds, splits)
     if qk_fp8 is None:
         qk_fp8 = k.dtype == torch.float8_e4m3fn and fp8_products(k.device)
     mma_fp16 = kernel_operand_dtype(q.dtype, k.dtype, v.dtype) == torch.float16 \
@@ -272,15 +272,16 @@ def attend_run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: torch.
                        parts.stride(2), lse.stride(0), lse.stride(1),
                        NORMALISE=False, **common)
     merge_m = 64
-    _merge_parts[(triton.cdiv(num_q, merge_m), heads)](
+    merge_parts[(triton.cdiv(num_q, merge_m), heads)](
         parts, lse, out, num_q, parts.stride(0), parts.stride(1), parts.stride(2),
         lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
         HEAD_DIM=dim, BLOCK_M=merge_m, SPLITS=splits, num_warps=4)
     return out
 
 
-def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: torch.Tensor,
-           splits: int) -> None:
+def check_run_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       bounds: torch.Tensor, splits: int) -> None:
+    """Raise ValueError unless the operands suit the run kernels (this one and ``triton_fp8``)."""
     if q.dim() != 3 or k.dim() != 3 or v.dim() != 3 or k.shape != v.shape \
             or k.shape[1:] != q.shape[1:]:
         raise ValueError(f'triton attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v '

@@ -20,70 +20,41 @@ the visible run ``[start, stop)`` of a layer's pool from a device tensor, so, un
 FP8 pools as they are (no widened copy). A layout that is not one contiguous run is gathered
 first, as ``sdpa`` does.
 
-The kernel's tile configuration is ``KERNEL_CONFIG``; ``bench/attention_kernels.py`` measures
-the candidates. For benchmarking only, ``LINGBOT_MAP_TRITON_CONFIG`` (a JSON object with the
-same keys) replaces it, and the replacement is logged.
+Its tiles, warps, pipelining depth and key parts are ``cache.kernel.triton_*``
+(``KernelConfig``, by default the best of a sweep: docs/performance.md, 'Triton kernel
+configuration'; ``bench/attention_kernels.py`` measures the candidates).
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import os
 from typing import Any, TYPE_CHECKING
 
 from lingbot_map_ros.engine.attention.fp8 import attention_dtype
+from lingbot_map_ros.engine.attention.page_gather import PageGather
+from lingbot_map_ros.kernel_config import KernelConfig
 import torch
 
 if TYPE_CHECKING:
+    from lingbot_map_ros.engine.attention.page_layout import PageLayout
     from lingbot_map_ros.engine.attention.staged import StagedAttention
-    from lingbot_map_ros.engine.cache.page_table import PageLayout
-
-logger = logging.getLogger(__name__)
-
-KERNEL_CONFIG: dict[str, Any] = {'block_m': 128, 'block_n': 64, 'num_warps': 4,
-                                 'num_stages': 3, 'splits': 2}
-"""Tiles, warps, pipelining depth and key parts of the kernel at the cache shape: the best of
-the H200 sweep (bench/results/h200_final/attention_kernels.txt: 0.719 ms, 407 TFLOP/s; the
-earlier 2 stages x 4 parts took 0.905 ms)."""
 
 
-FAST_KEYS = frozenset({'fp8', 'exp_split'})
-"""Config keys that select the variant kernel ``triton_fp8.attend_run_fast`` when true."""
+def triton_kernel_args(kernel: KernelConfig, precision: str = 'faithful') -> dict[str, Any]:
+    """Return the keyword arguments of ``attend_run`` that ``kernel`` and ``precision`` set.
 
-
-def env_override(name: str, known: set[str]) -> dict[str, Any] | None:
-    """Return the JSON object in environment variable ``name`` (None where it is unset).
-
-    For benchmarks: a kernel's tile or split configuration replaced without editing code.
-
-    Raises:
-        ValueError: the value is not a JSON object whose keys are all in ``known``.
+    ``triton_qk`` 'auto' carries the queries in two e4m3 terms under 'faithful' and in one
+    under 'fast_approximate'; FP8 products run where the keys are FP8 and the GPU has them,
+    unless 'widened'.
     """
-    raw = os.environ.get(name, '')
-    if not raw:
-        return None
-    try:
-        override = json.loads(raw)
-    except ValueError as exc:
-        raise ValueError(f'{name} is not JSON: {raw!r}') from exc
-    if not isinstance(override, dict) or not set(override) <= known:
-        raise ValueError(f'{name}={raw!r} must be a JSON object with keys from {sorted(known)}')
-    return override
-
-
-def kernel_config() -> dict[str, Any]:
-    """Return ``KERNEL_CONFIG``, or the benchmark override from ``LINGBOT_MAP_TRITON_CONFIG``.
-
-    Raises:
-        ValueError: the override is not a JSON object of known keys.
-    """
-    known = set(KERNEL_CONFIG) | {'qk_fp8', 'qk_split'} | FAST_KEYS
-    override = env_override('LINGBOT_MAP_TRITON_CONFIG', known)
-    if override is None:
-        return dict(KERNEL_CONFIG)
-    logger.info('Triton cache attention: kernel config %s (LINGBOT_MAP_TRITON_CONFIG)', override)
-    return {**KERNEL_CONFIG, **override}
+    args: dict[str, Any] = {'block_m': kernel.triton_block_m, 'block_n': kernel.triton_block_n,
+                            'num_warps': kernel.triton_num_warps,
+                            'num_stages': kernel.triton_num_stages,
+                            'splits': kernel.triton_splits}
+    if kernel.triton_qk == 'widened':
+        args['qk_fp8'] = False
+    args['qk_split'] = {'split': True, 'single': False}.get(kernel.triton_qk,
+                                                            precision == 'faithful')
+    return args
 
 
 def import_triton_kernel() -> Any:
@@ -106,21 +77,18 @@ class TritonRunAttention:
     Args:
         precision: ``cache.precision``. 'faithful': FP8 keys meet queries carried in two e4m3
             terms (``qk_split``, about bf16's query precision); 'fast_approximate': one term.
+        kernel: ``cache.kernel`` (None: the defaults).
     """
 
-    def __init__(self, precision: str = 'faithful') -> None:
+    def __init__(self, precision: str = 'faithful', kernel: KernelConfig | None = None) -> None:
         self._attend = import_triton_kernel()
-        self._config = kernel_config()
-        if any(self._config.get(key) for key in FAST_KEYS):
-            from lingbot_map_ros.engine.attention.triton_fp8 import attend_run_fast
-            self._attend = attend_run_fast
-        else:
-            self._config.setdefault('qk_split', precision == 'faithful')
+        self.args = triton_kernel_args(kernel or KernelConfig(), precision)
+        """The kernel's keyword arguments (tiles, warps, stages, key parts, QK products)."""
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  bounds: torch.Tensor) -> torch.Tensor:
         """Attend ``q: [Q, H, D]`` to ``k[start:stop]``, ``v[start:stop]`` (token views)."""
-        return self._attend(q, k, v, bounds, **self._config)
+        return self._attend(q, k, v, bounds, **self.args)
 
 
 class TritonBackend:
@@ -131,14 +99,12 @@ class TritonBackend:
     fallbacks = 0  # one kernel, nothing to step down to
 
     def __init__(self, device: torch.device, kernel: Any = None,
-                 precision: str = 'faithful') -> None:
-        from lingbot_map_ros.engine.attention.sdpa import _PageGather
-
+                 precision: str = 'faithful', config: KernelConfig | None = None) -> None:
         # Another kernel over a device-side run (``fa3.py``) reuses the rest as it is.
-        self.kernel = kernel if kernel is not None else TritonRunAttention(precision)
+        self.kernel = kernel if kernel is not None else TritonRunAttention(precision, config)
         self._bounds = torch.zeros(2, dtype=torch.int32, device=device)
         self._host_bounds = (-1, -1)
-        self._gather = _PageGather()
+        self._gather = PageGather()
 
     def staged_attention(self, page_size: int, full_patch_pages: int, num_special_tokens: int,
                          device: torch.device, compile_merge: bool) -> StagedAttention:

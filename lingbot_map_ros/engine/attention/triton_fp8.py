@@ -30,15 +30,16 @@ Why: at head dim 64 the bf16 kernel is bound by the softmax exponentials, not th
   Cody-Waite range reduction plus a degree-3 polynomial on the FMA units (relative error 1.9e-4,
   far under bf16's rounding of P), so the two units work in parallel.
 
-Both are kernels to measure (``bench/attention_kernels.py``); the backend uses them only when its
-config asks (``triton_backend.py``: ``fp8`` / ``exp_split`` keys of ``KERNEL_CONFIG``).
+Both are kernels to measure (``bench/attention_kernels.py``); no backend runs them (they are no
+``cache.kernel`` knob).
 """
 
 from __future__ import annotations
 
 import math
 
-from lingbot_map_ros.engine.attention.triton_attention import _check, _merge_parts, LOG2E
+from lingbot_map_ros.engine.attention.triton_attention import check_run_operands, LOG2E
+from lingbot_map_ros.engine.attention.triton_attention import merge_parts
 import torch
 import triton
 import triton.language as tl
@@ -203,7 +204,7 @@ def attend_run_fast(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: t
         ValueError: shapes, dtypes or sizes the kernel does not take.
     """
     num_q, heads, dim = q.shape
-    _check(q, k, v, bounds, splits)
+    check_run_operands(q, k, v, bounds, splits)
     if block_n < 32 or block_n & (block_n - 1):
         raise ValueError(f'triton fast attention: block_n={block_n} must be a power of 2 >= 32')
     if (k.dtype == torch.float8_e4m3fn) != (v.dtype == torch.float8_e4m3fn):
@@ -223,7 +224,7 @@ def attend_run_fast(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: t
         SCALE_KV=k.dtype != torch.float8_e4m3fn, EXP_SPLIT=exp_split,
         num_warps=num_warps, num_stages=num_stages)
     merge_m = 64
-    _merge_parts[(triton.cdiv(num_q, merge_m), heads)](
+    merge_parts[(triton.cdiv(num_q, merge_m), heads)](
         parts, lse, out, num_q, parts.stride(0), parts.stride(1), parts.stride(2),
         lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
         HEAD_DIM=dim, BLOCK_M=merge_m, SPLITS=splits, num_warps=4)

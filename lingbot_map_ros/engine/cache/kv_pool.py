@@ -41,6 +41,7 @@ from .page_pool import PagePool
 from ..attention.backend import AttentionBackend, check_storage_dtype, make_backend
 from ..attention.backend_choice import resolve_backend
 from ..errors import PoolExhaustedError
+from ...kernel_config import KernelConfig
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,7 @@ class KVPool:
         full_patch_pages: ``N_s + W``, for the backend's split (``attention/split.py``).
         precision: ``cache.precision``: 'faithful' (products within the fidelity gate) or
             'fast_approximate' (``backend_choice.py``).
+        kernel: ``cache.kernel``, the kernels' tuning (None: the defaults).
 
     Raises:
         ValueError: bad sizes, dtypes or backend.
@@ -95,7 +97,8 @@ class KVPool:
     def __init__(self, *, num_layers: int, num_pages: int, page_size: int, num_heads: int,
                  head_dim: int, num_special_tokens: int, dtype: torch.dtype,
                  device: torch.device, backend: str, storage_dtype: torch.dtype | None = None,
-                 full_patch_pages: int = 0, precision: str = 'faithful') -> None:
+                 full_patch_pages: int = 0, precision: str = 'faithful',
+                 kernel: KernelConfig | None = None) -> None:
         self.page_size = page_size
         self.num_special_tokens = num_special_tokens
         self.tokens_per_frame = num_special_tokens + page_size
@@ -105,13 +108,15 @@ class KVPool:
         backend = resolve_backend(backend, self.device, dtype, storage_dtype, precision)
         self.backend_name = backend
         self.precision = precision
+        self.kernel = kernel or KernelConfig()
+        """``cache.kernel``: what the backend's kernels and the batches' forms were built with."""
         self.storage_dtype = check_storage_dtype(storage_dtype, dtype, backend)
         self.full_patch_pages = full_patch_pages
         # The backend first: a missing FlashInfer fails before gigabytes are allocated.
         self.backend: AttentionBackend = make_backend(
             backend, num_heads=num_heads, head_dim=head_dim, page_size=page_size,
             num_pages=num_pages, dtype=dtype, device=self.device,
-            full_patch_pages=full_patch_pages, precision=precision)
+            full_patch_pages=full_patch_pages, precision=precision, kernel=self.kernel)
         self.storage = KVStorage(num_layers, num_pages, page_size, num_heads, head_dim,
                                  num_special_tokens, self.storage_dtype, self.device)
         self._owners = PagePool(num_pages, 'KV pool')

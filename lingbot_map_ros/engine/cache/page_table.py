@@ -55,74 +55,11 @@ from dataclasses import dataclass
 import itertools
 from typing import Literal, NamedTuple
 
+from lingbot_map_ros.engine.attention.page_layout import PageLayout
 from lingbot_map_ros.engine.cache.page_pool import PagePool
 from lingbot_map_ros.engine.errors import CachePoolExhaustedError, CacheStateError
 
 StepKind = Literal['append', 'evict', 'rollback']
-
-
-@dataclass(frozen=True, slots=True)
-class PageLayout:
-    """The pages a query attends to, in logical order: scale -> window -> special.
-
-    Only the last page may be partly filled (``last_page_len`` tokens); every other page holds
-    ``page_size`` tokens. ``first_page`` is set when the visible *tokens* are one contiguous
-    range of the pool's flat token space: the pages form one range (in any order) and the
-    partly filled last page, if any, is the highest one.
-    """
-
-    page_ids: tuple[int, ...]
-    """Visible page ids: scale frames (oldest first), window frames (oldest first), specials."""
-    page_size: int
-    """Tokens per page."""
-    last_page_len: int
-    """Valid tokens in the last page (0 when there is no page)."""
-    num_frames: int
-    """Frames in the special stream (every cached frame, scale and window frames included)."""
-    num_scale_pages: int
-    """Leading entries of ``page_ids`` that are scale-frame patch pages."""
-    num_window_pages: int
-    """Entries after the scale pages that are window-frame patch pages."""
-    first_page: int
-    """Lowest page id if the visible tokens are one contiguous token range, else -1."""
-    version: int
-    """Counter that changes whenever the table changes; backends key their plans on it."""
-
-    @classmethod
-    def build(cls, page_ids: tuple[int, ...], page_size: int, last_page_len: int,
-              num_frames: int, num_scale_pages: int, num_window_pages: int,
-              version: int) -> 'PageLayout':
-        """Build a layout and find out whether its tokens are one contiguous range."""
-        first_page = -1
-        if page_ids:
-            low, high = min(page_ids), max(page_ids)
-            if high - low + 1 == len(page_ids) \
-                    and (last_page_len == page_size or page_ids[-1] == high):
-                first_page = low
-        return cls(page_ids, page_size, last_page_len, num_frames, num_scale_pages,
-                   num_window_pages, first_page, version)
-
-    @property
-    def num_pages(self) -> int:
-        """Return the number of visible pages."""
-        return len(self.page_ids)
-
-    @property
-    def num_special_pages(self) -> int:
-        """Visible pages of the special stream."""
-        return len(self.page_ids) - self.num_scale_pages - self.num_window_pages
-
-    @property
-    def num_tokens(self) -> int:
-        """Return the number of visible key/value tokens."""
-        if not self.page_ids:
-            return 0
-        return (len(self.page_ids) - 1) * self.page_size + self.last_page_len
-
-    @property
-    def is_contiguous(self) -> bool:
-        """Whether the visible tokens are one contiguous range of the pool."""
-        return self.first_page >= 0
 
 
 class PageMove(NamedTuple):

@@ -21,20 +21,19 @@ of V and B attention launches (run side by side on the lanes); for backend ``fa3
 attention is itself three launches (``fa3_parts.py``). The slots' runs all lie in the one pool,
 so the B frames' K/V are one ``index_copy`` each (the slots' destinations concatenated) and
 the B runs one FA3 varlen call of ``B * parts`` sequences, each with its run's bounds (plus
-each run's last query rows on our kernel, ``fa3.py``): one FA3 grid instead of one per stream.
-On the H200, two cameras: 54.56 frames/s against 53.15 slot by slot
-(bench/results/h200_round10/joint/).
+each run's last query rows on our kernel, ``fa3.py``): one FA3 grid instead of one per stream,
+which two cameras run faster than slot by slot (docs/performance.md, 'Batches of cameras').
 
 Only forms whose run kernel has ``attend_runs`` take part (backend ``fa3`` with parts), and
 only when every slot's key is one range; otherwise the batch runs slot by slot. The slots'
 staged numbers are read inside the batch's graph (concatenated per replay), so one captured
-batch serves every frame of its key, as the slots do alone.
+batch serves every frame of its key, as the slots do alone. ``cache.kernel.staged_runs`` false
+(the pool's ``kernel``) runs every batch slot by slot (the benchmarks' A/B of the two forms).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-import os
 from typing import TYPE_CHECKING
 
 from lingbot_map_ros.engine.attention.staged import token_operands
@@ -44,12 +43,6 @@ import torch
 if TYPE_CHECKING:
     from lingbot_map_ros.engine.attention.staged import StagedKey
 
-JOINT = os.environ.get('LINGBOT_MAP_STAGED_RUNS', '1') != '0'
-"""Run a batch's slots' cache work as one write and one launch where the backend can (read
-when a batch runs; a captured batch keeps the form it was captured in). The benchmark
-override ``LINGBOT_MAP_STAGED_RUNS=0`` runs them slot by slot (the A/B of
-bench/speed_h200.sh's ``cams_timeline`` stage)."""
-
 RunsKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """``(q: [B, Q, H, D], k, v: [N, H, D], bounds: [B, >= 2]) -> [B, Q, H, D]``."""
 
@@ -57,10 +50,12 @@ RunsKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], 
 def joint_kernel(slots: Sequence[StagedFrames], keys: Sequence[StagedKey]) -> RunsKernel | None:
     """Return the kernel that attends every slot's run at once, or None (slot by slot).
 
-    None unless ``JOINT`` is on, there are two slots or more, every key is one range and the
-    slots' form has a several-run kernel (they share the pool, so they share its kernel).
+    None unless the pool's ``cache.kernel.staged_runs`` is on, there are two slots or more,
+    every key is one range and the slots' form has a several-run kernel (they share the pool,
+    so they share its kernel). Read when a batch is built: a captured batch keeps its form.
     """
-    if not JOINT or len(slots) < 2 or any(key != ('range',) for key in keys):
+    if len(slots) < 2 or not slots[0].pool.kernel.staged_runs \
+            or any(key != ('range',) for key in keys):
         return None
     return slots[0].joint_kernel()
 

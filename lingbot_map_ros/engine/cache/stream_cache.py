@@ -64,9 +64,11 @@ def new_kv_pool(model: ModelConfig, cache: CacheConfig, kv_dtype: torch.dtype,
                   # FP8 is a storage format only: attention runs in ``kv_dtype``.
                   storage_dtype=torch.float8_e4m3fn if cache.dtype == 'float8_e4m3fn' else None,
                   full_patch_pages=cache.scale_frames + cache.sliding_window,
-                  precision=cache.precision)
+                  precision=cache.precision, kernel=cache.kernel)
     logger.info('KV page pool: %d pages of %d tokens (+%d specials per frame), N_s=%d, W=%d, '
                 '%s, backend %s (%s)', pool.num_pages, page_size, NUM_SPECIAL_TOKENS,
                 cache.scale_frames, cache.sliding_window, pool.storage_dtype, pool.backend_name,
                 pool.precision)
+    if cache.kernel.changed():
+        logger.info('cache.kernel off its defaults: %s', cache.kernel.changed())
     return pool

@@ -234,7 +234,8 @@ def batch_graphs(engine: Engine) -> BatchGraphs:
         capture = engine.device.type == 'cuda' and mode.aggregator != 'eager'
         graphs = engine.batch_graphs = BatchGraphs(
             capture, functools.partial(engine.fast_path.fall_back, 'batch_capture'),
-            staged=mode.aggregator == 'whole_frame', compile_bodies=mode.compiled)
+            staged=mode.aggregator == 'whole_frame', compile_bodies=mode.compiled,
+            lanes=engine.config.cache.kernel.lanes)
     return graphs
 
 

@@ -132,7 +132,7 @@ class PoseGraph:
             self._edges.append(edge)
         self._isam.update(graph, values)
         # Only the new node's estimate: an odometry edge to a new node tells the others
-        # nothing, so theirs stand (the whole estimate is O(N): 7 ms at 10k keyframes).
+        # nothing, so theirs stand (the whole estimate is O(N): docs/loop_closure.md, costs).
         self._estimate.insert(n, self._isam.calculateEstimatePose3(n) if self._fixed_scale()
                               else self._isam.calculateEstimateSimilarity3(n))
         return n

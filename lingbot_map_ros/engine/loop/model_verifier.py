@@ -28,8 +28,9 @@ the same device stream as the frames. :meth:`ModelVerifier.start` returns the pa
 :class:`VerificationPass` whose :meth:`~VerificationPass.step` runs one unit: call it from a
 frame's ``overlap`` hook, as the rollover does, or let :meth:`ModelVerifier.verify` (the
 ``Verifier`` protocol, on the loop closer's worker thread) run the units, calling ``pace``
-before each: a pace that waits for the next served frame (:class:`FramePace`) keeps it to
-one unit per frame. At most one pass is in flight; another ``start`` meanwhile is answered 'busy'.
+before each: a pace that waits for served frames (:class:`FramePace`) keeps it to one unit
+beside at most one frame in every N (``loop.verify_unit_interval``). At most one pass is in
+flight; another ``start`` meanwhile is answered 'busy'.
 
 The check (``view_agreement.py``): the query's confident depth points, moved into the
 candidate's camera by the camera head's relative pose, must land on the candidate's depth
@@ -114,6 +115,11 @@ class VerificationPass:
         return 0 if self._scale is None else self._scale.units
 
     @property
+    def outputs(self) -> dict | None:
+        """Return what the joint pass's heads gave once every unit ran, else None."""
+        return None if self._scale is None else self._scale.outputs
+
+    @property
     def done(self) -> bool:
         """Whether every unit ran (the result is then ready)."""
         return self._result is not None or (self._scale is not None and self._scale.done)
@@ -176,7 +182,7 @@ class ModelVerifier:
 
     def __init__(self, engine: Engine, config: VerifierConfig = VerifierConfig(), *,
                  lookup: Callable[[int], KeyframeRecord | None] | None = None,
-                 pace: Callable[[], None] | None = None) -> None:
+                 pace: Callable[[], object] | None = None) -> None:
         """Check pairs on ``engine``'s model and pool.
 
         Args:
@@ -184,7 +190,7 @@ class ModelVerifier:
             config: thresholds and sizes.
             lookup: a stored keyframe by index, None where there is none (the loop closer's
                 store): each side's neighbours. Without it a side is its keyframe alone.
-            pace: called before each unit by :meth:`verify` (e.g. wait for the next frame).
+            pace: called before each unit by :meth:`verify` (e.g. a :class:`FramePace`).
 
         Raises:
             ValueError: the model has no depth head, or the pass would not fit the scale
@@ -303,34 +309,79 @@ class ModelVerifier:
 
 
 class FramePace:
-    """A ``pace`` for :class:`ModelVerifier`: one unit per served frame.
+    """A ``pace`` for :class:`ModelVerifier`: one unit beside at most one frame in N.
 
     The frame thread calls :meth:`tick` after each frame; the verifier's worker, before each
-    unit, waits for a tick not yet used (at most one is kept: frames served while no check runs
-    do not let a later check run several units at once). With no frame for ``timeout_s`` (a
-    stopped camera) the unit runs anyway, so a check always ends.
+    unit, waits until N = ``every_n_frames`` frames were served since the previous unit was let
+    go (a check's first unit runs at once when that is long past: frames served while no check
+    ran buy no burst of units). A unit let go after frame ``f`` runs beside frame ``f + 1``, so
+    two units never share a frame and are at least N frames apart: a check's model work costs
+    the stream 1/N of a unit per frame and takes N times as many frames. With no frame for
+    ``timeout_s`` (a stopped camera) the unit runs anyway, so a check always ends.
+
+    :meth:`take` is the same decision without waiting, for a caller that runs the units in a
+    frame's ``overlap`` hook: ``pace.tick(); if pace.take(): verification.step()``.
     """
 
-    def __init__(self, timeout_s: float = 0.5) -> None:
-        """Wait at most ``timeout_s`` seconds for a frame before a unit (> 0)."""
+    def __init__(self, timeout_s: float = 0.5, every_n_frames: int = 1) -> None:
+        """Space units ``every_n_frames`` frames apart (>= 1); wait ``timeout_s`` (> 0).
+
+        Raises:
+            ValueError: ``timeout_s`` not > 0, or ``every_n_frames`` not an int >= 1.
+        """
         if not timeout_s > 0:
             raise ValueError(f'FramePace: timeout_s={timeout_s} must be > 0')
+        if isinstance(every_n_frames, bool) or not isinstance(every_n_frames, int) \
+                or every_n_frames < 1:
+            raise ValueError(f'FramePace: every_n_frames={every_n_frames!r} must be an int '
+                             '>= 1')
         self._timeout_s = timeout_s
-        self._tick = threading.Event()
+        self.every_n_frames = every_n_frames
+        """Least number of frames from one unit to the next."""
+        self._frames = 0
+        self._next = 1
+        self._cond = threading.Condition()
+
+    @property
+    def frames(self) -> int:
+        """Frames served so far (ticks)."""
+        return self._frames
 
     @property
     def pending(self) -> bool:
-        """Whether a tick waits to be used by the next unit."""
-        return self._tick.is_set()
+        """Whether the next unit may run now (enough frames since the last one)."""
+        return self._frames >= self._next
 
     def tick(self) -> None:
-        """Take note that a frame was served (frame thread)."""
-        self._tick.set()
+        """Take note that a frame was served (frame thread; never waits for a unit)."""
+        with self._cond:
+            self._frames += 1
+            self._cond.notify_all()
 
-    def __call__(self) -> None:
-        """Wait for the next frame, or the timeout (verifier's worker)."""
-        self._tick.wait(self._timeout_s)
-        self._tick.clear()
+    def take(self) -> bool:
+        """Let a unit go now if it is due (no wait); True when it may run."""
+        with self._cond:
+            if self._frames < self._next:
+                return False
+            self._let_go()
+            return True
+
+    def __call__(self) -> int:
+        """Wait until the next unit is due, or for no frame in ``timeout_s`` (worker).
+
+        Returns:
+            The number of frames served when the unit was let go.
+        """
+        with self._cond:
+            while self._frames < self._next:
+                if not self._cond.wait(self._timeout_s):
+                    break  # no frame within the timeout: the camera stopped
+            return self._let_go()
+
+    def _let_go(self) -> int:
+        # Counted from now: frames served while no unit waited buy no burst of units later.
+        self._next = self._frames + self.every_n_frames
+        return self._frames
 
 
 def time_verification(verifier: ModelVerifier, query: KeyframeRecord,

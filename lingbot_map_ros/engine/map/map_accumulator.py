@@ -47,13 +47,12 @@ import threading
 
 from lingbot_map_ros.config import MapConfig
 from lingbot_map_ros.engine.image.geometry import unproject_depth
+from lingbot_map_ros.engine.map.keyframe_points import as_tensor, keyframe_points, voxel_keys
 import numpy as np
 import torch
 
 MAX_WEIGHT = 64.0
 """Cap on a voxel's observation weight (see the module docstring)."""
-_BITS = 21
-_OFFSET = 1 << (_BITS - 1)
 _FIXED_FIELDS = ('voxel_size', 'max_points')
 
 
@@ -115,6 +114,11 @@ class MapAccumulator:
     def num_points(self) -> int:
         """Voxels in the map."""
         return int(self._keys.numel())
+
+    @property
+    def voxel_ids(self) -> torch.Tensor:
+        """Voxel keys ``[N]``, int64, sorted and unique (the map's own tensor: do not write)."""
+        return self._keys
 
     @property
     def num_keyframes(self) -> int:
@@ -179,23 +183,10 @@ class MapAccumulator:
         Raises:
             ValueError: shapes that do not fit together.
         """
-        cfg = self._config
-        s = cfg.pixel_stride
-        d = self._tensor(depth, torch.float32)[::s, ::s]
-        pts = self._tensor(points, torch.float32)[::s, ::s]
-        conf = None if confidence is None else self._tensor(confidence, torch.float32)[::s, ::s]
-        colour = None if rgb is None else self._tensor(rgb, torch.float32)[::s, ::s]
-        _check_shapes(d, pts, conf, colour)
-        keep = torch.isfinite(d) & (d > 0)
-        if conf is not None:
-            keep &= _confidence_mask(conf, keep, cfg)
-        # One index of the kept pixels: every later gather uses it (one host sync, not four).
-        sel = torch.nonzero(keep.reshape(-1)).squeeze(1)
-        kept = pts.reshape(-1, 3).index_select(0, sel)
-        colours = colour.reshape(-1, 3).index_select(0, sel) if colour is not None \
-            else torch.full_like(kept, 255.0)
+        kept, colours, num_pixels = keyframe_points(points, depth, confidence, rgb,
+                                                    self._config, self._device)
         with self._lock:
-            return self._merge(kept, colours, d.numel())
+            return self._merge(kept, colours, num_pixels)
 
     def points(self) -> tuple[np.ndarray, np.ndarray]:
         """Return the map as ``([N, 3] float32 xyz, [N, 3] uint8 rgb)`` numpy arrays."""
@@ -207,8 +198,7 @@ class MapAccumulator:
     # ---- helpers ------------------------------------------------------------------------
 
     def _tensor(self, x: torch.Tensor | np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x,
-                               device=self._device).to(dtype)
+        return as_tensor(x, self._device, dtype)
 
     def _merge(self, points: torch.Tensor, colours: torch.Tensor, num_pixels: int) -> MapUpdate:
         """Fold a keyframe's points into the map; the map's keys stay sorted, unique.
@@ -245,13 +235,10 @@ class MapAccumulator:
 
     def _voxel_keys(self, points: torch.Tensor, colours: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-        cell = torch.floor(points / self._config.voxel_size).to(torch.int64)
-        inside = torch.nonzero(((cell >= -_OFFSET) & (cell < _OFFSET)).all(dim=1)).squeeze(1)
+        keys, inside = voxel_keys(points, self._config.voxel_size)
         out_of_range = points.shape[0] - inside.numel()
         if out_of_range:
-            cell, points, colours = cell[inside], points[inside], colours[inside]
-        cell = cell + _OFFSET
-        keys = (cell[:, 0] << (2 * _BITS)) | (cell[:, 1] << _BITS) | cell[:, 2]
+            points, colours = points[inside], colours[inside]
         return keys, points, colours, out_of_range
 
     def _insert(self, keys: torch.Tensor, pos: torch.Tensor, data: torch.Tensor) -> None:
@@ -286,33 +273,8 @@ class MapAccumulator:
         return excess
 
 
-def _confidence_mask(conf: torch.Tensor, valid: torch.Tensor, cfg: MapConfig) -> torch.Tensor:
-    """Pixels whose confidence passes the absolute floor and the keyframe's percentile."""
-    keep = torch.isfinite(conf) & (conf >= cfg.min_confidence)
-    if cfg.confidence_percentile > 0:
-        # NaN outside the candidates instead of a masked copy: no host sync. With no candidate
-        # the threshold is NaN and nothing passes, as nothing valid was left anyway.
-        candidates = torch.where(valid & keep, conf, torch.nan).reshape(-1)
-        keep &= conf >= torch.nanquantile(candidates, cfg.confidence_percentile / 100.0)
-    return keep
-
-
 def _host(x: torch.Tensor | np.ndarray) -> np.ndarray:
     """Return a small matrix as float64 numpy (intrinsics and poses are read on the host)."""
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()
     return np.asarray(x, dtype=np.float64)
-
-
-def _check_shapes(depth: torch.Tensor, points: torch.Tensor, conf: torch.Tensor | None,
-                  rgb: torch.Tensor | None) -> None:
-    if depth.ndim != 2:
-        raise ValueError(f'map: depth must be [H, W], got {list(depth.shape)}')
-    if tuple(points.shape) != (*depth.shape, 3):
-        raise ValueError(f'map: points {list(points.shape)} are not depth '
-                         f'{list(depth.shape)} x 3')
-    if conf is not None and conf.shape != depth.shape:
-        raise ValueError(f'map: confidence {list(conf.shape)} differs from depth '
-                         f'{list(depth.shape)}')
-    if rgb is not None and tuple(rgb.shape) != (*depth.shape, 3):
-        raise ValueError(f'map: rgb {list(rgb.shape)} is not depth {list(depth.shape)} x 3')

@@ -27,57 +27,34 @@ The calls must have passed ``Aggregator.prepare`` (the caller isolates a refused
 The cache work is planned for every stream before the first layer and ended after the last;
 when the loop raises, every stream's frame is rolled back (``StreamKV.end_frame(failed=True)``).
 
-The fixed-shape work between two cache attentions is one segment, as in ``graphed.py``
-(seg 0: DINO, specials, frame block 0, global block 0 up to q, k, v; seg i: the rest of global
-block i-1, frame block i, global block i up to q, k, v; seg L: the rest of the last global
-block; the bodies are ``graphed.py``'s). :class:`BatchGraphs` replays each segment as a CUDA
-graph per batch shape, captured the first time that shape runs; without it (CPU, fast path
-off, a failed capture) the same segment functions run eagerly, so the CPU tests check the
-segmentation the GPU replays. Where the engine runs whole frames and the pool can stage, the
-whole batch, segments and every stream's cache attention, is one CUDA graph instead
+The fixed-shape work between two cache attentions is one segment (``batch_layers.py``: the
+segments, the batch's inputs and the loop over the blocks). :class:`BatchGraphs` replays each
+segment as a CUDA graph per batch shape, captured the first time that shape runs; without it
+(CPU, fast path off, a failed capture) the same segment functions run eagerly, so the CPU tests
+check the segmentation the GPU replays. Where the engine runs whole frames and the pool can
+stage, the whole batch, segments and every stream's cache attention, is one CUDA graph instead
 (``whole_batch.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 import logging
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 import torch
 
-from .aggregator import Aggregator, AggregatorOutput, tap_features
+from .aggregator import Aggregator, AggregatorOutput
+from .batch_layers import batch_inputs, BatchCall, layer_loop, Segment, segments, shape_key
 from .captured import CapturedCall
-from .graphed import Bodies, first_segment
+from .graphed import Bodies
 from .lanes import Lanes
-from .layers import wide_dtype
+from .whole_batch import WholeBatches
 from ..cache.kv_pool import KVPool
 from ..cache.staged_frames import can_stage
-from ..cache.stream_kv import FramePlan, StreamKV
-from ..frames import Role
-
-if TYPE_CHECKING:
-    from .whole_batch import WholeBatches
+from ..cache.stream_kv import FramePlan
 
 _LOG = logging.getLogger(__name__)
-Segment = Callable[..., tuple[torch.Tensor, ...]]
-Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-"""Global block i's cache attention of the batch: ``(i, q, k, v) -> o`` ([B, H, P, D] each)."""
-RunSegment = Callable[..., tuple[torch.Tensor, ...]]
-"""``(index, segment, *inputs) -> outputs``: a segment run eagerly or replayed."""
-
-
-@dataclass(frozen=True)
-class BatchCall:
-    """One stream's frame in a batch."""
-
-    kv: StreamKV
-    """The stream's KV cache (its pages of the engine pool)."""
-    time_index: int
-    """3-D RoPE time of the frame (keyframes the stream cached so far)."""
-    mode: Role
-    """'keyframe' or 'non-keyframe' (a scale pass never batches)."""
 
 
 class BatchGraphs:
@@ -89,11 +66,13 @@ class BatchGraphs:
         staged: run whole batches over the staged cache where the pool can stage (the engine's
             fast path is 'whole_frame'); on the CPU they run eagerly.
         compile_bodies: ``torch.compile`` the segment bodies (and the staged merge) first.
+        lanes: run the per-stream work on side streams (``cache.kernel.lanes``).
     """
 
     def __init__(self, capture: bool,
                  on_fallback: Callable[[BaseException], None] | None = None,
-                 staged: bool = False, compile_bodies: bool = False) -> None:
+                 staged: bool = False, compile_bodies: bool = False,
+                 lanes: bool = True) -> None:
         self.capture = capture
         self.staged = staged
         self.bodies = Bodies(compile_bodies)
@@ -103,7 +82,7 @@ class BatchGraphs:
         self._pool: Any = None
         self._sets: dict[tuple, list[CapturedCall]] = {}
         self._whole: WholeBatches | None = None  # of the latest pool
-        self.lanes = Lanes()
+        self.lanes = Lanes(lanes)
         """Side streams of the per-stream work (cache attentions, camera heads): ``lanes.py``."""
 
     @property
@@ -132,7 +111,6 @@ class BatchGraphs:
         if not self.staged or not can_stage(pool):
             return None
         if self._whole is None or self._whole.pool is not pool:
-            from .whole_batch import WholeBatches  # it imports this module
             self._whole = None  # release the old pool's graphs first
             self._whole = WholeBatches(pool, self.capture, self._compile)
         return self._whole
@@ -214,81 +192,6 @@ def run_batched(agg: Aggregator, images: torch.Tensor, calls: Sequence[BatchCall
     for call, plan in zip(calls, plans):
         call.kv.end_frame(plan)
     return out
-
-
-def batch_inputs(agg: Aggregator, images: torch.Tensor, calls: Sequence[BatchCall],
-                 patch_hw: tuple[int, int]) -> tuple[torch.Tensor, ...]:
-    """Return the batch's inputs besides the images: specials and RoPE tables.
-
-    Returns:
-        ``(specials, frame_cos, frame_sin, video_cos, video_sin)``; the video tables are
-        [B, 1, P, D/2], each frame's own time index, broadcast over the heads.
-    """
-    h, w = patch_hw
-    weights = agg.camera_token
-    # Streaming frames all take variant 1 of every special token, keyframe or not.
-    specials = agg.special_tokens(len(calls), 'keyframe', weights.dtype)
-    rope_dtype = wide_dtype(weights.dtype)
-    frame_cos, frame_sin = agg.frame_rope.tables(h, w, images.device, rope_dtype)
-    video = [agg.video_rope.tables(call.time_index, 1, h, w, images.device, rope_dtype)
-             for call in calls]
-    return (specials, frame_cos, frame_sin, torch.stack([cos for cos, _ in video])[:, None],
-            torch.stack([sin for _, sin in video])[:, None])
-
-
-def shape_key(agg: Aggregator, images: torch.Tensor, kv_dtype: torch.dtype) -> tuple:
-    """Return what a batch's graphs depend on besides the cache: shape, dtypes, weights."""
-    weights = agg.camera_token
-    return (tuple(images.shape), images.dtype, images.device, kv_dtype, weights.dtype,
-            weights.data_ptr())
-
-
-def segments(agg: Aggregator, graphs: BatchGraphs, kv_dtype: torch.dtype) -> list[Segment]:
-    """Return the L + 1 segment functions (module docstring) on ``graphs.bodies``.
-
-    The bodies are read when a segment runs: after a failed capture the eager rerun takes
-    the plain ones.
-    """
-    depth = agg.config.depth
-
-    def first(images: torch.Tensor, specials: torch.Tensor,
-              *tables: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return first_segment(agg, graphs.bodies, images, specials, *tables, kv_dtype)
-
-    def middle(i: int) -> Segment:
-        def segment(frame_out: torch.Tensor, o: torch.Tensor,
-                    *tables: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            return graphs.bodies.middle(agg.global_blocks[i - 1], agg.frame_blocks[i],
-                                        agg.global_blocks[i], frame_out, o, *tables, kv_dtype)
-        return segment
-
-    def last(frame_out: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return (graphs.bodies.last(agg.global_blocks[depth - 1], frame_out, o),)
-
-    return [first] + [middle(i) for i in range(1, depth)] + [last]
-
-
-def layer_loop(agg: Aggregator, parts: Sequence[Segment], run: RunSegment, attend: Attend,
-               images: torch.Tensor, specials: torch.Tensor,
-               tables: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    """Run the segments in order with each global block's cache attention between them.
-
-    Returns:
-        ``(dino, *taps)``.
-    """
-    depth = agg.config.depth
-    dino, frame_out, q, k, v = run(0, parts[0], images, specials, *tables)
-    taps = []
-    for i in range(1, depth + 1):
-        o = attend(i - 1, q, k, v)
-        if i < depth:
-            x, next_out, q, k, v = run(i, parts[i], frame_out, o, *tables)
-        else:
-            (x,), next_out = run(i, parts[i], frame_out, o), frame_out
-        if i - 1 in agg.config.tap_layers:
-            taps.append(tap_features(frame_out, x))
-        frame_out = next_out
-    return (dino, *taps)
 
 
 def _layers(agg: Aggregator, images: torch.Tensor, calls: Sequence[BatchCall],

@@ -14,8 +14,9 @@
 """CUDA-graph capture of fixed-shape work, and a replayable call built on it.
 
 Why: at streaming batch size 1 the model's parts are launch-bound when issued op by op from
-Python (bench/results/h200_baseline/profile_sdpa.txt). Work whose shapes are fixed for a
-resolution can be captured once and replayed with one launch. ``capture_graph`` is the shared
+Python: the host takes longer to launch the kernels than the GPU to run them
+(docs/performance.md, 'CUDA graphs'). Work whose shapes are fixed for a resolution can be
+captured once and replayed with one launch. ``capture_graph`` is the shared
 warm-up + capture step (the aggregator's segments use it too); ``CapturedCall`` wraps a whole
 function of tensors with static input buffers (a head's one-frame step, for the frame runner).
 """

@@ -268,9 +268,9 @@ class FrameRunner:
         """Return the DINO tokens of one frame ``[1, 3, H, W]`` (any other batch: eagerly).
 
         A rollover's preparation runs its scale frames' trunks one frame per served frame;
-        eagerly each costs the host time of a few hundred launches (8-17 ms on the H200 at
-        504x378, a third to a half of a frame) for ~2 ms of GPU work. Here it replays one
-        captured step per image shape where the fast path captures.
+        eagerly each costs the host time of a few hundred launches, several times its GPU
+        work and a large part of a frame (docs/performance.md, 'CUDA graphs'). Here it replays
+        one captured step per image shape where the fast path captures.
         """
         agg = self._agg
 
@@ -309,3 +309,8 @@ class FrameRunner:
     def head_step_built(self, part: str) -> bool:
         """Whether head ``part`` has a built step, for any stream (tests and diagnostics)."""
         return any(built == part for built, _ in self._head_steps)
+
+    def head_step_key(self, part: str, cache: object | None = None) -> HeadKey | None:
+        """Return the key of head ``part``'s step built on ``cache`` (camera head), or None."""
+        held = self._head_steps.get((part, id(cache) if cache is not None else 0))
+        return None if held is None else held[0]

@@ -55,10 +55,10 @@ if TYPE_CHECKING:
     from .frame_runner import FrameRunner
 
 # NOTE: cuDNN's SDPA builds an execution plan per new sequence length, and the global blocks'
-# key count changes every frame: on the H200 that cost ~0.8 ms of host time per call
-# (bench/results/h200_baseline/profile_sdpa.txt). Flash (bf16/fp16) and memory-efficient (fp32)
-# kernels take any length at no planning cost; the math kernel covers the CPU. (The cache's
-# ``sdpa`` backend still calls cuDNN on purpose where the length is fixed: attention/split.py.)
+# key count changes every frame: every call would pay a plan's host time (docs/performance.md,
+# 'cuDNN plans'). Flash (bf16/fp16) and memory-efficient (fp32) kernels take any length at no
+# planning cost; the math kernel covers the CPU. (The cache's ``sdpa`` backend still calls
+# cuDNN on purpose where the length is fixed: attention/split.py.)
 _SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 

@@ -17,11 +17,10 @@ Dims: P = 6 + h*w tokens of the one streaming frame, C embed dim, H heads of D d
 
 Why: a streaming frame of the official model launches thousands of small kernels (LayerNorms,
 casts, GEMMs, RoPE, residual adds). Issued one by one from Python they cost far more host time
-than the GPU needs to run them: on the H200 at 504x378 eager PyTorch took ~100 ms of host time
-per frame for ~25 ms of GPU work (bench/results/h200_baseline/profile_sdpa.txt). Everything
-except the cross-frame attention has the same shapes every frame, so it can be captured once
-per resolution and replayed; only the paged-cache attention (whose key count changes every
-frame) and its page bookkeeping stay eager.
+than the GPU needs to run them, so the GPU waits on the host (docs/performance.md, 'CUDA
+graphs'). Everything except the cross-frame attention has the same shapes every frame, so it
+can be captured once per resolution and replayed; only the paged-cache attention (whose key
+count changes every frame) and its page bookkeeping stay eager.
 
 Segments, each one CUDA graph (``g`` = global block, ``f`` = frame block)::
 
@@ -52,12 +51,12 @@ table of the frame's time index, the attention output) are copied into static bu
 replay. Outputs (taps, DINO tokens) are cloned, since the next replay overwrites them.
 
 With ``compile_bodies`` the segment bodies go through ``torch.compile`` (Inductor) before
-capture. Why: with the host time gone, ~25 % of a frame's GPU time was LayerNorms, casts, RoPE,
-LayerScale and residual adds, ~3,000 small memory-bound kernels
-(bench/results/h200_cuda_graphs/profile_sdpa.txt) that Inductor fuses into a few per block.
-The bodies are module-level functions taking the blocks as arguments, so one compiled graph
-serves all blocks of a kind (Dynamo treats the parameters as inputs): four compilations per
-resolution (DINO block, first tail, middle, last), not 50.
+capture. Why: with the host time gone, a large share of a frame's GPU time is LayerNorms, casts,
+RoPE, LayerScale and residual adds, thousands of small memory-bound kernels that Inductor fuses
+into a few per block (docs/performance.md, 'torch.compile of the segments'). The bodies are
+module-level functions taking the blocks as arguments, so one compiled graph serves all blocks
+of a kind (Dynamo treats the parameters as inputs): four compilations per resolution (DINO
+block, first tail, middle, last), not 50.
 """
 
 from __future__ import annotations
@@ -209,6 +208,11 @@ class FrameGraphs:
     def image(self) -> torch.Tensor:
         """Return the static input frame ``[1, 3, H, W]`` (its shape, dtype and device)."""
         return self._image
+
+    @property
+    def whole_keys(self) -> tuple[StagedKey, ...]:
+        """Return the keys of the whole-frame graphs captured so far."""
+        return tuple(self._whole)
 
     # ---- segments --------------------------------------------------------------------------
 

@@ -14,11 +14,11 @@
 """Lanes: a batch's independent per-stream work side by side on side CUDA streams.
 
 Why: in a batch of B streams, what reads one stream's state runs per stream: each global
-block's cache attention (a kernel of ~256 CTAs on the H200's 132 SMs, ~0.7 ms) and each
-stream's camera head (a captured step of small, latency-bound kernels, ~2 ms). Issued on one
-stream they run one after the other although nothing ties them; on side streams the GPU runs
-them together. The kernels are the same and each lane's work stays in its order, so the
-results are the same too.
+block's cache attention (a kernel whose last wave leaves SMs idle) and each stream's camera head
+(a captured step of small, latency-bound kernels). Issued on one stream they run one after the
+other although nothing ties them; on side streams the GPU runs them together, each filling
+the other's idle SMs (docs/performance.md, 'Batches of cameras'). The kernels are the same and
+each lane's work stays in its order, so the results are the same too.
 
 How: :meth:`Lanes.run` forks every side stream from the current stream (each waits on it),
 issues work b on side stream b, then makes the current stream wait on every side stream. Inside
@@ -36,9 +36,9 @@ Memory (PyTorch's caching allocator keys a freed block to the stream it was allo
 * work the current stream does during the lanes (``current``) is issued before the side work:
   a block a lane frees on the host cannot then go to it while the lane still reads it.
 
-``OVERLAP`` turns the lanes off (the same work, issued in the same order on the current
-stream); a captured graph keeps the form it was captured in. Without CUDA there is nothing to
-overlap.
+``Lanes(overlap=False)`` (``cache.kernel.lanes`` false) turns the lanes off: the same work,
+issued in the same order on the current stream; a captured graph keeps the form it was
+captured in. Without CUDA there is nothing to overlap.
 """
 
 from __future__ import annotations
@@ -50,14 +50,17 @@ import torch
 
 T = TypeVar('T')
 
-OVERLAP = True
-"""Run a batch's per-stream work on side CUDA streams (read when the work is issued)."""
-
 
 class Lanes:
-    """Side CUDA streams, made on first use and kept (one set per batch graphs)."""
+    """Side CUDA streams, made on first use and kept (one set per batch graphs).
 
-    def __init__(self) -> None:
+    Args:
+        overlap: run the work on side streams (``cache.kernel.lanes``); False: one after the
+            other on the current stream.
+    """
+
+    def __init__(self, overlap: bool = True) -> None:
+        self.overlap = overlap
         self._streams: list[Any] = []
         self.forks = 0
         """Times work ran on side streams (diagnostics and tests)."""
@@ -67,7 +70,7 @@ class Lanes:
         """Run ``work`` (one callable per stream), each on its own side stream where it can.
 
         Args:
-            device: where the work runs; lanes only on CUDA with ``OVERLAP`` on.
+            device: where the work runs; lanes only on CUDA with ``overlap`` on.
             work: independent callables; each one's own kernels stay in order.
             current: work for the current stream, issued first (before the side work), which
                 the lanes overlap too.
@@ -75,7 +78,7 @@ class Lanes:
         Returns:
             The results of ``work``, in its order.
         """
-        if not OVERLAP or device.type != 'cuda' or len(work) + (current is not None) < 2:
+        if not self.overlap or device.type != 'cuda' or len(work) + (current is not None) < 2:
             if current is not None:
                 current()
             return [fn() for fn in work]

@@ -16,12 +16,13 @@
 Dims: B streams (one frame each), P tokens per frame, H heads of D dims.
 
 Why: replaying the batch's segments one by one leaves each stream's 24 cache attentions to be
-issued from Python between them, with their page bookkeeping, B times per layer: on the H200 a
-batch of two then took as long as two single frames, each of which is one graph (whole
-frames, ``graphed.py``). Here the batch is one graph as well: the segments of ``batched.py``
-run on the B*P rows and, per global block, each stream's K/V is written and attended through
-its own :class:`StagedFrames` (slot b of the batch stages the frame of ``calls[b]``; all slots
-are views of the one pool and independent: each keeps its own write index and visible run).
+issued from Python between them, with their page bookkeeping, B times per layer: a batch of
+two so run takes as long as two single frames, each of which is one graph (whole frames,
+``graphed.py``; docs/performance.md, 'Batches of cameras'). Here the batch is one graph as
+well: the segments of ``batched.py`` run on the B*P rows and, per global block, each stream's
+K/V is written and attended through its own :class:`StagedFrames` (slot b of the batch
+stages the frame of ``calls[b]``; all slots are views of the one pool and independent: each
+keeps its own write index and visible run).
 Being independent, the B slots' writes and attentions of a block run on side streams
 (``lanes.py``): the graph holds them as parallel branches, joined before the next segment.
 Where the backend attends several runs in one call (``fa3``), they are one write and one
@@ -45,7 +46,7 @@ from typing import Any, TYPE_CHECKING
 import torch
 
 from .aggregator import Aggregator
-from .batched import batch_inputs, BatchCall, BatchGraphs, layer_loop, segments, shape_key
+from .batch_layers import batch_inputs, BatchCall, BatchHost, layer_loop, segments, shape_key
 from .captured import CapturedCall
 from ..cache.kv_pool import KVPool
 from ..cache.staged_frames import StagedFrames
@@ -89,7 +90,7 @@ class WholeBatches:
             self._slots.append(slot)
         return self._slots[:count]
 
-    def run(self, agg: Aggregator, graphs: BatchGraphs, images: torch.Tensor,
+    def run(self, agg: Aggregator, graphs: BatchHost, images: torch.Tensor,
             calls: Sequence[BatchCall],
             patch_hw: tuple[int, int]) -> tuple[torch.Tensor, ...] | None:
         """Run the batch: stage every stream's frame, one graph (or eager run), finish them.
@@ -119,7 +120,7 @@ class WholeBatches:
         self.batches += 1
         return out
 
-    def _outputs(self, agg: Aggregator, graphs: BatchGraphs, images: torch.Tensor,
+    def _outputs(self, agg: Aggregator, graphs: BatchHost, images: torch.Tensor,
                  calls: Sequence[BatchCall], patch_hw: tuple[int, int],
                  slots: Sequence[StagedFrames],
                  keys: tuple[StagedKey, ...]) -> tuple[torch.Tensor, ...]:
@@ -146,7 +147,7 @@ class WholeBatches:
         return call(*inputs)
 
 
-def staged_layers(agg: Aggregator, graphs: BatchGraphs, kv_dtype: torch.dtype,
+def staged_layers(agg: Aggregator, graphs: BatchHost, kv_dtype: torch.dtype,
                   slots: Sequence[StagedFrames], keys: Sequence[StagedKey],
                   joint: RunsKernel | None, images: torch.Tensor, specials: torch.Tensor,
                   *tables: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -21,7 +21,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol, TYPE_CHECKING
 
 from lingbot_map_ros.engine.frames import FrameTag, Role
 from lingbot_map_ros.engine.image.preprocess import PreprocessInfo
@@ -29,14 +29,21 @@ import torch
 
 if TYPE_CHECKING:
     from lingbot_map_ros.engine.engine import EngineStream
-    from lingbot_map_ros.engine.session.pipeline import StreamingSession
+
+
+class JobSession(Protocol):
+    """The session that plans a job and takes its output (``pipeline.StreamingSession``)."""
+
+    @property
+    def stream(self) -> EngineStream:
+        """Return the session's stream on the engine."""
 
 
 @dataclass(frozen=True)
 class FrameJob:
     """One streaming frame's model call."""
 
-    session: StreamingSession
+    session: JobSession
     """The session that planned it and takes its output."""
     image: torch.Tensor
     """[1, 3, H, W] on the device."""

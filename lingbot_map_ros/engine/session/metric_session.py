@@ -135,6 +135,11 @@ class MetricSession:
         """Return the statistics as of the last batch (never blocks; safe from any thread)."""
         return self._stats
 
+    @property
+    def pending_stamps(self) -> tuple[int, ...]:
+        """Return the stamps of the depth held for frames not predicted yet, oldest first."""
+        return tuple(self._pending)
+
     def scale(self) -> float | None:
         """Return the current session's metres per model unit, None while there is none."""
         if not self._samples:

@@ -38,10 +38,10 @@ stream leases its pages at the first frame of a size and returns them on ``reset
 
 **Warm-up.** With the fast path on (CUDA graphs, ``torch.compile``), the first frame of each
 processed size first runs a throw-away scale pass and two streaming frames on copies of itself
-(compilation, graph capture, cuDNN plans: ~30 s compiled on the H200, once per size and
-engine), then empties the stream. Otherwise that one-off cost would land on the first streaming
-frame, between the scale frames and the rest of the stream: a 30 s hole in the trajectory a
-live camera keeps moving through.
+(compilation, graph capture, cuDNN plans: tens of seconds compiled, once per size and engine;
+docs/performance.md, 'Scale pass and warm-up'), then empties the stream. Otherwise that one-off
+cost would land on the first streaming frame, between the scale frames and the rest of the
+stream: a hole of that length in the trajectory a live camera keeps moving through.
 
 All public methods are serialised by one lock, so a ROS service thread may call ``reset()`` while
 a worker thread is inside ``step()``; the reset waits for that frame to finish.
@@ -388,6 +388,16 @@ class StreamingSession:
     def stream(self) -> EngineStream:
         """Return the session's caches on the engine (its stream)."""
         return self._stream
+
+    def replace_stream(self, stream: EngineStream) -> None:
+        """Run the following frames on ``stream``; the session's own stream is closed.
+
+        A stand-in network with the stream's interface (tests, synthetic runs) goes in here,
+        before the first frame.
+        """
+        with self._lock:
+            self._stream.close()
+            self._stream = stream
 
     # ---- helpers ------------------------------------------------------------------------------
 

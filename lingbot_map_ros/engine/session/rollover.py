@@ -161,6 +161,11 @@ class RolloverSession:
         return scale_units(config.cache.scale_frames, config.model.depth,
                            self._session.with_depth)
 
+    @property
+    def overlap(self) -> tuple[_Keyframe, ...]:
+        """Return the keyframes kept for the next session's overlap, oldest first."""
+        return tuple(self._ring)
+
     def step(self, image: np.ndarray | str | Path, tag: FrameTag | int
              ) -> list[FramePrediction]:
         """As ``StreamingSession.step``, rolling over first when the session is full."""

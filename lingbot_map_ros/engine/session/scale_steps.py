@@ -14,10 +14,10 @@
 """ScalePass: a stream's scale pass, run one unit at a time between another stream's frames.
 
 A rollover's next session (``rollover.py``) must run its N_s-frame bidirectional scale pass
-before it can serve a frame: ~120 ms on the H200 at 504x378, four normal frames. Run at the
-limit it stalls the stream; run here it is cut into units that the ending session's frames
-take turns with, one unit with each served frame (launched while that frame runs on the
-device: ``rollover.py``), so the switch has nothing left to compute.
+before it can serve a frame: the cost of several streaming frames (docs/performance.md, 'Scale
+pass and warm-up'). Run at the limit it stalls the stream; run here it is cut into units that
+the ending session's frames take turns with, one unit with each served frame (launched while
+that frame runs on the device: ``rollover.py``), so the switch has nothing left to compute.
 
 Units, in order (:func:`scale_units` counts them): the DINO trunk of each scale frame (one
 frame per unit, through the runner's captured one-frame step ``FrameRunner.dino``), each of
@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from dataclasses import dataclass
 import time
-from typing import Any, TYPE_CHECKING
+from typing import Any, ContextManager, Protocol, TYPE_CHECKING
 
 from lingbot_map_ros.engine.cache.kv_pool import KVPool
 from lingbot_map_ros.engine.cache.stream_kv import OnPool, prep_pages, StreamKV
@@ -50,7 +50,32 @@ from lingbot_map_ros.engine.model.heads.camera_head import CameraKVCache
 import torch
 
 if TYPE_CHECKING:
-    from lingbot_map_ros.engine.engine import EngineStream
+    from lingbot_map_ros.config import EngineConfig
+    from lingbot_map_ros.engine.model.frame_runner import FrameRunner
+    from lingbot_map_ros.engine.model.gct import LingbotMapModel
+    from lingbot_map_ros.engine.model.stream_state import StreamState
+
+
+class PassEngine(Protocol):
+    """What a scale pass uses of the engine (``engine.py``'s ``Engine``, which creates passes)."""
+
+    config: EngineConfig
+    model: LingbotMapModel
+    runner: FrameRunner
+    lock: ContextManager[Any]
+
+    def pool_for(self, size_hw: tuple[int, int]) -> KVPool:
+        """Return the engine's page pool for images of ``size_hw``."""
+
+
+class PassStream(Protocol):
+    """The stream a scale pass prepares (``engine.py``'s ``EngineStream``)."""
+
+    engine: PassEngine
+    state: StreamState
+
+    def reset(self) -> None:
+        """Forget what the stream cached."""
 
 
 def scale_units(num_frames: int, depth: int, with_depth: bool) -> int:
@@ -138,7 +163,7 @@ class ScalePass:
         See also ``Aggregator.prepare``.
     """
 
-    def __init__(self, stream: EngineStream, images: torch.Tensor, with_depth: bool) -> None:
+    def __init__(self, stream: PassStream, images: torch.Tensor, with_depth: bool) -> None:
         engine = stream.engine
         model = engine.model
         if with_depth and model.depth_head is None:
@@ -167,7 +192,7 @@ class ScalePass:
         return self._out is not None
 
     @property
-    def stream(self) -> EngineStream:
+    def stream(self) -> PassStream:
         """Return the stream the pass prepares."""
         return self._stream
 
@@ -200,7 +225,7 @@ class ScalePass:
             self.step()
         return left
 
-    def install(self, ending: EngineStream | None = None) -> dict[str, Any]:
+    def install(self, ending: PassStream | None = None) -> dict[str, Any]:
         """Lease the stream's extent, cache the scale frames in it; return the pass's outputs.
 
         Call it after the ending stream gave its pages back. With ``ending`` (that stream,

@@ -56,7 +56,7 @@ from lingbot_map_ros.config import MetricConfig
 from lingbot_map_ros.engine.image.sensor_depth import valid_mask, valid_range
 from lingbot_map_ros.engine.session.reasons import DEPTH_DROPS
 from lingbot_map_ros.ros.messages import conversions
-from lingbot_map_ros.ros.messages.image_decode import _as_bytes, MAX_PIXELS, MAX_SIDE_PX
+from lingbot_map_ros.ros.messages.image_decode import MAX_PIXELS, MAX_SIDE_PX, message_bytes
 import numpy as np
 
 DEPTH_DROP_REASONS: tuple[str, ...] = tuple(reason.value for reason in DEPTH_DROPS)
@@ -113,7 +113,7 @@ def depth_msg_to_metres(msg: Any, max_range_m: float = 0.0) -> np.ndarray:
     if step < width * dtype.itemsize or step % dtype.itemsize:
         raise DepthConversionError('depth_size', f'step {step} does not fit width {width} of '
                                    f"'{encoding}'")
-    buf = _as_bytes(msg.data)
+    buf = message_bytes(msg.data)
     if buf.size < step * height:
         raise DepthConversionError('depth_size', f'data has {buf.size} bytes, step {step} x '
                                    f'height {height} needs {step * height}')
@@ -135,7 +135,8 @@ class DepthInput:
     def __init__(self, config: MetricConfig, capacity: int,
                  count_drop: Callable[[str, str], None], warn: Callable[[str], None],
                  clock: Callable[[], float] = time.monotonic,
-                 max_bytes: int = MAX_BUFFER_BYTES) -> None:
+                 max_bytes: int = MAX_BUFFER_BYTES,
+                 condition: threading.Condition | None = None) -> None:
         """Create an empty buffer.
 
         Args:
@@ -145,6 +146,8 @@ class DepthInput:
             warn: logs a line (throttled here, per reason).
             clock: monotonic seconds (tests may replace it).
             max_bytes: bytes of depth held at most (the newest image is always kept).
+            condition: guards the buffer and wakes a waiting frame (tests pass one whose
+                ``wait`` moves their clock); default: a new ``threading.Condition``.
         """
         self._max_dt_ns = int(round(config.max_dt_s * 1e9))
         self._future_ns = int(FUTURE_S * 1e9)
@@ -155,7 +158,7 @@ class DepthInput:
         self._count_drop = count_drop
         self._warn = warn
         self._clock = clock
-        self._cond = threading.Condition()
+        self._cond = condition if condition is not None else threading.Condition()
         self._buffer: dict[int, np.ndarray] = {}
         self._bytes = 0
         self._newest_colour_ns: int | None = None
@@ -169,6 +172,11 @@ class DepthInput:
         self._logged: dict[str, float] = {}
         self.has_source: Callable[[], bool] = lambda: False
         """Whether a depth publisher exists (the node sets it); read before the first image."""
+
+    @property
+    def max_bytes(self) -> int:
+        """Bytes of depth held at most (the newest image is always kept)."""
+        return self._max_bytes
 
     @property
     def drops_total(self) -> int:

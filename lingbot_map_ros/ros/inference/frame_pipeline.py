@@ -36,7 +36,6 @@ from lingbot_map_ros.ros.inference.camera_group import CameraGroup
 from lingbot_map_ros.ros.inference.loop_feed import LoopFeed
 from lingbot_map_ros.ros.inference.session_runner import SessionRunner
 from lingbot_map_ros.ros.messages import conversions
-from lingbot_map_ros.ros.nodes.service_qos import service_qos
 from lingbot_map_ros.ros.parameters import input_params, param_checks, params
 from lingbot_map_ros.ros.parameters.node_options import NodeOptions
 from lingbot_map_ros.ros.publishers import diagnostics
@@ -45,6 +44,7 @@ from lingbot_map_ros.ros.publishers.map_output import MapOutput
 from lingbot_map_ros.ros.publishers.map_reuse import MapReuse
 from lingbot_map_ros.ros.publishers.odom_frames import OdomFrames
 from lingbot_map_ros.ros.publishers.outputs import Outputs
+from lingbot_map_ros.ros.publishers.service_qos import service_qos
 import numpy as np
 import torch
 

@@ -18,7 +18,8 @@ single-camera node. On the inference thread, :meth:`LoopFeed.feed` turns each ke
 prediction into a record (its continuous pose, its place descriptor, its processed image) and
 queues it; nothing waits for the closer. The verifier is the model's
 (:class:`~lingbot_map_ros.engine.loop.model_verifier.ModelVerifier`, on a scratch stream of the
-node's engine, paced to one unit per served frame), or one given by a test.
+node's engine, paced to one unit beside at most one frame in ``loop.verify_unit_interval``),
+or one given by a test.
 
 States (the ``loop`` diagnostic status): ``off`` (``loop.enable`` false), ``unavailable`` (gtsam
 missing, no depth head for the verifier, or predictions without place descriptors;
@@ -27,12 +28,12 @@ missing, no depth head for the verifier, or predictions without place descriptor
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable
 
 from lingbot_map_ros.config import LoopConfig, MetricConfig, section_from_flat
 from lingbot_map_ros.engine.loop.dependencies import missing
 from lingbot_map_ros.engine.loop.image_store import network_rgb
+from lingbot_map_ros.engine.loop.model_verifier import FramePace
 from lingbot_map_ros.engine.loop.verification import KeyframeRecord, Verifier
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 import numpy as np
@@ -77,7 +78,8 @@ class LoopFeed:
         """Stamp (ns) of each fed keyframe, by keyframe number."""
         self.num_dropped = 0
         """Keyframes the closer refused (malformed pose or descriptor)."""
-        self._frame = threading.Event()
+        self.frame_pace = FramePace(PACE_TIMEOUT_S, self.config.verify_unit_interval)
+        """Served frames, and when the verification's next unit may run (:meth:`pace`)."""
         self.state, self.reason = 'off', 'loop.enable is false'
         if not self.config.enable:
             return
@@ -106,7 +108,7 @@ class LoopFeed:
 
     def feed(self, pred: FramePrediction) -> None:
         """Queue a keyframe's record (non-keyframes only pace the verification)."""
-        self._frame.set()
+        self.frame_pace.tick()
         if self.map_source is not None and self.map_source.take_restart():
             self.reset()  # a map was loaded or a localization asked for: a new closer
         if self.state != 'running' or not pred.is_keyframe:
@@ -133,9 +135,12 @@ class LoopFeed:
         self.reason = 'ok'
 
     def pace(self) -> None:
-        """Wait for the next served frame (at most :data:`PACE_TIMEOUT_S`): one unit a frame."""
-        self._frame.wait(PACE_TIMEOUT_S)
-        self._frame.clear()
+        """Wait until ``loop.verify_unit_interval`` frames passed since the last unit.
+
+        Called by the verifier's worker before each unit; without frames for
+        :data:`PACE_TIMEOUT_S` (a stopped camera) the unit runs anyway.
+        """
+        self.frame_pace()
 
     def reset(self) -> None:
         """Forget the run (a session reset starts a new odom, so a new graph)."""

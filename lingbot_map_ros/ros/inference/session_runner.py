@@ -207,6 +207,11 @@ class SessionRunner:
         """Return the lock :meth:`begin` and :meth:`finish` run under (with ``reset``)."""
         return self._lock
 
+    @property
+    def session(self) -> Any:
+        """Return the session this runner feeds."""
+        return self._session
+
     def prepare(self, item: InputFrame, opts: NodeOptions
                 ) -> tuple[np.ndarray, FrameTag] | None:
         """Convert and tag a frame; None when it was dropped (counted and logged)."""

@@ -101,7 +101,7 @@ class ImageConversionError(ValueError):
         self.reason = reason
 
 
-def _as_bytes(data: Any) -> np.ndarray:
+def message_bytes(data: Any) -> np.ndarray:
     """View message data (bytes, array.array, numpy, list of ints) as a flat uint8 array."""
     if isinstance(data, np.ndarray):
         return data.reshape(-1).view(np.uint8) if data.dtype.itemsize == 1 else \
@@ -155,7 +155,7 @@ def check_image_msg(msg: Any) -> np.ndarray:
         raise ImageConversionError(
             'step', f"step {step} does not fit width {width} of '{encoding}' "
             f'(needs >= {row_bytes} and a multiple of {depth_bytes})')
-    buf = _as_bytes(msg.data)
+    buf = message_bytes(msg.data)
     if buf.size < step * height:
         raise ImageConversionError(
             'truncated', f'data has {buf.size} bytes, step {step} x height {height} '
@@ -224,7 +224,7 @@ def compressed_msg_to_rgb(msg: Any) -> np.ndarray:
     if 'compresseddepth' in fmt:
         raise ImageConversionError('encoding', f"format '{msg.format}' is a depth map, not an "
                                    'image; subscribe to the colour stream')
-    buf = _as_bytes(msg.data)
+    buf = message_bytes(msg.data)
     if buf.size == 0:
         raise ImageConversionError('truncated', 'compressed image has no data')
     _check_format(fmt, str(msg.format), sniff_kind(buf[:8].tobytes()))

@@ -26,9 +26,6 @@ import sys
 
 from lingbot_map_ros.ros.nodes.process_signals import ProcessSignals, ShutdownRequested
 
-NODE_NAME = 'lingbot_map'
-"""Name of the node both executables start (here, so that importing it costs nothing)."""
-
 
 def main(args: list[str] | None = None) -> int:
     """Run ``lingbot_map_node`` (:class:`~lingbot_map_ros.ros.nodes.node.LingbotMapNode`).

@@ -38,6 +38,7 @@ from typing import Any
 
 from lingbot_map_ros.engine.errors import WeightsError
 from lingbot_map_ros.ros.nodes import entry
+from lingbot_map_ros.ros.nodes.node_name import NODE_NAME
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 
 # What a failed configure raises (bad parameters or weights, a missing backend); the node then
@@ -61,7 +62,7 @@ class LingbotMapLifecycleNode(LifecycleNode):
         # script imports this module before main() installs the signal handlers.
         from lingbot_map_ros.ros.nodes.node_core import LingbotMapCore
 
-        super().__init__(entry.NODE_NAME, **kwargs)
+        super().__init__(NODE_NAME, **kwargs)
         try:
             self.core = LingbotMapCore(self)
         except BaseException:

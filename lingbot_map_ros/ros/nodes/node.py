@@ -41,7 +41,8 @@ import sys
 from typing import Any
 
 from lingbot_map_ros.ros.nodes import entry
-from lingbot_map_ros.ros.nodes.node_core import LingbotMapCore, NODE_NAME
+from lingbot_map_ros.ros.nodes.node_core import LingbotMapCore
+from lingbot_map_ros.ros.nodes.node_name import NODE_NAME
 from rclpy.node import Node
 
 __all__ = ['LingbotMapNode', 'main', 'NODE_NAME']

@@ -49,14 +49,13 @@ from lingbot_map_ros.ros.inference.frame_pipeline import FramePipeline, release_
 from lingbot_map_ros.ros.inference.inputs import input_topic, Inputs
 from lingbot_map_ros.ros.inference.worker import Worker
 from lingbot_map_ros.ros.nodes import input_watch, logging_bridge
-from lingbot_map_ros.ros.nodes.entry import NODE_NAME
 from lingbot_map_ros.ros.nodes.node_services import NodeServices
 from lingbot_map_ros.ros.parameters import params
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import JumpThreshold
 from rclpy.duration import Duration
 
-__all__ = ['DEACTIVATE_WAIT_S', 'LingbotMapCore', 'NODE_NAME', 'STOP_WAIT_S']
+__all__ = ['DEACTIVATE_WAIT_S', 'LingbotMapCore', 'STOP_WAIT_S']
 
 DEACTIVATE_WAIT_S = 3.0
 """Longest wait of ``deactivate`` for the frame in progress (it then ends in the background)."""

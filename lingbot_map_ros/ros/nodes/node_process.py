@@ -44,7 +44,7 @@ import time
 from typing import Any, Callable
 
 from lingbot_map_ros.engine.errors import WeightsError
-from lingbot_map_ros.ros.nodes.node_core import NODE_NAME
+from lingbot_map_ros.ros.nodes.node_name import NODE_NAME
 from lingbot_map_ros.ros.nodes.process_signals import ProcessSignals, ShutdownRequested
 from lingbot_map_ros.ros.parameters import cli_help
 import rclpy

@@ -27,9 +27,9 @@ from typing import Any, Callable
 
 from diagnostic_msgs.msg import DiagnosticArray
 from lingbot_map_ros.ros.inference.frame_pipeline import FramePipeline
-from lingbot_map_ros.ros.nodes.service_qos import service_qos
 from lingbot_map_ros.ros.publishers import diagnostics, stall_watch
 from lingbot_map_ros.ros.publishers.odometry_status import odometry_status
+from lingbot_map_ros.ros.publishers.service_qos import service_qos
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from std_srvs.srv import Trigger

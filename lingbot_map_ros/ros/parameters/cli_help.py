@@ -11,12 +11,37 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""``--help`` of the node executables: usage and every parameter, without starting ROS."""
+"""``--help`` text: the node executables' usage and every parameter, without starting ROS.
+
+:func:`plain` turns a docstring into terminal text (the Sphinx markup taken out); the tools'
+``--help`` uses it too.
+"""
 
 from __future__ import annotations
 
+import re
+
 from lingbot_map_ros.ros.parameters import params
-from lingbot_map_ros.tools.help_text import plain
+
+_ROLE = re.compile(r':(?:mod|class|func|meth|data|attr|exc|obj):`(~?)([^`]+)`')
+_LITERAL = re.compile(r'``([^`]+)``')
+
+
+def plain(doc: str | None) -> str:
+    """Return ``doc`` with roles (``:mod:`~a.b.c``` -> ``c``) and double backquotes removed.
+
+    A role with ``~`` keeps its last dotted part, as Sphinx shows it; a line break inside a
+    role (a long name wrapped) is joined.
+    """
+    if not doc:
+        return ''
+
+    def role(match: re.Match) -> str:
+        target = re.sub(r'\s+', '', match.group(2))
+        return target.rsplit('.', 1)[-1] if match.group(1) else target
+
+    return _LITERAL.sub(r'\1', _ROLE.sub(role, doc))
+
 
 _USAGE = """usage: {exe} [--help] [--ros-args -p NAME:=VALUE ... --params-file FILE]
 

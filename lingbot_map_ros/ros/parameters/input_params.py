@@ -28,8 +28,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from lingbot_map_ros.ros.parameters.mounting import pose7_to_matrix
 from lingbot_map_ros.ros.parameters.param_spec import LIVE as _LIVE, ParamSpec, RO as _RO
-from lingbot_map_ros.ros.publishers.odom_frames import pose7_to_matrix
 
 MAX_CAMERAS = 32
 """Most cameras of one node (each is a stream on the node's page pool)."""

@@ -15,11 +15,11 @@
 
 Every numeric value must be finite and inside its announced range; arrays may not be empty and
 hold only finite values in their element range; ``frames.base_to_camera`` must be a plausible
-mounting (:func:`~lingbot_map_ros.ros.publishers.odom_frames.pose7_to_matrix`);
+mounting (:func:`~lingbot_map_ros.ros.parameters.mounting.pose7_to_matrix`);
 ``frames.odom_frame`` and ``frames.base_frame`` may not be empty and no two of odom, base and map
 frame may be equal; ``output.directory`` must resolve to an absolute path
-(:func:`~lingbot_map_ros.ros.publishers.map_save.resolve_directory`). Each check returns the reason
-a value is refused, naming the parameter, or None.
+(:func:`~lingbot_map_ros.ros.parameters.save_directory.resolve_directory`). Each check returns
+the reason a value is refused, naming the parameter, or None.
 
 :func:`check_pool` refuses, at start, a page pool (``cache.pool_pages``, ``cache.streams``) that
 cannot pose every camera, or whose bytes exceed the device's memory: a pool too small for a
@@ -39,8 +39,8 @@ from lingbot_map_ros.engine.cache.capacity import pool_pages
 from lingbot_map_ros.engine.cache.stream_kv import prep_pages, stream_pages
 from lingbot_map_ros.engine.frames import NUM_SPECIAL_TOKENS
 from lingbot_map_ros.engine.image.preprocess import resized_height
-from lingbot_map_ros.ros.publishers.map_save import resolve_directory
-from lingbot_map_ros.ros.publishers.odom_frames import pose7_to_matrix
+from lingbot_map_ros.ros.parameters.mounting import pose7_to_matrix
+from lingbot_map_ros.ros.parameters.save_directory import resolve_directory
 
 ARRAY_ELEMENT_RANGES: dict[str, tuple[int, int]] = {
     'model.tap_layers': (0, 127),

@@ -14,12 +14,13 @@
 """ROS parameters of ``lingbot_map_node``: one table, from the dataclasses to descriptors.
 
 Engine parameters are exactly the fields of :class:`~lingbot_map_ros.config.EngineConfig`, named
-``model.*``, ``cache.*`` and ``stream.*``; their defaults and descriptions come from the
-dataclasses (``config.field_docs``). ``model.preset`` is declared first and the other
-``model.*`` defaults come from that preset, so a parameter file that only sets
-``model.preset: tiny`` gets the whole tiny model. Node parameters (weights, outputs, diagnostics,
-and the inputs, cameras and frames of :mod:`~lingbot_map_ros.ros.parameters.input_params`) are
-listed in :data:`NODE_PARAMS`; the ``map.*`` and ``metric.*`` parameters are the fields of
+``model.*``, ``cache.*`` (the nested ``cache.kernel`` as ``cache.kernel.*``) and ``stream.*``;
+their defaults and descriptions come from the dataclasses (``config.field_docs``).
+``model.preset`` is declared first and the other ``model.*`` defaults come from that preset, so
+a parameter file that only sets ``model.preset: tiny`` gets the whole tiny model. Node
+parameters (weights, outputs, diagnostics, and the inputs, cameras and frames of
+:mod:`~lingbot_map_ros.ros.parameters.input_params`) are listed in :data:`NODE_PARAMS`; the
+``map.*`` and ``metric.*`` parameters are the fields of
 :class:`~lingbot_map_ros.config.MapConfig` and :class:`~lingbot_map_ros.config.MetricConfig`,
 declared the same way.
 
@@ -35,12 +36,14 @@ from dataclasses import asdict, fields
 import typing
 from typing import Any
 
-from lingbot_map_ros import config
+from lingbot_map_ros import config, kernel_config
 from lingbot_map_ros.ros.parameters import input_params, param_checks, param_names
 from lingbot_map_ros.ros.parameters.param_spec import LIVE as _LIVE, ParamSpec, RO as _RO
-from lingbot_map_ros.ros.publishers.map_save import DEFAULT_DIRECTORY
+from lingbot_map_ros.ros.parameters.save_directory import DEFAULT_DIRECTORY
 
 ENGINE_SECTIONS: tuple[str, ...] = ('model', 'cache', 'stream')
+KERNEL_SECTION = 'cache.kernel'
+"""``cache.kernel.*`` (``config.KernelConfig``): expert, benchmark-tuned, all read-only."""
 
 LIVE_ENGINE_PARAMS: frozenset[str] = frozenset({'stream.keyframe_interval',
                                                 'stream.enable_depth'})
@@ -138,6 +141,8 @@ _INT_RANGES: dict[str, tuple[int, int, int]] = {
     'loop.exclude_recent': (0, 1_000_000, 0),
     'loop.separation': (0, 1_000_000, 0),
     'loop.verify_frames': (1, 64, 0),
+    'loop.verify_unit_interval': (1, 10_000, 0),
+    **{f'cache.kernel.{k}': (lo, hi, 0) for k, (lo, hi) in kernel_config.INT_BOUNDS.items()},
 }
 _FLOAT_RANGES: dict[str, tuple[float, float]] = {
     'model.mlp_ratio': (0.25, 16.0),
@@ -177,7 +182,8 @@ def engine_specs(preset: str = 'official') -> list[ParamSpec]:
     for section in ENGINE_SECTIONS:
         cls = getattr(config, f'{section.capitalize()}Config')
         specs += _section_specs(section, cls, defaults, LIVE_ENGINE_PARAMS)
-    return specs
+    # The expert kernel knobs (read-only: the kernels are built with the pool).
+    return specs + _section_specs(KERNEL_SECTION, config.KernelConfig, defaults, frozenset())
 
 
 def map_specs() -> list[ParamSpec]:
@@ -218,6 +224,8 @@ def _section_specs(section: str, cls: type, defaults: dict[str, Any],
     specs = []
     for f in fields(cls):
         name = f'{section}.{f.name}'
+        if name not in defaults:  # a nested section (cache.kernel): declared on its own
+            continue
         default = defaults[name]
         choices = tuple(typing.get_args(hints[f.name])) \
             if typing.get_origin(hints[f.name]) is typing.Literal else ()

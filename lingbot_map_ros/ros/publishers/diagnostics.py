@@ -51,6 +51,7 @@ from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from lingbot_map_ros.engine.session.reasons import node_reasons, POLICY, Reason
 from lingbot_map_ros.engine.stats import (CACHE_STATS_FIELDS, CacheStats, FALLBACK_KINDS,
                                           POOL_STATS_FIELDS, SESSION_STATS_FIELDS, SessionStats)
+from lingbot_map_ros.kernel_config import KernelConfig
 
 OK, WARN, ERROR, STALE = (DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR,
                           DiagnosticStatus.STALE)
@@ -290,6 +291,12 @@ def engine_status(node_name: str, report: PeriodReport, session: SessionStats,
     return status(f'{node_name}: engine', level, msg, session.device, values)
 
 
+def _kernel_changes(summary: str) -> str:
+    """Return the ``name=value`` items of a ``cache.kernel`` summary off their defaults, or ''."""
+    defaults = set(KernelConfig().summary().split(','))
+    return ','.join(item for item in summary.split(',') if item and item not in defaults)
+
+
 def cache_status(node_name: str, cache: CacheStats | None, time_index: int,
                  max_frame_num: int, rollover_keyframes: int | None = None
                  ) -> DiagnosticStatus:
@@ -333,4 +340,7 @@ def cache_status(node_name: str, cache: CacheStats | None, time_index: int,
         level, msg = OK, f'{frames} frames, {live} live pages'
     if cache is not None and cache.precision != 'faithful':
         msg += f'; cache.precision {cache.precision}: outside the fidelity gate'
+    tuned = _kernel_changes(cache.kernel) if cache is not None else ''
+    if tuned:
+        msg += f'; cache.kernel tuned: {tuned}'
     return status(f'{node_name}: cache', level, msg, '', values)

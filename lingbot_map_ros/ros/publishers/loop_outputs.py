@@ -114,6 +114,59 @@ class LoopOutput:
         """Return the keyframe LoopFeed, which owns the closer."""
         return self._feed
 
+    @property
+    def active(self) -> bool:
+        """Return whether loop closure is on with a map frame (``~/map`` is then in it)."""
+        return self._timer is not None
+
+    @property
+    def map_frame(self) -> str:
+        """Return ``frames.map_frame``."""
+        return self._map_frame
+
+    def camera_in_map(self, c2w: np.ndarray) -> np.ndarray | None:
+        """Return ROS ``map`` from a camera of continuous pose ``c2w``, by the latest correction.
+
+        None while nothing is published in ``map`` (no odom anchor yet, or a loaded map not
+        localized in yet).
+        """
+        placed = self._graph_frame()
+        if placed is None:
+            return None
+        map_anchor, closer = placed
+        world_to_map = closer.map_from_odom() if closer is not None else np.eye(4)
+        return map_anchor @ world_to_map @ np.asarray(c2w, np.float64)
+
+    def corrected_cameras(self, unless: tuple | None = None
+                          ) -> tuple[tuple, np.ndarray | None, np.ndarray | None]:
+        """Return this run's keyframes in the graph: (state key, [K] stamps, [K, 4, 4] poses).
+
+        The poses are ROS ``map`` from camera; the key (closer, version, map state) changes
+        with every correction. A loaded map's own keyframes are left out. When the key equals
+        ``unless`` nothing changed: the stamps and poses are None (not copied).
+        """
+        closer = self._feed.closer
+        placed = self._graph_frame()
+        if closer is None or placed is None:
+            return (id(closer), -1, 'none'), np.zeros(0, np.int64), np.zeros((0, 4, 4))
+        key = (id(closer), closer.version, closer.map_state)  # read before the poses
+        if key == unless:
+            return key, None, None
+        poses, stamps = closer.corrected_poses(), closer.node_stamps()
+        count = min(len(poses), len(stamps))
+        offset = min(closer.stats()['map_keyframes'], count)
+        return key, stamps[offset:count], placed[0] @ poses[offset:count]
+
+    def _graph_frame(self) -> tuple[np.ndarray, Any] | None:
+        """Return (ROS ``map`` from the graph's frame, the closer), or None (nothing in map)."""
+        if not self._map_frame or self._feed.state == 'off' or not self._outputs.frames.anchored:
+            return None
+        closer, source = self._feed.closer, self._feed.map_source
+        if source is not None and not source.publishing(closer):
+            return None
+        anchor = self._outputs.frames.odom_from_world()
+        return (source.frame_from_graph(anchor) if source is not None else anchor), closer
+
     def publish(self, pred: FramePrediction, camera_frame: str, opts: NodeOptions) -> None:
         """Feed a keyframe to the closer; publish TF map -> odom and ``~/map_pose``."""
         self._feed.feed(pred)

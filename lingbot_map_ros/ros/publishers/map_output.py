@@ -28,9 +28,15 @@ on the worker thread for every published prediction, ``clear()`` on every sessio
 The map is in ``frames.odom_frame``, the continuous frame of the poses (REP 105,
 ``odom_frames.py``): the camera's pose in it comes from the engine's continuous ``c2w`` through
 the same :class:`~lingbot_map_ros.ros.publishers.odom_frames.OdomFrames` as ``~/pose``, so
-rollovers do not tear it. The logged trajectory is what ``~/pose`` carried (``base_frame`` in
-odom). A session reset starts a new map (new origin and scale), so the map and the logged poses are
-cleared.
+rollovers do not tear it. With loop closure (:meth:`MapOutput.follow` a ``LoopOutput`` that is
+active) the map is in ``frames.map_frame`` instead and made of keyframe-anchored pieces
+(:class:`~lingbot_map_ros.engine.map.anchored_map.AnchoredMap`): each keyframe's points in its
+camera frame, placed by the keyframe's pose in ``map`` (the odometry pose times ``map -> odom``
+when it is added; its pose in the pose graph once a correction changed the graph). The timer
+re-places every piece after each correction, so a revisited place is not drawn twice.
+
+The logged trajectory is what ``~/pose`` carried (``base_frame`` in odom). A session reset
+starts a new map (new origin and scale), so the map and the logged poses are cleared.
 """
 
 from __future__ import annotations
@@ -40,10 +46,12 @@ import time
 from typing import Any, Callable
 
 from lingbot_map_ros.config import MapConfig
+from lingbot_map_ros.engine.map.anchored_map import AnchoredMap
 from lingbot_map_ros.engine.map.map_accumulator import MapAccumulator
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.ros.parameters.node_options import NodeOptions
+from lingbot_map_ros.ros.publishers.anchored_pieces import AnchoredPieces
 from lingbot_map_ros.ros.publishers.map_save import CameraEstimate, MapSnapshot, save
 from lingbot_map_ros.ros.publishers.odom_frames import OdomFrames
 import numpy as np
@@ -63,7 +71,7 @@ _FIELDS = [PointField(name=n, offset=4 * i, datatype=PointField.FLOAT32, count=1
            for i, n in enumerate(('x', 'y', 'z', 'rgb'))]
 
 
-class _PoseLog:
+class PoseLog:
     """Stamped poses in a ring buffer of at most ``output.max_poses`` (104 bytes a pose).
 
     The buffer grows by doubling up to the cap; past it the oldest pose falls out (counted in
@@ -93,6 +101,11 @@ class _PoseLog:
         self._stamps[index], self._poses[index] = stamp_ns, c2w[:3]
         self._count += 1
         return fell_out
+
+    @property
+    def capacity(self) -> int:
+        """Poses the buffer holds now before it grows (at most the cap)."""
+        return len(self._stamps)
 
     def _order(self) -> np.ndarray:
         return (self._start + np.arange(self._count)) % len(self._stamps)
@@ -133,11 +146,15 @@ class MapOutput:
         self._options = options
         self._log = node.get_logger()
         self._frame_id = frame_ids['odom_frame']
+        self._odom_frame = self._frame_id
         self._base_frame = frame_ids['base_frame']
         self._frames = frames
         self._map = MapAccumulator(options.map_config, device)
+        self._device = device
+        self._pieces: AnchoredPieces | None = None
+        """The anchored map and its keyframes, with loop closure (:meth:`follow`)."""
         self._lock = threading.Lock()
-        self._poses = _PoseLog()
+        self._poses = PoseLog()
         self._camera: CameraEstimate | None = None
         self._stamp_ns = 0
         self._changed = False
@@ -157,11 +174,47 @@ class MapOutput:
         self._node.destroy_service(self._srv)
         self._node.destroy_publisher(self._pub)
         self._map.clear()
+        if self._pieces is not None:
+            self._pieces.clear()
 
     @property
     def accumulator(self) -> MapAccumulator:
         """Return the map itself (for tests and tools)."""
         return self._map
+
+    @property
+    def published_stamp_ns(self) -> int | None:
+        """Return the stamp of the map last published, None while a change waits for the timer."""
+        with self._lock:
+            return None if self._changed else self._stamp_ns
+
+    @property
+    def anchored(self) -> AnchoredMap | None:
+        """Return the keyframe-anchored map (loop closure on), else None."""
+        return None if self._pieces is None else self._pieces.map
+
+    @property
+    def in_map_frame(self) -> bool:
+        """Return whether ``~/map`` is in ``frames.map_frame`` (loop closure on)."""
+        return self._pieces is not None
+
+    @property
+    def graph_key(self) -> tuple | None:
+        """Return the loop closer's state the pieces were last placed by (tests)."""
+        return None if self._pieces is None else self._pieces.graph_key
+
+    def follow(self, loop_output: Any) -> None:
+        """Build ``~/map`` from keyframe-anchored pieces in ``map`` when loop closure is active.
+
+        Called once before the first frame (``map_reuse.MapReuse``); ``loop_output`` is the
+        node's ``LoopOutput``. Without an active one (loop closure off, no map frame) the map
+        stays the odom accumulator.
+        """
+        if loop_output is None or not loop_output.active:
+            return
+        self._pieces = AnchoredPieces(AnchoredMap(self._options.map_config, self._device),
+                                      loop_output)
+        self._frame_id = loop_output.map_frame
 
     def set_options(self, options: NodeOptions) -> None:
         """Use ``options`` from now on (``map.*`` live settings, ``output.directory``)."""
@@ -173,7 +226,10 @@ class MapOutput:
         Runs after ``Outputs.publish``, which anchored the odom frame on the first pose.
         """
         self.log_pose(pred, camera_frame, self._frames.base_in_odom(pred.c2w), opts)
-        self.add_keyframe(pred, self._frames.odom_from_world, opts)
+        if self._pieces is None:
+            self.add_keyframe(pred, self._frames.odom_from_world, opts)
+        else:
+            self._add_piece(pred, opts)
 
     def log_pose(self, pred: FramePrediction, camera_frame: str, base_in_odom: np.ndarray,
                  opts: NodeOptions) -> None:
@@ -211,11 +267,7 @@ class MapOutput:
         if config != self._map.config:
             self._map.config = config
         if self._map.num_keyframes == 0:  # once per map: a host sync is fine here
-            valid = torch.isfinite(pred.depth) & (pred.depth > 0)
-            median = float(torch.where(valid, pred.depth, torch.nan).nanmedian())
-            self._log.info(f'map: new map; median depth of its first keyframe {median:.4g} map '
-                           f'units, map.voxel_size {config.voxel_size:g} = 1/'
-                           f'{median / config.voxel_size:.0f} of it')
+            self._log_new_map(pred, config)
         start = time.perf_counter()
         update = self._map.add_points(pred.points(odom_from_world), pred.depth,
                                       pred.depth_conf, pred.image)
@@ -225,9 +277,44 @@ class MapOutput:
         if update.num_dropped or update.num_out_of_range:
             self._log.debug(f'map: {update}')
 
+    def _log_new_map(self, pred: FramePrediction, config: MapConfig) -> None:
+        valid = torch.isfinite(pred.depth) & (pred.depth > 0)
+        median = float(torch.where(valid, pred.depth, torch.nan).nanmedian())
+        self._log.info(f'map: new map; median depth of its first keyframe {median:.4g} map '
+                       f'units, map.voxel_size {config.voxel_size:g} = 1/'
+                       f'{median / config.voxel_size:.0f} of it')
+
+    def _add_piece(self, pred: FramePrediction, opts: NodeOptions) -> None:
+        """Add a keyframe's piece to the anchored map (loop closure on; worker thread)."""
+        config = opts.map_config
+        if not (config.enable and pred.is_keyframe and pred.depth is not None):
+            return
+        try:
+            pieces = self._pieces
+            if config != pieces.map.config:
+                pieces.map.config = config
+            if pieces.map.num_pieces == 0 and pieces.next_id == 0:
+                self._log_new_map(pred, config)
+            start = time.perf_counter()
+            update = pieces.add(pred)
+            self._add_ms.append((time.perf_counter() - start) * 1e3)
+            if update.num_non_finite or update.num_too_far:
+                self._log.warning(f'map: keyframe at stamp {pred.stamp_ns}: '
+                                  f'{update.num_non_finite} non-finite and {update.num_too_far} '
+                                  'too distant points dropped (counted)',
+                                  throttle_duration_sec=10.0)
+        except (ValueError, RuntimeError) as exc:  # a bad frame must not stop the node
+            self._log.error(f'map: keyframe at stamp {pred.stamp_ns} not added: {exc}',
+                            throttle_duration_sec=5.0)
+            return
+        with self._lock:
+            self._stamp_ns, self._changed = pred.stamp_ns, True
+
     def clear(self) -> int:
         """Start a new map (session reset); returns the map points removed."""
         removed = self._map.clear()
+        if self._pieces is not None:
+            removed += self._pieces.clear()
         with self._lock:  # after the clear, so the next publish is the empty map
             self._poses.clear()
             self._changed = True
@@ -239,6 +326,16 @@ class MapOutput:
         return removed
 
     def _publish_if_changed(self) -> None:
+        if self._pieces is not None:
+            try:
+                moved = self._pieces.follow_graph()
+            except Exception as exc:  # noqa: BLE001 - a timer must not stop the node
+                moved = False
+                self._log.error(f'map: pieces not moved after a correction: {exc}',
+                                throttle_duration_sec=10.0)
+            if moved:
+                with self._lock:
+                    self._changed = True
         with self._lock:
             if not self._changed:
                 return
@@ -250,8 +347,8 @@ class MapOutput:
             self._log.error(f'map: publish failed: {exc}', throttle_duration_sec=10.0)
 
     def cloud(self, stamp_ns: int) -> PointCloud2:
-        """Return the current map as a PointCloud2 (x y z + packed rgb) in ``odom_frame``."""
-        xyz, rgb = self._map.points()
+        """Return the current map as a PointCloud2 (x y z + packed rgb) in its frame."""
+        xyz, rgb = self._points()
         num, data = conversions.xyz_rgb_cloud(xyz[:, None], rgb[:, None], 1)
         msg = PointCloud2(height=1, width=num, fields=_FIELDS, is_bigendian=False,
                           point_step=16, row_step=16 * num, is_dense=True)
@@ -265,13 +362,17 @@ class MapOutput:
         with self._lock:
             stamps, c2w = self._poses.arrays()
             camera, dropped = self._camera, self._poses.dropped
-        xyz, rgb = self._map.points()
+        xyz, rgb = self._points()
         which = f'the last {len(stamps)} poses ({dropped} older dropped, output.max_poses)' \
             if dropped else 'every pose'
         comments = (f'lingbot_map ~/save: {which} published on ~/pose since the map was '
-                    f'last cleared; {self._base_frame} in {self._frame_id}; metres with '
+                    f'last cleared; {self._base_frame} in {self._odom_frame}; metres with '
                     'metric.source depth (see metric.state), else model units',)
         return MapSnapshot(stamps, c2w, xyz, rgb, camera, comments)
+
+    def _points(self) -> tuple[np.ndarray, np.ndarray]:
+        """Return the published map: the anchored one with loop closure, else the odom one."""
+        return self._map.points() if self._pieces is None else self._pieces.map.points()
 
     def _on_save(self, request: Trigger.Request, response: Trigger.Response
                  ) -> Trigger.Response:

@@ -45,8 +45,8 @@ from typing import Any
 from lingbot_map_ros.config import MetricConfig
 from lingbot_map_ros.engine.loop.map_format import MapExpectation, MapSnapshot, model_hash
 from lingbot_map_ros.engine.loop.map_store import load_map, save_map
-from lingbot_map_ros.ros.nodes.service_qos import service_qos
-from lingbot_map_ros.ros.publishers.map_save import resolve_directory
+from lingbot_map_ros.ros.parameters.save_directory import resolve_directory
+from lingbot_map_ros.ros.publishers.service_qos import service_qos
 from nav_msgs.srv import SetMap
 import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -89,6 +89,8 @@ class MapReuse:
         self._hint: tuple[np.ndarray, float] | None = None
         self._restart = False
         loop_output.feed.map_source = self
+        if map_output is not None:  # ~/map in map, from anchored pieces, with loop closure
+            map_output.follow(loop_output)
         group = MutuallyExclusiveCallbackGroup()  # one map operation at a time
         self._services = [
             node.create_service(Trigger, '~/save_map', self._on_save, qos_profile=service_qos(),
@@ -236,12 +238,16 @@ class MapReuse:
 
     def _map_points(self, loaded: MapSnapshot | None, closer: Any
                     ) -> tuple[np.ndarray, np.ndarray]:
-        """Return the loaded map's points and this run's (``~/map``, odom) carried into map."""
+        """Return the loaded map's points and this run's (``~/map``) in map.
+
+        ``~/map`` is in map already when built from anchored pieces; an odom map is carried
+        into map by the latest TF map -> odom.
+        """
         parts = [] if loaded is None else [(loaded.points_xyz, loaded.points_rgb)]
         tied = loaded is None or closer.map_state == 'localized'
         if self._points is not None and tied:
             points = self._points.snapshot()
-            transform = self._loop.map_from_odom()  # the latest TF map -> odom
+            transform = np.eye(4) if self._points.in_map_frame else self._loop.map_from_odom()
             xyz = points.xyz @ transform[:3, :3].T + transform[:3, 3]
             parts.append((xyz.astype(np.float32), np.asarray(points.rgb, np.uint8)))
         if not parts:

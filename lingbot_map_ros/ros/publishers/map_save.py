@@ -32,19 +32,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-import os
 from pathlib import Path
-import re
 import shutil
 from typing import Any
 
+from lingbot_map_ros.engine.map import tum
 from lingbot_map_ros.engine.map.ply import write_ply
-from lingbot_map_ros.tools import trajectory
+from lingbot_map_ros.ros.parameters.save_directory import resolve_directory
 import numpy as np
 import yaml
-
-DEFAULT_DIRECTORY = '~/.ros/lingbot_map'
-"""Default of ``output.directory``."""
 
 
 @dataclass(frozen=True)
@@ -76,32 +72,6 @@ class MapSnapshot:
     camera: CameraEstimate | None
     comments: tuple[str, ...] = ()
     """Header lines of the TUM file."""
-
-
-def resolve_directory(text: str) -> Path:
-    """Expand ``~`` and ``$VARS`` of ``output.directory`` into an absolute path.
-
-    Args:
-        text: the parameter's value.
-
-    Returns:
-        The absolute directory (a relative value is taken from the node's working directory).
-
-    Raises:
-        ValueError: empty, an unset environment variable, or an unknown ``~user`` (each would
-            otherwise write into the working directory or a literal ``$VAR`` folder).
-    """
-    if not text.strip():
-        raise ValueError(f"output.directory is empty (the default is '{DEFAULT_DIRECTORY}')")
-    expanded = os.path.expanduser(text)
-    if expanded.startswith('~'):
-        raise ValueError(f'output.directory={text!r} names an unknown user')
-    expanded = os.path.expandvars(expanded)
-    unset = re.search(r'\$(\w+|\{[^}]*\})', expanded)
-    if unset:
-        raise ValueError(f'output.directory={text!r} holds {unset.group(0)}, which is not set '
-                         "in the node's environment")
-    return Path(expanded).absolute()
 
 
 def save(directory: str, snapshot: MapSnapshot, now: datetime | None = None) -> Path:
@@ -148,8 +118,8 @@ def save(directory: str, snapshot: MapSnapshot, now: datetime | None = None) -> 
 def write_tum(path: Path, stamps_ns: np.ndarray, c2w: np.ndarray,
               comments: tuple[str, ...] = ()) -> None:
     """Write poses as TUM lines, with the position and quaternion that ``~/pose`` carries."""
-    trajectory.write_tum(path, trajectory.Trajectory(np.asarray(stamps_ns, np.int64),
-                                                     np.asarray(c2w, np.float64)), comments)
+    tum.write_tum(path, tum.Trajectory(np.asarray(stamps_ns, np.int64),
+                                       np.asarray(c2w, np.float64)), comments)
 
 
 def write_camera_info(path: Path, k: np.ndarray, size_hw: tuple[int, int],

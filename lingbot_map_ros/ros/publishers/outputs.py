@@ -128,6 +128,13 @@ class Outputs:
         """Return the odom frame of the poses (other outputs in that frame share it)."""
         return self._frames
 
+    def use_tf_buffer(self, buffer: Any) -> None:
+        """Look the camera mounting up in ``buffer`` (a tf2 ``Buffer`` or one like it).
+
+        It is read at the next anchor (the first frame, or the first after a reset).
+        """
+        self._tf_buffer = buffer
+
     def frames_info(self) -> dict[str, str]:
         """``odom_frame``, ``base_frame`` and where the mounting came from, for diagnostics."""
         return {'odom_frame': self._odom_frame, 'base_frame': self._base_frame,

@@ -47,9 +47,9 @@ amplifies low-precision noise into the pose.
 Precision (``stream.camera_head_dtype``, :meth:`CameraHead.set_compute_dtype`): the trunk and
 ``poseLN_modulation`` may hold bf16 weights. A streaming frame is one token, so every linear is a
 GEMV whose cost is reading its weights: ~0.86 GB per iteration in float32, 3.4 GB per frame
-(I = 4), ~2.3 ms on an H200; bf16 halves it. The stream ``x``, the LayerNorms (float32 always,
-``layers/norm.py``), ``embed_pose``, ``pose_branch`` and ``p_raw`` stay float32; only the
-products and the camera K/V cache run in bf16.
+(I = 4); bf16 halves the bytes (docs/performance.md, 'Camera head precision'). The stream
+``x``, the LayerNorms (float32 always, ``layers/norm.py``), ``embed_pose``, ``pose_branch`` and
+``p_raw`` stay float32; only the products and the camera K/V cache run in bf16.
 """
 
 from __future__ import annotations

@@ -46,7 +46,8 @@ Special (all needed for parity with the official numbers):
   are fixed per resolution, so the frame runner can compile it and replay its ~100 kernel
   launches as one CUDA graph.
 - The uv tables live on the device, cached per size: copying them from the host every frame
-  (97 MB at 504x378) was 15 of the head's 18 ms on the H200.
+  (97 MB at 504x378) would cost more than the rest of the head (docs/performance.md, 'Depth
+  head tables').
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def uv_embedding(channels: int, height: int, width: int, aspect: float) -> torch
 @functools.lru_cache(maxsize=32)
 def _uv_embedding_on(channels: int, height: int, width: int, aspect: float,
                      device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    # Kept on the device: the host-to-device copy per frame cost ~15 ms at 504x378 (H200).
+    # Kept on the device: a host-to-device copy per frame would dominate the head's time.
     return uv_embedding(channels, height, width, aspect).to(device=device, dtype=dtype)
 
 

@@ -47,7 +47,7 @@ def _grid_positions(h: int, w: int, special_rows: torch.Tensor,
     return rows, cols
 
 
-def _frequencies(width: int, base: float) -> torch.Tensor:
+def axis_frequencies(width: int, base: float) -> torch.Tensor:
     """Return the width/2 frequencies ``base^(-2j/width)`` of one rotary axis (float64)."""
     return base ** (-torch.arange(0, width, 2, dtype=torch.float64) / width)
 
@@ -123,7 +123,7 @@ class FrameRope:
         if key not in self._tables:
             zeros = torch.zeros(self.num_special, dtype=torch.float64)
             rows, cols = _grid_positions(h, w, zeros, 1)
-            freqs = _frequencies(self.head_dim // 2, self.base)
+            freqs = axis_frequencies(self.head_dim // 2, self.base)
             # [P, 2 axes, D/4] angles, each half duplicated for its rotate-half partner
             angles = torch.stack([rows[:, None] * freqs, cols[:, None] * freqs], dim=1)
             angles = torch.cat([angles, angles], dim=-1).flatten(1)
@@ -165,7 +165,7 @@ class VideoRope:
         key = (torch.device(device), dtype)
         if key not in self._time:
             t = torch.arange(self.max_frames, dtype=torch.float64)
-            angles = t[:, None] * _frequencies(self.axis_dims[0], self.base)
+            angles = t[:, None] * axis_frequencies(self.axis_dims[0], self.base)
             self._time[key] = (angles.cos().to(device, dtype), angles.sin().to(device, dtype))
         return self._time[key]
 
@@ -175,8 +175,9 @@ class VideoRope:
         if key not in self._space:
             special = torch.arange(self.num_special, dtype=torch.float64)
             rows, cols = _grid_positions(h, w, special, self.num_special)
-            angles = torch.cat([rows[:, None] * _frequencies(self.axis_dims[1], self.base),
-                                cols[:, None] * _frequencies(self.axis_dims[2], self.base)], -1)
+            row_freqs = axis_frequencies(self.axis_dims[1], self.base)
+            col_freqs = axis_frequencies(self.axis_dims[2], self.base)
+            angles = torch.cat([rows[:, None] * row_freqs, cols[:, None] * col_freqs], -1)
             self._space[key] = (angles.cos().to(device, dtype), angles.sin().to(device, dtype))
         return self._space[key]
 
