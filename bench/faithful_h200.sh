@@ -17,6 +17,10 @@
 #     kernel config, the gate over the compiled defaults and `bench model` pose and depth.
 #     Golden sets in .gpu_data/golden/.
 #   STAGE=model: `bench model` at the defaults only: pose, depth, one and two cameras.
+#   STAGE=verify: a tree's check before it lands: the GPU tests (GPU_TESTS, default: the
+#     attention, kernel-config, batch, loop and map files), golden set A through the robot path
+#     (compiled), the gate over the compiled defaults, `bench model` pose and depth; every log
+#     in one logs.tgz.
 set -uo pipefail
 out="${OUT:-bench/results/raw}"
 stage="${STAGE:-gate}"
@@ -35,7 +39,7 @@ combo() {  # combo NAME: the bench model flags of a named combination
 }
 if [ "$stage" = speed ]; then
   step gpu_tests 120 python3 -m pytest -q -p no:cacheprovider test/engine/test_triton_attention.py \
-    test/engine/test_backend_choice.py test/engine/test_fa3_fp8.py test/engine/test_triton_fp8.py
+    test/engine/test_backend_choice.py test/engine/test_fa3_fp8.py test/bench/test_triton_fp8.py
   step attention_kernels 100 python3 bench/attention_kernels.py --fp8
   for c in ${SPEED_COMBOS:-defaults fa3_bf16 triton_bf16 fa3_fp8_fast}; do
     step "model_${c}_pose" 100 $bench $(combo "$c")
@@ -82,6 +86,25 @@ elif [ "$stage" = sweep ]; then
     --weights-cache /tmp/golden_D.safetensors --combos "${best_combo:-default}"
   step model_best_pose 80 $bench $(combo defaults) --kernel "$kernel"
   step model_best_depth 80 $bench $(combo defaults) --depth --kernel "$kernel"
+elif [ "$stage" = verify ]; then
+  robot="--device cuda --dtype bfloat16 --backend auto --kv-dtype float8_e4m3fn \
+--fast-path whole_frame --compile --camera-head-dtype bfloat16"
+  tests="${GPU_TESTS:-$(ls test/engine/test_triton_attention.py test/engine/test_backend_choice.py \
+test/engine/test_kernel_config.py test/engine/test_lanes.py test/engine/test_whole_batch.py \
+test/engine/test_staged_runs.py test/tools/test_fidelity_gate.py test/engine/test_anchored_map.py \
+test/engine/loop/test_verify_pacing.py test/engine/test_model_verifier.py \
+test/engine/test_attention_conformance.py test/engine/test_frame_graphs.py \
+test/engine/test_fast_path.py test/engine/test_camera_batch.py test/engine/test_place_descriptor.py \
+test/engine/test_fp8_cache.py 2>/dev/null)}"
+  step gpu_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider $tests
+  step golden_A_defaults 170 python3 -m lingbot_map_ros.tools.golden .gpu_data/golden/stream_A $robot
+  step fidelity 110 python3 -m lingbot_map_ros.tools.bench fidelity --set .gpu_data/long/stream_D \
+    --frames-dir .gpu_data/loop --json-out "$out/fidelity.json" \
+    --weights-cache /tmp/golden_D.safetensors --combos default
+  step model_defaults_pose 70 $bench $(combo defaults)
+  step model_defaults_depth 70 $bench $(combo defaults) --depth
+  tar czf "$out/logs.tgz" -C "$out" $(cd "$out" && ls *.txt *.json 2>/dev/null) && \
+    (cd "$out" && rm -f *.txt *.json)
 elif [ "$stage" = model ]; then
   step model_defaults_pose 80 $bench $(combo defaults)
   step model_defaults_depth 80 $bench $(combo defaults) --depth

@@ -54,8 +54,9 @@ def kernel_fields(kind, config):
             if not value:
                 out['triton_qk'] = 'widened'
         else:
-            raise ValueError(f'{kind} config key {key!r} is not a cache.kernel knob (the '
-                             'fp8 / exp_split variants run in the kernel tables only)')
+            raise ValueError(f'{kind} config key {key!r} is not a cache.kernel knob (fp8 '
+                             'and exp_split select the variants of bench/triton_fp8.py, which '
+                             'run in the kernel tables only)')
     kernel_from_json(json.dumps(out))  # checked as the engine would
     return out
 

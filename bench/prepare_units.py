@@ -1,6 +1,6 @@
 """How long each unit of a rollover's prepared scale pass takes on its own (issue #24).
 
-``engine/session/scale_steps.py`` cuts the next session's scale pass into units that run one
+``engine/scale_pass.py`` cuts the next session's scale pass into units that run one
 with each served frame: a DINO frame each, the aggregator's block pairs, the camera head (and
 the depth heads). A frame that runs a unit launches it while the frame runs on the device, so
 it pays the unit's device time (and any host time beyond the frame's). This runs the pass over

@@ -69,9 +69,11 @@
 #   STAGE=loop: issue #33's loop-closure cost, paced (docs/loop_closure.md): the verifier's
 #     GPU tests, then `lingbot_map_bench loop --checks 10` (official size, random weights,
 #     504x378, the defaults) at the config's loop.verify_unit_interval (its JSON also holds the
-#     back-to-back N = 1 phase), the same with the depth head, and at N = 3. Logs and
+#     back-to-back N = 1 phase), the same with the depth head, and at N = 3; then the pose
+#     graph on the CPU, `lingbot_map_bench graph --keyframes 1000 10000` (bench_graph.txt;
+#     needs gtsam and faiss-cpu wheels in .whl_loop/, docs/loop_closure.md). Logs and
 #     bench_loop.json (each run's JSON line) in $OUT/loop/ (OUT=bench/results/h200_round12).
-#     About 4 minutes.
+#     About 6 minutes.
 #   STAGE=issue13b: the `triton` cache backend: golden set A (bf16 KV and FP8 KV) and `bench
 #     model` (pose; depth with FP8 KV and 330 keyframes). About 4 minutes.
 set -uo pipefail
@@ -367,11 +369,21 @@ elif [ "$stage" = loop ]; then
   timeout 130 $loop > "$logs/bench_loop_pose.txt" 2>&1
   timeout 130 $loop --depth > "$logs/bench_loop_depth.txt" 2>&1
   timeout 130 $loop --verify-unit-interval 3 > "$logs/bench_loop_pose_n3.txt" 2>&1
+  # The pose graph on the CPU (gtsam, faiss-cpu: not in the image, carried in .whl_loop/).
+  if ls .whl_loop/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site_loop .whl_loop/*.whl > "$logs/graph_install.txt" 2>&1
+  fi
+  PYTHONPATH="/tmp/site_loop:$PYTHONPATH" timeout 240 python3 -m lingbot_map_ros.tools.bench \
+    graph --keyframes 1000 10000 > "$logs/bench_graph.txt" 2>&1
+  tail -n 1 "$logs/bench_graph.txt" | grep '^{' > "$logs/bench_graph.json"
   for f in pose depth pose_n3; do
     tail -n 1 "$logs/bench_loop_$f.txt" | grep '^{' | sed "s/^{/{\"run\": \"$f\", /"
   done > "$logs/bench_loop.json"
   tail -n 3 "$logs/loop_gpu_tests.txt"
-  for f in "$logs"/bench_loop_*.txt; do echo "== $f"; grep -v '^{' "$f" | tail -n 8; done
+  for f in "$logs"/bench_loop_*.txt "$logs/bench_graph.txt"; do
+    echo "== $f"; grep -v '^{' "$f" | tail -n 8
+  done
 elif [ "$stage" = kernels ]; then
   timeout 300 python3 bench/attention_kernels.py > "$out/attention_kernels.txt" 2>&1
 elif [ "$stage" = fp8 ]; then

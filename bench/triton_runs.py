@@ -39,8 +39,8 @@ def run_fn(attend, cfg, kv_fp8):
 
 
 def fast_fn(cfg, kv_fp8=False):
-    """Our Triton kernel's variants (``triton_fp8.attend_run_fast``) with config ``cfg``."""
-    from lingbot_map_ros.engine.attention.triton_fp8 import attend_run_fast
+    """Our Triton kernel's variants (``triton_fp8.attend_run_fast``, beside this file)."""
+    from triton_fp8 import attend_run_fast
     return run_fn(attend_run_fast, cfg, kv_fp8)
 
 

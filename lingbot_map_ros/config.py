@@ -16,8 +16,9 @@
 ``EngineConfig`` = ``ModelConfig`` (what the network is) + ``CacheConfig`` (how the
 global-attention KV cache is sized and which attention backend runs it, with the kernels' tuning
 ``KernelConfig`` as ``cache.kernel``, in ``kernel_config.py``) + ``StreamConfig`` (how
-frames are fed); ``MapConfig`` (the accumulated point-cloud map) and ``MetricConfig`` (metric
-scale from a depth camera, in ``metric_config.py``) sit beside it.
+frames are fed); ``MapConfig`` (the accumulated point-cloud map, in ``map_config.py``),
+``MetricConfig`` (metric scale from a depth camera, in ``metric_config.py``) and ``LoopConfig``
+(``loop_config.py``) sit beside it, re-exported here.
 Each dataclass is the only source of its defaults. The ROS node declares one parameter per field
 (``section.field``), the YAML file ``config/lingbot_map.yaml`` carries the same keys, and the tools
 load that YAML with :func:`load_yaml`.
@@ -37,6 +38,7 @@ from typing import Any, Literal
 
 from lingbot_map_ros.kernel_config import KernelConfig
 from lingbot_map_ros.loop_config import LoopConfig  # noqa: F401 - re-exported
+from lingbot_map_ros.map_config import MapConfig
 from lingbot_map_ros.metric_config import (  # noqa: F401 - MetricConfig re-exported
     MetricConfig, section_from_flat)
 import yaml
@@ -250,64 +252,6 @@ class StreamConfig:
         if not 1 <= self.overlap_keyframes < self.session_keyframes:
             raise ValueError(f'stream.overlap_keyframes={self.overlap_keyframes} must be >= 1 '
                              f'and < stream.session_keyframes={self.session_keyframes}')
-
-
-@dataclass(frozen=True)
-class MapConfig:
-    """The accumulated point-cloud map (``engine/map/map_accumulator.py``, docs/map.md)."""
-
-    enable: bool = True
-    """Build and publish ~/map from the keyframes' depth. The map only grows while depth runs
-    (stream.enable_depth and model.enable_depth), so by default it is off unless depth is on."""
-    voxel_size: float = 0.01
-    """Edge of a map voxel, in map units: metres with metric.source 'depth', else non-metric
-    (about 1/100 of the median depth of the first frames; the node logs that depth). Each voxel
-    keeps one point."""
-    max_points: int = 500_000
-    """Most voxels in the map; past it, the voxels seen longest ago are dropped first."""
-    confidence_percentile: float = 50.0
-    """Drop this percentage of each keyframe's pixels, the least confident (0 keeps all; the
-    upstream viewer drops 50 %)."""
-    min_confidence: float = 1.0
-    """Absolute floor on the depth confidence (>= 1 by construction, so 1.0 is off)."""
-    pixel_stride: int = 2
-    """Unproject every n-th pixel per direction of a keyframe's depth."""
-    period_s: float = 1.0
-    """Period of ~/map, when it changed (steady time)."""
-    load_path: str = ''
-    """A saved map folder (~/save_map) loaded at start to localize in or map into (map.mode,
-    docs/loop_closure.md); '' starts without one. A map that is refused is logged with the
-    reason and the node starts without a map. ~/load_map loads it again at run time."""
-    save_path: str = ''
-    """Folder ~/save_map writes the keyframe map into ('' is <output.directory>/map); a map
-    already there is replaced atomically."""
-    mode: Literal['mapping', 'localization'] = 'mapping'
-    """With a loaded map: 'localization' finds the robot in it and never grows it, 'mapping'
-    joins the new keyframes to it once a first match ties the run to it (from the next load)."""
-
-    def __post_init__(self) -> None:
-        if self.mode not in ('mapping', 'localization'):
-            raise ValueError(f"map.mode={self.mode!r} must be 'mapping' or 'localization'")
-        if not self.voxel_size > 0:
-            raise ValueError(f'map.voxel_size={self.voxel_size} must be > 0')
-        if self.max_points < 1:
-            raise ValueError(f'map.max_points={self.max_points} must be >= 1')
-        if not 0.0 <= self.confidence_percentile < 100.0:
-            raise ValueError(f'map.confidence_percentile={self.confidence_percentile} must be '
-                             'in [0, 100)')
-        if self.pixel_stride < 1:
-            raise ValueError(f'map.pixel_stride={self.pixel_stride} must be >= 1')
-        if not self.period_s > 0:
-            raise ValueError(f'map.period_s={self.period_s} must be > 0')
-
-    @classmethod
-    def from_flat(cls, values: dict[str, Any]) -> 'MapConfig':
-        """Build from the ``map.*`` keys of flat parameter values (other keys are ignored).
-
-        Raises:
-            ValueError: unknown ``map.*`` key or bad value.
-        """
-        return section_from_flat(cls, 'map', values)
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,16 @@ case "$distro" in
 esac
 python="${PYTHON:-python3}"
 launch_wheels="$root/../shared/wheels/launch"
+# Triton for its CPU interpreter only (TRITON_INTERPRET=1 in scripts/test.sh: our GPU kernels'
+# tests run on the CPU). Installed beside the Kilted venv's site-packages, not into it, so no
+# other test sees a triton package (CPU torch has none).
+triton_cpu="triton==3.9.0"
 if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
 stamp="$venv/.lingbot_bootstrap"
 want="$( (cat "$requirements" "$root/requirements-common.txt" "$root/setup.py"; \
-          ls "$launch_wheels" 2>/dev/null) | sha256sum | cut -c1-16)"
+          ls "$launch_wheels" 2>/dev/null; echo "$triton_cpu") | sha256sum | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$venv/bin/python" -m pip install -q --upgrade pip >&2
   "$venv/bin/python" -m pip install -q -r "$requirements" >&2
@@ -37,6 +41,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "bootstrap: no launch wheels in $launch_wheels; the launch tests will skip" >&2
   fi
   "$venv/bin/python" -m pip install -q --no-deps -e "$root" >&2
+  if [ "$distro" = kilted ]; then
+    "$venv/bin/python" -m pip install -q --no-deps --upgrade --target "$venv/triton-interpreter" \
+      "$triton_cpu" >&2 || echo "bootstrap: $triton_cpu not installed; the interpreter tests skip" >&2
+  fi
   echo "$want" > "$stamp"
 fi
 echo "$venv"

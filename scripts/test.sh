@@ -17,8 +17,10 @@ for arg in "$@"; do
   [ -e "${arg%%::*}" ] && jazzy_paths=()
 done
 failed=()
+kilted_venv=''
 for distro in ${LINGBOT_DISTROS:-kilted jazzy}; do
   venv="$(LINGBOT_DISTRO="$distro" bash "$root/scripts/bootstrap.sh" | tail -n 1)"
+  [ "$distro" = kilted ] && kilted_venv="$venv"
   paths=()
   [ "$distro" = jazzy ] && paths=("${jazzy_paths[@]}")
   echo "== pytest on ROS 2 $distro ($venv)"
@@ -30,6 +32,21 @@ for distro in ${LINGBOT_DISTROS:-kilted jazzy}; do
     failed+=("$distro (pytest exit $rc)")
   fi
 done
+# Our Triton kernels (the GPU default) under Triton's CPU interpreter, at tiny shapes: triton
+# comes from beside the Kilted venv (scripts/bootstrap.sh), TRITON_INTERPRET must be set before
+# it is imported. Only in the full run (no arguments).
+interpret_tests=(test/engine/test_attention_conformance.py test/engine/test_triton_attention.py
+                 test/engine/test_fa3_parts.py test/engine/test_fa3_fp8.py
+                 test/bench/test_triton_fp8.py)
+if [ -n "$kilted_venv" ] && [ "$#" -eq 0 ] && [ -d "$kilted_venv/triton-interpreter/triton" ]; then
+  echo "== Triton kernels under the CPU interpreter ($kilted_venv/triton-interpreter)"
+  rc=0
+  ( . "$root/scripts/ros_env.sh" "$kilted_venv"
+    export TRITON_INTERPRET=1 PYTHONPATH="$kilted_venv/triton-interpreter${PYTHONPATH:+:$PYTHONPATH}"
+    exec "$kilted_venv/bin/python" -m pytest -q -ra -m 'not gpu' -p no:cacheprovider \
+      "${interpret_tests[@]}" ) || rc=$?
+  [ "$rc" -ne 0 ] && failed+=("triton interpreter (pytest exit $rc)")
+fi
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "== FAILED: ${failed[*]}" >&2
   exit 1

@@ -30,8 +30,7 @@ below, and the top-level modules, ``engine`` and ``ros/messages`` never import R
 message, launch or tf packages.
 
 Folders are checked as well: no circle among the package's folders (a layer's top-level module,
-``engine/engine.py`` say, counts as a folder of its own) beyond ``KNOWN_FOLDER_CIRCLES``, the ones
-still to be cut; a cut one must leave that list.
+``engine/engine.py`` say, counts as a folder of its own).
 
 Run: ``pytest -q test/test_import_layers.py`` (a second). ``python test/test_import_layers.py``
 prints the graph's circles and violations without asserting.
@@ -197,17 +196,6 @@ def folder_graph(imports: list[Import], modules: dict[str, Path]) -> dict[str, s
     return graph
 
 
-KNOWN_FOLDER_CIRCLES = {
-    # engine.py builds a ScalePass (session/scale_steps.py): the pass belongs beside the engine.
-    frozenset({'engine.engine', 'engine/session'}),
-    # map/anchored_map.py uses loop/sim3.py, loop/map_store.py writes map/ply.py.
-    frozenset({'engine/loop', 'engine/map'}),
-    # publishers/loop_outputs.py drives inference/loop_feed.py's LoopFeed.
-    frozenset({'ros/inference', 'ros/publishers'}),
-}
-"""Circles among folders still to be cut (issue #35); a new one fails, a cut one must go."""
-
-
 def _layer(module: str) -> str:
     parts = module.split('.')
     if len(parts) < 2 or parts[1] not in ('engine', 'ros', 'tools'):
@@ -309,12 +297,10 @@ def test_no_import_circle(package):
         ' <-> '.join(m.removeprefix(PACKAGE + '.') for m in circle) for circle in found)
 
 
-def test_no_new_circle_among_folders(package):
-    found = {frozenset(circle) for circle in circles(folder_graph(*reversed(package)))}
-    assert found <= KNOWN_FOLDER_CIRCLES, 'new circles among folders:\n' + '\n'.join(
-        ' <-> '.join(sorted(circle)) for circle in found - KNOWN_FOLDER_CIRCLES)
-    assert KNOWN_FOLDER_CIRCLES <= found, 'cut, remove from KNOWN_FOLDER_CIRCLES:\n' + '\n'.join(
-        ' <-> '.join(sorted(circle)) for circle in KNOWN_FOLDER_CIRCLES - found)
+def test_no_circle_among_folders(package):
+    found = circles(folder_graph(*reversed(package)))
+    assert not found, 'circles among folders:\n' + '\n'.join(
+        ' <-> '.join(circle) for circle in found)
 
 
 def test_no_import_from_a_higher_layer(package):
@@ -353,6 +339,20 @@ def test_the_checks_can_fail(tmp_path):
     files = {f'{PACKAGE}.engine.a': tmp_path / 'a.py', f'{PACKAGE}.engine.b': tmp_path / 'b.py'}
     assert private_attributes(files) == [
         f'{PACKAGE}.engine.b:3: reads _hidden of {PACKAGE}.engine.a']
+
+
+def test_the_folder_check_can_fail():
+    """Two folders importing each other through different modules make a folder circle."""
+    base = ROOT / PACKAGE / 'engine'
+    modules = {f'{PACKAGE}.engine.x.a': base / 'x' / 'a.py',
+               f'{PACKAGE}.engine.y.b': base / 'y' / 'b.py',
+               f'{PACKAGE}.engine.y.c': base / 'y' / 'c.py',
+               f'{PACKAGE}.engine.d': base / 'd.py'}
+    imports = [Import(f'{PACKAGE}.engine.x.a', f'{PACKAGE}.engine.y.b', None, 1, False),
+               Import(f'{PACKAGE}.engine.y.c', f'{PACKAGE}.engine.x.a', None, 1, False),
+               Import(f'{PACKAGE}.engine.d', f'{PACKAGE}.engine.x.a', None, 1, False)]
+    assert circles(internal_graph(imports, modules)) == []
+    assert circles(folder_graph(imports, modules)) == [['engine/x', 'engine/y']]
 
 
 if __name__ == '__main__':

@@ -30,6 +30,7 @@ serialised by its lock.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 import logging
 from pathlib import Path
 import threading
@@ -48,7 +49,8 @@ from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.model.golden_weights import fill_golden_weights
 from lingbot_map_ros.engine.model.stream_state import StreamState
 from lingbot_map_ros.engine.model.weights import load_checkpoint, load_weights
-from lingbot_map_ros.engine.session.scale_steps import ScalePass
+from lingbot_map_ros.engine.profiling import activated, step_range, StepProfiler
+from lingbot_map_ros.engine.scale_pass import ScalePass
 from lingbot_map_ros.engine.stats import CacheStats
 import torch
 
@@ -94,6 +96,7 @@ class Engine:
         self.check_frames = 0
         """Frames of one scale pass beside the streams' (a loop-closure check) that the pool
         makes room for when it is built; set before the first frame."""
+        self._profiler: StepProfiler | None = None
 
     @classmethod
     def load(cls, config: EngineConfig, weights: str | Path | None = None, *,
@@ -140,6 +143,23 @@ class Engine:
     def pool(self) -> KVPool | None:
         """Return the page pool; None before the first frame."""
         return self._pool
+
+    @property
+    def profiler(self) -> StepProfiler | None:
+        """Return the profiler that records the engine's step ranges; None: none recorded."""
+        return self._profiler
+
+    def set_profiler(self, profiler: StepProfiler | None) -> None:
+        """Record the engine's step ranges (``profiling.STEPS``) with ``profiler`` (benchmarks).
+
+        Every later call of the engine's streams and batches runs with it active; None stops.
+        """
+        with self.lock:
+            self._profiler = profiler
+
+    def profiled(self) -> AbstractContextManager[object]:
+        """Return the context of one engine call: its profiler active (a no-op without one)."""
+        return activated(self._profiler)
 
     def pool_stats(self) -> PoolStats:
         """Return the pool's occupancy (zeros before the pool exists)."""
@@ -255,7 +275,7 @@ class EngineStream:
                       with_descriptor: bool = False) -> dict:
         """Run one streaming frame on this stream (``LingbotMapModel.forward_frame``)."""
         engine = self.engine
-        with engine.lock:
+        with engine.lock, engine.profiled(), step_range('forward frame'):
             return engine.model.forward_frame(image, time_index, keyframe, self.state,
                                               with_depth, return_taps, engine.runner,
                                               with_descriptor)
@@ -287,7 +307,7 @@ class EngineStream:
             self.engine.runner.release_stream(self.state.camera)
             self._closed = True
 
-    # ---- a rollover's next session, prepared beside this stream (engine/session/scale_steps.py)
+    # ---- a rollover's next session, prepared beside this stream (scale_pass.py)
     # ----
 
     def sibling(self) -> EngineStream:
@@ -297,7 +317,7 @@ class EngineStream:
     def scale_pass(self, images: torch.Tensor, with_depth: bool = False) -> ScalePass:
         """Return the scale pass of ``images`` on this stream, to run unit by unit.
 
-        The stream must hold no pages (a new or reset stream); see ``scale_steps.ScalePass``.
+        The stream must hold no pages (a new or reset stream); see ``scale_pass.ScalePass``.
         """
         return ScalePass(self, images, with_depth)
 

@@ -19,6 +19,8 @@
 * ``map``: adding one keyframe to the accumulated map (``tools/bench_map.py``);
 * ``loop``: loop closure's model work beside the frames: descriptors, the check's pass
   (``tools/bench_loop.py``);
+* ``graph``: loop closure's pose graph on the CPU at 1k and 10k keyframes, the loop closer's
+  memory growth (``tools/bench_graph.py``);
 * ``memory``: the GPU memory peak of each phase of a session, and its speed
   (``tools/bench_memory.py``);
 * ``fidelity``: every combination this device runs, judged by a long fidelity set against the
@@ -43,6 +45,7 @@ SUBCOMMANDS = {
     'model': 'lingbot_map_ros.tools.bench_model',
     'map': 'lingbot_map_ros.tools.bench_map',
     'loop': 'lingbot_map_ros.tools.bench_loop',
+    'graph': 'lingbot_map_ros.tools.bench_graph',
     'memory': 'lingbot_map_ros.tools.bench_memory',
     'fidelity': 'lingbot_map_ros.tools.fidelity',
 }

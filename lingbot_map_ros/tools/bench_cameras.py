@@ -29,7 +29,7 @@ The last line printed is one JSON document.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Sequence
 import contextlib
 import dataclasses
 import json
@@ -37,16 +37,66 @@ import time
 from typing import Any
 
 from lingbot_map_ros.config import EngineConfig
-from lingbot_map_ros.engine.cameras.camera_batch import BatchStats, step_batch
+from lingbot_map_ros.engine.cameras.camera_batch import BatchStats, run_jobs
 from lingbot_map_ros.engine.engine import Engine
 from lingbot_map_ros.engine.image.preprocess import PreprocessInfo
+from lingbot_map_ros.engine.profiling import StepProfiler
+from lingbot_map_ros.engine.session.frame_job import FrameJob
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
+from lingbot_map_ros.engine.session.prediction import FramePrediction
 from lingbot_map_ros.engine.session.rollover import RolloverSession
-from lingbot_map_ros.tools.bench_timeline import print_timeline, profile_ticks
+from lingbot_map_ros.tools.bench_timeline import print_timeline, profile_ticks, TICK
 import numpy as np
 import torch
 
 _TICK_NS = 33_000_000
+
+
+def step_batch(sessions: Sequence, frames: Sequence[tuple[torch.Tensor, object, int]],
+               stats: BatchStats | None = None,
+               spans: StepProfiler | None = None) -> list[list[FramePrediction]]:
+    """Step preprocessed frames of several sessions, batched where they can.
+
+    ``sessions[k].step_tensor(*frames[k])`` for each k, without a feeder's policy (the node's
+    path is ``camera_batch.feed_batch``): the benchmark feeds tensors already on the device,
+    so no preprocessing or stamp check is timed. The first error is raised after every other
+    frame was run (the benchmark stops on it).
+
+    Args:
+        sessions: ``StreamingSession`` or ``RolloverSession``, one per stream.
+        frames: per session, ``(tensor, info, tag)`` as ``step_tensor`` takes them.
+        stats: as for ``camera_batch.feed_batch``.
+        spans: labels the sessions' steps (``bench_timeline.SESSION_STEPS``) when given.
+    """
+    def span(name: str) -> Any:
+        return contextlib.nullcontext() if spans is None else spans.span(name)
+
+    preds: list[list[FramePrediction]] = [[] for _ in sessions]
+    planned: list[tuple[int, FrameJob]] = []
+    failed: list[Exception] = []
+    for k, (session, (tensor, info, tag)) in enumerate(zip(sessions, frames)):
+        try:
+            with span('plan'):
+                job = session.frame_job(tensor, info, tag)
+            if job is None:
+                with span('step alone'):
+                    preds[k] = session.step_tensor(tensor, info, tag)
+                if stats is not None:
+                    stats.alone_frames += 1
+            else:
+                planned.append((k, job))
+        except Exception as exc:  # noqa: BLE001 - the first one is raised below
+            failed.append(exc)
+    outcomes = run_jobs([job for _, job in planned], stats)
+    for (k, job), outcome in zip(planned, outcomes):
+        try:
+            with span('finish'):
+                preds[k] = sessions[k].finish_job(job, outcome.out, outcome.model_ms)
+        except Exception as exc:  # noqa: BLE001 - the first one is raised below
+            failed.append(exc)
+    if failed:
+        raise failed[0]
+    return preds
 
 
 def synthetic_frames(height: int, width: int,
@@ -95,9 +145,9 @@ def run_cameras(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any
             print(f'{key:<28}  {value}')
     print(json.dumps(result, sort_keys=True))
     if args.profile:
-        summary, table = profile_ticks(lambda label: _ticks(
-            sessions, frames, info, args.profile, device, BatchStats(), label,
-            first=args.frames), device)
+        summary, table = profile_ticks(lambda spans: _ticks(
+            sessions, frames, info, args.profile, device, BatchStats(), spans,
+            first=args.frames), engine, device)
         print(table)
         print_timeline(summary)
         result['timeline'] = summary
@@ -106,12 +156,11 @@ def run_cameras(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any
 
 def _ticks(sessions: list[RolloverSession], frames: list[torch.Tensor], info: PreprocessInfo,
            count: int, device: torch.device, stats: BatchStats,
-           label: Callable[[], Any] = contextlib.nullcontext,
-           first: int = 0) -> tuple[list[float], int]:
+           spans: StepProfiler | None = None, first: int = 0) -> tuple[list[float], int]:
     """Feed ``count`` ticks (one frame per camera each); their ms and the scale-phase ticks.
 
-    ``label()`` wraps each tick (the profiler's tick range); ``first``: the first tick's
-    number (stamps go on from an earlier run).
+    ``spans`` (the profiler's, when profiling) labels each tick and the sessions' steps;
+    ``first``: the first tick's number (stamps go on from an earlier run).
     """
     times_ms: list[float] = []
     scale_ticks = 0
@@ -122,9 +171,9 @@ def _ticks(sessions: list[RolloverSession], frames: list[torch.Tensor], info: Pr
                   for k in range(len(sessions))]
         if cuda:
             torch.cuda.synchronize(device)
-        with label():
+        with contextlib.nullcontext() if spans is None else spans.span(TICK):
             start = time.perf_counter()
-            preds = step_batch(sessions, inputs, stats)
+            preds = step_batch(sessions, inputs, stats, spans)
             if cuda:
                 torch.cuda.synchronize(device)
         times_ms.append((time.perf_counter() - start) * 1e3)

@@ -54,6 +54,7 @@ from lingbot_map_ros.tools.bench_cameras import run_cameras, synthetic_frames
 from lingbot_map_ros.tools.bench_components import components_report, format_report
 from lingbot_map_ros.tools.bench_rollover import add_live_arguments, block_report, \
     HEADLINE_KEYS, live_drop_report
+from lingbot_map_ros.tools.bench_spans import LaunchClock, PartEvents
 from lingbot_map_ros.tools.bench_timeline import print_profile
 from lingbot_map_ros.tools.fast_path_flags import add_fast_path_flags
 import numpy as np
@@ -198,94 +199,47 @@ def _components(session: RolloverSession, frames: list[torch.Tensor], info: Prep
                 count: int, device: torch.device) -> dict[str, float]:
     """Mean device ms per streaming frame of each model part, and of the whole call.
 
-    CUDA events recorded by forward hooks bracket each part on the stream; a frame's parts run
-    one after another, so they add up to the model's share of the frame time (the rest is
-    host-side: preprocessing hand-off, pose decoding).
+    CUDA events recorded by the engine's step ranges (``bench_spans.PartEvents``) bracket each
+    part on the stream; a frame's parts run one after another, so they add up to the model's
+    share of the frame time (the rest is host-side: preprocessing hand-off, pose decoding).
     """
-    model = session.model
-    parts = ['aggregator', 'camera_head']
-    if model.depth_head is not None and session.config.stream.enable_depth:
-        parts.append('depth_head')
-    events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {p: [] for p in parts}
-
-    def pre(name: str) -> None:
-        start = torch.cuda.Event(enable_timing=True)
-        start.record()
-        events[name].append((start, torch.cuda.Event(enable_timing=True)))
-
-    def post(name: str) -> None:
-        events[name][-1][1].record()
-
-    # Every part runs through the engine's frame runner (graphs or eager), not its module's
-    # forward.
+    parts = ['aggregator', 'camera head']
+    if session.model.depth_head is not None and session.config.stream.enable_depth:
+        parts.append('depth head')
+    events = PartEvents(parts)
     engine = session.session.engine
-    runner = engine.runner
-    engine.runner = _Bracketed(runner, pre, post)  # type: ignore[assignment]
+    engine.set_profiler(events)
     try:
         times_ms, _ = stream_frames(session, frames, info, count, device)
     finally:
-        engine.runner = runner
+        engine.set_profiler(None)
     torch.cuda.synchronize(device)
-    out = {name: round(float(np.mean([a.elapsed_time(b) for a, b in pairs])), 3)
-           for name, pairs in events.items() if pairs}
+    out = {part.replace(' ', '_'): ms for part, ms in events.mean_ms().items()}
     out['frame'] = round(float(np.mean(times_ms)), 3)
     return out
 
 
-class _Bracketed:
-    """The frame runner with ``before(part)`` / ``after(part)`` around each part it runs."""
-
-    def __init__(self, inner: Any, before: Any, after: Any) -> None:
-        self._inner, self._before, self._after = inner, before, after
-
-    def _bracket(self, part: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        self._before(part)
-        out = fn(*args, **kwargs)
-        self._after(part)
-        return out
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._bracket('aggregator', self._inner, *args, **kwargs)
-
-    def camera(self, *args: Any, **kwargs: Any) -> Any:
-        return self._bracket('camera_head', self._inner.camera, *args, **kwargs)
-
-    def depth(self, *args: Any, **kwargs: Any) -> Any:
-        return self._bracket('depth_head', self._inner.depth, *args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
-def _host_timing(session: StreamingSession, frames: list[torch.Tensor], info: PreprocessInfo,
+def _host_timing(session: RolloverSession, frames: list[torch.Tensor], info: PreprocessInfo,
                  count: int) -> dict[str, float]:
     """Mean host ms per streaming frame: in all, before the first graph launch, in launches.
 
-    Why: the GPU is idle from the end of one frame (the session syncs to read the pose) until
-    the first kernel of the next, so host work before the first launch, and a launch's own
-    host cost, add to the frame time one for one. ``CUDAGraph.replay`` is wrapped to time it.
+    Why: ``bench_spans.LaunchClock``; the engine's 'graph launch' ranges time the launches.
     """
-    totals = {'wall': 0.0, 'before_first_launch': 0.0, 'in_launches': 0.0}
-    frame = {'start': 0.0, 'launched': False}
-    original = torch.cuda.CUDAGraph.replay
-
-    def timed_replay(graph: torch.cuda.CUDAGraph) -> None:
-        begin = time.perf_counter()
-        if not frame['launched']:
-            totals['before_first_launch'] += begin - frame['start']
-            frame['launched'] = True
-        original(graph)
-        totals['in_launches'] += time.perf_counter() - begin
-
-    torch.cuda.CUDAGraph.replay = timed_replay  # type: ignore[method-assign]
+    clock = LaunchClock()
+    engine = session.session.engine
+    engine.set_profiler(clock)
+    wall_s = 0.0
     try:
         for i in range(count):
-            frame.update(start=time.perf_counter(), launched=False)
+            clock.start_frame()
+            start = time.perf_counter()
             session.step_tensor(frames[i % len(frames)], info, i * 33_000_000)
             torch.cuda.synchronize()
-            totals['wall'] += time.perf_counter() - frame['start']
+            wall_s += time.perf_counter() - start
     finally:
-        torch.cuda.CUDAGraph.replay = original  # type: ignore[method-assign]
+        engine.set_profiler(None)
+    totals = {'wall': wall_s, 'before_first_launch': clock.before_first_launch_s,
+              'in_launches': clock.in_launches_s}
     return {name: round(total / count * 1e3, 3) for name, total in totals.items()}
 
 

@@ -19,7 +19,7 @@ fewer cached tokens, so they are faster (the cache attention is over half of a f
 frame: docs/performance.md, 'Floors per part of a frame'). A block of frames that holds a
 window refill therefore has a lower mean than one that does not. Before a rollover the next
 session is prepared: for ``lead`` frames each frame also runs one unit of its scale pass
-(``engine/session/scale_steps.py``), so those frames are a little slower, and the rollover frame
+(``engine/scale_pass.py``), so those frames are a little slower, and the rollover frame
 itself only switches. :func:`block_report` gives the max/min ratio of the block means over every
 block after the first (nothing excluded) and, separately, over the blocks that hold no refill, no
 preparation and no rollover frame, so each effect is visible rather than averaged away; the

@@ -14,9 +14,8 @@
 """Where a tick's time goes: host ranges, the GPU's busy and idle time, kernels by kind.
 
 ``lingbot_map_bench model --cameras N --profile T`` runs T more ticks under ``torch.profiler``
-(host and CUDA activity) with the engine's main host steps labelled (:data:`STEPS`: the
-session's planning and finishing, staging, the graph replays, the heads, the waits), then reads
-the trace back and reports, per tick (mean over the ticks):
+(host and CUDA activity) with the host steps labelled, then reads the trace back and reports,
+per tick (mean over the ticks):
 
 * wall time, the GPU's busy time (the union of its kernels, copies and fills) and idle time,
   and how much of the idle time falls before the first kernel and after the last;
@@ -27,6 +26,11 @@ the trace back and reports, per tick (mean over the ticks):
   the step that replayed it: 'frame graph' or 'batch graph' for the aggregator, 'camera head'
   for the heads).
 
+The labels are the engine's own step ranges (``engine/profiling.py``, ``STEPS``: staging, the
+graph replays, the heads, the waits), recorded through the profiler the engine is given
+(:class:`RecordFunctionSpans`, ``Engine.set_profiler``), and the benchmark's session steps
+around them (:data:`SESSION_STEPS`: planning, finishing, a frame alone). Nothing is patched.
+
 Why: a batch of several cameras' frames shares the frame-wise work but also the host work and
 the waits around it; a kernel table alone does not show which of them a tick's time is in.
 """
@@ -34,35 +38,20 @@ the waits around it; a kernel table alone does not show which of them a tick's t
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-import contextlib
-import functools
-import importlib
+from collections.abc import Callable
 import json
 import os
 import tempfile
 from typing import Any
 
+from lingbot_map_ros.engine.engine import Engine
 import torch
 
 TICK = 'tick'
-STEPS: list[tuple[str, str, str]] = [
-    # (module, attribute path, label)
-    ('lingbot_map_ros.engine.session.rollover', 'RolloverSession.frame_job', 'plan'),
-    ('lingbot_map_ros.engine.session.rollover', 'RolloverSession.finish_job', 'finish'),
-    ('lingbot_map_ros.engine.session.rollover', 'RolloverSession.step_tensor', 'step alone'),
-    ('lingbot_map_ros.engine.model.aggregator', 'Aggregator.prepare', 'prepare'),
-    ('lingbot_map_ros.engine.cache.staged_frames', 'StagedFrames.stage_frame', 'stage'),
-    ('lingbot_map_ros.engine.cache.staged_frames', 'StagedFrames.finish', 'unstage'),
-    ('lingbot_map_ros.engine.model.whole_batch', 'batch_inputs', 'batch inputs'),
-    ('lingbot_map_ros.engine.model.whole_batch', 'WholeBatches._outputs', 'batch graph'),
-    ('lingbot_map_ros.engine.model.graphed', 'FrameGraphs.run', 'frame graph'),
-    ('lingbot_map_ros.engine.model.frame_runner', 'FrameRunner.camera', 'camera head'),
-    ('lingbot_map_ros.engine.model.lanes', 'Lanes.run', 'lanes'),
-    ('lingbot_map_ros.engine.model.gct', 'LingbotMapModel.forward_batch', 'forward batch'),
-    ('lingbot_map_ros.engine.model.gct', 'LingbotMapModel.forward_frame', 'forward frame'),
-    ('torch.cuda', 'synchronize', 'wait (sync)'),
-]
+SESSION_STEPS = {'plan': 'a session plans its frame of a batch (``frame_job``)',
+                 'finish': "a session takes its frame's output (``finish_job``)",
+                 'step alone': 'a frame that cannot batch runs alone (``step_tensor``)'}
+"""The benchmark's own labels around the sessions' calls (``bench_cameras.step_batch``)."""
 KINDS: list[tuple[str, tuple[str, ...]]] = [
     # (kind, name fragments), first match wins
     # PyTorch's own flash kernels (frame, DINO and camera-head attention) before FA3's,
@@ -78,31 +67,12 @@ KINDS: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 
-def _wrapped(fn: Callable[..., Any], label: str) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        with torch.profiler.record_function(label):
-            return fn(*args, **kwargs)
-    return run
+class RecordFunctionSpans:
+    """A step profiler (``engine/profiling.py``): each span a ``torch.profiler`` label."""
 
-
-@contextlib.contextmanager
-def labelled_steps() -> Iterator[None]:
-    """Label the host steps of :data:`STEPS` (``record_function``) while inside; undone after."""
-    undo: list[tuple[Any, str, Any]] = []
-    try:
-        for module_name, path, label in STEPS:
-            owner: Any = importlib.import_module(module_name)
-            *parents, name = path.split('.')
-            for parent in parents:
-                owner = getattr(owner, parent)
-            original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
-            undo.append((owner, name, original))
-            setattr(owner, name, _wrapped(getattr(owner, name), label))
-        yield
-    finally:
-        for owner, name, original in reversed(undo):
-            setattr(owner, name, original)
+    def span(self, name: str) -> Any:
+        """Return ``record_function(name)``: the span shows in the profiler's trace."""
+        return torch.profiler.record_function(name)
 
 
 def _profiled(run: Callable[[], object], device: torch.device,
@@ -129,20 +99,25 @@ def print_profile(run: Callable[[], object], device: torch.device) -> None:
     print(_profiled(run, device)[1])
 
 
-def profile_ticks(run: Callable[[Callable[[], Any]], Any], device: torch.device,
-                  rows: int = 30) -> tuple[dict[str, Any], str]:
-    """Profile ``run(label)``, which wraps each tick in ``label()``.
+def profile_ticks(run: Callable[[RecordFunctionSpans], Any], engine: Engine,
+                  device: torch.device, rows: int = 30) -> tuple[dict[str, Any], str]:
+    """Profile ``run(spans)``, which wraps each tick in ``spans.span(TICK)``.
 
+    ``engine`` records its step ranges into the same spans meanwhile (its profiler is put
+    back after); ``run`` labels its own steps with them too (:data:`SESSION_STEPS`).
     Without CUDA the trace has no device work: the whole tick counts as idle, which then
     splits the host's time by step.
 
     Returns:
         :func:`summarise`'s dict, and the operator table of :func:`_profiled`.
     """
-    from torch.profiler import record_function
-
-    with labelled_steps():
-        prof, table = _profiled(lambda: run(lambda: record_function(TICK)), device, rows)
+    spans = RecordFunctionSpans()
+    before = engine.profiler
+    engine.set_profiler(spans)
+    try:
+        prof, table = _profiled(lambda: run(spans), device, rows)
+    finally:
+        engine.set_profiler(before)
     handle, path = tempfile.mkstemp(suffix='.json')
     os.close(handle)
     try:

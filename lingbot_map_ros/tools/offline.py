@@ -40,11 +40,12 @@ continuous trajectory; every reset re-anchors the map at the next frame, so pose
 different segments are in different frames; the TUM header lists the segments. Storage that
 breaks mid-bag (a corrupt sqlite page) ends the run early: what was read is flushed and
 written, and the summary says why under ``storage_error``. ``--ply`` builds the node's
-``~/map`` with the same accumulator and the same ``map.*`` settings
-(``engine/map/map_accumulator.py``), one ``map.ply`` per segment. With ``metric.source: depth`` and
-``RunOptions.depth_topic`` the depth images of that topic are paired with the frames by the
-node's :class:`~lingbot_map_ros.ros.inference.depth_input.DepthInput` (each colour frame is fed
-once the messages recorded before the next one were read), so poses, depth and map are in metres.
+``~/map`` with the same ``map.*`` settings (``tools/replay_map.py``: the odom-frame map, and with
+loop closure the ``map``-frame one of keyframe pieces), one ``map.ply`` per segment. With
+``metric.source: depth`` and ``RunOptions.depth_topic`` the depth images of that topic are
+paired with the frames by the node's
+:class:`~lingbot_map_ros.ros.inference.depth_input.DepthInput` (each colour frame is fed once the
+messages recorded before the next one were read), so poses, depth and map are in metres.
 """
 
 from __future__ import annotations
@@ -58,9 +59,7 @@ import time
 from typing import Any
 
 from lingbot_map_ros.config import EngineConfig, LoopConfig, MapConfig, MetricConfig
-from lingbot_map_ros.engine.loop import sim3
-from lingbot_map_ros.engine.map.map_accumulator import MapAccumulator
-from lingbot_map_ros.engine.map.ply import write_ply
+from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 from lingbot_map_ros.engine.session.reasons import POLICY, Reason
@@ -71,6 +70,7 @@ from lingbot_map_ros.ros.inference.depth_input import DepthInput
 from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.replay_loop import LoopReplay
+from lingbot_map_ros.tools.replay_map import ReplayMap
 from lingbot_map_ros.tools.trajectory import Trajectory
 import numpy as np
 from tqdm import tqdm
@@ -94,7 +94,8 @@ class RunOptions:
     save_depth: bool = False
     """Write ``depth/<stamp_ns>.npz`` per frame (depth, depth_conf, intrinsics, c2w)."""
     save_ply: bool = False
-    """Write the map of the keyframes as ``map.ply`` (``map_seg<N>.ply`` for later segments)."""
+    """Write the map of the keyframes as ``map.ply`` (``map_seg<N>.ply`` for later segments;
+    with loop closure in ``map``, and the odom-frame one as ``map_odom.ply``)."""
     map: MapConfig = MapConfig()  # noqa: A003 - the map section
     """Settings of that map: the node's ``map.*`` parameters."""
     max_frames: int | None = None
@@ -160,14 +161,14 @@ class OfflineRunner:
         self._drops: dict[str, int] = {}
         self._segments: list[dict[str, Any]] = [
             {'index': 0, 'reason': 'start', 'start_stamp_ns': None, 'poses': 0}]
-        self._map = MapAccumulator(options.map, session.config.stream.device) \
-            if options.save_ply else None
         # Metric scale: the node's pairing, without waiting (the bag order is known).
         self._depth = DepthInput(options.metric, 64, self._drop, _LOG.debug) \
             if options.metric.enabled and options.depth_topic else None
         self._loop = LoopReplay(session, options.loop, verifier=verifier,
                                 scale_fixed=options.metric.enabled) \
             if options.loop is not None else None
+        self._map = ReplayMap(options.map, session.config.stream.device, self._axes,
+                              self._loop) if options.save_ply else None
         self._map_poses: np.ndarray | None = None
 
     @classmethod
@@ -359,19 +360,12 @@ class OfflineRunner:
                                 depth_conf=pred.depth_conf.cpu().numpy(),
                                 intrinsics=pred.intrinsics, c2w=c2w)
         if self._map is not None and pred.is_keyframe:
-            # As the node's ~/map: the prediction's points in the map frame (here map axes).
-            self._map.add_points(pred.points(self._axes), pred.depth, pred.depth_conf,
-                                 pred.image)
+            self._map.add(pred)
 
     def _write_map(self) -> None:
-        """Write the current segment's map (if it has keyframes) and start an empty one."""
-        if self._map is None or self._map.num_keyframes == 0:
-            return
-        segment = len(self._segments) - 1
-        self._out.mkdir(parents=True, exist_ok=True)
-        write_ply(self._out / ('map.ply' if segment == 0 else f'map_seg{segment}.ply'),
-                  *self._map.points())
-        self._map.clear()
+        """Write the current segment's maps (before its loop closure ends) and start anew."""
+        if self._map is not None:
+            self._map.write(self._out, len(self._segments) - 1)
 
 
 def _session_counts(rollover: RolloverStats) -> dict[str, Any]:

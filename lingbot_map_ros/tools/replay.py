@@ -201,8 +201,8 @@ def _log_summary(summary: dict[str, Any], out: Path) -> None:
     if evaluation:
         _LOG.info('map frame (loop closure) vs ground truth: APE rmse %.4f, RPE rmse %.4f',
                   evaluation['ape_m']['rmse'], evaluation['rpe_m']['rmse'])
-    for name in ('trajectory.tum', 'trajectory_map.tum', 'trajectory.png', 'map.ply', 'depth',
-                 'summary.json'):
+    for name in ('trajectory.tum', 'trajectory_map.tum', 'trajectory.png', 'map.ply',
+                 'map_odom.ply', 'depth', 'summary.json'):
         if (out / name).exists():
             _LOG.info('wrote %s', out / name)
 
@@ -236,7 +236,9 @@ def _add_run_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument('--ply', action='store_true',
                    help="save the map of the keyframes as map.ply: the node's ~/map, built "
                         'with the map.* parameters of the YAML (e.g. --set map.voxel_size=0.02'
-                        '); turns stream.enable_depth on')
+                        '); with --loop-closure in the map frame, placed by the corrected '
+                        'keyframes, and the odom-frame map as map_odom.ply; turns '
+                        'stream.enable_depth on')
     p.add_argument('--depth-topic', default=None,
                    help='depth images aligned to the colour images (16UC1 mm or 32FC1 m): '
                         'metric outputs, as the node with metric.source:=depth')

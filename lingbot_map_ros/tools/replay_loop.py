@@ -18,9 +18,10 @@
 the closer after each keyframe, so the replay stays deterministic (every candidate is verified
 before the next frame). At the end every frame's pose in ``map`` is the latest keyframe at or
 before it, as finally corrected, moved by the frame's odometry since that keyframe:
-``M_f = M_k @ inv(O_k) @ O_f``. A session reset (a new ``odom``) closes the graph of its
-segment and starts a new one. The verifier is the model's (no pacing offline) unless one is
-given (tests).
+``M_f = M_k @ inv(O_k) @ O_f``; :meth:`LoopReplay.keyframe_poses` gives the keyframes' own
+(``tools/replay_map.py`` places the ``--ply`` map's pieces by them). A session reset (a new
+``odom``) closes the graph of its segment and starts a new one. The verifier is the model's
+(no pacing offline) unless one is given (tests).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import logging
 from typing import Any
 
 from lingbot_map_ros.config import LoopConfig
-from lingbot_map_ros.engine.loop import sim3
+from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop.image_store import network_rgb
 from lingbot_map_ros.engine.loop.loop_closer import LoopCloser
 from lingbot_map_ros.engine.loop.verification import KeyframeRecord, Verifier
@@ -100,6 +101,21 @@ class LoopReplay:
         """End the segment (a session reset): its map poses are final; a new graph starts."""
         self._finish_segment()
         self._start()
+
+    @property
+    def num_keyframes(self) -> int:
+        """Keyframes of the current segment so far."""
+        return len(self._odometry_kf)
+
+    def keyframe_poses(self) -> np.ndarray:
+        """[K, 4, 4] Sim(3) map-from-camera of the segment's keyframes, as corrected so far.
+
+        A keyframe the graph has no node for keeps its odometry pose (as in :meth:`map_poses`).
+        """
+        corrected = self._closer.corrected_poses() if self._closer is not None else []
+        poses = [corrected[k] if k < len(corrected) else c2w
+                 for k, c2w in enumerate(self._odometry_kf)]
+        return np.stack(poses) if poses else np.zeros((0, 4, 4))
 
     def map_poses(self) -> np.ndarray:
         """[N, 4, 4] Sim(3) map-from-camera of every frame so far (engine world axes)."""

@@ -31,8 +31,8 @@ from __future__ import annotations
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.errors import CachePoolExhaustedError, TimeIndexLimitError
 from lingbot_map_ros.engine.image import geometry
+from lingbot_map_ros.engine.scale_pass import scale_units
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
-from lingbot_map_ros.engine.session.scale_steps import scale_units
 import numpy as np
 from tiny_engine import tiny_config
 import torch
@@ -171,7 +171,7 @@ class OracleModel(torch.nn.Module):
         return other
 
     def scale_pass(self, images: torch.Tensor, with_depth: bool = False) -> 'OracleScalePass':
-        """Return the scale pass, run unit by unit as ``engine.scale_steps.ScalePass`` does."""
+        """Return the scale pass, run unit by unit as ``engine.scale_pass.ScalePass`` does."""
         return OracleScalePass(self, images, with_depth)
 
     def forward_frame(self, image: torch.Tensor, time_index: int, keyframe: bool,

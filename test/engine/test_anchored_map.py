@@ -19,8 +19,8 @@ bounds drop the oldest pieces (counted), and bad input is refused or counted.
 """
 
 from lingbot_map_ros.config import MapConfig
+from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.image import geometry
-from lingbot_map_ros.engine.loop import sim3
 from lingbot_map_ros.engine.map import anchored_map
 from lingbot_map_ros.engine.map.anchored_map import AnchoredMap
 from lingbot_map_ros.engine.map.map_accumulator import MapAccumulator

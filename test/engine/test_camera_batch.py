@@ -25,14 +25,15 @@ from __future__ import annotations
 import dataclasses
 
 from lingbot_map_ros.config import EngineConfig
-from lingbot_map_ros.engine.cameras.camera_batch import (batch_graphs, BatchStats, feed_batch,
-                                                         step_batch)
+from lingbot_map_ros.engine.cameras.camera_batch import batch_graphs, BatchStats, feed_batch
 from lingbot_map_ros.engine.engine import Engine
 from lingbot_map_ros.engine.model.batched import BatchGraphs
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.reasons import Reason
 from lingbot_map_ros.engine.session.rollover import RolloverSession
 from lingbot_map_ros.engine.session.stream_feeder import StreamFeeder
+# The benchmark's driver of preprocessed frames (bench model --cameras N), checked here too.
+from lingbot_map_ros.tools.bench_cameras import step_batch
 import numpy as np
 import pytest
 from tiny_engine import random_frames, tiny_config

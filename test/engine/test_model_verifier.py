@@ -35,8 +35,8 @@ from lingbot_map_ros.engine.loop.model_verifier import decode_rgb, FramePace, Mo
 from lingbot_map_ros.engine.loop.pass_verdict import verdict, VerifierConfig
 from lingbot_map_ros.engine.loop.verification import KeyframeRecord
 from lingbot_map_ros.engine.loop.view_agreement import agreement, centre_spread_ratio, View
+from lingbot_map_ros.engine.scale_pass import scale_units
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
-from lingbot_map_ros.engine.session.scale_steps import scale_units
 from lingbot_map_ros.tools.synthetic_scene import render_sequence, SceneConfig
 import numpy as np
 from PIL import Image

@@ -22,10 +22,11 @@ Run: ``python -m pytest test/engine/test_place_descriptor.py`` (about 10 s on 2 
 from __future__ import annotations
 
 from lingbot_map_ros.config import EngineConfig
-from lingbot_map_ros.engine.cameras.camera_batch import step_batch
+from lingbot_map_ros.engine.cameras.camera_batch import BatchStats, feed_batch
 from lingbot_map_ros.engine.engine import Engine
 from lingbot_map_ros.engine.model.place_descriptor import place_descriptor
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
+from lingbot_map_ros.engine.session.stream_feeder import StreamFeeder
 from lingbot_map_ros.tools.synthetic_scene import render_sequence, SceneConfig
 import numpy as np
 import pytest
@@ -140,13 +141,15 @@ def test_neighbours_score_higher_than_far_places_and_other_scenes(runs):
 def test_batched_frames_give_the_descriptors_of_single_frames(room, runs):
     _, on = runs
     engine = Engine.load(_config(), allow_random_weights=True)
-    cameras = [StreamingSession(_config(), engine=engine, place_descriptors=want)
+    cameras = [StreamFeeder(StreamingSession(_config(), engine=engine, place_descriptors=want))
                for want in (True, False)]
     preds = [[], []]
+    stats = BatchStats()
     for i, image in enumerate(room[:N_S + 3]):
-        tensor, info, _ = cameras[0].preprocess(image)
-        for k, frame_preds in enumerate(step_batch(cameras, [(tensor, info, i)] * 2)):
-            preds[k].extend(frame_preds)
+        for k, result in enumerate(feed_batch(cameras, [image] * 2, [1_000 + i] * 2, stats)):
+            assert result.accepted and result.drop is None and not result.resets
+            preds[k].extend(result.predictions)
+    assert stats.batches == 3  # the frames after the scale phase ran batched
     with_desc, without = preds
     assert all(p.descriptor is None for p in without)
     for pred in with_desc:

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The next session prepared unit by unit (engine/session/scale_steps.py), tiny model (CPU).
+"""The next session prepared unit by unit (engine/scale_pass.py), tiny model (CPU).
 
 Run: ``OMP_NUM_THREADS=1 python -m pytest test/engine/test_prepared_rollover.py`` (~1 min).
 """
@@ -25,9 +25,9 @@ from lingbot_map_ros.engine.cache.capacity import pool_pages
 from lingbot_map_ros.engine.cache.stream_kv import prep_pages, stream_pages
 from lingbot_map_ros.engine.engine import Engine
 from lingbot_map_ros.engine.image.preprocess import preprocess_image
+from lingbot_map_ros.engine.scale_pass import scale_units
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.rollover import RolloverSession
-from lingbot_map_ros.engine.session.scale_steps import scale_units
 import numpy as np
 import pytest
 from tiny_engine import random_frames, tiny_config

@@ -14,10 +14,11 @@
 """``~/map`` with loop closure through the real node (rclpy graph, CPU, an oracle network).
 
 The oracle of test_loop_node.py drives a route twice with an odometry whose heading drifts;
-here it also gives each keyframe the depth of the room around the route (a box,
-:data:`ROOM`) seen from the keyframe's true pose. Without loop closure ``~/map`` is in
-``odom`` and shows the wall twice; with it, ``~/map`` is in ``map``, every keyframe's piece
-is moved by the corrected graph, and a revisit's points lie on its first visit's.
+here it also gives each keyframe the depth of the room around the route (a box, from
+test/engine/loop/room_oracle.py) seen from the keyframe's true pose. Without loop closure
+``~/map`` is in ``odom`` and shows the wall twice; with it, ``~/map`` is in ``map``, every
+keyframe's piece is moved by the corrected graph, and a revisit's points lie on its first
+visit's.
 
 Run: ``pytest test/ros/test_loop_map_node.py`` (needs gtsam; about a minute on 2 busy cores).
 """
@@ -27,8 +28,7 @@ from pathlib import Path
 import sys
 import threading
 
-from lingbot_map_ros.engine.image import geometry
-from lingbot_map_ros.engine.loop import sim3
+from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.map.ply import read_ply
 from lingbot_map_ros.ros.publishers.map_output import MAP_QOS
 from node_harness import stamp_ns, TINY_CPU, wait_for  # noqa: F401
@@ -40,60 +40,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'engine'))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'engine' / 'loop'))
-from loop_scenes import LandmarkVerifier, Places, rotation, route  # noqa: E402,I100,I202
-from place_oracle import PlaceOracle  # noqa: E402,I100,I202
+from loop_scenes import LandmarkVerifier, Places, route  # noqa: E402,I100,I202
+from room_oracle import ROOM, WallOracle  # noqa: E402,I100,I202
 from test_loop_node import feed_route, LAP, LOOP, NUM, settled  # noqa: E402,I100,I202
 
 pytest.importorskip('gtsam')
 pytestmark = pytest.mark.rostest
 
-ROOM = np.array([5.0, 3.0, 7.0])
-"""Half extents of the box room around the route (radius 3), in ground-truth units."""
 VOXEL = 0.02
 _TIMEOUT_S = 120.0
 _ns = itertools.count()
-
-
-def heading_drift(truth: np.ndarray) -> np.ndarray:
-    """Return the route as an odometry whose heading drifts 0.5 degrees a frame."""
-    out = [truth[0]]
-    for k in range(1, len(truth)):
-        step = sim3.inverse(truth[k - 1]) @ truth[k]
-        out.append(out[-1] @ step @ sim3.make(rotation([0, 1, 0], np.radians(0.5)),
-                                              np.zeros(3)))
-    return np.stack(out)
-
-
-class WallOracle(PlaceOracle):
-    """The place oracle whose depth is the room seen from each keyframe's true pose."""
-
-    def __init__(self, truth: np.ndarray, config, places: Places) -> None:
-        """Answer with the drifting odometry of ``truth``, and depth from ``truth`` itself."""
-        super().__init__(heading_drift(truth), config, places)
-        self.truth = truth
-
-    def _outputs(self, images: torch.Tensor, with_depth: bool) -> dict:
-        out = super()._outputs(images, False)
-        if with_depth:
-            scale = self._session_frame()[0]
-            height, width = images.shape[-2:]
-            k = geometry.pose_encoding_to_intrinsics(out['pose_enc'][0].numpy(),
-                                                     (height, width))
-            maps = [scale * room_depth(self.truth[self._index(image)], np.asarray(k),
-                                       (height, width)) for image in images]
-            out['depth'] = torch.tensor(np.stack(maps), dtype=torch.float32)
-            out['depth_conf'] = torch.ones_like(out['depth'])
-        return out
-
-
-def room_depth(pose: np.ndarray, k: np.ndarray, size_hw: tuple[int, int]) -> np.ndarray:
-    """z-depth of the room's walls seen by a camera at ``pose`` (inside the room)."""
-    v, u = np.mgrid[0:size_hw[0], 0:size_hw[1]]
-    rays = np.stack([(u - k[0, 2]) / k[0, 0], (v - k[1, 2]) / k[1, 1], np.ones(u.shape)], -1)
-    d = rays @ pose[:3, :3].T
-    with np.errstate(divide='ignore', invalid='ignore'):
-        t = (np.sign(d) * ROOM - pose[:3, 3]) / d  # per axis: where the ray meets that wall
-    return np.where(np.isfinite(t) & (t > 0), t, np.inf).min(-1)  # ray z is 1: t is depth
 
 
 def start(graph, loop: bool, directory: Path | None = None):

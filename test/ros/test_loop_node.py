@@ -31,7 +31,7 @@ import sys
 import threading
 
 from geometry_msgs.msg import PoseWithCovarianceStamped
-from lingbot_map_ros.engine.loop import sim3
+from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.ros.publishers.loop_outputs import LOOP_KEYS
 from lingbot_map_ros.ros.publishers.odom_frames import OdomFrames
 from nav_msgs.msg import Odometry, Path as PathMsg

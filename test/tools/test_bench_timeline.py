@@ -16,8 +16,12 @@
 Run: ``python -m pytest test/tools/test_bench_timeline.py``.
 """
 
-from lingbot_map_ros.tools.bench_timeline import labelled_steps, STEPS, summarise
+from lingbot_map_ros.config import EngineConfig
+from lingbot_map_ros.engine.engine import Engine
+from lingbot_map_ros.tools.bench_timeline import profile_ticks, RecordFunctionSpans, summarise, \
+    TICK
 import pytest
+import torch
 
 
 def _span(name, cat, ts, dur, **args):
@@ -68,18 +72,27 @@ def test_busy_idle_and_their_split_by_step_and_kind():
     assert got['kernels'] == 1.5
 
 
-def test_labelled_steps_wrap_and_then_restore_every_step():
-    import importlib
+def test_profile_ticks_lends_the_engine_its_spans_and_then_puts_the_profiler_back():
+    engine = Engine.load(EngineConfig.from_flat({'model.preset': 'tiny', 'stream.device': 'cpu'}),
+                         allow_random_weights=True)
+    before = RecordFunctionSpans()
+    engine.set_profiler(before)
+    lent = []
 
-    def resolve(module, path):
-        owner = importlib.import_module(module)
-        for part in path.split('.'):
-            owner = getattr(owner, part)
-        return owner
+    def run(spans):
+        lent.append(spans)
+        assert engine.profiler is spans  # the engine records into the ticks' spans
+        with spans.span(TICK), spans.span('plan'):
+            torch.ones(4).sum()
 
-    before = [resolve(module, path) for module, path, _ in STEPS]
-    with labelled_steps():
-        inside = [resolve(module, path) for module, path, _ in STEPS]
-        assert all(a is not b for a, b in zip(before, inside))
-        assert all(b.__wrapped__ is a for a, b in zip(before, inside))
-    assert [resolve(module, path) for module, path, _ in STEPS] == before
+    summary, table = profile_ticks(run, engine, torch.device('cpu'))
+    assert len(lent) == 1 and lent[0] is not before
+    assert engine.profiler is before
+    assert summary['ticks'] == 1 and set(summary['idle_by_step_ms']) <= {'plan', '-'}
+
+    def fails(spans):
+        raise RuntimeError('tick failed')
+
+    with pytest.raises(RuntimeError, match='tick failed'):
+        profile_ticks(fails, engine, torch.device('cpu'))
+    assert engine.profiler is before

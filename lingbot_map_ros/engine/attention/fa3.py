@@ -90,6 +90,9 @@ class Fa3RunAttention:
             query tile that our Triton kernel takes, 0: none (``fa3_joint_tail_rows``).
         tail_splits: key parts of our kernel over those rows (``fa3_tail_splits``).
         config: ``cache.kernel`` (None: the defaults).
+        kernels: FA3's ``(flash_attn_varlen_func, _flash_attn_forward)`` (None: imported from
+            ``fa3-fwd``); the conformance tests give a float64 equivalent to check the parts
+            and their merge on the CPU.
 
     Raises:
         ValueError: a value ``KernelConfig`` refuses.
@@ -99,7 +102,8 @@ class Fa3RunAttention:
     def __init__(self, num_splits: int | None = None, query_scale: str | None = None,
                  parts: int | None = None, joint_parts: int | None = None,
                  joint_tail_rows: int | None = None, tail_splits: int | None = None,
-                 config: KernelConfig | None = None) -> None:
+                 config: KernelConfig | None = None,
+                 kernels: tuple[Any, Any] | None = None) -> None:
         given = {'fa3_splits': num_splits, 'fa3_query_scale': query_scale, 'fa3_parts': parts,
                  'fa3_joint_parts': joint_parts, 'fa3_joint_tail_rows': joint_tail_rows,
                  'fa3_tail_splits': tail_splits}
@@ -107,7 +111,7 @@ class Fa3RunAttention:
                                      **{k: v for k, v in given.items() if v is not None})
         self.config = config
         """The ``cache.kernel`` this kernel runs with (the arguments given laid over it)."""
-        self._attend, self._forward = import_fa3()
+        self._attend, self._forward = kernels if kernels is not None else import_fa3()
         self._num_splits = config.fa3_splits
         self._query_scale = config.fa3_query_scale
         self._parts = config.fa3_parts

@@ -281,7 +281,7 @@ def attend_run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: torch.
 
 def check_run_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        bounds: torch.Tensor, splits: int) -> None:
-    """Raise ValueError unless the operands suit the run kernels (this one and ``triton_fp8``)."""
+    """Raise ValueError unless the operands suit the run kernels (this one, bench's variants)."""
     if q.dim() != 3 or k.dim() != 3 or v.dim() != 3 or k.shape != v.shape \
             or k.shape[1:] != q.shape[1:]:
         raise ValueError(f'triton attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v '

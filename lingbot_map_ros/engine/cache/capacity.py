@@ -43,7 +43,7 @@ def pool_pages(cache: CacheConfig, page_size: int, num_special_tokens: int = 6,
     if cache.pool_pages:
         return cache.pool_pages
     # Each stream's rollover prepares its next session beside it: the next session's scale
-    # frames take their pages from this headroom until the switch (engine/session/scale_steps.py).
+    # frames take their pages from this headroom until the switch (engine/scale_pass.py).
     per_stream = stream_pages(page_size, num_special_tokens, cache.scale_frames,
                               cache.sliding_window, cache.max_total_frames)
     check = prep_pages(page_size, num_special_tokens, check_frames) if check_frames > 0 else 0

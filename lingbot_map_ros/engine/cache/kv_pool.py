@@ -82,7 +82,9 @@ class KVPool:
         num_special_tokens: Specials at the start of each frame.
         dtype: Attention dtype of the K/V.
         device: Where the pages live.
-        backend: Attention backend name ('flashinfer', 'sdpa', 'reference', 'triton').
+        backend: Attention backend name ('flashinfer', 'sdpa', 'reference', 'triton', 'fa3',
+            'auto'), or a backend already built (the attention conformance tests drive one
+            the name would refuse on this device: Triton under ``TRITON_INTERPRET=1``).
         storage_dtype: K/V storage dtype when it differs from ``dtype`` (FP8).
         full_patch_pages: ``N_s + W``, for the backend's split (``attention/split.py``).
         precision: ``cache.precision``: 'faithful' (products within the fidelity gate) or
@@ -96,7 +98,8 @@ class KVPool:
 
     def __init__(self, *, num_layers: int, num_pages: int, page_size: int, num_heads: int,
                  head_dim: int, num_special_tokens: int, dtype: torch.dtype,
-                 device: torch.device, backend: str, storage_dtype: torch.dtype | None = None,
+                 device: torch.device, backend: str | AttentionBackend,
+                 storage_dtype: torch.dtype | None = None,
                  full_patch_pages: int = 0, precision: str = 'faithful',
                  kernel: KernelConfig | None = None) -> None:
         self.page_size = page_size
@@ -104,8 +107,12 @@ class KVPool:
         self.tokens_per_frame = num_special_tokens + page_size
         self.dtype = dtype
         self.device = torch.device(device)
-        # 'auto' -> the fastest backend this device runs; 'triton' refused where it cannot run.
-        backend = resolve_backend(backend, self.device, dtype, storage_dtype, precision)
+        built = None if isinstance(backend, str) else backend
+        if built is not None:
+            backend = built.name
+        else:
+            # 'auto' -> the fastest backend this device runs; 'triton' refused where it cannot.
+            backend = resolve_backend(backend, self.device, dtype, storage_dtype, precision)
         self.backend_name = backend
         self.precision = precision
         self.kernel = kernel or KernelConfig()
@@ -113,7 +120,7 @@ class KVPool:
         self.storage_dtype = check_storage_dtype(storage_dtype, dtype, backend)
         self.full_patch_pages = full_patch_pages
         # The backend first: a missing FlashInfer fails before gigabytes are allocated.
-        self.backend: AttentionBackend = make_backend(
+        self.backend: AttentionBackend = built if built is not None else make_backend(
             backend, num_heads=num_heads, head_dim=head_dim, page_size=page_size,
             num_pages=num_pages, dtype=dtype, device=self.device,
             full_patch_pages=full_patch_pages, precision=precision, kernel=self.kernel)

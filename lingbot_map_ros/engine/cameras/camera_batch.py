@@ -49,6 +49,7 @@ import time
 from lingbot_map_ros.engine.engine import Engine
 from lingbot_map_ros.engine.frames import frame_tag, FrameTag
 from lingbot_map_ros.engine.model.batched import BatchCall, BatchGraphs
+from lingbot_map_ros.engine.profiling import step_range
 from lingbot_map_ros.engine.session.frame_job import FrameJob
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 from lingbot_map_ros.engine.session.stream_feeder import FeedResult, Image, StreamFeeder
@@ -147,43 +148,6 @@ def feed_batch(feeders: Sequence[StreamFeeder], images: Sequence[Image],
     return results  # type: ignore[return-value]
 
 
-def step_batch(sessions: Sequence, frames: Sequence[tuple[torch.Tensor, object, FrameTag | int]],
-               stats: BatchStats | None = None) -> list[list[FramePrediction]]:
-    """Step preprocessed frames of several sessions, batched where they can (benchmarks).
-
-    ``sessions[k].step_tensor(*frames[k])`` for each k, without a feeder's policy: the first
-    error is raised after every other frame was run (the benchmark stops on it).
-
-    Args:
-        sessions: ``StreamingSession`` or ``RolloverSession``, one per stream.
-        frames: per session, ``(tensor, info, tag)`` as ``step_tensor`` takes them.
-        stats: as for :func:`feed_batch`.
-    """
-    preds: list[list[FramePrediction]] = [[] for _ in sessions]
-    planned: list[tuple[int, FrameJob]] = []
-    failed: list[Exception] = []
-    for k, (session, (tensor, info, tag)) in enumerate(zip(sessions, frames)):
-        try:
-            job = session.frame_job(tensor, info, tag)
-            if job is None:
-                preds[k] = session.step_tensor(tensor, info, tag)
-                if stats is not None:
-                    stats.alone_frames += 1
-            else:
-                planned.append((k, job))
-        except Exception as exc:  # noqa: BLE001 - the first one is raised below
-            failed.append(exc)
-    outcomes = run_jobs([job for _, job in planned], stats)
-    for (k, job), outcome in zip(planned, outcomes):
-        try:
-            preds[k] = sessions[k].finish_job(job, outcome.out, outcome.model_ms)
-        except Exception as exc:  # noqa: BLE001 - the first one is raised below
-            failed.append(exc)
-    if failed:
-        raise failed[0]
-    return preds
-
-
 def run_jobs(jobs: Sequence[FrameJob], stats: BatchStats | None = None) -> list[JobOutcome]:
     """Run planned frames, one batch per engine, depth setting and image size.
 
@@ -243,14 +207,15 @@ def _run_group(jobs: list[FrameJob]) -> list[JobOutcome]:
     """Run jobs of one engine, depth setting and size as one batch (module docstring, 2)."""
     engine = jobs[0].stream.engine
     agg = engine.model.aggregator
-    with engine.lock:
+    with engine.lock, engine.profiled():
         errors: dict[int, Exception] = {}
         ready: list[int] = []
         patch_hw = (0, 0)
         for i, job in enumerate(jobs):
             try:
-                patch_hw = agg.prepare(job.image, job.time_index, job.role,
-                                       job.stream.state.kv)
+                with step_range('prepare'):
+                    patch_hw = agg.prepare(job.image, job.time_index, job.role,
+                                           job.stream.state.kv)
                 ready.append(i)
             except Exception as exc:  # noqa: BLE001 - the frame's own finish raises it
                 errors[i] = exc
@@ -267,9 +232,10 @@ def _run_group(jobs: list[FrameJob]) -> list[JobOutcome]:
                 calls = [(state, BatchCall(state.kv, jobs[i].time_index, jobs[i].role))
                          for i, state in zip(ready, states)]
                 images = torch.cat([jobs[i].image for i in ready])
-                batch = engine.model.forward_batch(
-                    images, calls, patch_hw, jobs[ready[0]].with_depth, engine.runner,
-                    batch_graphs(engine), any(jobs[i].with_descriptor for i in ready))
+                with step_range('forward batch'):
+                    batch = engine.model.forward_batch(
+                        images, calls, patch_hw, jobs[ready[0]].with_depth, engine.runner,
+                        batch_graphs(engine), any(jobs[i].with_descriptor for i in ready))
                 for i, out in zip(ready, batch):
                     if not jobs[i].with_descriptor:
                         out.pop('descriptor', None)  # only keyframes that ask carry one
@@ -277,7 +243,8 @@ def _run_group(jobs: list[FrameJob]) -> list[JobOutcome]:
         except Exception as exc:  # noqa: BLE001 - every frame of the batch failed with it
             outs.update((i, exc) for i in ready)
         if engine.device.type == 'cuda':
-            torch.cuda.synchronize(engine.device)
+            with step_range('wait (sync)'):
+                torch.cuda.synchronize(engine.device)
         model_ms = (time.perf_counter() - start) * 1e3
     return [JobOutcome(outs[i], model_ms if i in ready else 0.0, len(ready))
             for i in range(len(jobs))]

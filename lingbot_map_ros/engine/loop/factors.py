@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Sequence
 
-from lingbot_map_ros.engine.loop import sim3
+from lingbot_map_ros.engine import sim3
 import numpy as np
 
 Robust = Literal['huber', 'cauchy', 'none']

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import logging
 from typing import Any
 
-from lingbot_map_ros.engine.loop import sim3
+from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop.dependencies import require_gtsam
 from lingbot_map_ros.engine.loop.factors import FactorMaker, Robust
 from lingbot_map_ros.engine.loop.pose_graph import check_edge, PoseGraphEdge

@@ -39,8 +39,8 @@ from __future__ import annotations
 
 from typing import Callable, Literal
 
+from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop import map_format as fmt
-from lingbot_map_ros.engine.loop import sim3
 from lingbot_map_ros.engine.loop.image_store import ImageStore
 from lingbot_map_ros.engine.loop.incremental_graph import LoopOutcome, PoseGraph
 from lingbot_map_ros.engine.loop.place_index import PlaceCandidate, PlaceIndex

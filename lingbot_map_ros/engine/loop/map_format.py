@@ -13,8 +13,9 @@
 # limitations under the License.
 """What a saved map holds, the limits a loaded one must respect, and the model's identity.
 
-A map is one folder (format version :data:`FORMAT_VERSION`; written and read by
-``map_store.py``). N keyframes, E graph edges, D descriptor floats, K stored images, M points::
+A map is one folder (format version :data:`FORMAT_VERSION`; written by ``map_store.py``, read
+by ``map_load.py``). N keyframes, E graph edges, D descriptor floats, K stored images, M
+points::
 
     metadata.json               format, version, model hash, image size, counts, sha256 per
                                 file, frame_from_graph (16 numbers, row-major)
@@ -42,6 +43,7 @@ import os
 from pathlib import Path
 import threading
 
+from lingbot_map_ros.engine import sim3
 import numpy as np
 
 FORMAT_NAME = 'lingbot_map_ros.map'
@@ -140,6 +142,21 @@ class MapSnapshot:
     frame_from_graph: np.ndarray = field(default_factory=lambda: np.eye(4))
     """float64 [4, 4] rigid: the frame the map is published in (the node's ``map``) from the
     graph's frame; the node keeps it so that a loaded map is published where it was made."""
+
+
+def rigid_frame(matrix: np.ndarray) -> np.ndarray:
+    """Return ``matrix`` as float64 [4, 4] once it is a finite rigid transform.
+
+    Raises:
+        ValueError: another shape, non-finite values, a scale or shear, a bad bottom row.
+    """
+    arr = np.asarray(matrix, dtype=np.float64)
+    if arr.shape != (4, 4):
+        raise ValueError(f'frame_from_graph must be [4, 4], got {list(arr.shape)}')
+    sim3.check_poses(arr[None], 'frame_from_graph')
+    if abs(float(sim3.scale_of(arr)) - 1.0) > 1e-6:
+        raise ValueError('frame_from_graph must be rigid (scale 1)')
+    return arr
 
 
 @dataclass(frozen=True)

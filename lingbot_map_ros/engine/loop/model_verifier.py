@@ -18,7 +18,7 @@ nearest stored keyframes of each (``lookup``) run together as one scale pass: th
 frames of a session attend to each other in both directions, so the camera head places all
 of them in one frame (the candidate's camera, the pass's frame 0) and the DPT head gives each
 its depth and confidence. This is the machinery of a rollover's preparation
-(``session/scale_steps.ScalePass``) on a scratch stream of the engine: the pass writes its
+(``engine/scale_pass.ScalePass``) on a scratch stream of the engine: the pass writes its
 K/V to a small lease of the pool's headroom and reads no cache; it is never installed, and
 its pages go back when it ends. The live stream's pages and counters are not touched.
 
@@ -28,7 +28,7 @@ the same device stream as the frames. :meth:`ModelVerifier.start` returns the pa
 :class:`VerificationPass` whose :meth:`~VerificationPass.step` runs one unit: call it from a
 frame's ``overlap`` hook, as the rollover does, or let :meth:`ModelVerifier.verify` (the
 ``Verifier`` protocol, on the loop closer's worker thread) run the units, calling ``pace``
-before each: a pace that waits for served frames (:class:`FramePace`) keeps it to one unit
+before each: a pace that waits for served frames (``frame_pace.FramePace``) keeps it to one unit
 beside at most one frame in every N (``loop.verify_unit_interval``). At most one pass is in
 flight; another ``start`` meanwhile is answered 'busy'.
 
@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING
 from lingbot_map_ros.engine.errors import (InvalidFrameError, LingbotMapError,
                                            PoolExhaustedError, ResolutionChangedError)
 from lingbot_map_ros.engine.image.preprocess import preprocess_image
+from lingbot_map_ros.engine.loop.frame_pace import FramePace  # noqa: F401 - re-exported
 from lingbot_map_ros.engine.loop.pass_verdict import (rejected, Sides, verdict,
                                                       VerifierConfig)
 from lingbot_map_ros.engine.loop.verification import KeyframeRecord, Verification
@@ -64,7 +65,7 @@ import torch
 
 if TYPE_CHECKING:
     from lingbot_map_ros.engine.engine import Engine, EngineStream
-    from lingbot_map_ros.engine.session.scale_steps import ScalePass
+    from lingbot_map_ros.engine.scale_pass import ScalePass
 
 _LOG = logging.getLogger(__name__)
 
@@ -190,7 +191,7 @@ class ModelVerifier:
             config: thresholds and sizes.
             lookup: a stored keyframe by index, None where there is none (the loop closer's
                 store): each side's neighbours. Without it a side is its keyframe alone.
-            pace: called before each unit by :meth:`verify` (e.g. a :class:`FramePace`).
+            pace: called before each unit by :meth:`verify` (e.g. a ``FramePace``).
 
         Raises:
             ValueError: the model has no depth head, or the pass would not fit the scale
@@ -306,82 +307,6 @@ class ModelVerifier:
                         side.append(record)
                         taken.add(index)
         return sides
-
-
-class FramePace:
-    """A ``pace`` for :class:`ModelVerifier`: one unit beside at most one frame in N.
-
-    The frame thread calls :meth:`tick` after each frame; the verifier's worker, before each
-    unit, waits until N = ``every_n_frames`` frames were served since the previous unit was let
-    go (a check's first unit runs at once when that is long past: frames served while no check
-    ran buy no burst of units). A unit let go after frame ``f`` runs beside frame ``f + 1``, so
-    two units never share a frame and are at least N frames apart: a check's model work costs
-    the stream 1/N of a unit per frame and takes N times as many frames. With no frame for
-    ``timeout_s`` (a stopped camera) the unit runs anyway, so a check always ends.
-
-    :meth:`take` is the same decision without waiting, for a caller that runs the units in a
-    frame's ``overlap`` hook: ``pace.tick(); if pace.take(): verification.step()``.
-    """
-
-    def __init__(self, timeout_s: float = 0.5, every_n_frames: int = 1) -> None:
-        """Space units ``every_n_frames`` frames apart (>= 1); wait ``timeout_s`` (> 0).
-
-        Raises:
-            ValueError: ``timeout_s`` not > 0, or ``every_n_frames`` not an int >= 1.
-        """
-        if not timeout_s > 0:
-            raise ValueError(f'FramePace: timeout_s={timeout_s} must be > 0')
-        if isinstance(every_n_frames, bool) or not isinstance(every_n_frames, int) \
-                or every_n_frames < 1:
-            raise ValueError(f'FramePace: every_n_frames={every_n_frames!r} must be an int '
-                             '>= 1')
-        self._timeout_s = timeout_s
-        self.every_n_frames = every_n_frames
-        """Least number of frames from one unit to the next."""
-        self._frames = 0
-        self._next = 1
-        self._cond = threading.Condition()
-
-    @property
-    def frames(self) -> int:
-        """Frames served so far (ticks)."""
-        return self._frames
-
-    @property
-    def pending(self) -> bool:
-        """Whether the next unit may run now (enough frames since the last one)."""
-        return self._frames >= self._next
-
-    def tick(self) -> None:
-        """Take note that a frame was served (frame thread; never waits for a unit)."""
-        with self._cond:
-            self._frames += 1
-            self._cond.notify_all()
-
-    def take(self) -> bool:
-        """Let a unit go now if it is due (no wait); True when it may run."""
-        with self._cond:
-            if self._frames < self._next:
-                return False
-            self._let_go()
-            return True
-
-    def __call__(self) -> int:
-        """Wait until the next unit is due, or for no frame in ``timeout_s`` (worker).
-
-        Returns:
-            The number of frames served when the unit was let go.
-        """
-        with self._cond:
-            while self._frames < self._next:
-                if not self._cond.wait(self._timeout_s):
-                    break  # no frame within the timeout: the camera stopped
-            return self._let_go()
-
-    def _let_go(self) -> int:
-        # Counted from now: frames served while no unit waited buy no burst of units later.
-        self._next = self._frames + self.every_n_frames
-        return self._frames
 
 
 def time_verification(verifier: ModelVerifier, query: KeyframeRecord,

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import logging
 from typing import Any, Literal, Sequence
 
-from lingbot_map_ros.engine.loop import sim3
+from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop.dependencies import require_gtsam
 from lingbot_map_ros.engine.loop.factors import FactorMaker, Robust
 import numpy as np

@@ -52,8 +52,9 @@ from dataclasses import dataclass
 import threading
 
 from lingbot_map_ros.config import MapConfig
-from lingbot_map_ros.engine.loop import sim3
+from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.map.keyframe_points import as_tensor, keyframe_points, voxel_keys
+from lingbot_map_ros.engine.map.sorted_voxels import group_sums, insert_sorted, locate
 import numpy as np
 import torch
 
@@ -284,10 +285,8 @@ class AnchoredMap:
                     pose: np.ndarray | None) -> tuple[_Piece, int, int]:
         """One keyframe's points -> (its piece, points thinned away, points too far)."""
         keys, inside = voxel_keys(xyz, self._config.voxel_size)
-        ukeys, inverse = torch.unique(keys, return_inverse=True)
-        sums = torch.zeros(ukeys.numel(), 7, dtype=torch.float32, device=self._device)
-        sums.index_add_(0, inverse, torch.cat([xyz[inside], colours[inside],
-                                               torch.ones_like(xyz[inside, :1])], dim=1))
+        _, sums, _ = group_sums(keys, torch.cat([xyz[inside], colours[inside],
+                                                 torch.ones_like(xyz[inside, :1])], dim=1))
         limit = min(MAX_PIECE_POINTS, self._config.max_points)
         thinned = max(sums.shape[0] - limit, 0)
         if thinned:  # evenly over the key order: every part of the view keeps some points
@@ -330,35 +329,22 @@ class AnchoredMap:
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Points -> (sorted unique keys, their sums, inverse, the points' indices kept)."""
         keys, inside = voxel_keys(world, self._config.voxel_size)
-        ukeys, inverse = torch.unique(keys, return_inverse=True)
         weight = colour[inside, 3:4]
-        sums = torch.zeros(ukeys.numel(), 7, dtype=torch.float32, device=self._device)
-        sums.index_add_(0, inverse, torch.cat([world[inside] * weight, colour[inside]], dim=1))
+        ukeys, sums, inverse = group_sums(keys, torch.cat([world[inside] * weight,
+                                                           colour[inside]], dim=1))
         return ukeys, sums, inverse, inside
 
     def _merge(self, world: torch.Tensor, colour: torch.Tensor, owner: torch.Tensor) -> None:
         """Fold one piece's moved points into the voxel map (keys stay sorted and unique)."""
         ukeys, sums, _, inside = self._fuse(world, colour)
         self._out_of_range += world.shape[0] - inside.numel()
-        num_old = self._keys.numel()
-        pos = torch.searchsorted(self._keys, ukeys)
-        found = (self._keys[pos.clamp(max=max(num_old - 1, 0))] == ukeys) & (pos < num_old) \
-            if num_old else torch.zeros_like(ukeys, dtype=torch.bool)
+        pos, found = locate(self._keys, ukeys)
         self._sums.index_add_(0, pos[found], sums[found])
         new = torch.nonzero(~found).squeeze(1)
         if not new.numel():
             return
-        # Destinations in the merged arrays (no sort of the whole map): an old voxel moves up
-        # by the new keys before it, a new key lands at its insertion point plus those before.
-        new_keys = ukeys[new]
-        new_at = pos[new] + torch.arange(new.numel(), device=self._device)
-        old_at = torch.arange(num_old, device=self._device) + \
-            torch.searchsorted(new_keys, self._keys)
-        keys = torch.empty(num_old + new.numel(), dtype=torch.int64, device=self._device)
-        merged = torch.empty(keys.numel(), 7, dtype=torch.float32, device=self._device)
-        keys[old_at], keys[new_at] = self._keys, new_keys
-        merged[old_at], merged[new_at] = self._sums, sums[new]
-        self._keys, self._sums = keys, merged
+        self._keys, (self._sums,) = insert_sorted(self._keys, ukeys[new], pos[new],
+                                                  [self._sums], [sums[new]])
 
     def _ensure_built(self) -> None:
         """Rebuild from the pieces when poses changed or a bound was passed (readers).

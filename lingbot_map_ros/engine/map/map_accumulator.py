@@ -48,6 +48,7 @@ import threading
 from lingbot_map_ros.config import MapConfig
 from lingbot_map_ros.engine.image.geometry import unproject_depth
 from lingbot_map_ros.engine.map.keyframe_points import as_tensor, keyframe_points, voxel_keys
+from lingbot_map_ros.engine.map.sorted_voxels import group_sums, insert_sorted, locate
 import numpy as np
 import torch
 
@@ -207,14 +208,9 @@ class MapAccumulator:
         or dropped (no sort of the whole map).
         """
         keys, points, colours, out_of_range = self._voxel_keys(points, colours)
-        ukeys, inverse = torch.unique(keys, return_inverse=True)
-        sums = torch.zeros(ukeys.numel(), 7, dtype=torch.float32, device=self._device)
-        sums.index_add_(0, inverse, torch.cat([points, colours, torch.ones_like(points[:, :1])],
-                                              dim=1))
-        num_old = self._keys.numel()
-        pos = torch.searchsorted(self._keys, ukeys)
-        found = (pos < num_old) & (self._keys[pos.clamp(max=max(num_old - 1, 0))] == ukeys) \
-            if num_old else torch.zeros_like(ukeys, dtype=torch.bool)
+        ukeys, sums, _ = group_sums(keys, torch.cat([points, colours,
+                                                     torch.ones_like(points[:, :1])], dim=1))
+        pos, found = locate(self._keys, ukeys)
         # Voxels already in the map: weighted mean of the old point and the new ones.
         found_at = torch.nonzero(found).squeeze(1)
         new_at = torch.nonzero(~found).squeeze(1)
@@ -243,20 +239,10 @@ class MapAccumulator:
 
     def _insert(self, keys: torch.Tensor, pos: torch.Tensor, data: torch.Tensor) -> None:
         """Merge sorted new ``keys`` (insertion points ``pos`` in the map) into the map."""
-        num_new, num_old = keys.numel(), self._keys.numel()
-        if num_new == 0:
+        if keys.numel() == 0:
             return
-        # Destinations in the merged arrays: each old entry moves up by the number of new keys
-        # before it; each new key lands at its insertion point plus the new keys before it.
-        new_at = pos + torch.arange(num_new, device=self._device)
-        old_at = torch.arange(num_old, device=self._device) + torch.searchsorted(keys, self._keys)
-        merged_keys = torch.empty(num_old + num_new, dtype=torch.int64, device=self._device)
-        merged_data = torch.empty(num_old + num_new, 7, dtype=torch.float32, device=self._device)
-        merged_last = torch.empty(num_old + num_new, dtype=torch.int64, device=self._device)
-        merged_keys[old_at], merged_keys[new_at] = self._keys, keys
-        merged_data[old_at], merged_data[new_at] = self._data, data
-        merged_last[old_at], merged_last[new_at] = self._last_seen, self._keyframes
-        self._keys, self._data, self._last_seen = merged_keys, merged_data, merged_last
+        self._keys, (self._data, self._last_seen) = insert_sorted(
+            self._keys, keys, pos, [self._data, self._last_seen], [data, self._keyframes])
 
     def _bound(self) -> int:
         """Drop the voxels seen longest ago (ties: the lightest) past ``max_points``."""

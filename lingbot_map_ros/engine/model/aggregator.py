@@ -314,7 +314,7 @@ class Aggregator(nn.Module):
         """Run the block pairs of a call on its DINO tokens, pausing after each pair.
 
         A resumable layer loop: the caller can run other work between two block pairs (a
-        rollover's next session spreads its scale pass over frames: engine/session/scale_steps.py).
+        rollover's next session spreads its scale pass over frames: engine/scale_pass.py).
         ``kv`` needs ``dtype`` and ``write`` only for a scale pass. Returns the call's output;
         with ``camera_only`` its one tap is the last tap layer's camera token [S, 1, 2C], all
         the camera head reads: a pass without depth then holds no [S, P, 2C] float32 taps

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from ..profiling import step_range
+
 
 def capture_graph(fn: Callable[[], Any],
                   pool: Any = None) -> tuple[torch.cuda.CUDAGraph, Any]:
@@ -106,5 +108,6 @@ class CapturedCall:
                 static.copy_(value)
             else:
                 static.fill_(value)
-        self._graph.replay()
+        with step_range('graph launch'):
+            self._graph.replay()
         return tuple(out.clone() for out in self._outputs)

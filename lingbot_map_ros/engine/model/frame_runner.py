@@ -63,6 +63,7 @@ from ..cache.staged_frames import can_stage, StagedFrames
 from ..cache.stream_kv import StreamKV
 from ..errors import CacheStateError
 from ..frames import Role
+from ..profiling import step_range
 
 
 @dataclass(frozen=True)
@@ -156,13 +157,16 @@ class FrameRunner:
                  kv: StreamKV) -> AggregatorOutput:
         """Run one call of the streaming schedule on stream ``kv`` (``Aggregator.forward``)."""
         agg = self._agg
-        patch_hw = agg.prepare(images, time_index, mode, kv)
-        self.bind_pool(kv.pool)
-        segmented = self.fast_path.mode.aggregator != 'eager'
-        graphs = self._graphs_for(images, kv.pool) if mode != 'scale' and segmented else None
-        if graphs is None:
-            return agg.run(images, time_index, mode, patch_hw, kv)
-        return graphs.run(images, time_index, mode, kv)
+        with step_range('aggregator'):
+            with step_range('prepare'):
+                patch_hw = agg.prepare(images, time_index, mode, kv)
+            self.bind_pool(kv.pool)
+            segmented = self.fast_path.mode.aggregator != 'eager'
+            graphs = self._graphs_for(images, kv.pool) if mode != 'scale' and segmented else None
+            if graphs is None:
+                return agg.run(images, time_index, mode, patch_hw, kv)
+            with step_range('frame graph'):
+                return graphs.run(images, time_index, mode, kv)
 
     def _graphs_for(self, images: torch.Tensor, pool: KVPool) -> FrameGraphs | None:
         """Return the segment runner of this resolution, dtype, device and mode (built once).
@@ -213,6 +217,10 @@ class FrameRunner:
 
     def camera(self, tokens: torch.Tensor, mode: Role) -> tuple[torch.Tensor, torch.Tensor]:
         """Run the camera head on a call's camera tokens (see ``CameraHead.forward``)."""
+        with step_range('camera head'):
+            return self._run_camera(tokens, mode)
+
+    def _run_camera(self, tokens: torch.Tensor, mode: Role) -> tuple[torch.Tensor, torch.Tensor]:
         head = self._camera
         if mode == 'scale' or not self.fast_path.mode.head_on('camera head'):
             return head(tokens, mode)
@@ -238,6 +246,11 @@ class FrameRunner:
     def depth(self, taps: Sequence[torch.Tensor],
               image_size_hw: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Run the depth head on a call's taps (see ``DPTHead.forward``)."""
+        with step_range('depth head'):
+            return self._run_depth(taps, image_size_hw)
+
+    def _run_depth(self, taps: Sequence[torch.Tensor],
+                   image_size_hw: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         head = self._depth
         if head is None:
             raise ValueError('depth requested but the model was built with enable_depth=False')

@@ -49,6 +49,7 @@ from .heads.dpt_head import DPTHead
 from .place_descriptor import place_descriptor
 from .stream_state import StreamState
 from ..frames import Role
+from ..profiling import step_range
 from ...config import ModelConfig
 
 if TYPE_CHECKING:
@@ -145,7 +146,7 @@ class LingbotMapModel(nn.Module):
     def call_context(self, stream: StreamState) -> Iterator[None]:
         """Enter what one call on ``stream`` runs in (SDPA kernels, the stream's camera cache).
 
-        For callers that run a call's parts themselves (engine/session/scale_steps.py).
+        For callers that run a call's parts themselves (engine/scale_pass.py).
         """
         with sdpa_kernel(_SDPA_BACKENDS), self._bound(stream):
             yield
@@ -280,7 +281,8 @@ class LingbotMapModel(nn.Module):
             heads: list[tuple[torch.Tensor, ...]] = []
 
             def depth() -> None:
-                heads.append(self.depth_head(features.taps, images.shape[-2:]))
+                with step_range('depth head'):
+                    heads.append(self.depth_head(features.taps, images.shape[-2:]))
 
             def camera(row: int, stream: StreamState, mode: Role
                        ) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
@@ -299,7 +301,8 @@ class LingbotMapModel(nn.Module):
                 for stream, _ in calls:
                     with self._bound(stream):
                         self.camera_head.reserve_cache(stream.camera.num_frames + 1)
-                poses = graphs.lanes.run(images.device, work, depth if with_depth else None)
+                with step_range('lanes'):
+                    poses = graphs.lanes.run(images.device, work, depth if with_depth else None)
             else:
                 poses = [run() for run in work]
                 if with_depth:

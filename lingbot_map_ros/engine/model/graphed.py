@@ -72,6 +72,7 @@ from .captured import capture_graph, maybe_compile
 from .layers import Block, wide_dtype
 from ..errors import CacheStateError
 from ..frames import NUM_SPECIAL_TOKENS, Role
+from ..profiling import step_range
 
 if TYPE_CHECKING:
     from .dino import DinoTrunk
@@ -337,13 +338,15 @@ class FrameGraphs:
 
     def _run_staged(self, keyframe: bool, kv: StreamKV) -> list[tuple[torch.Tensor, ...]]:
         staging = self._staged_cache()
-        key = staging.stage_frame(kv, keyframe)
+        with step_range('stage'):
+            key = staging.stage_frame(kv, keyframe)
         try:
             outputs = self._staged_outputs(key)
         except BaseException:
             staging.finish(failed=True)
             raise
-        staging.finish()
+        with step_range('unstage'):
+            staging.finish()
         return outputs
 
     def _staged_outputs(self, key: StagedKey) -> list[tuple[torch.Tensor, ...]]:
@@ -357,7 +360,8 @@ class FrameGraphs:
             # culprit), making the same cache writes the failed warm-up made.
             self._give_up_whole_frames(exc)
             return self._whole_frame(('range',))
-        graph.replay()
+        with step_range('graph launch'):
+            graph.replay()
         return outputs
 
     def _run_segments(self, mode: Role, kv: StreamKV) -> list[tuple[torch.Tensor, ...]]:
@@ -368,8 +372,12 @@ class FrameGraphs:
                 if i > 0:
                     _, q, k, v = self._outputs[i - 1][-4:]
                     self._o.copy_(agg.global_attention(i - 1, kv, plan)(q, k, v))
-                outputs = step.replay() if self._capture else step()  # type: ignore[operator]
-                outputs = self._outputs[i] if self._capture else outputs
+                if self._capture:
+                    with step_range('graph launch'):
+                        step.replay()
+                    outputs = self._outputs[i]
+                else:
+                    outputs = step()  # type: ignore[operator]
                 self._outputs[i] = outputs
         except BaseException:
             kv.end_frame(plan, failed=True)

@@ -51,6 +51,7 @@ from .captured import CapturedCall
 from ..cache.kv_pool import KVPool
 from ..cache.staged_frames import StagedFrames
 from ..cache.staged_runs import joint_kernel, RunsKernel, StagedRuns
+from ..profiling import step_range
 
 if TYPE_CHECKING:
     from ..attention.staged import StagedKey
@@ -108,15 +109,18 @@ class WholeBatches:
             return None
         keys: list[StagedKey] = []
         try:
-            for slot, call in zip(slots, calls):
-                keys.append(slot.stage_frame(call.kv, call.mode == 'keyframe'))
-            out = self._outputs(agg, graphs, images, calls, patch_hw, slots, tuple(keys))
+            with step_range('stage'):
+                for slot, call in zip(slots, calls):
+                    keys.append(slot.stage_frame(call.kv, call.mode == 'keyframe'))
+            with step_range('batch graph'):
+                out = self._outputs(agg, graphs, images, calls, patch_hw, slots, tuple(keys))
         except BaseException:
             for slot in slots[:len(keys)]:
                 slot.finish(failed=True)
             raise
-        for slot in slots:
-            slot.finish()
+        with step_range('unstage'):
+            for slot in slots:
+                slot.finish()
         self.batches += 1
         return out
 
@@ -124,7 +128,8 @@ class WholeBatches:
                  calls: Sequence[BatchCall], patch_hw: tuple[int, int],
                  slots: Sequence[StagedFrames],
                  keys: tuple[StagedKey, ...]) -> tuple[torch.Tensor, ...]:
-        inputs = (images, *batch_inputs(agg, images, calls, patch_hw))
+        with step_range('batch inputs'):
+            inputs = (images, *batch_inputs(agg, images, calls, patch_hw))
         kv_dtype = self.pool.dtype
         joint = joint_kernel(slots, keys)
         if not self._capture:

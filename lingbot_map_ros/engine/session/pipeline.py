@@ -297,7 +297,7 @@ class StreamingSession:
         with self._lock:
             self._stream.close()
 
-    # ---- a scale phase run ahead on another stream (rollover.py, scale_steps.py) --------------
+    # ---- a scale phase run ahead on another stream (rollover.py, ../scale_pass.py) ------------
 
     def adopt(self, stream: EngineStream, frames: list[tuple[torch.Tensor, PreprocessInfo,
                                                              FrameTag]],

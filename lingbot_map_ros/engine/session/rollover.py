@@ -23,9 +23,9 @@ see one stream:
 1. A ring keeps the last ``stream.overlap_keyframes`` keyframes' device tensors (the session's
    own ``network_input``: nothing is uploaded again) and published poses.
 2. **Preparation.** ``lead`` keyframes before the limit (``lead`` = the units of a scale pass,
-   ``scale_steps.scale_units``: 33 for the official model, 41 with depth) the ring is frozen as
+   ``scale_pass.scale_units``: 33 for the official model, 41 with depth) the ring is frozen as
    the next session's overlap, and the next session's scale pass over its first N_s frames
-   starts on a second stream of the engine (``scale_steps.ScalePass``, on N_s pages of the
+   starts on a second stream of the engine (``scale_pass.ScalePass``, on N_s pages of the
    pool's headroom). With each frame the ending session serves, one unit of it runs (a DINO
    frame, a block pair, a head), launched while the frame runs on the device, so its host time
    hides behind the frame's; it is ``ready`` before the limit.
@@ -69,11 +69,11 @@ from typing import Any
 from lingbot_map_ros.config import MetricConfig
 from lingbot_map_ros.engine.frames import FrameTag
 from lingbot_map_ros.engine.image.preprocess import PreprocessInfo
+from lingbot_map_ros.engine.scale_pass import scale_units
 from lingbot_map_ros.engine.session.frame_job import FrameJob
 from lingbot_map_ros.engine.session.metric_session import MetricSession
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.prediction import FramePrediction, host_maps, with_timing
-from lingbot_map_ros.engine.session.scale_steps import scale_units
 from lingbot_map_ros.engine.session.stitching import fit_rollover, Sim3Alignment
 from lingbot_map_ros.engine.stats import RolloverStats, SessionStats
 import numpy as np
@@ -102,7 +102,7 @@ class _Preparation:
     sensors: list[np.ndarray | None]
     """The overlap's sensor depths (``MetricSession.overlap``), frozen with it."""
     scale: Any = None
-    """Its scale pass on the next stream (``scale_steps.ScalePass``); None until it runs."""
+    """Its scale pass on the next stream (``scale_pass.ScalePass``); None until it runs."""
 
 
 class RolloverSession:

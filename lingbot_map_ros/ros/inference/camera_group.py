@@ -22,9 +22,10 @@ camera and names the camera that drives the fused ``~/pose``, ``~/odometry``, ``
 camera's keyframes, each through its camera's alignment.
 
 Frames of different cameras whose stamps are within ``input.sync_tolerance_s`` and that wait
-in the queue together are one group, fed through :func:`feed_group`; a frame with no partner
-waiting goes alone. A camera's bad frame is dropped and counted on its own counters; an error
-in one camera's outputs is counted there and never stops the others of its group.
+in the queue together (``camera_queue.CameraQueue``) are one group, fed through
+:func:`feed_group`; a frame with no partner waiting goes alone. A camera's bad frame is
+dropped and counted on its own counters; an error in one camera's outputs is counted there and
+never stops the others of its group.
 """
 
 from __future__ import annotations
@@ -42,10 +43,9 @@ from lingbot_map_ros.engine.frames import FrameTag
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 from lingbot_map_ros.engine.session.reasons import Reason
 from lingbot_map_ros.engine.session.stream_feeder import FeedResult, StreamFeeder
+from lingbot_map_ros.ros.inference.camera_queue import CameraQueue
 from lingbot_map_ros.ros.inference.camera_sizes import CameraSizes
 from lingbot_map_ros.ros.inference.session_runner import InputFrame, SessionRunner
-from lingbot_map_ros.ros.inference.worker import FrameQueue, item_bytes, MAX_QUEUE_BYTES
-from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.ros.parameters import input_params
 from lingbot_map_ros.ros.parameters.node_options import NodeOptions
 from lingbot_map_ros.ros.publishers import diagnostics
@@ -73,80 +73,6 @@ def feed_group(feeders: Sequence[StreamFeeder], images: Sequence[np.ndarray],
 def camera_options(options: NodeOptions) -> NodeOptions:
     """Return the options of one camera of several: its images' own frame ids."""
     return dataclasses.replace(options, camera_frame='')
-
-
-class CameraQueue(FrameQueue):
-    """The frame queue of several cameras: live mode keeps the newest frame of each camera.
-
-    Bounded in bytes too (``worker.MAX_QUEUE_BYTES``): in live mode, when the newest frames of
-    all cameras hold more, the oldest waiting frames of other cameras are dropped, each counted
-    on its own camera through ``count_overflow``.
-    """
-
-    def __init__(self, num_cameras: int, capacity: int, block_when_full: bool,
-                 max_bytes: int = MAX_QUEUE_BYTES,
-                 count_overflow: Callable[[str, int], None] | None = None) -> None:
-        """Create an empty queue (live: one frame per camera; bag: ``capacity`` frames)."""
-        super().__init__(capacity if block_when_full else num_cameras, block_when_full,
-                         max_bytes)
-        self._count_overflow = count_overflow
-
-    def put(self, item: InputFrame) -> int:
-        """Add a frame; in live mode it replaces the waiting frame of its camera (returns 1).
-
-        Returns:
-            The frames of ``item``'s camera dropped for it; frames of other cameras dropped to
-            stay within the byte bound are counted through ``count_overflow``.
-        """
-        if self._block:
-            return super().put(item)
-        size = item_bytes(item)
-        others: collections.Counter = collections.Counter()
-        with self._cond:
-            if self._closed:
-                return 0
-            old = [k for k, i in enumerate(self._items) if i.camera == item.camera]
-            for k in reversed(old):
-                self._pop(k)
-            while self._items and self._bytes + size > self._max_bytes:
-                others[self._pop().camera] += 1
-            self._append(item, size)
-        if self._count_overflow is not None:
-            for camera, num in others.items():
-                self._count_overflow(camera, num)
-        return len(old)
-
-    def take_synced(self, first: InputFrame, tolerance_ns: int) -> list[InputFrame]:
-        """Take the waiting frames of other cameras that are in sync with ``first``.
-
-        Only the oldest waiting frame of each camera is considered, so every camera's frames
-        stay in order.
-        """
-        stamp = _stamp(first)
-        if stamp is None:
-            return []
-        taken: list[InputFrame] = []
-        with self._cond:
-            seen = {first.camera}
-            for item in list(self._items):
-                if item.camera in seen:
-                    continue
-                seen.add(item.camera)
-                other = _stamp(item)
-                if other is not None and abs(other - stamp) <= tolerance_ns:
-                    taken.append(item)
-            for item in taken:
-                self._pop(next(k for k, i in enumerate(self._items) if i is item))
-            if taken:
-                self._cond.notify_all()
-        return taken
-
-
-def _stamp(item: InputFrame) -> int | None:
-    try:
-        return conversions.stamp_to_ns(item.msg.header.stamp)
-    except (conversions.InvalidStampError, AttributeError):
-        return None
 
 
 class CameraLink:

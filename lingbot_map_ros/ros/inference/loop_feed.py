@@ -32,8 +32,8 @@ from typing import Any, Callable
 
 from lingbot_map_ros.config import LoopConfig, MetricConfig, section_from_flat
 from lingbot_map_ros.engine.loop.dependencies import missing
+from lingbot_map_ros.engine.loop.frame_pace import FramePace
 from lingbot_map_ros.engine.loop.image_store import network_rgb
-from lingbot_map_ros.engine.loop.model_verifier import FramePace
 from lingbot_map_ros.engine.loop.verification import KeyframeRecord, Verifier
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 import numpy as np

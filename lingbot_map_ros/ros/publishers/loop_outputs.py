@@ -31,13 +31,13 @@ timer (:data:`GRAPH_PERIOD_S`) when the graph has changed, off the inference thr
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 from diagnostic_msgs.msg import DiagnosticStatus
 from geometry_msgs.msg import Point, PoseStamped, PoseWithCovarianceStamped, TransformStamped
-from lingbot_map_ros.engine.loop import sim3
+from lingbot_map_ros.config import LoopConfig
+from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.session.prediction import FramePrediction
-from lingbot_map_ros.ros.inference.loop_feed import LoopFeed
 from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.ros.parameters.node_options import NodeOptions
 from lingbot_map_ros.ros.publishers import diagnostics
@@ -71,6 +71,33 @@ _ACCEPTED = ColorRGBA(r=0.1, g=0.9, b=0.2, a=1.0)
 _REJECTED = ColorRGBA(r=0.9, g=0.1, b=0.1, a=1.0)
 
 
+class KeyframeFeed(Protocol):
+    """What the loop outputs use of the keyframe feed (``ros/inference/loop_feed.LoopFeed``)."""
+
+    config: LoopConfig
+    state: str
+    """``off``, ``unavailable`` or ``running`` (the ``loop`` status)."""
+    reason: str
+    map_source: Any
+    """The loaded map (``map_reuse.MapReuse``), or None."""
+    stamps: list[int]
+    """Stamp (ns) of each fed keyframe."""
+    num_dropped: int
+
+    @property
+    def closer(self) -> Any:
+        """Return the running LoopCloser, or None."""
+
+    def feed(self, pred: FramePrediction) -> None:
+        """Queue a keyframe (other frames only pace the verification)."""
+
+    def reset(self) -> None:
+        """Forget the run."""
+
+    def close(self) -> None:
+        """Stop the closer and the verifier."""
+
+
 def rigid(pose: np.ndarray) -> np.ndarray:
     """Return the rigid part of a [4, 4] Sim(3): its rotation and translation (the centre)."""
     return sim3.make(sim3.rotation_of(pose), pose[:3, 3])
@@ -79,7 +106,8 @@ def rigid(pose: np.ndarray) -> np.ndarray:
 class LoopOutput:
     """Publishes the map outputs of one camera's loop closure (module docstring)."""
 
-    def __init__(self, node: Any, values: dict[str, Any], feed: LoopFeed, outputs: Any) -> None:
+    def __init__(self, node: Any, values: dict[str, Any], feed: KeyframeFeed,
+                 outputs: Any) -> None:
         """Create the publishers (they stay silent while loop closure is off).
 
         Args:
@@ -110,8 +138,8 @@ class LoopOutput:
         self._timer = node.create_timer(GRAPH_PERIOD_S, self._refresh) if active else None
 
     @property
-    def feed(self) -> LoopFeed:
-        """Return the keyframe LoopFeed, which owns the closer."""
+    def feed(self) -> KeyframeFeed:
+        """Return the keyframe feed, which owns the closer."""
         return self._feed
 
     @property

@@ -24,8 +24,8 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
+from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop import PoseGraphEdge
-from lingbot_map_ros.engine.loop import sim3
 from lingbot_map_ros.engine.loop.verification import (information_from_fit, KeyframeRecord,
                                                       relative_sim3_from_points, Verification)
 import numpy as np

@@ -22,7 +22,7 @@ Used by the node and replay loop-closure tests.
 from pathlib import Path
 import sys
 
-from lingbot_map_ros.engine.loop import sim3
+from lingbot_map_ros.engine import sim3
 from loop_scenes import Places, rotation
 import numpy as np
 import torch

@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 import threading
 
-from lingbot_map_ros.engine.loop import sim3
+from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop.loop_closer import LoopCloser
 from lingbot_map_ros.engine.loop.map_format import MapExpectation, MapSnapshot
 from lingbot_map_ros.engine.loop.map_store import load_map, save_map

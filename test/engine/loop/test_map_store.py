@@ -22,11 +22,12 @@ import os
 from pathlib import Path
 
 from lingbot_map_ros.engine.errors import MapLoadError
-from lingbot_map_ros.engine.loop import map_store
+from lingbot_map_ros.engine.loop import map_load, map_store
 from lingbot_map_ros.engine.loop.image_store import encode_jpeg
 from lingbot_map_ros.engine.loop.map_format import (KeyframeGraph, MapExpectation, MapLimits,
                                                     MapSnapshot)
-from lingbot_map_ros.engine.loop.map_store import load_map, save_map
+from lingbot_map_ros.engine.loop.map_load import load_map
+from lingbot_map_ros.engine.loop.map_store import save_map
 from loop_scenes import drifting_route
 import numpy as np
 import pytest
@@ -184,7 +185,7 @@ def test_ten_gigabyte_declared_size_is_refused_unread(tmp_path: Path, monkeypatc
     (folder / 'metadata.json').write_text(json.dumps(meta))
     opened = []
     real_open = os.open
-    monkeypatch.setattr(map_store.os, 'open',
+    monkeypatch.setattr(map_load.os, 'open',
                         lambda path, *a, **k: opened.append(str(path)) or real_open(path, *a, **k))
     with pytest.raises(MapLoadError, match='declared size 10000000000 bytes'):
         load_map(folder, EXPECT)

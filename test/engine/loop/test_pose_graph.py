@@ -16,8 +16,8 @@
 Run: ``pytest test/engine/loop/test_pose_graph.py`` (CPU, needs gtsam; a few seconds).
 """
 
+from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop import optimize_pose_graph, PoseGraphEdge
-from lingbot_map_ros.engine.loop import sim3
 from loop_scenes import drifting_route, loop_edge, position_error, rotation
 import numpy as np
 import pytest

@@ -11,14 +11,21 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The Triton kernel's variants (split exponentials, FP8 products) against float64.
+"""The benchmark's Triton kernel variants (``bench/triton_fp8.py``) against float64.
 
-Runs where triton is installed: on CUDA, or on the CPU with ``TRITON_INTERPRET=1`` (fp16 there;
-numpy < 2.3). The interpreter rounds to e4m3 less accurately than the GPU's converter, so the
-FP8 bound is looser than the benchmark's 8e-2. Skipped otherwise.
+The variants (split exponentials, FP8 products) run in the kernel tables only
+(``bench/attention_kernels.py``), whose rows are worth reading only if the kernels are right:
+this checks them. Runs where triton is installed: on CUDA, or on the CPU with
+``TRITON_INTERPRET=1`` (fp16 there; numpy < 2.3; CI's interpreter run in ``scripts/test.sh``).
+The interpreter rounds to e4m3 less accurately than the GPU's converter, so the FP8 bound is
+looser than the benchmark's 8e-2. Skipped otherwise.
+
+Run: ``python -m pytest test/bench/test_triton_fp8.py``.
 """
 
 import os
+from pathlib import Path
+import sys
 
 import pytest
 import torch
@@ -28,7 +35,9 @@ ON_GPU = torch.cuda.is_available()
 if not ON_GPU and os.environ.get('TRITON_INTERPRET') != '1':
     pytest.skip('no CUDA and TRITON_INTERPRET is not 1', allow_module_level=True)
 
-from lingbot_map_ros.engine.attention.triton_fp8 import attend_run_fast  # noqa: E402,I100
+# The bench scripts import each other by name, from their folder (as ``python3 bench/x.py`` does).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'bench'))
+from triton_fp8 import attend_run_fast  # noqa: E402,I100
 
 DEV = 'cuda' if ON_GPU else 'cpu'
 DTYPE = torch.bfloat16 if ON_GPU else torch.float16

@@ -30,8 +30,10 @@ Why: at head dim 64 the bf16 kernel is bound by the softmax exponentials, not th
   Cody-Waite range reduction plus a degree-3 polynomial on the FMA units (relative error 1.9e-4,
   far under bf16's rounding of P), so the two units work in parallel.
 
-Both are kernels to measure (``bench/attention_kernels.py``); no backend runs them (they are no
-``cache.kernel`` knob).
+Both are kernels to measure (``attention_kernels.py``, through ``triton_runs.py``): measured
+slower than the engine's kernel (docs/performance.md), so they live here, outside the package;
+no backend runs them and no ``cache.kernel`` knob selects them (``kernel_json.py`` refuses
+their keys). Their check: ``test/bench/test_triton_fp8.py``.
 """
 
 from __future__ import annotations
