@@ -18,9 +18,8 @@
 #     Golden sets in .gpu_data/golden/.
 #   STAGE=model: `bench model` at the defaults only: pose, depth, one and two cameras.
 #   STAGE=verify: a tree's check before it lands: the GPU tests (GPU_TESTS, default: the
-#     attention, kernel-config, batch, loop and map files), golden set A through the robot path
-#     (compiled), the gate over the compiled defaults, `bench model` pose and depth; every log
-#     in one logs.tgz.
+#     attention, kernel-config, batch, gate, loop and map files), `bench model` pose and depth
+#     at the defaults, golden set A through the robot path (compiled); every log in one logs.tgz.
 set -uo pipefail
 out="${OUT:-bench/results/raw}"
 stage="${STAGE:-gate}"
@@ -94,15 +93,13 @@ test/engine/test_kernel_config.py test/engine/test_lanes.py test/engine/test_who
 test/engine/test_staged_runs.py test/tools/test_fidelity_gate.py test/engine/test_anchored_map.py \
 test/engine/loop/test_verify_pacing.py test/engine/test_model_verifier.py \
 test/engine/test_attention_conformance.py test/engine/test_frame_graphs.py \
-test/engine/test_fast_path.py test/engine/test_camera_batch.py test/engine/test_place_descriptor.py \
+test/engine/test_profiling.py test/engine/test_camera_batch.py test/engine/test_place_descriptor.py \
 test/engine/test_fp8_cache.py 2>/dev/null)}"
-  step gpu_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider $tests
-  step golden_A_defaults 170 python3 -m lingbot_map_ros.tools.golden .gpu_data/golden/stream_A $robot
-  step fidelity 110 python3 -m lingbot_map_ros.tools.bench fidelity --set .gpu_data/long/stream_D \
-    --frames-dir .gpu_data/loop --json-out "$out/fidelity.json" \
-    --weights-cache /tmp/golden_D.safetensors --combos default
+  # The gate's own GPU test (test_fidelity_gate.py) runs the defaults over the long set.
+  step gpu_tests 230 python3 -m pytest -q -m gpu -p no:cacheprovider -rs $tests
   step model_defaults_pose 70 $bench $(combo defaults)
   step model_defaults_depth 70 $bench $(combo defaults) --depth
+  step golden_A_defaults 170 python3 -m lingbot_map_ros.tools.golden .gpu_data/golden/stream_A $robot
   tar czf "$out/logs.tgz" -C "$out" $(cd "$out" && ls *.txt *.json 2>/dev/null) && \
     (cd "$out" && rm -f *.txt *.json)
 elif [ "$stage" = model ]; then

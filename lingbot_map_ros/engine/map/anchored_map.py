@@ -53,7 +53,8 @@ import threading
 
 from lingbot_map_ros.config import MapConfig
 from lingbot_map_ros.engine import sim3
-from lingbot_map_ros.engine.map.keyframe_points import as_tensor, keyframe_points, voxel_keys
+from lingbot_map_ros.engine.map.keyframe_points import as_tensor, check_live_config, \
+    keyframe_points, voxel_keys
 from lingbot_map_ros.engine.map.sorted_voxels import group_sums, insert_sorted, locate
 import numpy as np
 import torch
@@ -127,10 +128,7 @@ class AnchoredMap:
         Raises:
             ValueError: ``voxel_size`` or ``max_points`` differs.
         """
-        for name in ('voxel_size', 'max_points'):
-            if getattr(config, name) != getattr(self._config, name):
-                raise ValueError(f'map.{name} cannot change on a live map '
-                                 f'({getattr(self._config, name)} -> {getattr(config, name)})')
+        check_live_config(self._config, config)
         self._config = config
 
     @property

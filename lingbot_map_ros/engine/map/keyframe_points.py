@@ -81,6 +81,18 @@ def keyframe_points(points: torch.Tensor | np.ndarray, depth: torch.Tensor | np.
     return kept, colours, d.numel()
 
 
+FIXED_FIELDS = ('voxel_size', 'max_points')
+"""``map.*`` fields a live map cannot change (its voxel keys and bound depend on them)."""
+
+
+def check_live_config(old: MapConfig, new: MapConfig) -> None:
+    """Raise ValueError if ``new`` changes a field a live map keeps (``FIXED_FIELDS``)."""
+    for name in FIXED_FIELDS:
+        if getattr(new, name) != getattr(old, name):
+            raise ValueError(f'map.{name} cannot change on a live map '
+                             f'({getattr(old, name)} -> {getattr(new, name)})')
+
+
 def voxel_keys(points: torch.Tensor, voxel_size: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Return the voxel keys of the points that have one and those points' indices.
 

@@ -47,14 +47,14 @@ import threading
 
 from lingbot_map_ros.config import MapConfig
 from lingbot_map_ros.engine.image.geometry import unproject_depth
-from lingbot_map_ros.engine.map.keyframe_points import as_tensor, keyframe_points, voxel_keys
+from lingbot_map_ros.engine.map.keyframe_points import as_tensor, check_live_config, \
+    keyframe_points, voxel_keys
 from lingbot_map_ros.engine.map.sorted_voxels import group_sums, insert_sorted, locate
 import numpy as np
 import torch
 
 MAX_WEIGHT = 64.0
 """Cap on a voxel's observation weight (see the module docstring)."""
-_FIXED_FIELDS = ('voxel_size', 'max_points')
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +100,7 @@ class MapAccumulator:
         Raises:
             ValueError: ``voxel_size`` or ``max_points`` differs.
         """
-        for name in _FIXED_FIELDS:
-            if getattr(config, name) != getattr(self._config, name):
-                raise ValueError(f'map.{name} cannot change on a live map '
-                                 f'({getattr(self._config, name)} -> {getattr(config, name)})')
+        check_live_config(self._config, config)
         self._config = config
 
     @property
