@@ -37,6 +37,14 @@ _ns = itertools.count()
 params_file = launch_params  # the fixture: the test engine, bag-mode input
 
 
+def _default_sigint() -> None:
+    # A shell without job control starts background jobs with SIGINT ignored, and an ignored
+    # signal stays ignored across exec: the process would never see the Ctrl-C this test sends
+    # when the suite itself runs in the background (as `bash .ci/run &`). A user's terminal
+    # gives the default; so does this.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_the_console_script_starts_the_node_and_stops_cleanly_on_sigint(params_file, tmp_path):
     pytest.importorskip('launch_ros')
     namespace = f'/entry{os.getpid()}_{next(_ns)}'
@@ -49,7 +57,8 @@ def test_the_console_script_starts_the_node_and_stops_cleanly_on_sigint(params_f
     proc = subprocess.Popen(
         [sys.executable, '-c', code, f'namespace:={namespace}', f'params_file:={params_file}',
          'image_topic:=cam/image_raw', 'allow_random_weights:=true', 'log_level:=warn'],
-        cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=_default_sigint)
     got, problem = None, None
     try:
         got = probe_launch(namespace, 3)

@@ -36,7 +36,7 @@ def _args(*extra: str) -> argparse.Namespace:
 
 
 def test_the_interval_defaults_to_the_config_and_refuses_0():
-    assert _args().verify_unit_interval == LoopConfig.verify_unit_interval == 2
+    assert _args().verify_unit_interval == LoopConfig.verify_unit_interval
     with pytest.raises(ValueError, match='loop.verify_unit_interval=0 must be >= 1'):
         bench_loop.run(_args('--verify-unit-interval', '0'))
 
@@ -44,17 +44,19 @@ def test_the_interval_defaults_to_the_config_and_refuses_0():
 def test_the_report_counts_units_per_frame_and_check_latency_in_frames():
     result = bench_loop.run(_args())
     units = result['check']['units']
-    assert units > 1 and result['verify_unit_interval'] == 2
+    n = LoopConfig.verify_unit_interval
+    assert n > 1 and units > 1 and result['verify_unit_interval'] == n
     paced, every_frame = result['phases']['verifying'], result['phases']['back_to_back']
     frames = paced['num_frames']
     assert frames == every_frame['num_frames'] == 60 - 4  # the scale frames are not timed
-    # N = 2: frames 1, 3, 5, ... carry a unit; a check spans (units - 1) * 2 + 1 frames.
-    assert paced['verify_unit_interval'] == 2
-    assert paced['units_run'] == (frames + 1) // 2
+    # The default N: frames 1, 1 + N, 1 + 2N, ... carry a unit; a check spans (units - 1) * N + 1
+    # frames.
+    assert paced['verify_unit_interval'] == n
+    assert paced['units_run'] == (frames + n - 1) // n
     assert paced['units_per_frame'] == pytest.approx(paced['units_run'] / frames, abs=1e-4)
-    assert paced['min_frames_between_units'] == 2
+    assert paced['min_frames_between_units'] == n
     assert paced['checks_completed'] == paced['units_run'] // units
-    assert paced['check_latency_frames_max'] == (units - 1) * 2 + 1
+    assert paced['check_latency_frames_max'] == (units - 1) * n + 1
     # N = 1: a unit beside every frame, a check spans its units.
     assert every_frame['verify_unit_interval'] == 1
     assert every_frame['units_run'] == frames and every_frame['units_per_frame'] == 1.0
