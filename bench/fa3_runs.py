@@ -85,7 +85,7 @@ def run_rows(checks, timed, flops):
 
 def two_run_rows(checks, flops):
     """Two key runs: one varlen launch over both, two launches, and our Triton kernel on two
-    side streams at once (what ``model/lanes.py`` does for two cameras)."""
+    side streams at once (what ``runner/lanes.py`` does for two cameras)."""
     (q, k, v), ref = checks[0]
     if not q.is_cuda:
         return

@@ -80,7 +80,7 @@ class KernelConfig:
     the backend can ('fa3' with parts; ``cache/staged_runs.py``); false: camera by camera."""
     lanes: bool = True
     """A batch's per-camera work (cache attentions, camera heads) runs side by side on side
-    CUDA streams (``model/lanes.py``); false: one after the other on one stream."""
+    CUDA streams (``runner/lanes.py``); false: one after the other on one stream."""
 
     def __post_init__(self) -> None:
         for name, (least, most) in INT_BOUNDS.items():

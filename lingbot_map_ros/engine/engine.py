@@ -13,9 +13,9 @@
 # limitations under the License.
 """Engine: one model, one fast path and one KV page pool per device; streams take turns on them.
 
-The engine loads the weights once, builds the fast path once (``model/fast_path.py``: the mode
-asked for and in effect, the fallback counters; ``model/frame_runner.py``: compile, capture)
-and, at the first frame of an image size, the
+The engine loads the weights once, builds its runner once (``runner/``: the mode asked for and
+in effect, the fallback counters, compile, capture; :meth:`Engine.run` is the one way the model
+runs) and, at the first frame of an image size, the
 KV page pool (``cache/kv_pool.py``) sized from ``cache.streams`` / ``cache.pool_pages``.
 :meth:`Engine.open_stream` hands out an :class:`EngineStream`: one stream's caches
 (``model/stream_state.py``) and the calls of the streaming schedule on them. A stream leases
@@ -30,6 +30,7 @@ serialised by its lock.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 import logging
 from pathlib import Path
@@ -42,14 +43,14 @@ from lingbot_map_ros.engine.cache.stream_cache import new_kv_pool, tokens_per_fr
 from lingbot_map_ros.engine.cache.stream_kv import StreamKV
 from lingbot_map_ros.engine.device import resolve_device, resolve_dtypes
 from lingbot_map_ros.engine.errors import ResolutionChangedError
-from lingbot_map_ros.engine.model.batched import BatchGraphs
-from lingbot_map_ros.engine.model.fast_path import FastPathState
-from lingbot_map_ros.engine.model.frame_runner import FrameRunner
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.model.golden_weights import fill_golden_weights
 from lingbot_map_ros.engine.model.stream_state import StreamState
 from lingbot_map_ros.engine.model.weights import load_checkpoint, load_weights
 from lingbot_map_ros.engine.profiling import activated, step_range, StepProfiler
+from lingbot_map_ros.engine.runner.fast_path import FastPathState
+from lingbot_map_ros.engine.runner.jobs import Job, Outcome
+from lingbot_map_ros.engine.runner.runner import Runner
 from lingbot_map_ros.engine.scale_pass import ScalePass
 from lingbot_map_ros.engine.stats import CacheStats
 import torch
@@ -85,10 +86,8 @@ class Engine:
         self.fast_path = FastPathState('eager' if on_cpu_uncompiled else stream.fast_path,
                                        stream.compile)
         """The mode of every stream of this engine and its fallback counters."""
-        self.runner = FrameRunner.for_model(model, self.fast_path)
-        """Builds and runs the fast path of every stream (reads and lowers ``fast_path``)."""
-        self.batch_graphs: BatchGraphs | None = None
-        """CUDA graphs of batched frames of several streams (``cameras/camera_batch.py``)."""
+        self.runner = Runner(model, self.fast_path, config.cache.kernel.lanes)
+        """Runs every stream's jobs, through the fast path (reads and lowers ``fast_path``)."""
         self.lock = threading.RLock()
         """Serialises the calls of every stream (one model, one pool)."""
         self._pool: KVPool | None = None
@@ -166,6 +165,34 @@ class Engine:
         with self.lock:
             return PoolStats(0, 0, 0) if self._pool is None else self._pool.stats()
 
+    def run(self, jobs: Sequence[Job], overlap: Callable[[], None] | None = None
+            ) -> list[Outcome]:
+        """Run ``jobs`` (each on another stream of this engine) through the runner.
+
+        The jobs that can share a batch run as one (``runner/runner.py``); a job the model
+        refuses (``Aggregator.prepare``: time index, pool, size) gets its error as its outcome
+        and the others go on.
+
+        Args:
+            jobs: the calls to run.
+            overlap: host work to run after the launches, before the wait for the outputs
+                (a rollover's preparation); its device work queues behind the jobs'.
+
+        Returns:
+            Per job, its outcome.
+        """
+        with self.lock, self.profiled():
+            start = time.perf_counter()
+            outs = self.runner.run(jobs)
+            if overlap is not None:
+                overlap()
+            if self.device.type == 'cuda':
+                with step_range('wait (sync)'):
+                    torch.cuda.synchronize(self.device)
+            model_ms = (time.perf_counter() - start) * 1e3
+        return [Outcome(out, 0.0 if isinstance(out, Exception) else model_ms, size)
+                for out, size in outs]
+
     def open_stream(self) -> EngineStream:
         """Return a new stream on this engine (its pages are leased at its first frame)."""
         return EngineStream(self)
@@ -189,8 +216,6 @@ class Engine:
                     f'the engine pool for frames of {pool.tokens_per_frame}; one engine serves '
                     'one image size at a time')
             self.runner.bind_pool(None)  # drop graphs that write into the old pool
-            if pool is not None:
-                self.batch_graphs = None  # they stage on the old pool (and hold it)
             self._pool = None
             self._pool = new_kv_pool(self.config.model, self.config.cache, self.kv_dtype,
                                      size_hw, self.device, self.check_frames)
@@ -226,8 +251,8 @@ class Engine:
                 for offset, keyframe in ((0, True), (1, False)):
                     stream.forward_frame(image, num_scale + offset, keyframe, with_depth)
                 # The full-window graphs too: captured here, not when the window first fills.
-                if stream.state.kv is not None:
-                    self.runner.prepare_full_window(stream.state.kv)
+                self.runner.prepare_full_window(Job(stream.state, image, num_scale, 'keyframe',
+                                                    with_depth))
             finally:
                 stream.clear()
             self._warmed_sizes.add(size_hw)
@@ -264,21 +289,37 @@ class EngineStream:
 
     def forward_scale(self, images: torch.Tensor, with_depth: bool = False,
                       return_taps: bool = False, with_descriptor: bool = False) -> dict:
-        """Run the scale pass on this stream (``LingbotMapModel.forward_scale``)."""
-        engine = self.engine
-        with engine.lock:
-            return engine.model.forward_scale(images, self.state, with_depth, return_taps,
-                                              engine.runner, with_descriptor)
+        """Run the scale pass on this stream: a job of its own (``Engine.run``).
+
+        Returns:
+            As ``LingbotMapModel.forward_scale``.
+
+        Raises:
+            The error that refused the job.
+        """
+        return self._run(Job(self.state, images, 0, 'scale', with_depth, with_descriptor,
+                             return_taps))
 
     def forward_frame(self, image: torch.Tensor, time_index: int, keyframe: bool,
                       with_depth: bool = False, return_taps: bool = False,
                       with_descriptor: bool = False) -> dict:
-        """Run one streaming frame on this stream (``LingbotMapModel.forward_frame``)."""
-        engine = self.engine
-        with engine.lock, engine.profiled(), step_range('forward frame'):
-            return engine.model.forward_frame(image, time_index, keyframe, self.state,
-                                              with_depth, return_taps, engine.runner,
-                                              with_descriptor)
+        """Run one streaming frame on this stream: a batch of one (``Engine.run``).
+
+        Returns:
+            As ``LingbotMapModel.forward_frame``.
+
+        Raises:
+            The error that refused the job.
+        """
+        return self._run(Job(self.state, image, time_index,
+                             'keyframe' if keyframe else 'non-keyframe', with_depth,
+                             with_descriptor, return_taps))
+
+    def _run(self, job: Job) -> dict:
+        out = self.engine.run([job])[0].out
+        if isinstance(out, Exception):
+            raise out
+        return out
 
     def clear(self) -> None:
         """Forget every cached frame; the pages and the camera cache's memory stay."""

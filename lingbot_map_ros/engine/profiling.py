@@ -35,15 +35,14 @@ from contextvars import ContextVar
 from typing import Protocol
 
 STEPS: dict[str, str] = {
-    'forward frame': "one stream's frame through the model (EngineStream.forward_frame)",
-    'forward batch': 'one frame of each of several streams through the model, batched',
-    'prepare': "a frame's checks against its stream's limits (Aggregator.prepare)",
-    'aggregator': "a streaming frame's aggregator through the runner (eager or graphs)",
-    'frame graph': "the aggregator's fast path for one frame (segments or a whole-frame graph)",
+    'forward eager': "a job alone on the model's eager forward (a scale pass, or mode 'eager')",
+    'forward batch': 'streaming frames of one or more streams through the model, as one batch',
+    'prepare': "a job's checks against its stream's limits (Aggregator.prepare)",
+    'aggregator': "a batch's aggregator on the fast path (segments or a whole-batch graph)",
     'stage': "a frame's cache work written to the device before a whole-frame graph",
     'unstage': 'the staged frame finished (or rolled back) after its graph',
     'batch inputs': "a batch's inputs (patch tokens, RoPE tables) before its graph",
-    'batch graph': "a batch's whole-frame graph (every stream's cache attention inside)",
+    'batch graph': "a batch's whole graph (every stream's cache attention inside)",
     'lanes': "a batch's per-stream heads run side by side on side streams",
     'camera head': "a frame's camera head (its captured step or eager)",
     'depth head': "a frame's depth head (its captured step or eager)",
@@ -51,7 +50,7 @@ STEPS: dict[str, str] = {
     'wait (sync)': 'the host waits for the device (a batch read back)',
 }
 """Every range name the engine opens, with what it covers. Ranges nest (a graph launch inside
-a frame graph inside an aggregator inside a forward frame)."""
+a batch graph inside an aggregator inside a forward batch)."""
 
 
 class StepProfiler(Protocol):

@@ -20,7 +20,7 @@ the ending session's frames take turns with, one unit with each served frame (la
 that frame runs on the device: ``rollover.py``), so the switch has nothing left to compute.
 
 Units, in order (:func:`scale_units` counts them): the DINO trunk of each scale frame (one
-frame per unit, through the runner's captured one-frame step ``FrameRunner.dino``), each of
+frame per unit, through the runner's captured one-frame step ``HeadSteps.dino``), each of
 the aggregator's frame/global block pairs (``Aggregator.block_steps``), the camera head on the
 N_s camera tokens, and with depth the DPT head of each frame. Every unit runs under the
 engine's lock, in the model's call context (``LingbotMapModel.call_context``), on the same
@@ -51,9 +51,9 @@ import torch
 
 if TYPE_CHECKING:
     from lingbot_map_ros.config import EngineConfig
-    from lingbot_map_ros.engine.model.frame_runner import FrameRunner
     from lingbot_map_ros.engine.model.gct import LingbotMapModel
     from lingbot_map_ros.engine.model.stream_state import StreamState
+    from lingbot_map_ros.engine.runner.runner import Runner
 
 
 class PassEngine(Protocol):
@@ -61,7 +61,7 @@ class PassEngine(Protocol):
 
     config: EngineConfig
     model: LingbotMapModel
-    runner: FrameRunner
+    runner: Runner
     lock: ContextManager[Any]
 
     def pool_for(self, size_hw: tuple[int, int]) -> KVPool:
@@ -266,24 +266,24 @@ class ScalePass:
              with_depth: bool) -> Generator[None, None, dict[str, Any]]:
         """Run the pass, pausing after each unit (module docstring)."""
         engine = self._stream.engine
-        agg, runner = engine.model.aggregator, engine.runner
+        agg, heads = engine.model.aggregator, engine.runner.heads
         frames = []
         for i in range(images.shape[0]):
-            frames.append(runner.dino(images[i:i + 1]))
+            frames.append(heads.dino(images[i:i + 1]))
             yield
         dino = torch.cat(frames)
         del frames  # one copy of the DINO tokens held between the units
         features = yield from agg.block_steps(dino, 0, 'scale', patch_hw, self._pages,
                                               _ScalePlan(), camera_only=not with_depth)
-        pose_enc, pose_enc_iters = runner.camera(features.taps[-1][:, 0], 'scale')
+        pose_enc, pose_enc_iters = heads.camera(features.taps[-1][:, 0], 'scale')
         out: dict[str, Any] = {'pose_enc': pose_enc, 'pose_enc_iters': pose_enc_iters}
         if with_depth:
             maps = []
             for i in range(images.shape[0]):
                 yield  # after the camera head, then between the frames' depth heads
                 # A copy: a captured head's output buffer is the next frame's too.
-                depth, conf = runner.depth([t[i:i + 1] for t in features.taps],
-                                           images.shape[-2:])
+                depth, conf = heads.depth([t[i:i + 1] for t in features.taps],
+                                          images.shape[-2:])
                 maps.append((depth.clone(), conf.clone()))
             out['depth'] = torch.cat([d for d, _ in maps])
             out['depth_conf'] = torch.cat([c for _, c in maps])

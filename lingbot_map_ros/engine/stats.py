@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-FALLBACK_KINDS: tuple[str, ...] = ('attention_kernel', 'backend_refused', 'batch_capture',
-                                   'camera_head', 'capture', 'compile', 'depth_head',
-                                   'dino_trunk', 'whole_frame')
-"""The fast path's step-downs, each counted under its own name (``model/fast_path.py`` says
+FALLBACK_KINDS: tuple[str, ...] = ('attention_kernel', 'backend_refused', 'camera_head',
+                                   'capture', 'compile', 'depth_head', 'dino_trunk',
+                                   'whole_frame')
+"""The fast path's step-downs, each counted under its own name (``runner/fast_path.py`` says
 what each turns off); the diagnostics publish them as ``fallbacks.<kind>``."""
 
 

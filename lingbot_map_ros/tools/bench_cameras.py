@@ -78,20 +78,17 @@ def step_batch(sessions: Sequence, frames: Sequence[tuple[torch.Tensor, object, 
         try:
             with span('plan'):
                 job = session.frame_job(tensor, info, tag)
-            if job is None:
-                with span('step alone'):
-                    preds[k] = session.step_tensor(tensor, info, tag)
-                if stats is not None:
-                    stats.alone_frames += 1
-            else:
+            if job is not None:
                 planned.append((k, job))
+            elif stats is not None:
+                stats.alone_frames += 1  # a scale frame, buffered
         except Exception as exc:  # noqa: BLE001 - the first one is raised below
             failed.append(exc)
     outcomes = run_jobs([job for _, job in planned], stats)
     for (k, job), outcome in zip(planned, outcomes):
         try:
             with span('finish'):
-                preds[k] = sessions[k].finish_job(job, outcome.out, outcome.model_ms)
+                preds[k] = sessions[k].finish_job(job, outcome)
         except Exception as exc:  # noqa: BLE001 - the first one is raised below
             failed.append(exc)
     if failed:

@@ -179,17 +179,15 @@ class _Counter(TorchDispatchMode):
         return out
 
 
-def _instrument(model: Any, kv: Any, counter: _Counter) -> Callable[[], None]:
+def _instrument(kv: Any, counter: _Counter) -> Callable[[], None]:
     """Wrap the calls that no module hook sees; return a function that undoes it.
 
     The cache attention (``kv``: the stream's ``StreamKV``) is counted by its layout and timed
-    as one range; the cache's K/V writes (page copies) are their own part; the aggregator's
-    layer loop, which the frame runner calls without the module's ``__call__``, is put on the
-    module stack.
+    as one range; the cache's K/V writes (page copies) are their own part. The frames counted
+    run on the model's eager forward (the runner's 'eager' mode), through every module's
+    ``__call__``: the module hooks see the rest.
     """
-    aggregator = model.aggregator
     attend = kv.attend
-    originals = {}
 
     def in_part(part: str, fn: Callable[..., Any], fixed: bool) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -217,17 +215,9 @@ def _instrument(model: Any, kv: Any, counter: _Counter) -> Callable[[], None]:
         counter.keys = keys
         return in_part('cache attention', attend, fixed=True)(plan, layer, q)
 
-    def run(*args: Any, **kwargs: Any) -> Any:
-        counter.stack.append('aggregator')
-        try:
-            return originals[(aggregator, 'run')](*args, **kwargs)
-        finally:
-            counter.stack.pop()
-
-    wrappers = {(kv, 'attend'): cache_attention, (aggregator, 'run'): run,
+    wrappers = {(kv, 'attend'): cache_attention,
                 (kv, 'write'): in_part('cache K/V writes', kv.write, fixed=False)}
     for (obj, name), wrapper in wrappers.items():
-        originals[(obj, name)] = getattr(obj, name)
         setattr(obj, name, wrapper)
 
     def undo() -> None:
@@ -271,7 +261,7 @@ def _profile_parts(session: Any, step: Callable[[int], Any], count: int,
     counter = _Counter(stack)
     cuda = device.type == 'cuda'
     handles = _module_hooks(model, stack)
-    undo = _instrument(model, session.session.stream.state.kv, counter)
+    undo = _instrument(session.session.stream.state.kv, counter)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     try:
         with profile(activities=activities) as prof:

@@ -22,14 +22,15 @@ per tick (mean over the ticks):
 * the GPU's idle time by the host step running meanwhile (innermost label): what the GPU
   waits for;
 * device time by kernel kind (summed: kernels on side streams overlap, so the sum can exceed
-  the busy time) and by the host step that launched the kernel (a graph's kernels belong to
-  the step that replayed it: 'frame graph' or 'batch graph' for the aggregator, 'camera head'
-  for the heads).
+  the busy time) and by the host step that launched the kernel, the innermost one open at its
+  launch (a replayed graph's kernels go to its 'graph launch'; the labels around it say whose
+  graph it is: 'batch graph' for a whole batch, 'aggregator' for segments, 'camera head' or
+  'depth head' for a head's step).
 
 The labels are the engine's own step ranges (``engine/profiling.py``, ``STEPS``: staging, the
 graph replays, the heads, the waits), recorded through the profiler the engine is given
 (:class:`RecordFunctionSpans`, ``Engine.set_profiler``), and the benchmark's session steps
-around them (:data:`SESSION_STEPS`: planning, finishing, a frame alone). Nothing is patched.
+around them (:data:`SESSION_STEPS`: planning, finishing). Nothing is patched.
 
 Why: a batch of several cameras' frames shares the frame-wise work but also the host work and
 the waits around it; a kernel table alone does not show which of them a tick's time is in.
@@ -48,9 +49,8 @@ from lingbot_map_ros.engine.engine import Engine
 import torch
 
 TICK = 'tick'
-SESSION_STEPS = {'plan': 'a session plans its frame of a batch (``frame_job``)',
-                 'finish': "a session takes its frame's output (``finish_job``)",
-                 'step alone': 'a frame that cannot batch runs alone (``step_tensor``)'}
+SESSION_STEPS = {'plan': "a session plans its frame's model call (``frame_job``)",
+                 'finish': "a session takes its frame's outcome (``finish_job``)"}
 """The benchmark's own labels around the sessions' calls (``bench_cameras.step_batch``)."""
 KINDS: list[tuple[str, tuple[str, ...]]] = [
     # (kind, name fragments), first match wins

@@ -49,12 +49,13 @@ from .golden_compare import compare, FP8_KV_TOLERANCES
 from ..config import CacheConfig, FastPath, ModelConfig, StreamConfig
 from ..engine.attention.backend import BACKEND_NAMES
 from ..engine.cache import new_kv_pool, StreamKV
-from ..engine.frames import NUM_SPECIAL_TOKENS
-from ..engine.model.fast_path import FastPathState
-from ..engine.model.frame_runner import FrameRunner
+from ..engine.frames import NUM_SPECIAL_TOKENS, Role
 from ..engine.model.gct import LingbotMapModel
 from ..engine.model.golden_weights import fill_golden_weights
 from ..engine.model.stream_state import StreamState
+from ..engine.runner.fast_path import FastPathState
+from ..engine.runner.jobs import Job
+from ..engine.runner.runner import Runner
 from ..kernel_config import kernel_from_json, KernelConfig
 
 DTYPES = {'float32': torch.float32, 'float64': torch.float64, 'bfloat16': torch.bfloat16}
@@ -139,7 +140,7 @@ def _cache_occupancy(kv: StreamKV, keyframe: bool) -> dict[str, int]:
 
 def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, backend: str,
                  tap_frames: list[int], with_depth: bool, kv_dtype: str = 'bfloat16',
-                 runner: FrameRunner | None = None,
+                 runner: Runner | None = None,
                  kernel: KernelConfig | None = None) -> dict[str, object]:
     """Run a whole sequence through the model as the golden README §2.3 prescribes.
 
@@ -153,8 +154,8 @@ def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, bac
         with_depth: run the depth head.
         kv_dtype: ``cache.dtype``; only 'float8_e4m3fn' changes the run (FP8 KV storage; the
             cache otherwise stores the model's dtype).
-        runner: the fast path to run streaming frames through (``FrameRunner.for_model`` with a
-            ``FastPathState``); None runs eagerly.
+        runner: the runner to run the calls through (``Runner(model, FastPathState(...))``);
+            None runs the model's eager forward.
         kernel: ``cache.kernel`` (None: the defaults).
 
     Returns:
@@ -178,17 +179,25 @@ def drive_stream(model: LingbotMapModel, images: torch.Tensor, stream: dict, bac
     # Images enter in the working dtype, except on the bf16 path, which takes float32 images
     # (as the session gives them) and normalises them in float32.
     images = images.to(device, torch.float32 if dtype == torch.bfloat16 else dtype)
-    outputs = [model.forward_scale(images[:num_scale], state, with_depth, return_taps=True,
-                                   runner=runner)]
+
+    def call(frames: torch.Tensor, start: int, mode: Role, return_taps: bool) -> dict:
+        if runner is None:
+            return model(frames, start, mode, state, with_depth, return_taps)
+        out = runner.run([Job(state, frames, start, mode, with_depth,
+                              return_taps=return_taps)])[0][0]
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    outputs = [call(images[:num_scale], 0, 'scale', True)]
     frame_of = [(0, i) for i in range(num_scale)]  # (call, row) of every frame
     schedule = [_cache_occupancy(kv, True)] * num_scale
     every = max(1, images.shape[0] // _PROGRESS_STEPS)
     for i in range(num_scale, images.shape[0]):
         if i % every == 0:
             _LOG.info('frame %d of %d', i, images.shape[0])
-        outputs.append(model.forward_frame(images[i:i + 1], time_index[i], keyframe[i], state,
-                                           with_depth, return_taps=i in tap_frames,
-                                           runner=runner))
+        outputs.append(call(images[i:i + 1], time_index[i],
+                            'keyframe' if keyframe[i] else 'non-keyframe', i in tap_frames))
         frame_of.append((len(outputs) - 1, 0))
         schedule.append(_cache_occupancy(kv, keyframe[i]))
 
@@ -277,7 +286,7 @@ def run_golden(set_path: str | Path, config_path: str | Path | None = None,
         model.camera_head.set_compute_dtype(torch.bfloat16)
     built = time.perf_counter()
     _LOG.info('running %d frames (backend %s)', ref['images'].shape[0], backend)
-    runner = FrameRunner.for_model(model, FastPathState(fast_path, compile))
+    runner = Runner(model, FastPathState(fast_path, compile))
     result = drive_stream(model, ref['images'], meta['stream'], backend,
                           ref['tap_frames'].tolist(), config.enable_depth, kv_dtype, runner,
                           kernel)

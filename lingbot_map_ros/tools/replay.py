@@ -27,7 +27,8 @@ Subcommands:
   are counted drops, a stamp that is not newer is dropped, a stamp jump back or a session limit
   resets the session and starts a new map segment (listed in the summary and the TUM header).
 - ``run BAG --cameras front=/cam_front/image_raw,left=/cam_left/image_raw``: several cameras
-  on one engine, one TUM per camera and the fused odometry (see ``replay_cameras.py``).
+  on one engine, each camera's outputs in ``OUT/<name>/`` and the fused odometry; the same path
+  as one camera, which is a list of one (see ``replay_cameras.py``).
 - ``play BAG``: publish the image and camera_info topics into a live ROS graph with the recorded
   timing, like ``ros2 bag play --clock`` (see ``player.py``).
 - ``make-bag``: write a bag from an image folder, a video or the synthetic scene
@@ -40,7 +41,6 @@ command-line usage.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from pathlib import Path
 import sys
@@ -50,9 +50,9 @@ from lingbot_map_ros.config import load_yaml, LoopConfig, MapConfig, MetricConfi
 from lingbot_map_ros.config import section_from_flat
 from lingbot_map_ros.engine.errors import LingbotMapError
 from lingbot_map_ros.ros.parameters import params
-from lingbot_map_ros.tools import bag_io, make_bag, replay_cameras, trajectory
+from lingbot_map_ros.tools import bag_io, make_bag, replay_cameras
 from lingbot_map_ros.tools.config_files import find_config, parse_set
-from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
+from lingbot_map_ros.tools.offline import RunOptions
 import torch
 
 _LOG = logging.getLogger('lingbot_map_replay')
@@ -112,99 +112,20 @@ def _absolute(topic: str) -> str:
     return topic if not topic or topic.startswith('/') else '/' + topic
 
 
-def _pick_topic(reader: Any, topic: str | None, depth_topic: str = '') -> bag_io.TopicInfo:
-    if topic:
-        return bag_io.require_topic(reader, topic, bag_io.IMAGE_TYPES)
-    topics = bag_io.list_topics(reader)
-    images = [t for t in topics.values()
-              if t.msgtype in bag_io.IMAGE_TYPES and t.name != depth_topic]
-    if len(images) != 1:
-        raise bag_io.BagError(f'the bag has {len(images)} image topics; pick one with --topic:'
-                              f'\n{bag_io.describe_topics(topics)}')
-    return images[0]
-
-
 def run_bag(args: argparse.Namespace) -> int:
-    """Run the ``run`` subcommand; returns the exit code."""
+    """Run the ``run`` subcommand; returns the exit code.
+
+    One camera (``--topic``, or the bag's only image topic) and several (``--cameras``) take
+    one path, one camera being a list of one (``replay_cameras.py``).
+    """
     values, options = run_options(args)
-    out = Path(args.out)
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
-    if args.cameras:  # several cameras on one engine, fused (replay_cameras.py)
-        result = replay_cameras.run_cameras(args.bag, replay_cameras.parse_cameras(args.cameras),
-                                            values, options, out, gt=args.gt)
-        _LOG.info('fused odometry: %d poses, %d source switches', result['fused_poses'],
-                  result['switches'])
-        return 0 if result['fused_poses'] else 1
-    with bag_io.open_bag(args.bag) as reader:
-        depth = None
-        if options.metric.enabled:
-            if not options.depth_topic:
-                raise ValueError("metric.source is 'depth': name the depth topic with "
-                                 '--depth-topic')
-            try:  # checked first: a missing one is not a reason to ask for --topic
-                depth = bag_io.require_topic(reader, options.depth_topic, (bag_io.IMAGE_TYPE,))
-            except bag_io.BagError as exc:
-                raise bag_io.BagError(f'--depth-topic: {exc}') from None
-        info = _pick_topic(reader, args.topic, options.depth_topic)
-        topics = [info.name] + ([depth.name] if depth is not None else [])
-        runner = OfflineRunner.from_values(values, options, out)
-        summary = runner.run(bag_io.read_raw(reader, topics), info.num_messages)
-    summary.update(bag=str(args.bag), topic=info.name, msgtype=info.msgtype)
-    if runner.trajectory.stamps_ns.size == 0:
-        _LOG.error('no poses: %d frames read, drops %s', summary['frames_read'],
-                   summary['drops'])
-    else:
-        _write_trajectory(args, runner, summary, options.map_axes)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n', encoding='utf-8')
-    _log_summary(summary, out)
-    if summary['storage_error']:
-        return 2  # outputs cover the bag up to the broken storage only
-    return 0 if runner.trajectory.stamps_ns.size else 1
-
-
-def _write_trajectory(args: argparse.Namespace, runner: OfflineRunner, summary: dict[str, Any],
-                      map_axes: str) -> None:
-    tum = Path(args.out) / 'trajectory.tum'
-    trajectory.write_tum(tum, runner.trajectory, runner.tum_comments(summary))
-    map_tum = Path(args.out) / 'trajectory_map.tum'
-    if runner.map_trajectory is not None:  # --loop-closure
-        trajectory.write_tum(map_tum, runner.map_trajectory, runner.tum_comments(summary) + [
-            'loop closure: poses in the map frame (the pose graph, corrected after the run)'])
-    gt = trajectory.read_tum(args.gt) if args.gt else None
-    trajectory.plot(Path(args.out) / 'trajectory.png', runner.trajectory, gt,
-                    title=f'{Path(args.bag).name}: {summary["poses"]} poses', map_axes=map_axes)
-    if args.gt:
-        if len(summary['segments']) > 1:
-            _LOG.warning('%d map segments (session resets): APE/RPE over all of them mixes '
-                         'frames', len(summary['segments']))
-        summary['evaluation'] = trajectory.evaluate(tum, args.gt)
-        if map_tum.exists():
-            summary['evaluation_map'] = trajectory.evaluate(map_tum, args.gt)
-
-
-def _log_summary(summary: dict[str, Any], out: Path) -> None:
-    drops = ', '.join(f'{k}={v}' for k, v in summary['drops'].items()) or 'none'
-    _LOG.info('frames read %d, poses %d, drops: %s; %.1f s, %.2f frames/s '
-              '(engine %.0f ms/frame)', summary['frames_read'], summary['poses'], drops,
-              summary['wall_s'], summary['frames_per_s'], summary['engine_ms_mean'])
-    for seg in summary['segments'][1:]:
-        _LOG.warning('session reset (%s) at stamp %s: new map segment %d',
-                     seg['reason'], seg['start_stamp_ns'], seg['index'])
-    evaluation = summary.get('evaluation')
-    if evaluation:
-        _LOG.info('vs ground truth (Sim(3)-aligned, %d pairs): APE rmse %.4f, RPE rmse %.4f',
-                  evaluation['num_pairs'], evaluation['ape_m']['rmse'],
-                  evaluation['rpe_m']['rmse'])
-    evaluation = summary.get('evaluation_map')
-    if evaluation:
-        _LOG.info('map frame (loop closure) vs ground truth: APE rmse %.4f, RPE rmse %.4f',
-                  evaluation['ape_m']['rmse'], evaluation['rpe_m']['rmse'])
-    for name in ('trajectory.tum', 'trajectory_map.tum', 'trajectory.png', 'map.ply',
-                 'map_odom.ply', 'depth', 'summary.json'):
-        if (out / name).exists():
-            _LOG.info('wrote %s', out / name)
+    cameras = replay_cameras.parse_cameras(args.cameras) if args.cameras else \
+        {'': args.topic or ''}
+    result = replay_cameras.run_cameras(args.bag, cameras, values, options, Path(args.out),
+                                        gt=args.gt)
+    return replay_cameras.exit_code(result)
 
 
 def _add_run_parser(subparsers: argparse._SubParsersAction) -> None:

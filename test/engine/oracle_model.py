@@ -28,9 +28,12 @@ sees a limit reset shows that the rollover came first.
 
 from __future__ import annotations
 
+import time
+
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.errors import CachePoolExhaustedError, TimeIndexLimitError
 from lingbot_map_ros.engine.image import geometry
+from lingbot_map_ros.engine.runner.jobs import Job, Outcome
 from lingbot_map_ros.engine.scale_pass import scale_units
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 import numpy as np
@@ -69,7 +72,11 @@ def _random_rotation(rng: np.random.Generator) -> np.ndarray:
 
 
 class OracleModel(torch.nn.Module):
-    """Implements what ``StreamingSession`` calls on its stream (``engine.EngineStream``)."""
+    """Implements what ``StreamingSession`` calls on its stream (``engine.EngineStream``).
+
+    It stands in for the stream's engine too: a session's jobs come to :meth:`run`
+    (``Engine.run``), each to its stream's :meth:`forward_scale` or :meth:`forward_frame`.
+    """
 
     def __init__(self, gt_c2w: np.ndarray, config: EngineConfig, noise: float = 0.0,
                  seed: int = 0, depth_noise: float = 0.0,
@@ -92,6 +99,36 @@ class OracleModel(torch.nn.Module):
         self.scale_passes: list[OracleScalePass] = []
         self.frame: int | None = None
         """This stream's session frame (index into ``sessions``), drawn at its first output."""
+
+    @property
+    def engine(self) -> 'OracleModel':
+        """Return the stand-in for the stream's engine: the oracle itself (:meth:`run`)."""
+        return self
+
+    @property
+    def state(self) -> 'OracleModel':
+        """Return what a job names as its stream: the oracle itself."""
+        return self
+
+    def run(self, jobs: list[Job], overlap=None) -> list[Outcome]:
+        """Run each job alone on its stream, as ``Engine.run``; a refused one gets its error."""
+        outcomes = []
+        for job in jobs:
+            stream, start = job.stream, time.perf_counter()
+            try:
+                if job.mode == 'scale':
+                    out = stream.forward_scale(job.images, job.with_depth, job.with_descriptor)
+                else:
+                    out = stream.forward_frame(job.images, job.time_index,
+                                               job.mode == 'keyframe', job.with_depth,
+                                               job.with_descriptor)
+            except Exception as exc:  # noqa: BLE001 - as Engine.run: the job's error, its outcome
+                out = exc
+            model_ms = 0.0 if isinstance(out, Exception) else (time.perf_counter() - start) * 1e3
+            outcomes.append(Outcome(out, model_ms, 1))
+        if overlap is not None:
+            overlap()
+        return outcomes
 
     def start(self, size_hw) -> None:
         """Lease the stream's pages (nothing to lease: the oracle keeps no keys)."""

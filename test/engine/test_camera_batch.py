@@ -25,9 +25,8 @@ from __future__ import annotations
 import dataclasses
 
 from lingbot_map_ros.config import EngineConfig
-from lingbot_map_ros.engine.cameras.camera_batch import batch_graphs, BatchStats, feed_batch
+from lingbot_map_ros.engine.cameras.camera_batch import BatchStats, feed_batch
 from lingbot_map_ros.engine.engine import Engine
-from lingbot_map_ros.engine.model.batched import BatchGraphs
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.reasons import Reason
 from lingbot_map_ros.engine.session.rollover import RolloverSession
@@ -115,21 +114,24 @@ def test_cameras_batched_equal_each_camera_alone(cameras):
 
 
 def test_staged_whole_batches_through_the_engine_equal_each_camera_alone():
-    # The engine's batch graphs as the whole-frame fast path builds them, eager on the CPU:
-    # every batch stages each stream's frame in a slot of its own (model/whole_batch.py),
-    # across window fills, evictions and a rollover per stream.
+    # The whole-frame fast path as the engine runs it, eager on the CPU: every batch stages
+    # each stream's frame in a slot of its own (runner/whole_batch.py), across window fills,
+    # evictions and a rollover per stream.
     count = N_S + 7
     frames = [random_frames(count, seed=s) for s in (1, 2)]
     engine = Engine.load(_config(), allow_random_weights=True, seed=5)
-    engine.batch_graphs = BatchGraphs(False, staged=True)
+    engine.fast_path.request('whole_frame', False)
     feeders = _feeders(engine, 2)
     stats = BatchStats()
     got = _run(feeders, frames, stats)
     stamps = [i * STEP_NS for i in range(count)]
     for k in range(2):
         _assert_same(got[k], _alone(frames[k], stamps))
-    assert batch_graphs(engine) is engine.batch_graphs
-    assert stats.batches > 0 and engine.batch_graphs.whole.batches == stats.batches
+    whole = engine.runner.batches.whole
+    assert engine.fast_path.mode.aggregator == 'whole_frame', engine.fast_path.mode.reason
+    assert sum(engine.fast_path.fallbacks().values()) == 0
+    # Batches of two, and of one (a stream streaming beside the other's rollover, warm-up).
+    assert stats.batches > 0 and whole is not None and whole.batches > stats.batches
 
 
 def test_a_camera_in_its_scale_phase_runs_alone_beside_streaming_ones():
@@ -231,10 +233,11 @@ def test_batched_cuda_graphs_equal_each_stream_alone_in_bf16():
         for k, preds in enumerate(step_batch(sessions, inputs, stats)):
             got[k] += preds
     assert stats.batches == count - N_S
-    graphs = batch_graphs(engine)
+    batches = engine.runner.batches
     assert sum(engine.fast_path.fallbacks().values()) == 0, engine.fast_path.mode.reason
-    assert graphs.capture and graphs.staged and graphs.captured == 0
-    assert graphs.whole_captured >= 1 and graphs.whole.batches == stats.batches
+    assert batches.captured == 0 and batches.whole.captured >= 1
+    # The warm-up's keyframe and non-keyframe ran whole too, each a batch of one.
+    assert batches.whole.batches == stats.batches + 2
     for k in range(2):
         alone = StreamingSession(_config(**dict(cuda, **{'stream.fast_path': 'eager'})),
                                  allow_random_weights=True, seed=5)

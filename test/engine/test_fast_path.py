@@ -11,13 +11,14 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The fast path's one mode value and its counted step-downs (``engine/model/fast_path.py``).
+"""The fast path's one mode value and its counted step-downs (``engine/runner/fast_path.py``).
 
 Each step-down that can happen on the CPU is made to happen here (a stand-in for the refusing
 compiler, capture or backend), and each test checks three things: the kind's counter, the mode
-that runs afterwards, and outputs equal to the plain forward's (the step-down is slower, never
+that runs afterwards, and outputs equal to the eager forward's (the step-down is slower, never
 wrong). Only ``whole_frame`` needs a capture: a stand-in "capture" runs the function and
-replays it by calling it again, which is what a graph replay does.
+replays it by calling it again, which is what a graph replay does. A refused segment capture
+('capture') needs CUDA (marker gpu): on the CPU segments are never captured.
 
 Run: ``python -m pytest test/engine/test_fast_path.py`` (about a minute on 2 cores).
 """
@@ -26,16 +27,19 @@ from __future__ import annotations
 
 import logging
 
-from lingbot_map_ros.config import ModelConfig
 from lingbot_map_ros.engine.attention.sdpa import ReferenceBackend, SdpaBackend
-from lingbot_map_ros.engine.model.fast_path import FastPathState
-from lingbot_map_ros.engine.model.frame_runner import FrameRunner
+import lingbot_map_ros.engine.runner.batch_runs as batch_runs_module
+import lingbot_map_ros.engine.runner.captured as captured_module
+from lingbot_map_ros.engine.runner.fast_path import FastPathState
+from lingbot_map_ros.engine.runner.runner import Runner
+import lingbot_map_ros.engine.runner.segments as segments_module
+from lingbot_map_ros.engine.runner.whole_batch import WholeBatches
 from lingbot_map_ros.engine.stats import FALLBACK_KINDS
 import numpy as np
 import pytest
 # tiny_engine and tiny_stream sit next to this file (pytest puts test/engine on sys.path).
 from tiny_engine import random_images, tiny_session
-from tiny_stream import run_stream, tiny_model
+from tiny_stream import CACHE, run_stream, tiny_model
 import torch
 
 REFUSED = RuntimeError('operation not permitted when stream is capturing')
@@ -46,19 +50,22 @@ def _counted(state: FastPathState) -> dict[str, int]:
     return {kind: n for kind, n in state.fallbacks().items() if n}
 
 
-def _plain_and_fast(mode: str, compile_: bool = False, frames: int = 5):
-    """Return the plain forward's outputs, a fresh runner asking for ``mode``, its run."""
-    images = random_images(frames, seed=0)
-    model = tiny_model('cpu', torch.float32)
-    plain = run_stream(model, images, FrameRunner.for_model(model), torch.float32)
-    runner = FrameRunner.for_model(model, FastPathState(mode, compile_))
-    return plain, runner, lambda: run_stream(model, images, runner, torch.float32)
+def _plain_and_fast(mode: str, compile_: bool = False, frames: int = 5, device: str = 'cpu',
+                    dtype: torch.dtype = torch.float32):
+    """Return the eager forward's outputs, a fresh runner asking for ``mode``, its run."""
+    images = random_images(frames, seed=0, device=device)
+    model = tiny_model(device, dtype)
+    plain = run_stream(model, images, None, dtype)
+    runner = Runner(model, FastPathState(mode, compile_))
+    return plain, runner, lambda: run_stream(model, images, runner, dtype)
 
 
-def _assert_equal(plain: list[dict], fast: list[dict]) -> None:
+def _assert_equal(plain: list[dict], fast: list[dict], atol: float = 1e-5,
+                  rtol: float = 0.0) -> None:
+    assert len(plain) == len(fast)
     for a, b in zip(plain, fast):
         for key in ('pose_enc', 'depth'):
-            torch.testing.assert_close(b[key], a[key], atol=1e-5, rtol=0)
+            torch.testing.assert_close(b[key], a[key], atol=atol, rtol=rtol)
 
 
 def test_the_mode_is_one_value_that_each_step_down_lowers(caplog):
@@ -68,7 +75,7 @@ def test_the_mode_is_one_value_that_each_step_down_lowers(caplog):
     before = state.mode
     assert (before.aggregator, before.compiled, before.reason) == ('whole_frame', True, '')
     assert before.head_on('camera head') and before.head_on('depth head')
-    with caplog.at_level(logging.WARNING, logger='lingbot_map_ros.engine.model.fast_path'):
+    with caplog.at_level(logging.WARNING, logger='lingbot_map_ros.engine.runner.fast_path'):
         state.fall_back('compile', REFUSED)
         state.fall_back('compile', REFUSED)
     assert len(caplog.records) == 1  # logged once per kind, counted every time
@@ -132,43 +139,56 @@ def test_the_session_reports_every_counter_by_name():
     assert stats.fallbacks['attention_kernel'] == 1 and stats.fast_path_fallbacks == 1
 
 
-def test_a_runner_that_cannot_be_built_falls_back_to_the_plain_forward(monkeypatch):
-    import lingbot_map_ros.engine.model.frame_runner as frame_runner_module
-
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_a_refused_segment_capture_runs_the_frames_eagerly(monkeypatch):
+    # A capture this PyTorch/driver refuses: the segment runs eagerly, the step-down is
+    # counted once and every later job runs alone on the eager forward; the heads' fast path
+    # is independent of the aggregator's.
     def refuse(*_args, **_kwargs):
         raise REFUSED
 
-    plain, runner, run = _plain_and_fast('whole_frame')
-    monkeypatch.setattr(frame_runner_module, 'FrameGraphs', refuse)
-    _assert_equal(plain, run())
+    plain, runner, run = _plain_and_fast('segments', device='cuda', dtype=torch.bfloat16)
+    monkeypatch.setattr(batch_runs_module, 'CapturedCall', refuse)
+    _assert_equal(plain, run(), atol=1e-3, rtol=1e-3)
     fast = runner.fast_path.mode
-    assert fast.requested == 'whole_frame' and fast.aggregator == 'eager'
+    assert fast.requested == 'segments' and fast.aggregator == 'eager'
     assert _counted(runner.fast_path) == {'capture': 1}
     assert 'eagerly' in fast.reason and 'capturing' in fast.reason
-    # The heads' fast path is independent of the aggregator's.
-    assert fast.head_on('camera head') and runner.head_step_built('camera head')
+    assert runner.batches.captured == 0
+    assert fast.head_on('camera head') and runner.heads.head_step_built('camera head')
 
 
-def test_a_failed_compilation_runs_uncompiled_and_a_failed_head_runs_eagerly(monkeypatch):
-    # A compiler that refuses everything: the segments run uncompiled, the depth head (whose
-    # step is compiled) eagerly; the camera head's step is never compiled and stays on.
-    import lingbot_map_ros.engine.model.captured as captured_module
-    import lingbot_map_ros.engine.model.graphed as graphed_module
-
-    def no_compiler(fn, enabled):
-        if enabled:
-            raise RuntimeError('Inductor: no C++ compiler')
+def _no_compiler(fn, enabled):
+    """``maybe_compile`` of a machine without a compiler: the first call fails (as Inductor's)."""
+    if not enabled:
         return fn
 
-    plain, runner, run = _plain_and_fast('whole_frame', compile_=True)
-    monkeypatch.setattr(graphed_module, 'maybe_compile', no_compiler)
-    monkeypatch.setattr(captured_module, 'maybe_compile', no_compiler)
+    def compiled(*_args, **_kwargs):
+        raise RuntimeError('Inductor: no C++ compiler')
+    return compiled
+
+
+@pytest.mark.parametrize('mode', ['whole_frame', 'segments'])
+def test_a_failed_compilation_runs_uncompiled_and_a_failed_head_runs_eagerly(monkeypatch, mode):
+    # A compiler that refuses everything: the segments run uncompiled (the mode stays), the
+    # depth head (whose step is compiled) eagerly; the camera head's step is never compiled
+    # and stays on.
+    monkeypatch.setattr(segments_module, 'maybe_compile', _no_compiler)
+    monkeypatch.setattr(captured_module, 'maybe_compile', _no_compiler)
+    plain, runner, run = _plain_and_fast(mode, compile_=True)
     _assert_equal(plain, run())
     fast = runner.fast_path.mode
     assert _counted(runner.fast_path) == {'compile': 1, 'depth_head': 1}
-    assert fast.aggregator == 'whole_frame' and not fast.compiled
+    assert fast.aggregator == mode and not fast.compiled
+    assert not runner.batches.bodies.compiled
+    assert 'uncompiled' in fast.reason or 'eagerly' in fast.reason
     assert not fast.head_on('depth head') and fast.head_on('camera head')
-    assert runner.graphs is not None and not runner.head_step_built('depth head')
+    assert runner.heads.head_step_built('camera head')
+    assert not runner.heads.head_step_built('depth head')
+    whole = runner.batches.whole
+    assert (whole.batches if whole is not None else 0) == \
+        (3 if mode == 'whole_frame' else 0)  # 5 frames: 3 streaming ones, each whole
 
 
 def test_a_backend_without_a_capturable_form_runs_segments(monkeypatch):
@@ -178,15 +198,12 @@ def test_a_backend_without_a_capturable_form_runs_segments(monkeypatch):
     fast = runner.fast_path.mode
     assert _counted(runner.fast_path) == {'backend_refused': 1}
     assert fast.aggregator == 'segments' and 'no staged attention' in fast.reason
+    assert runner.batches.whole is None
 
 
 def test_a_whole_frame_capture_that_fails_falls_back_to_segments(monkeypatch):
     # The refused frame must still come out right (run eagerly on the already staged cache),
-    # and every later frame go segment by segment, through segments built once.
-    import lingbot_map_ros.engine.model.frame_runner as frame_runner_module
-    import lingbot_map_ros.engine.model.graphed as graphed_module
-    from lingbot_map_ros.engine.model.graphed import FrameGraphs
-
+    # and every later frame go segment by segment (eagerly here: the CPU captures no segment).
     calls = []
 
     def capture(fn, pool=None):
@@ -201,35 +218,25 @@ def test_a_whole_frame_capture_that_fails_falls_back_to_segments(monkeypatch):
                     static.copy_(fresh)
         return Replay(), outputs
 
-    class CapturingGraphs(FrameGraphs):
+    class CapturingBatches(WholeBatches):
         """Capture on the CPU, through the stand-in."""
 
-        def __init__(self, agg, image, kv_dtype, _capture, *args):
-            super().__init__(agg, image, kv_dtype, True, *args)
+        def __init__(self, pool, _capture, compile_merge=False):
+            super().__init__(pool, True, compile_merge)
 
-    monkeypatch.setattr(graphed_module, 'capture_graph', capture)
+    monkeypatch.setattr(captured_module, 'capture_graph', capture)
     monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
-    monkeypatch.setattr(frame_runner_module, 'FrameGraphs', CapturingGraphs)
+    monkeypatch.setattr(batch_runs_module, 'WholeBatches', CapturingBatches)
     plain, runner, run = _plain_and_fast('whole_frame', frames=9)
     fast = run()
     for a, b in zip(plain[1:], fast[1:]):
         for tap_a, tap_b in zip(a['taps'], b['taps']):
             torch.testing.assert_close(tap_b, tap_a, atol=1e-5, rtol=0)
     _assert_equal(plain, fast)
-    depth = ModelConfig.from_preset('tiny').depth  # tiny_model's
-    assert len(calls) == 1 + depth + 1  # the refused whole frame, then each segment once
+    assert len(calls) == 1  # the refused whole batch; nothing captured after it
     assert _counted(runner.fast_path) == {'whole_frame': 1}
     assert runner.fast_path.mode.aggregator == 'segments'
-
-
-def test_a_failed_batch_capture_is_counted_and_the_batch_runs_eagerly():
-    from lingbot_map_ros.engine.model.batched import BatchGraphs
-    state = FastPathState('whole_frame', compile=False)
-    graphs = BatchGraphs(True, lambda exc: state.fall_back('batch_capture', exc))
-    x = torch.arange(6.0).reshape(2, 3)
-    # No CUDA here: the capture fails, the segment runs eagerly, the step-down is counted.
-    (out,) = graphs.run(('b2',), 0, lambda t: (t * 2.0,), x)
-    torch.testing.assert_close(out, x * 2.0)
-    assert not graphs.capture and graphs.captured == 0
-    assert state.fallbacks()['batch_capture'] == 1
-    assert state.mode.requested == 'whole_frame' and 'batched frames' in state.mode.reason
+    assert 'segment by segment' in runner.fast_path.mode.reason
+    # Only the refused frame ran whole; the 6 after it went through the segments.
+    assert runner.batches.whole.batches == 1 and runner.batches.whole.captured == 0
+    assert len(fast) == 9 - CACHE.scale_frames + 1

@@ -28,11 +28,11 @@ import math
 
 from lingbot_map_ros.config import ModelConfig
 from lingbot_map_ros.engine.errors import CacheStateError
-from lingbot_map_ros.engine.model.fast_path import FastPathState
-from lingbot_map_ros.engine.model.frame_runner import FrameRunner
 from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
 from lingbot_map_ros.engine.model.heads.camera_head import CameraHead
 from lingbot_map_ros.engine.model.heads.dpt_head import DPTHead, uv_embedding
+from lingbot_map_ros.engine.runner.fast_path import FastPathState
+from lingbot_map_ros.engine.runner.head_steps import HeadSteps
 import pytest
 from safetensors.torch import load_file
 import torch
@@ -169,9 +169,9 @@ def test_camera_cache_matches_naive_recomputation(fixed_shape: bool) -> None:
     # buffer), here run without capture; it must rebuild when the buffer grows (16 -> 32).
     torch.manual_seed(0)
     head = _tiny_camera_head()
-    # The camera head as the model runs it: through the frame runner (no aggregator needed).
+    # The camera head as the runner runs it: its head steps (no aggregator or depth head).
     fast_path = FastPathState('whole_frame' if fixed_shape else 'eager')
-    runner = FrameRunner(None, head, fast_path=fast_path)  # type: ignore[arg-type]
+    steps = HeadSteps(None, head, None, fast_path)  # type: ignore[arg-type]
     num_scale, num_stream = 3, 24
     tokens = torch.randn(num_scale + num_stream, 256, dtype=torch.float64)
     # Streaming roles: keyframes with non-keyframes in between, two keyframes in a row at the
@@ -180,11 +180,11 @@ def test_camera_cache_matches_naive_recomputation(fixed_shape: bool) -> None:
     assert roles[-2:] == ['keyframe', 'keyframe']
     kept = list(range(num_scale))
     with torch.inference_mode():
-        _, iters = runner.camera(tokens[:num_scale], 'scale')
+        _, iters = steps.camera(tokens[:num_scale], 'scale')
         naive = _naive_camera_iters(head, tokens[:num_scale], num_scale)
         torch.testing.assert_close(iters, naive, rtol=0, atol=1e-12)
         for i, role in enumerate(roles, start=num_scale):
-            _, iters = runner.camera(tokens[i:i + 1], role)
+            _, iters = steps.camera(tokens[i:i + 1], role)
             naive = _naive_camera_iters(head, tokens[kept + [i]], num_scale)[-1:]
             torch.testing.assert_close(iters, naive, rtol=0, atol=1e-12)
             if role == 'keyframe':
@@ -194,9 +194,9 @@ def test_camera_cache_matches_naive_recomputation(fixed_shape: bool) -> None:
     assert len(kept) == 20 and stats.capacity_frames == 32
     assert fast_path.mode.head_on('camera head') is fixed_shape
     assert sum(fast_path.fallbacks().values()) == 0
-    assert runner.head_step_built('camera head') is fixed_shape
+    assert steps.head_step_built('camera head') is fixed_shape
     if fixed_shape:  # rebuilt for the grown buffer
-        assert runner.head_step_key('camera head', head.cache).cache_capacity == 32
+        assert steps.head_step_key('camera head', head.cache).cache_capacity == 32
     per_frame = head.num_iterations * len(head.trunk) * 2 * 256 * 8
     assert stats.used_bytes == 20 * per_frame and stats.allocated_bytes == 32 * per_frame
     # The last frame's result depends on its history (here: without the previous keyframe),
@@ -220,10 +220,10 @@ def test_fixed_shape_camera_attention_ignores_what_unused_slots_held(monkeypatch
     head = _tiny_camera_head()
     tokens = torch.randn(6, 256, dtype=torch.float64)
     with torch.inference_mode():
-        runner = FrameRunner(None, head, fast_path=FastPathState('whole_frame'))  # type: ignore
-        runner.camera(tokens[:3], 'scale')
-        fixed = [runner.camera(tokens[i:i + 1], 'keyframe')[1] for i in range(3, 6)]
-        assert runner.head_step_built('camera head')
+        steps = HeadSteps(None, head, None, FastPathState('whole_frame'))  # type: ignore
+        steps.camera(tokens[:3], 'scale')
+        fixed = [steps.camera(tokens[i:i + 1], 'keyframe')[1] for i in range(3, 6)]
+        assert steps.head_step_built('camera head')
         head.reset_cache()
         head(tokens[:3], 'scale')
         growing = [head(tokens[i:i + 1], 'keyframe')[1] for i in range(3, 6)]

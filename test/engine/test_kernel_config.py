@@ -23,8 +23,8 @@ import dataclasses
 
 from lingbot_map_ros.config import CacheConfig, EngineConfig, KernelConfig
 from lingbot_map_ros.engine.attention.triton_backend import triton_kernel_args
-from lingbot_map_ros.engine.cameras.camera_batch import batch_graphs
-from lingbot_map_ros.engine.model.batched import BatchGraphs
+from lingbot_map_ros.engine.runner.batch_runs import BatchRuns
+from lingbot_map_ros.engine.runner.fast_path import FastPathState
 from lingbot_map_ros.kernel_config import kernel_from_json
 import pytest
 # tiny_engine sits next to this file (pytest puts test/engine on sys.path).
@@ -131,8 +131,9 @@ def test_the_session_builds_its_pool_and_batches_with_the_fields_and_reports_the
     cache = session.stats().cache
     assert cache.kernel == engine.pool.kernel.summary()
     assert 'triton_splits=4' in cache.kernel and 'staged_runs=false' in cache.kernel
-    assert batch_graphs(engine).lanes.overlap is False
-    assert BatchGraphs(False).lanes.overlap is True  # the default form
+    assert engine.runner.batches.lanes.overlap is False
+    default = BatchRuns(engine.model.aggregator, FastPathState())
+    assert default.lanes.overlap is True  # the default form
 
 
 @pytest.mark.gpu

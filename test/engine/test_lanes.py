@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Lanes (``model/lanes.py``): per-stream work on side streams, eagerly and in a CUDA graph.
+"""Lanes (``runner/lanes.py``): per-stream work on side streams, eagerly and in a CUDA graph.
 
 On the CPU the work runs in order on the host (the current stream's first); on CUDA (marker
 gpu) side streams run it, eagerly or captured as parallel branches of one graph, with the
@@ -22,7 +22,7 @@ Run: ``python -m pytest test/engine/test_lanes.py``.
 
 from __future__ import annotations
 
-from lingbot_map_ros.engine.model.lanes import Lanes
+from lingbot_map_ros.engine.runner.lanes import Lanes
 import pytest
 import torch
 

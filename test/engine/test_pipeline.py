@@ -192,7 +192,7 @@ def test_fast_path_is_built_before_the_stream_and_leaves_no_trace():
                                allow_random_weights=True, seed=7)
     assert session.step(frames[0], tag=1_000) == []
     # Built at the first frame, before any streaming frame; the warm-up's frames are gone.
-    assert session.engine.runner.graphs is not None
+    assert session.engine.runner.batches.whole is not None
     stats = session.stats()
     assert stats.compiled is True
     assert stats.whole_frame_graphs is True  # backend sdpa: staged whole frames
@@ -207,10 +207,10 @@ def test_fast_path_is_built_before_the_stream_and_leaves_no_trace():
     np.testing.assert_allclose(np.stack([p.pose_enc for p in compiled]),
                                np.stack([p.pose_enc for p in plain]), atol=1e-4)
     # Once per size: a reset does not build it again.
-    runner = session.engine.runner.graphs
+    whole = session.engine.runner.batches.whole
     session.reset()
     _run(session, frames[:N_S + 1])
-    assert session.engine.runner.graphs is runner
+    assert session.engine.runner.batches.whole is whole
 
 
 def _run_from(session: StreamingSession, frames: list[np.ndarray], first: int) -> list:
@@ -232,7 +232,8 @@ def test_fast_path_is_one_checked_mode_and_eager_on_the_cpu_without_compile():
         _run(session, frames)
         stats = session.stats()
         assert (stats.fast_path, stats.compiled, stats.cuda_graphs) == (want, False, False)
-        assert session.engine.runner.graphs is None
+        assert session.engine.runner.batches.whole is None
+        assert session.engine.runner.batches.captured == 0
 
 
 def test_apply_config_takes_live_fields_and_refuses_the_others():

@@ -108,8 +108,8 @@ def _run_rollover(num: int, fast: bool = False,
         pools.append((session.engine.pool_stats(), rollover.rollover_stats()))
         if i == 0:
             camera = session.stream.state.camera
-            runner = session.engine.runner
-            built, generation = dict(runner.step_builds), camera.generation
+            heads = session.engine.runner.heads
+            built, generation = dict(heads.step_builds), camera.generation
     # The serving stream keeps one camera-head cache (the one its captured step reads): the
     # next session's scale frames move into it at the switch.
     assert session.stream.state.camera is camera and camera.num_frames > 0
@@ -117,7 +117,7 @@ def _run_rollover(num: int, fast: bool = False,
         # Nothing is built after the warm-up (on a GPU each build is a capture, a slow frame):
         # the preparations' DINO step was built there, the camera cache never grew.
         assert built['dino trunk'] == 1 and built['camera head'] >= 1
-        assert runner.step_builds == built and camera.generation == generation
+        assert heads.step_builds == built and camera.generation == generation
     return out, rollover, pools
 
 
@@ -133,7 +133,7 @@ def test_after_the_warm_up_prepared_rollovers_build_nothing_and_match_the_eager_
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
 def test_on_cuda_units_launched_while_captured_frames_run_match_the_eager_run():
-    # Each unit's eager kernels are queued behind a replayed frame graph, before the frame's
+    # Each unit's eager kernels are queued behind a replayed batch graph, before the frame's
     # outputs are read: they must neither disturb the frame nor be disturbed by it.
     cuda = {'stream.device': 'cuda', 'stream.enable_depth': False}
     fast, rollover, _ = _run_rollover(40, fast=True, **cuda)

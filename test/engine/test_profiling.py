@@ -13,8 +13,10 @@
 # limitations under the License.
 """The engine's step ranges (``engine/profiling.py``): what a profiler set on the engine sees.
 
-Tiny random-weight engine on the CPU (eager: no graphs, so no graph ranges). A recording
-profiler notes each range's name and nesting depth as it opens.
+Tiny random-weight engine on the CPU. Its mode is 'eager' unless a test asks for the batch path
+('segments', 'whole_frame'), which the CPU runs uncaptured: the same ranges as on the GPU except
+the graph launches (no graphs here) and the wait for the device. A recording profiler notes each
+range's name and nesting depth as it opens.
 
 Run: ``python -m pytest test/engine/test_profiling.py`` (a few seconds).
 """
@@ -63,19 +65,55 @@ def _poses(session: StreamingSession, frames) -> list[torch.Tensor]:
             for p in session.step(f, i)]
 
 
-def test_a_streaming_frame_opens_the_named_ranges_in_order():
+# What one streaming frame (a batch of one) opens in each mode, in order (runner/runner.py,
+# runner/whole_batch.py): 'prepare' before any run; the aggregator of a batch inside its
+# 'forward batch'; a whole batch stages each frame, runs the batch graph (its inputs inside)
+# and unstages after it; then the lanes, the depth head issued before the camera head.
+FRAME_RANGES = {
+    'eager': [('prepare', 0), ('forward eager', 0)],
+    'segments': [('prepare', 0), ('forward batch', 0), ('aggregator', 1), ('lanes', 1),
+                 ('depth head', 2), ('camera head', 2)],
+    'whole_frame': [('prepare', 0), ('forward batch', 0), ('aggregator', 1), ('stage', 2),
+                    ('batch graph', 2), ('batch inputs', 3), ('unstage', 2), ('lanes', 1),
+                    ('depth head', 2), ('camera head', 2)],
+}
+
+
+def _engine(mode: str) -> Engine:
+    """Return a tiny engine whose jobs run in ``mode`` (asked before the first frame)."""
     engine = Engine.load(_config(), allow_random_weights=True)
+    engine.fast_path.request(mode, False)
+    return engine
+
+
+@pytest.mark.parametrize('mode', sorted(FRAME_RANGES))
+def test_a_streaming_frame_opens_the_named_ranges_in_order(mode):
+    engine = _engine(mode)
     session = StreamingSession(engine.config, engine=engine)
     frames = random_frames(N_S + 1)
     for i, frame in enumerate(frames[:N_S]):
-        session.step(frame, i)  # the scale phase: not through forward_frame
+        session.step(frame, i)  # the scale phase: a job of its own
     recorder = Recorder()
     engine.set_profiler(recorder)
     assert engine.profiler is recorder
     session.step(frames[N_S], N_S)
-    assert recorder.opened == [('forward frame', 0), ('aggregator', 1), ('prepare', 2),
-                               ('camera head', 1), ('depth head', 1)]
+    assert engine.fast_path.mode.aggregator == mode  # no step-down: the mode's own path ran
+    assert recorder.opened == FRAME_RANGES[mode]
     assert {name for name, _ in recorder.opened} <= set(STEPS)
+
+
+def test_a_scale_pass_runs_alone_on_the_eager_forward_whatever_the_mode():
+    engine = _engine('whole_frame')
+    frames = random_frames(N_S)
+    session = StreamingSession(engine.config, engine=engine)
+    session.step(frames[0], 0)  # the engine's warm-up (its own scale pass) runs here
+    session.reset()
+    recorder = Recorder()
+    engine.set_profiler(recorder)
+    for i, frame in enumerate(frames):
+        session.step(frame, i)  # the last of the N_s frames runs the scale pass
+    assert engine.fast_path.mode.aggregator == 'whole_frame'
+    assert recorder.opened == [('prepare', 0), ('forward eager', 0)]
 
 
 def test_ranges_record_only_inside_the_engine_that_set_them():
@@ -96,8 +134,23 @@ def test_ranges_record_only_inside_the_engine_that_set_them():
     assert recorder.opened == []
 
 
-def test_a_batch_opens_prepare_per_frame_then_the_batched_forward():
-    engine = Engine.load(_config(), allow_random_weights=True)
+# Two streams' frames in one run: each job is prepared, then the batch path runs them as one
+# batch (a whole batch stages and unstages each stream's frame around its one graph; the
+# depth head once for the batch, a camera head per stream), 'eager' each alone.
+BATCH_RANGES = {
+    'eager': [('prepare', 0), ('prepare', 0), ('forward eager', 0), ('forward eager', 0)],
+    'segments': [('prepare', 0), ('prepare', 0), ('forward batch', 0), ('aggregator', 1),
+                 ('lanes', 1), ('depth head', 2), ('camera head', 2), ('camera head', 2)],
+    'whole_frame': [('prepare', 0), ('prepare', 0), ('forward batch', 0), ('aggregator', 1),
+                    ('stage', 2), ('stage', 2), ('batch graph', 2), ('batch inputs', 3),
+                    ('unstage', 2), ('unstage', 2), ('lanes', 1), ('depth head', 2),
+                    ('camera head', 2), ('camera head', 2)],
+}
+
+
+@pytest.mark.parametrize('mode', sorted(BATCH_RANGES))
+def test_a_batch_opens_prepare_per_frame_then_the_forward(mode):
+    engine = _engine(mode)
     feeders = [StreamFeeder(StreamingSession(engine.config, engine=engine)) for _ in range(2)]
     frames = random_frames(N_S + 1)
     for i in range(N_S):
@@ -105,10 +158,7 @@ def test_a_batch_opens_prepare_per_frame_then_the_batched_forward():
     recorder = Recorder()
     engine.set_profiler(recorder)
     feed_batch(feeders, [frames[N_S]] * 2, [1_000 + N_S] * 2)
-    # The lanes issue the batch's depth head first, then each stream's camera head.
-    assert recorder.opened == [('prepare', 0), ('prepare', 0), ('forward batch', 0),
-                               ('lanes', 1), ('depth head', 2), ('camera head', 2),
-                               ('camera head', 2)]
+    assert recorder.opened == BATCH_RANGES[mode]
 
 
 @pytest.mark.parametrize('profiled', [False, True])
@@ -127,7 +177,7 @@ def test_outputs_are_bitwise_those_of_an_engine_without_a_profiler(profiled):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
-def test_whole_frame_graphs_open_stage_launch_and_unstage_inside_the_frame_graph():
+def test_whole_batch_graphs_stage_launch_inside_the_batch_graph_and_unstage():
     config = _config(**{'stream.device': 'cuda', 'stream.dtype': 'bfloat16',
                         'cache.dtype': 'bfloat16', 'stream.fast_path': 'whole_frame'})
     engine = Engine.load(config, allow_random_weights=True)
@@ -140,8 +190,17 @@ def test_whole_frame_graphs_open_stage_launch_and_unstage_inside_the_frame_graph
     engine.set_profiler(recorder)
     session.step(frames[N_S + 3], N_S + 3)
     names = [name for name, _ in recorder.opened]
-    graph = names.index('frame graph')
-    depth = dict(recorder.opened)['frame graph']
-    assert names[graph + 1:graph + 4] == ['stage', 'graph launch', 'unstage']
-    assert [d for _, d in recorder.opened[graph + 1:graph + 4]] == [depth + 1] * 3
-    assert names.index('camera head') > graph
+    depths = [depth for _, depth in recorder.opened]
+    assert recorder.opened[:3] == [('prepare', 0), ('forward batch', 0), ('aggregator', 1)]
+    # The frame is staged before its graph and unstaged after it, beside it in the
+    # aggregator; the batch's inputs and the one graph replay inside it.
+    graph = names.index('batch graph')
+    assert names[graph - 1:graph + 4] == [
+        'stage', 'batch graph', 'batch inputs', 'graph launch', 'unstage']
+    assert depths[graph - 1:graph + 4] == [2, 2, 3, 3, 2]
+    # Then the heads on the lanes (their captured steps launch inside), and the wait.
+    assert names.index('lanes') > graph and depths[names.index('lanes')] == 1
+    assert names.index('camera head') > graph and names.index('depth head') > graph
+    assert recorder.opened[-1] == ('wait (sync)', 0)
+    assert names.count('graph launch') == 3  # the batch graph, the depth and camera heads
+    assert set(names) <= set(STEPS)

@@ -17,17 +17,21 @@ The DPT head over N_s frames at once was the session's memory peak (docs/gpu_mem
 now runs in chunks of ``DPTHead.frames_chunk_size`` (default 1). The camera head is not
 chunked: in the scale pass its N_s tokens attend to each other (chunks would change the
 result), and its activations are N_s tokens of 2C channels, a few hundred kB. A rollover's
-scale pass without depth keeps of the taps only what the camera head reads.
+scale pass without depth keeps of the taps only what the camera head reads. The scale pass is
+a job of the runner (a fast path asked for: a scale job still runs alone on the eager forward).
 """
 
 from lingbot_map_ros.config import CacheConfig
 from lingbot_map_ros.engine.cache import new_kv_pool, StreamKV
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.model.stream_state import StreamState
+from lingbot_map_ros.engine.runner.fast_path import FastPathState
+from lingbot_map_ros.engine.runner.jobs import Job
+from lingbot_map_ros.engine.runner.runner import Runner
 import pytest
 # tiny_engine and tiny_stream sit next to this file (pytest puts test/engine on sys.path).
 from tiny_engine import random_images
-from tiny_stream import tiny_model
+from tiny_stream import run_job, tiny_model
 import torch
 
 SCALE_FRAMES = 4
@@ -46,8 +50,10 @@ def _scale_pass(model: LingbotMapModel, chunk: int) -> dict:
     stream = StreamState(model.new_camera_cache(), kv)
     model.depth_head.frames_chunk_size = chunk
     images = random_images(SCALE_FRAMES, seed=3, hw=IMAGE_HW)
+    runner = Runner(model, FastPathState('whole_frame'))
     try:
-        return model.forward_scale(images, stream, with_depth=True, return_taps=True)
+        return run_job(model, runner, Job(stream, images, 0, 'scale', with_depth=True,
+                                          return_taps=True))
     finally:
         model.depth_head.frames_chunk_size = 1
 

@@ -159,7 +159,7 @@ def test_one_captured_graph_replays_every_staged_frame_on_cuda():
     # bf16 on CUDA: flash varlen over a device-side range while the window fills, cuDNN +
     # flash once it is full. One graph per key, captured once, replayed for every later frame.
     # Head dim 64, the model's (cuDNN refuses very small ones).
-    from lingbot_map_ros.engine.model.captured import capture_graph
+    from lingbot_map_ros.engine.runner.captured import capture_graph
 
     frames = _frames(SCALE + len(SCHEDULE), 'cuda', torch.bfloat16, dim=64)
     eager, staged = _manager('cuda', torch.bfloat16, dim=64), \

@@ -117,10 +117,10 @@ def test_a_second_limit_on_the_retry_gives_up_on_the_frame():
     failures = [SessionLimitError('some other limit'), CachePoolExhaustedError('still full')]
     calls = []
 
-    def step(image, tag):
+    def frame_job(tensor, info, tag, *args, **kwargs):  # the first feed and the retry plan
         calls.append(tag.stamp_ns)
         raise failures.pop(0)
-    session.step = step
+    session.frame_job = frame_job
     fed = feeder.feed(random_frame(3), 5 * SEC)
     assert [(r.reason, r.detail) for r in fed.resets] == [('session_limit', 'some other limit'),
                                                           ('cache_full', 'still full')]
@@ -152,10 +152,10 @@ def test_a_non_finite_pose_resets_without_feeding_the_frame_again():
     _feed_all(feeder, [SEC])
     calls = []
 
-    def step(image, tag):
+    def frame_job(tensor, info, tag, *args, **kwargs):
         calls.append(tag.stamp_ns)
         raise NonFiniteOutputError('pose is NaN')
-    session.step = step
+    session.frame_job = frame_job
     fed = feeder.feed(random_frame(1), 2 * SEC)
     [reset] = fed.resets
     assert (reset.reason, reset.detail) == ('nan_pose', 'pose is NaN')
@@ -168,9 +168,9 @@ def test_other_errors_raise_unless_the_caller_asks_for_a_reset():
     session = _session()
     failure = RuntimeError('CUDA went away')
 
-    def step(image, tag):
+    def frame_job(tensor, info, tag, *args, **kwargs):
         raise failure
-    session.step = step
+    session.frame_job = frame_job
     with pytest.raises(RuntimeError, match='CUDA went away'):
         StreamFeeder(session).feed(random_frame(), SEC)
     feeder = StreamFeeder(session, reset_on_error=True)

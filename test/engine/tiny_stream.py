@@ -11,21 +11,25 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""A tiny golden-weights model streamed through a ``FrameRunner``: the fast-path tests' driver.
+"""A tiny golden-weights model streamed through a ``Runner``: the fast-path tests' driver.
 
 N_s 2, W 3, K 2 (``CACHE``, backend ``sdpa``): even frames after the scale pass are keyframes,
 and with 9 frames the window is full from frame 6 on, so a stream crosses the window fill.
+Every call is a job of its own (a streaming frame is a batch of one); ``runner=None`` is the
+model's eager forward, the reference the fast paths are compared with.
 """
 
 from __future__ import annotations
 
 from lingbot_map_ros.config import CacheConfig, ModelConfig
 from lingbot_map_ros.engine.cache import new_kv_pool, StreamKV
-from lingbot_map_ros.engine.model.frame_runner import FrameRunner
+from lingbot_map_ros.engine.frames import Role
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
 from lingbot_map_ros.engine.model.stream_state import StreamState
 from lingbot_map_ros.engine.model.weights import load_weights
+from lingbot_map_ros.engine.runner.jobs import Job
+from lingbot_map_ros.engine.runner.runner import Runner
 import torch
 
 CACHE = CacheConfig(backend='sdpa', scale_frames=2, sliding_window=3)
@@ -50,19 +54,50 @@ def new_stream(model: LingbotMapModel, kv_dtype: torch.dtype,
     return StreamState(model.new_camera_cache(), kv)
 
 
-def run_stream(model: LingbotMapModel, images: torch.Tensor, runner: FrameRunner,
-               kv_dtype: torch.dtype) -> list[dict]:
-    """Run ``images`` (scale pass, then one frame per call) through ``runner`` on a new stream.
+def role(index: int) -> Role:
+    """Return the role of streaming frame ``index`` (K=2 after N_s=2: even ones are keyframes)."""
+    return 'keyframe' if index % 2 == 0 else 'non-keyframe'
+
+
+def time_index(index: int) -> int:
+    """Return the time index of streaming frame ``index``: the keyframes cached before it.
+
+    A non-keyframe shares the index the next keyframe will get.
+    """
+    return CACHE.scale_frames + (index - CACHE.scale_frames + 1) // 2
+
+
+def run_job(model: LingbotMapModel, runner: Runner | None, job: Job) -> dict:
+    """Run ``job`` alone: on ``runner`` (a batch of one: it must run alone), else eagerly.
+
+    Raises:
+        Exception: the error the runner gave the job.
+    """
+    if runner is None:
+        with torch.no_grad():
+            return model(job.images, job.time_index, job.mode, job.stream, job.with_depth,
+                         job.return_taps, job.with_descriptor)
+    ((out, batch_size),) = runner.run([job])
+    if isinstance(out, Exception):
+        raise out
+    if batch_size != 1:
+        raise AssertionError(f'a lone job ran in a batch of {batch_size}')
+    return out
+
+
+def run_stream(model: LingbotMapModel, images: torch.Tensor, runner: Runner | None,
+               kv_dtype: torch.dtype, state: StreamState | None = None) -> list[dict]:
+    """Run ``images`` (scale pass, then one job per frame) through ``runner`` on a stream.
+
+    ``state``: the stream (a new one on a pool of its own when None).
 
     Returns:
         The scale call's outputs, then each frame's (with depth, and taps for the frames).
     """
-    state = new_stream(model, kv_dtype, images)
+    state = new_stream(model, kv_dtype, images) if state is None else state
     num_scale = CACHE.scale_frames
-    outs = [model.forward_scale(images[:num_scale], state, with_depth=True, runner=runner)]
+    outs = [run_job(model, runner, Job(state, images[:num_scale], 0, 'scale', with_depth=True))]
     for i in range(num_scale, images.shape[0]):
-        # K=2 after N_s=2: even frames are keyframes; the time index counts cached keyframes,
-        # so a non-keyframe shares the next keyframe's index.
-        outs.append(model.forward_frame(images[i:i + 1], 2 + (i - 1) // 2, i % 2 == 0, state,
-                                        with_depth=True, return_taps=True, runner=runner))
+        outs.append(run_job(model, runner, Job(state, images[i:i + 1], time_index(i), role(i),
+                                               with_depth=True, return_taps=True)))
     return outs

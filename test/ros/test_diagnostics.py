@@ -183,8 +183,7 @@ def test_fast_path_fallbacks_are_counted_by_name_in_every_state():
     stats = NodeStats()
     fresh = values(diagnostics.engine_status('n', stats.roll(), FRESH, 8))
     assert sorted(k for k in fresh if k.startswith('fallbacks.')) == [
-        'fallbacks.attention_kernel', 'fallbacks.backend_refused', 'fallbacks.batch_capture',
-        'fallbacks.camera_head',
+        'fallbacks.attention_kernel', 'fallbacks.backend_refused', 'fallbacks.camera_head',
         'fallbacks.capture', 'fallbacks.compile', 'fallbacks.depth_head',
         'fallbacks.dino_trunk', 'fallbacks.whole_frame']
     assert fresh['fallbacks.capture'] == '0' and 'fallbacks' not in fresh

@@ -148,13 +148,13 @@ def test_deactivate_and_cleanup_during_a_long_frame_abandon_it_cleanly(
     wait_for(lambda: probe.count(probe.poses) >= 4, _TIMEOUT_S, '4 poses')
     # The next frame lasts until the test lets it end (longer than both transitions wait).
     started, release = threading.Event(), threading.Event()
-    real_step = RolloverSession.step
+    real_preprocess = RolloverSession.preprocess
 
-    def long_step(self, image, stamp):
+    def long_preprocess(self, image):  # every frame's first engine call
         started.set()
         release.wait(_TIMEOUT_S)
-        return real_step(self, image, stamp)
-    monkeypatch.setattr(RolloverSession, 'step', long_step)
+        return real_preprocess(self, image)
+    monkeypatch.setattr(RolloverSession, 'preprocess', long_preprocess)
     session = weakref.ref(node.core.pipeline.session.session)
     send(probe, 4, 1)
     assert started.wait(_TIMEOUT_S)

@@ -317,15 +317,21 @@ def test_resolution_change_nan_pose_and_engine_errors_reset(graph, monkeypatch):
     publish(probe, [image_msg(make_image(i, 120, 80), t)
                     for i, t in enumerate(stamps(71.0, 3))])
     wait_poses(probe, 7)
-    real_step = node.core.pipeline.session.step
+    session = node.core.pipeline.session
     failures = [errors.NonFiniteOutputError('pose is NaN'), RuntimeError('CUDA went away')]
 
-    def failing_step(image, stamp):
-        if failures:
-            raise failures.pop(0)
-        return real_step(image, stamp)
-    monkeypatch.setattr(node.core.pipeline.session, 'step', failing_step)
-    sent = stamps(72.0, 5)
+    def failing(real):
+        def call(*args, **kwargs):
+            if failures:
+                raise failures.pop(0)
+            return real(*args, **kwargs)
+        return call
+    # A frame's model output reaches the session in finish_job (step_tensor where it runs
+    # alone). The failures land on the next two that reach the model: the first frame, then
+    # the new session's scale pass (its frames are buffered before), so 7 frames end posed.
+    for name in ('step_tensor', 'finish_job'):
+        monkeypatch.setattr(session, name, failing(getattr(session, name)))
+    sent = stamps(72.0, 7)
     publish(probe, [image_msg(make_image(i, 120, 80), t) for i, t in enumerate(sent)])
     wait_for(lambda: stamp_ns(probe.poses[-1]) == sent[-1], _TIMEOUT_S, 'recovery')
     _, _, values = wait_status(probe, node, 'engine',

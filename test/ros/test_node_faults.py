@@ -52,13 +52,13 @@ def start(graph, **overrides):
 
 def slow_step(node, monkeypatch, seconds):
     """Make each frame take ``seconds`` longer; returns an event set when a frame starts."""
-    real_step, started = node.core.pipeline.session.step, threading.Event()
+    real, started = node.core.pipeline.session.preprocess, threading.Event()
 
-    def step(image, stamp):
+    def preprocess(image):  # every frame's first engine call, alone or in a batch
         started.set()
         time.sleep(seconds)
-        return real_step(image, stamp)
-    monkeypatch.setattr(node.core.pipeline.session, 'step', step)
+        return real(image)
+    monkeypatch.setattr(node.core.pipeline.session, 'preprocess', preprocess)
     return started
 
 
@@ -203,14 +203,14 @@ def test_a_parameter_named_empty_is_refused(graph):
 _SLOW_NODE = r"""
 import sys, time
 from lingbot_map_ros.engine.session.rollover import RolloverSession
-real_step = RolloverSession.step
+real_preprocess = RolloverSession.preprocess
 
-def step(self, image, stamp):
+def preprocess(self, image):  # every frame's first engine call
     print('FRAME STARTED', flush=True)
     time.sleep(60.0)
-    return real_step(self, image, stamp)
+    return real_preprocess(self, image)
 
-RolloverSession.step = step
+RolloverSession.preprocess = preprocess
 from lingbot_map_ros.ros.nodes import node
 sys.exit(node.main(['lingbot_map_node'] + sys.argv[1:]))
 """

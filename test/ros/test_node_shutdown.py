@@ -63,10 +63,11 @@ import importlib
 import torch
 
 module, name, behaviour, node_module, node_class = sys.argv[1:6]
-cls = getattr(importlib.import_module(module), name)
-real_step = cls.step
+class_name, _, method = name.partition('.')
+cls = getattr(importlib.import_module(module), class_name)
+real_step = getattr(cls, method)
 
-def step(self, image, stamp):
+def step(self, *args):
     print('STEP STARTED', flush=True)
     if behaviour == 'native_minute':  # a minute inside torch's C++ code, in short calls
         a = torch.randn(256, 256)
@@ -75,9 +76,9 @@ def step(self, image, stamp):
             a = torch.tanh(a @ a)
     else:
         time.sleep(float(behaviour))
-    return real_step(self, image, stamp)
+    return real_step(self, *args)
 
-cls.step = step
+setattr(cls, method, step)
 from lingbot_map_ros.ros.nodes import entry
 sys.exit(entry.run(['hooked'] + sys.argv[6:], 'hooked', node_module, node_class))
 """
@@ -211,9 +212,10 @@ def test_a_signal_while_streaming_exits_quietly(graph, processes, sig):
 
 @pytest.mark.parametrize('sig', _SIGNALS, ids=lambda s: s.name)
 def test_a_signal_inside_a_long_native_frame_exits_quietly(graph, processes, sig):
-    process = NodeProcess.hooked('lingbot_map_ros.engine.session.rollover', 'RolloverSession',
-                                 'native_minute', 'lingbot_map_ros.ros.nodes.node',
-                                 'LingbotMapNode')
+    # preprocess: every camera frame's first engine call (alone or in the group's batch).
+    process = NodeProcess.hooked('lingbot_map_ros.engine.session.rollover',
+                                 'RolloverSession.preprocess', 'native_minute',
+                                 'lingbot_map_ros.ros.nodes.node', 'LingbotMapNode')
     processes.append(process)
     probe = node_probe(graph, process)
     for i in itertools.count():
@@ -231,8 +233,9 @@ def test_a_signal_inside_a_long_native_frame_exits_quietly(graph, processes, sig
 @pytest.mark.parametrize('sig', _SIGNALS, ids=lambda s: s.name)
 def test_a_signal_during_a_lifecycle_configure_exits_quietly(graph, processes, sig):
     # Each warm-up frame takes 0.5 s more: the signal lands inside the configure transition.
-    process = NodeProcess.hooked('lingbot_map_ros.engine.session.pipeline', 'StreamingSession',
-                                 '0.5', 'lingbot_map_ros.ros.nodes.lifecycle_node',
+    process = NodeProcess.hooked('lingbot_map_ros.engine.session.pipeline',
+                                 'StreamingSession.step', '0.5',
+                                 'lingbot_map_ros.ros.nodes.lifecycle_node',
                                  'LingbotMapLifecycleNode')
     processes.append(process)
     probe = graph.add(Probe(graph.context, process.namespace))

@@ -13,6 +13,8 @@
 # limitations under the License.
 """``lingbot_map_replay run BAG --cameras ...``: several cameras offline, one engine, fused.
 
+One camera takes the same path, as a list of one (``test_one_camera_is_a_list_of_one``).
+
 Run: ``pytest test/tools/test_replay_cameras.py`` (about 20 s on 2 cores; the tiny random-weight
 model on CPU). The alignment and failover themselves are checked with an oracle model in
 test/engine/test_camera_rig.py.
@@ -108,3 +110,28 @@ def test_bad_camera_lists_are_refused(text):
 def test_camera_list_topics_are_made_absolute():
     cameras = parse_cameras('front=cam/image, left=/l/image')
     assert cameras == {'front': '/cam/image', 'left': '/l/image'}
+
+
+def test_one_camera_is_a_list_of_one(tmp_path):
+    # The same topic run alone (--topic) and as the one camera of --cameras: one path, the same
+    # camera poses and per-camera summary; the named run adds the fusion (identity for one).
+    num = 6
+    bag = _bag(tmp_path / 'bag', num)
+    common = ['--params-file', str(find_config('demo_tiny_cpu.yaml')), '--torch-threads', '1',
+              *SET_FLAGS]
+    assert main(['run', str(bag), '--out', str(tmp_path / 'one'), '--topic', TOPICS['front'],
+                 *common]) == 0
+    assert main(['run', str(bag), '--out', str(tmp_path / 'rig'), '--cameras',
+                 f"front={TOPICS['front']}", *common]) == 0
+    alone = trajectory.read_tum(tmp_path / 'one' / 'trajectory.tum')
+    named = trajectory.read_tum(tmp_path / 'rig' / 'front' / 'trajectory.tum')
+    stamps = [100 * SEC + i * SEC // 10 for i in range(num)]
+    assert alone.stamps_ns.tolist() == named.stamps_ns.tolist() == stamps
+    assert np.ptp(alone.c2w[:, :3, 3], axis=0).max() > 1e-6  # the poses move
+    np.testing.assert_allclose(named.c2w, alone.c2w, rtol=0, atol=1e-6)
+    one = json.loads((tmp_path / 'one' / 'summary.json').read_text())
+    front = json.loads((tmp_path / 'rig' / 'front' / 'summary.json').read_text())
+    assert one['poses'] == front['poses'] == num and front['camera'] == 'front'
+    assert (tmp_path / 'rig' / 'front' / 'trajectory.png').exists()
+    rig = json.loads((tmp_path / 'rig' / 'summary.json').read_text())
+    assert rig['fused_poses'] == num and rig['cameras']['front']['poses'] == num

@@ -21,7 +21,7 @@ between them would still be issued one by one from Python, each with its page bo
 changes from frame to frame in that attention is only *where* the visible keys are: the run
 ``[start, stop)`` of the flat pool (the page table keeps it one contiguous range,
 ``page_table.py``) and the slots the frame's keys are written to. Kept in small device tensors,
-they let one captured graph serve every frame of a kind (model/graphed.py), which saves the
+they let one captured graph serve every frame of a kind (runner/whole_batch.py), which saves the
 host's launches and bookkeeping of those attentions on every frame, most on window-fill frames
 (docs/performance.md, 'Whole-frame graphs').
 

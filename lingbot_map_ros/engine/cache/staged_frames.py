@@ -13,7 +13,7 @@
 # limitations under the License.
 """Staged frames: one streaming frame's cache work with its numbers on the device.
 
-A whole streaming frame can be one CUDA graph (``model/graphed.py``) only if the cache work
+A whole streaming frame can be one CUDA graph (``runner/whole_batch.py``) only if the cache work
 inside it needs no host decision. :meth:`StagedFrames.stage_frame` plans the frame on its stream
 (``StreamKV.plan_frame``: every layer's writes and keys at once) and puts where the frame goes
 and what it sees into device tensors; the graph then calls :meth:`~StagedFrames.write` and
@@ -27,6 +27,7 @@ storage) can stage.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from lingbot_map_ros.engine.attention.staged import StagedAttention, StagedKey
@@ -100,6 +101,12 @@ class StagedFrames:
         """Prepare the backend's form for queries shaped like ``q: [Q, H, D]`` now."""
         storage = self._pool.storage
         self._attention.warm_up(q, storage.k[0], storage.v[0])
+
+    def staging(self, kv: StreamKV, keyframe: bool
+                ) -> tuple[Callable[[], StagedKey], Callable[[StagedKey, bool], None]]:
+        """Return ``(begin, end)`` of staging ``kv``'s frame here, for ``planned.planned``."""
+        return (lambda: self.stage_frame(kv, keyframe),
+                lambda _key, failed: self.finish(failed=failed))
 
     def stage_frame(self, kv: StreamKV, keyframe: bool) -> StagedKey:
         """Plan one streaming frame of stream ``kv`` for every block; stage its numbers.

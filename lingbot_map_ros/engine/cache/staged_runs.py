@@ -15,7 +15,7 @@
 
 Dims: B streams (one staged frame each, slot b of the batch), P tokens per frame, H heads of D.
 
-Why: in a whole batch (``model/whole_batch.py``) each slot writes its frame's K/V and attends
+Why: in a whole batch (``runner/whole_batch.py``) each slot writes its frame's K/V and attends
 over its own run, per global block. Issued slot by slot that is, per block, B writes of K and
 of V and B attention launches (run side by side on the lanes); for backend ``fa3`` each
 attention is itself three launches (``fa3_parts.py``). The slots' runs all lie in the one pool,

@@ -33,6 +33,7 @@ table works on pool page ids inside that lease only; ``release`` gives the pages
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,6 +133,12 @@ class StreamKV(OnPool):
         return self.table.remaining_frames()
 
     # ---- the frame protocol ---------------------------------------------------------------
+
+    def planning(self, role: Role, num_frames: int = 1
+                 ) -> tuple[Callable[[], FramePlan], Callable[[FramePlan, bool], None]]:
+        """Return this stream's ``(begin, end)`` of a call, for ``planned.planned``."""
+        return (lambda: self.plan_frame(role, num_frames),
+                lambda plan, failed: self.end_frame(plan, failed=failed))
 
     def plan_frame(self, role: Role, num_frames: int = 1) -> FramePlan:
         """Make a call's table steps for every layer at once (module docstring, step 1).

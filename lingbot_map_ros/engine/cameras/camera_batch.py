@@ -14,46 +14,39 @@
 """Frames of several cameras (streams of one engine) fed as one batch.
 
 :func:`feed_batch` is ``[f.feed(i, t) for f, i, t in zip(feeders, images, tags)]``: the same
-results, drops, resets, held frames and rollovers. Only the model's frame-wise work of the
-frames that are plain streaming frames runs once for all of them (``model/batched.py``; each
-stream's cache attention stays its own). Each frame goes through three phases:
+results, drops, resets, held frames and rollovers, on the same path (``StreamFeeder.feed`` is
+this with one camera). Only the model's frame-wise work of the frames that can share a batch
+runs once for all of them (``Engine.run``; each stream's cache attention stays its own). Each
+frame goes through three phases:
 
-1. **Prepare**, in the feeders' order: the feeder's stamp checks (``StreamFeeder.admit``),
-   preprocessing, and the session's plan of its next frame (``frame_job``). A frame that
-   cannot batch runs right here, alone, through ``StreamFeeder.feed`` or ``complete``: a held
-   frame before it, a frame the stamp checks stop, a stream in its scale phase, at its first
-   frame or a new size, a rollover due, an image preprocessing refuses.
-2. **Run** (:func:`run_jobs`): the planned frames of one engine, depth setting and size run as
-   one batch under the engine's lock (on CUDA with the fast path on, the batch's fixed-shape
-   segments replay as CUDA graphs per batch size, or with whole frames the whole batch, every
-   stream's cache attention included, is one CUDA graph: ``BatchGraphs``). Each frame is first
-   checked against its stream's limits (``Aggregator.prepare``); a refused frame leaves the
-   batch with its error and the others go on. A batch of one runs the stream's own
-   single-frame call (its fast path: whole-frame CUDA graphs).
-3. **Finish**, in the feeders' order: the session takes its frame's output, or its error, as
-   its own step would have (``finish_job``), inside the feeder's policy (``complete``): a
-   session limit resets the stream and the frame runs again alone, a bad pose resets it.
+1. **Admit**, in the feeders' order (``StreamFeeder.admit``): a held frame this one confirms
+   is fed first, alone; the stamp checks; preprocessing; the session's plan of its model call
+   (``frame_job``; a rollover that is due switches here). A frame the stamp checks stop, a
+   scale frame that is only buffered or an image preprocessing refuses has no job.
+2. **Run** (:func:`run_jobs`): the jobs of each engine go to its ``Engine.run`` at once; the
+   streaming frames of one size and depth setting run as one batch, a scale pass alone. A job
+   the model refuses (its stream's limits: ``Aggregator.prepare``) gets its error and the
+   others go on.
+3. **Complete**, in the feeders' order (``StreamFeeder.complete``): the session takes its
+   job's outcome, or its error, as its own step would have (``finish_job``), inside the
+   feeder's policy: a session limit resets the stream and the frame runs again alone, a bad
+   pose resets it.
 
-Streams are independent, so running the unbatched frames before the batch changes no result.
+Streams are independent, so feeding the held frames before the batch changes no result.
 An exception outside a feeder's policy (``reset_on_error`` off) does not stop the other
 frames: :class:`BatchFeedError` is raised at the end and carries every frame's result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-import functools
-import time
 
-from lingbot_map_ros.engine.engine import Engine
-from lingbot_map_ros.engine.frames import frame_tag, FrameTag
-from lingbot_map_ros.engine.model.batched import BatchCall, BatchGraphs
-from lingbot_map_ros.engine.profiling import step_range
+from lingbot_map_ros.engine.frames import FrameTag
+from lingbot_map_ros.engine.runner.jobs import Outcome
+from lingbot_map_ros.engine.session import frame_job
 from lingbot_map_ros.engine.session.frame_job import FrameJob
-from lingbot_map_ros.engine.session.prediction import FramePrediction
-from lingbot_map_ros.engine.session.stream_feeder import FeedResult, Image, StreamFeeder
-import torch
+from lingbot_map_ros.engine.session.stream_feeder import FeedResult, FeedStep, Image, StreamFeeder
 
 
 class BatchFeedError(Exception):
@@ -67,16 +60,6 @@ class BatchFeedError(Exception):
         self.errors = errors
 
 
-@dataclass(frozen=True)
-class JobOutcome:
-    """What the batch gave one job: the model output or its error, and the batch's time."""
-
-    out: dict | Exception
-    model_ms: float
-    batch_size: int
-    """Frames of the batch the job ran in (1: alone)."""
-
-
 @dataclass
 class BatchStats:
     """Counters of batched feeding, for diagnostics (``feed_batch(..., stats=)``)."""
@@ -86,13 +69,13 @@ class BatchStats:
     batched_frames: int = 0
     """Frames that ran in such a call."""
     alone_frames: int = 0
-    """Frames that reached the model alone (scale phase, rollover, batch of one, ...)."""
+    """Frames taken otherwise: alone (scale pass, batch of one), buffered, fed again alone."""
 
 
 def feed_batch(feeders: Sequence[StreamFeeder], images: Sequence[Image],
                tags: Sequence[FrameTag | int],
                stats: BatchStats | None = None) -> list[FeedResult]:
-    """Feed one frame to each feeder, the eligible frames' model work as one batch.
+    """Feed one frame to each feeder, the model calls of one engine in one ``Engine.run``.
 
     Args:
         feeders: one per camera, each a different stream (usually of one engine).
@@ -114,137 +97,42 @@ def feed_batch(feeders: Sequence[StreamFeeder], images: Sequence[Image],
         raise ValueError('feed_batch: a feeder appears twice')
     results: list[FeedResult | None] = [None] * len(feeders)
     errors: list[tuple[int, Exception]] = []
-    planned: list[tuple[int, tuple, FrameJob]] = []
-    for k, (feeder, image, raw_tag) in enumerate(zip(feeders, images, tags)):
-        tag = frame_tag(raw_tag)
+    steps: dict[int, FeedStep] = {}
+    for k, (feeder, image, tag) in enumerate(zip(feeders, images, tags)):
         try:
-            if feeder.held is not None:
-                results[k] = feeder.feed(image, tag)
-                continue
-            admitted = feeder.admit(image, tag)
-            if isinstance(admitted, FeedResult):
-                results[k] = admitted
-                continue
-            job = _plan(feeder, image, tag)
-            if isinstance(job, FrameJob):
-                planned.append((k, admitted, job))
-            else:
-                results[k] = feeder.complete(image, tag, admitted, job)
+            steps[k] = feeder.admit(image, tag)
         except Exception as exc:  # noqa: BLE001 - reported with the others (BatchFeedError)
             errors.append((k, exc))
-    if stats is not None:
-        stats.alone_frames += sum(r is not None and r.accepted for r in results)
-    outcomes = run_jobs([job for _, _, job in planned], stats)
-    for (k, resets, job), outcome in zip(planned, outcomes):
-        feeder = feeders[k]
-        finish = functools.partial(feeder.session.finish_job, job, outcome.out,
-                                   outcome.model_ms)
+    planned = [k for k, step in steps.items() if step.job is not None]
+    outcomes = dict(zip(planned, run_jobs([steps[k].job for k in planned], stats)))
+    for k, step in steps.items():
+        outcome = outcomes.get(k)
         try:
-            results[k] = feeder.complete(images[k], job.tag, resets, finish)
+            results[k] = result = feeders[k].complete(step, outcome)
         except Exception as exc:  # noqa: BLE001 - reported with the others (BatchFeedError)
             errors.append((k, exc))
+            continue
+        if stats is not None and result.accepted and (
+                outcome is None or isinstance(outcome.out, Exception)):
+            stats.alone_frames += 1  # buffered, or fed again alone after a reset
     if errors:
         raise BatchFeedError(results, sorted(errors, key=lambda e: e[0]))
     return results  # type: ignore[return-value]
 
 
-def run_jobs(jobs: Sequence[FrameJob], stats: BatchStats | None = None) -> list[JobOutcome]:
-    """Run planned frames, one batch per engine, depth setting and image size.
+def run_jobs(jobs: Sequence[FrameJob], stats: BatchStats | None = None) -> list[Outcome]:
+    """Run planned jobs, one ``Engine.run`` per engine (``frame_job.run_jobs``).
 
-    ``stats``, when given, counts the batches and the frames that ran in them or alone.
+    ``stats``, when given, counts the batches and the jobs that ran in them or alone.
 
     Returns:
-        Per job, its output or its error (the others are not disturbed by it).
+        Per job, its outcome (a refused job's error does not disturb the others).
     """
-    outcomes: list[JobOutcome | None] = [None] * len(jobs)
-    groups: dict[tuple, list[int]] = {}
-    for i, job in enumerate(jobs):
-        key = (id(job.stream.engine), job.with_depth, tuple(job.image.shape))
-        groups.setdefault(key, []).append(i)
-    for members in groups.values():
-        group = _run_group([jobs[i] for i in members])
-        for i, outcome in zip(members, group):
-            outcomes[i] = outcome
-        ran = sum(not isinstance(o.out, Exception) for o in group)
-        if stats is not None and group[0].batch_size > 1:
-            stats.batches += 1
-            stats.batched_frames += ran
-        elif stats is not None:
-            stats.alone_frames += ran
-    return outcomes  # type: ignore[return-value]
-
-
-def _plan(feeder: StreamFeeder, image: Image, tag: FrameTag
-          ) -> FrameJob | Callable[[], list[FramePrediction]]:
-    """Return the frame's job, or the step that runs it alone (``feed_batch`` step 1)."""
-    session = feeder.session
-    try:
-        tensor, info, preprocess_ms = session.preprocess(image)
-    except Exception:  # noqa: BLE001 - the frame's own step meets the error again, in policy
-        return functools.partial(session.step, image, tag)
-    job = session.frame_job(tensor, info, tag, preprocess_ms)
-    return job or functools.partial(session.step_tensor, tensor, info, tag, preprocess_ms)
-
-
-def batch_graphs(engine: Engine) -> BatchGraphs:
-    """Return the engine's batch graphs, built at its first batch (``Engine.batch_graphs``).
-
-    CUDA graphs on CUDA with the fast path on; whole batches over the staged cache where the
-    fast path runs whole frames (on the CPU those run eagerly), compiled with ``compile``.
-    """
-    graphs = engine.batch_graphs
-    if graphs is None:
-        mode = engine.fast_path.mode
-        capture = engine.device.type == 'cuda' and mode.aggregator != 'eager'
-        graphs = engine.batch_graphs = BatchGraphs(
-            capture, functools.partial(engine.fast_path.fall_back, 'batch_capture'),
-            staged=mode.aggregator == 'whole_frame', compile_bodies=mode.compiled,
-            lanes=engine.config.cache.kernel.lanes)
-    return graphs
-
-
-def _run_group(jobs: list[FrameJob]) -> list[JobOutcome]:
-    """Run jobs of one engine, depth setting and size as one batch (module docstring, 2)."""
-    engine = jobs[0].stream.engine
-    agg = engine.model.aggregator
-    with engine.lock, engine.profiled():
-        errors: dict[int, Exception] = {}
-        ready: list[int] = []
-        patch_hw = (0, 0)
-        for i, job in enumerate(jobs):
-            try:
-                with step_range('prepare'):
-                    patch_hw = agg.prepare(job.image, job.time_index, job.role,
-                                           job.stream.state.kv)
-                ready.append(i)
-            except Exception as exc:  # noqa: BLE001 - the frame's own finish raises it
-                errors[i] = exc
-        start = time.perf_counter()
-        outs: dict[int, dict | Exception] = dict(errors)
-        try:
-            if len(ready) == 1:
-                job = jobs[ready[0]]
-                outs[ready[0]] = job.stream.forward_frame(
-                    job.image, job.time_index, job.keyframe, job.with_depth,
-                    with_descriptor=job.with_descriptor)
-            elif ready:
-                states = [jobs[i].stream.state for i in ready]
-                calls = [(state, BatchCall(state.kv, jobs[i].time_index, jobs[i].role))
-                         for i, state in zip(ready, states)]
-                images = torch.cat([jobs[i].image for i in ready])
-                with step_range('forward batch'):
-                    batch = engine.model.forward_batch(
-                        images, calls, patch_hw, jobs[ready[0]].with_depth, engine.runner,
-                        batch_graphs(engine), any(jobs[i].with_descriptor for i in ready))
-                for i, out in zip(ready, batch):
-                    if not jobs[i].with_descriptor:
-                        out.pop('descriptor', None)  # only keyframes that ask carry one
-                    outs[i] = out
-        except Exception as exc:  # noqa: BLE001 - every frame of the batch failed with it
-            outs.update((i, exc) for i in ready)
-        if engine.device.type == 'cuda':
-            with step_range('wait (sync)'):
-                torch.cuda.synchronize(engine.device)
-        model_ms = (time.perf_counter() - start) * 1e3
-    return [JobOutcome(outs[i], model_ms if i in ready else 0.0, len(ready))
-            for i in range(len(jobs))]
+    outcomes = frame_job.run_jobs(jobs)
+    if stats is not None:
+        ran = [o for o in outcomes if not isinstance(o.out, Exception)]
+        # Each job of a batch of B reports B: each adds 1/B of the batch.
+        stats.batches += round(sum(1 / o.batch_size for o in ran if o.batch_size > 1))
+        stats.batched_frames += sum(o.batch_size > 1 for o in ran)
+        stats.alone_frames += sum(o.batch_size == 1 for o in ran)
+    return outcomes

@@ -49,6 +49,7 @@ from torch import nn
 from .dino import DinoTrunk
 from .layers import Attend, Block, dense_attention, wide_dtype
 from .layers.rope import FrameRope, rotate_half_2d, rotate_interleaved, VideoRope
+from ..cache.planned import planned
 from ..cache.stream_kv import FramePlan, StreamKV
 from ..errors import (CachePoolExhaustedError, CacheStateError, InvalidFrameError,
                       ResolutionChangedError, TimeIndexLimitError)
@@ -60,7 +61,7 @@ _IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 # ---- the per-layer steps (module functions taking the block: one compiled graph serves every
-# block of a kind; the eager loop below and the segment runner in graphed.py both use them) ----
+# block of a kind; the eager loop below and the runner's segments (runner/segments.py) use them)
 
 def with_specials(specials: torch.Tensor, dino: torch.Tensor) -> torch.Tensor:
     """[S, 6, C] special tokens ahead of the [S, h*w, C] DINO tokens: the frame's P tokens."""
@@ -289,14 +290,8 @@ class Aggregator(nn.Module):
         The call's cache work is planned once, before the first layer, and ended after the
         last (``StreamKV.plan_frame`` / ``end_frame``).
         """
-        plan = kv.plan_frame(mode, images.shape[0])
-        try:
-            out = self._layers(images, time_index, mode, patch_hw, kv, plan)
-        except BaseException:
-            kv.end_frame(plan, failed=True)
-            raise
-        kv.end_frame(plan)
-        return out
+        with planned([kv.planning(mode, images.shape[0])]) as (plan,):
+            return self._layers(images, time_index, mode, patch_hw, kv, plan)
 
     def _layers(self, images: torch.Tensor, time_index: int, mode: Role,
                 patch_hw: tuple[int, int], kv: StreamKV, plan: FramePlan) -> AggregatorOutput:

@@ -25,8 +25,9 @@ Special:
   :meth:`forward_scale` with the N_s scale frames, then :meth:`forward_frame` per frame with the
   time index it owns (keyframes cached so far, scale frames included); it resets or releases
   the stream's caches itself (``engine/engine.py`` does all of this for a session).
-- The fast path (CUDA graphs, ``torch.compile``) is the caller's too: a call runs through the
-  ``FrameRunner`` it is given (the engine's), or eagerly without one.
+- The model runs eagerly and imports no runner: the fast path (batches, CUDA graphs,
+  ``torch.compile``) is ``engine/runner``'s, built on the steps the model exposes (the
+  aggregator's per-layer steps, the heads' ``frame_step``).
 - Precision: weights are float32 as loaded. :meth:`cast_aggregator` puts the aggregator (DINO
   included) in bf16 for the GPU path; the heads always run in their own dtype (float32), on
   float32 features. ``model.double()`` plus a float64 KV dtype gives a float64 reference run.
@@ -34,26 +35,20 @@ Special:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 import contextlib
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.nn.attention import sdpa_kernel, SDPBackend
 
 from .aggregator import Aggregator
-from .batched import BatchCall, BatchGraphs, run_batched
 from .heads.camera_head import CameraHead, CameraKVCache
 from .heads.dpt_head import DPTHead
 from .place_descriptor import place_descriptor
 from .stream_state import StreamState
 from ..frames import Role
-from ..profiling import step_range
 from ...config import ModelConfig
-
-if TYPE_CHECKING:
-    from .frame_runner import FrameRunner
 
 # NOTE: cuDNN's SDPA builds an execution plan per new sequence length, and the global blocks'
 # key count changes every frame: every call would pay a plan's host time (docs/performance.md,
@@ -155,8 +150,7 @@ class LingbotMapModel(nn.Module):
 
     @torch.no_grad()
     def forward_scale(self, images: torch.Tensor, stream: StreamState, with_depth: bool = False,
-                      return_taps: bool = False, runner: FrameRunner | None = None,
-                      with_descriptor: bool = False,
+                      return_taps: bool = False, with_descriptor: bool = False,
                       ) -> dict[str, torch.Tensor | list[torch.Tensor]]:
         """Phase 1: run the N_s scale frames together (time indices 0 .. N_s-1) and cache them.
 
@@ -165,19 +159,17 @@ class LingbotMapModel(nn.Module):
             stream: the stream's caches.
             with_depth: also run the depth head.
             return_taps: also return 'taps' (list of [S, P, 2C]) and 'dino_tokens' [S, h*w, C].
-            runner: the fast path to run through; None runs eagerly.
             with_descriptor: also return each frame's place descriptor.
 
         Returns:
             See :meth:`forward`.
         """
-        return self(images, 0, 'scale', stream, with_depth, return_taps, runner,
-                    with_descriptor)
+        return self(images, 0, 'scale', stream, with_depth, return_taps, with_descriptor)
 
     @torch.no_grad()
     def forward_frame(self, image: torch.Tensor, time_index: int, keyframe: bool,
                       stream: StreamState, with_depth: bool = False, return_taps: bool = False,
-                      runner: FrameRunner | None = None, with_descriptor: bool = False,
+                      with_descriptor: bool = False,
                       ) -> dict[str, torch.Tensor | list[torch.Tensor]]:
         """Phase 2: one streaming frame; a keyframe is cached, a non-keyframe is not.
 
@@ -189,21 +181,18 @@ class LingbotMapModel(nn.Module):
             stream: the stream's caches.
             with_depth: also run the depth head.
             return_taps: also return 'taps' and 'dino_tokens'.
-            runner: the fast path to run through; None runs eagerly.
             with_descriptor: also return the frame's place descriptor.
 
         Returns:
             See :meth:`forward`.
         """
         mode: Role = 'keyframe' if keyframe else 'non-keyframe'
-        return self(image, time_index, mode, stream, with_depth, return_taps, runner,
-                    with_descriptor)
+        return self(image, time_index, mode, stream, with_depth, return_taps, with_descriptor)
 
     def forward(self, images: torch.Tensor, time_index: int, mode: Role, stream: StreamState,
                 with_depth: bool = False, return_taps: bool = False,
-                runner: FrameRunner | None = None, with_descriptor: bool = False,
-                ) -> dict[str, torch.Tensor | list[torch.Tensor]]:
-        """Run aggregator and heads for one call of the schedule on ``stream``.
+                with_descriptor: bool = False) -> dict[str, torch.Tensor | list[torch.Tensor]]:
+        """Run aggregator and heads for one call of the schedule on ``stream``, eagerly.
 
         Args:
             images: [S, 3, H, W] in [0, 1].
@@ -212,10 +201,9 @@ class LingbotMapModel(nn.Module):
             stream: the stream's caches (KV cache and camera-head cache), read and written.
             with_depth: also run the depth head.
             return_taps: also return the aggregator features.
-            runner: the fast path (``FrameRunner``) to run through; None runs eagerly.
             with_descriptor: also return the place descriptors (``place_descriptor.py``),
-                pooled from the DINO tokens the call returns: after any captured graph, so
-                every fast path computes the same thing the same way.
+                pooled from the DINO tokens the call returns (the runner pools them the same
+                way after its graphs).
 
         Returns:
             'pose_enc' [S, 9] and 'pose_enc_iters' [S, I, 9] (float32, ``[t, q_xyzw, fov_h,
@@ -230,91 +218,15 @@ class LingbotMapModel(nn.Module):
         if with_depth and self.depth_head is None:
             raise ValueError('with_depth=True but the model was built with enable_depth=False')
         with sdpa_kernel(_SDPA_BACKENDS), self._bound(stream):
-            if runner is None:
-                features = self.aggregator(images, time_index, mode, stream.kv)
-                pose_enc, pose_enc_iters = self.camera_head(features.taps[-1][:, 0], mode)
-            else:
-                features = runner(images, time_index, mode, stream.kv)
-                pose_enc, pose_enc_iters = runner.camera(features.taps[-1][:, 0], mode)
+            features = self.aggregator(images, time_index, mode, stream.kv)
+            pose_enc, pose_enc_iters = self.camera_head(features.taps[-1][:, 0], mode)
         out: dict[str, torch.Tensor | list[torch.Tensor]] = {
             'pose_enc': pose_enc, 'pose_enc_iters': pose_enc_iters}
         if with_depth:
-            out['depth'], out['depth_conf'] = (
-                self.depth_head(features.taps, images.shape[-2:]) if runner is None
-                else runner.depth(features.taps, images.shape[-2:]))
+            out['depth'], out['depth_conf'] = self.depth_head(features.taps, images.shape[-2:])
         if return_taps:
             out['taps'] = features.taps
             out['dino_tokens'] = features.dino_tokens
         if with_descriptor:
             out['descriptor'] = place_descriptor(features.dino_tokens)
         return out
-
-    @torch.no_grad()
-    def forward_batch(self, images: torch.Tensor, calls: Sequence[tuple[StreamState, BatchCall]],
-                      patch_hw: tuple[int, int], with_depth: bool = False,
-                      runner: FrameRunner | None = None, graphs: BatchGraphs | None = None,
-                      with_descriptor: bool = False) -> list[dict[str, torch.Tensor]]:
-        """Run one streaming frame of each of B streams, the frame-wise work as one batch.
-
-        The aggregator runs batched (``batched.py``: the cache attention per stream, staged
-        per stream inside one graph with whole frames: ``whole_batch.py``); the
-        camera head runs per stream on its own cache, the depth head on the batch.
-
-        Args:
-            images: [B, 3, H, W] in [0, 1]; row b is ``calls[b]``'s frame.
-            calls: per row, the stream and its call; each passed ``Aggregator.prepare``.
-            patch_hw: the (h, w) patch grid ``prepare`` returned.
-            with_depth: also run the depth head.
-            runner: the fast path of the camera head steps; None runs them eagerly.
-            graphs: the batches' CUDA graphs (segments, or whole batches over the staged
-                cache: ``BatchGraphs``); None runs the segments eagerly.
-            with_descriptor: also return each row's place descriptor.
-
-        Returns:
-            Per row, what :meth:`forward` returns for a single frame (B = 1 tensors).
-        """
-        if with_depth and self.depth_head is None:
-            raise ValueError('with_depth=True but the model was built with enable_depth=False')
-        with sdpa_kernel(_SDPA_BACKENDS):
-            features = run_batched(self.aggregator, images, [c for _, c in calls], patch_hw,
-                                   graphs)
-            heads: list[tuple[torch.Tensor, ...]] = []
-
-            def depth() -> None:
-                with step_range('depth head'):
-                    heads.append(self.depth_head(features.taps, images.shape[-2:]))
-
-            def camera(row: int, stream: StreamState, mode: Role
-                       ) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
-                def run() -> tuple[torch.Tensor, torch.Tensor]:
-                    tokens = features.taps[-1][row:row + 1, 0]
-                    with self._bound(stream):
-                        return (self.camera_head(tokens, mode) if runner is None
-                                else runner.camera(tokens, mode))
-                return run
-
-            # The streams' camera heads (and the batch's depth head) are independent: with a
-            # runner they replay side by side (lanes.py). A camera cache that must grow does
-            # it here, on this stream: a lane must not free the old buffer while reading it.
-            work = [camera(row, stream, call.mode) for row, (stream, call) in enumerate(calls)]
-            if runner is not None and graphs is not None:
-                for stream, _ in calls:
-                    with self._bound(stream):
-                        self.camera_head.reserve_cache(stream.camera.num_frames + 1)
-                with step_range('lanes'):
-                    poses = graphs.lanes.run(images.device, work, depth if with_depth else None)
-            else:
-                poses = [run() for run in work]
-                if with_depth:
-                    depth()
-        outs: list[dict[str, torch.Tensor]] = [
-            {'pose_enc': pose_enc, 'pose_enc_iters': iters} for pose_enc, iters in poses]
-        if with_depth:
-            depth_map, conf = heads[0]
-            for row, out in enumerate(outs):
-                out['depth'], out['depth_conf'] = depth_map[row:row + 1], conf[row:row + 1]
-        if with_descriptor:
-            descriptors = place_descriptor(features.dino_tokens)
-            for row, out in enumerate(outs):
-                out['descriptor'] = descriptors[row:row + 1]
-        return outs

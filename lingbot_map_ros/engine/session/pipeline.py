@@ -20,7 +20,7 @@ index) and of the phase logic; the model only runs what it is told:
   arrives they run together (bidirectional attention) and their N_s predictions come out at once,
   so poses of the first N_s frames are delayed until then. ``flush()`` runs a shorter scale phase
   on what is buffered (end of a stream shorter than N_s).
-- **Streaming.** Every later frame runs alone. Frame i is a keyframe iff ``K <= 1`` or
+- **Streaming.** Every later frame is one model call. Frame i is a keyframe iff ``K <= 1`` or
   ``(i - N_s) % K == 0`` (K = ``stream.keyframe_interval``); keyframes are cached, non-keyframes
   attend to the cache plus themselves and are discarded. Time index = keyframes cached so far.
 - **Limits.** Before a frame touches any cache the model checks the RoPE table
@@ -30,6 +30,11 @@ index) and of the phase logic; the model only runs what it is told:
   differs from the session's raises :class:`ResolutionChangedError`. In those cases the session is
   unchanged: call ``reset()`` and resubmit. A NaN/Inf pose raises :class:`NonFiniteOutputError`
   after the frame ran (the cache holds it): reset.
+
+**Jobs.** Every model call is a job (``frame_job.py``): :meth:`StreamingSession.frame_job`
+plans it, the stream's engine runs it (``Engine.run``; beside other streams' jobs when several
+cameras feed at once, ``cameras/camera_batch.py``), :meth:`StreamingSession.finish_job` takes
+its outcome. ``step`` is those three for one frame: a single frame is a batch of one.
 
 **Engine.** The model, the fast path and the KV page pool belong to an ``Engine``
 (``engine.py``); the session is one stream of it. Without an engine argument the session builds
@@ -65,7 +70,8 @@ from lingbot_map_ros.engine.errors import (CachePoolExhaustedError, CacheStateEr
 from lingbot_map_ros.engine.frames import frame_tag, FrameTag
 from lingbot_map_ros.engine.image.preprocess import preprocess_image, PreprocessInfo
 from lingbot_map_ros.engine.model.gct import LingbotMapModel
-from lingbot_map_ros.engine.session.frame_job import FrameJob
+from lingbot_map_ros.engine.runner.jobs import Outcome
+from lingbot_map_ros.engine.session.frame_job import FrameJob, run_jobs
 from lingbot_map_ros.engine.session.prediction import (check_finite, frame_prediction,
                                                        FramePrediction)
 from lingbot_map_ros.engine.stats import SessionStats
@@ -121,6 +127,8 @@ class StreamingSession:
         self._frames_in = 0
         self._frames_out = 0
         self._keyframes = 0
+        self._generation = 0
+        """Resets so far: a job planned before a reset is refused (``finish_job``)."""
         self.place_descriptors = place_descriptors
         """Keyframes' predictions carry ``descriptor`` (pooled DINO tokens, a few KB each;
         ``model/place_descriptor.py``). Read per frame, like the live stream fields: the loop
@@ -164,6 +172,9 @@ class StreamingSession:
                     overlap: Callable[[], None] | None = None) -> list[FramePrediction]:
         """Feed one already preprocessed frame (benchmarks, golden sets).
 
+        The frame's job (:meth:`frame_job`) runs as a batch of one (``frame_job.run_jobs``),
+        then :meth:`finish_job` takes its outcome.
+
         Args:
             tensor: [3, H, W] float in [0, 1], as ``preprocess.preprocess_*`` returns.
             info: how ``tensor`` relates to the original image.
@@ -172,7 +183,7 @@ class StreamingSession:
             overlap: host work to run while a streaming frame's model call runs on the
                 device: after its launches, before the wait for its outputs (a rollover's
                 preparation, ``rollover.py``); its device work queues behind the frame's.
-                Not called for a frame that raises or is buffered for the scale phase.
+                Not called for a scale frame or a frame refused before its call.
 
         Returns:
             As :meth:`step`.
@@ -181,62 +192,85 @@ class StreamingSession:
             SessionLimitError: see the module docstring.
         """
         with self._lock:
-            if self._size_hw is not None and info.image_size_hw != self._size_hw:
+            job = self.frame_job(tensor, info, tag, preprocess_ms, overlap=overlap)
+            return [] if job is None else self.finish_job(job, run_jobs([job])[0])
+
+    def frame_job(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag | int,
+                  preprocess_ms: float = 0.0, *,
+                  overlap: Callable[[], None] | None = None) -> FrameJob | None:
+        """Plan the frame's model call; :meth:`finish_job` takes its outcome.
+
+        The first frame of a size leases the stream's pages (and builds the fast path for
+        the size); a scale frame is buffered, and the N_s-th one's job is the scale pass of
+        all of them. The frame counters do not move before :meth:`finish_job`.
+
+        Args:
+            tensor, info, tag, preprocess_ms: as for :meth:`step_tensor`.
+            overlap: the streaming frame's overlap work, as for :meth:`step_tensor`.
+
+        Returns:
+            The job, or None for a scale frame that is only buffered.
+
+        Raises:
+            ResolutionChangedError: the frame's size differs from the session's.
+        """
+        with self._lock:
+            size_hw = info.image_size_hw
+            if self._size_hw is not None and size_hw != self._size_hw:
                 raise ResolutionChangedError(
-                    f'frame size {info.image_size_hw} (processed H, W) differs from the '
+                    f'frame size {size_hw} (processed H, W) differs from the '
                     f'session size {self._size_hw}; reset the session to start a new map')
             if self._size_hw is None:
-                self._stream.start(info.image_size_hw)
-                self._engine.warm_up(self._stream, tensor, info.image_size_hw,
-                                     self.with_depth)
-            self._size_hw = info.image_size_hw
+                self._stream.start(size_hw)
+                self._engine.warm_up(self._stream, tensor, size_hw, self.with_depth)
+                self._size_hw = size_hw
             if self._frames_out == 0 and self._frames_in < self.config.cache.scale_frames:
                 self._frames_in += 1
                 self._pending.append((tensor, info, frame_tag(tag)))
                 if len(self._pending) < self.config.cache.scale_frames:
-                    return []
-                return self._run_scale(preprocess_ms)
-            job = self._job(tensor, info, frame_tag(tag), preprocess_ms)
-            return self._take(job, lambda: self._forward(job, overlap))
+                    return None
+                return self._scale_job(preprocess_ms)
+            return self._job(tensor, info, frame_tag(tag), preprocess_ms, overlap)
 
-    def frame_job(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag | int,
-                  preprocess_ms: float = 0.0) -> FrameJob | None:
-        """Plan a streaming frame that runs in a batch across streams (``camera_batch.py``).
-
-        Nothing changes until :meth:`finish_job` takes the job's model output.
-
-        Returns:
-            The frame's model call, or None where the frame must go through
-            :meth:`step_tensor` alone: the scale phase, the first frame of a size, a new size.
-        """
-        with self._lock:
-            if self._frames_out == 0 or info.image_size_hw != self._size_hw:
-                return None
-            return self._job(tensor, info, frame_tag(tag), preprocess_ms)
-
-    def finish_job(self, job: FrameJob, out: dict | BaseException,
-                   model_ms: float) -> list[FramePrediction]:
-        """Take a job's model output, or raise its error, as :meth:`step_tensor` would.
+    def finish_job(self, job: FrameJob, outcome: Outcome) -> list[FramePrediction]:
+        """Take a job's outcome: its predictions, or raise its error.
 
         Raises:
-            CacheStateError: the job is not this session's next frame.
-            SessionLimitError: as :meth:`step_tensor` (``out`` itself when it is an error).
+            CacheStateError: the job is not this session's next call.
+            SessionLimitError: as :meth:`step_tensor` (the outcome's error itself).
         """
         with self._lock:
-            if job.session is not self or job.index != self._frames_out:
-                raise CacheStateError('finish_job: the job is not the next frame of this '
+            if job.session is not self or job.generation != self._generation or \
+                    job.index != self._frames_out:
+                raise CacheStateError('finish_job: the job is not the next call of this '
                                       'session (reset or stepped since frame_job)')
-
-            def result() -> tuple[dict, float]:
+            out = outcome.out
+            if job.role == 'scale':
                 if isinstance(out, BaseException):
                     raise out
-                return out, model_ms
-            return self._take(job, result)
+                return self._scale_predictions(out, job, outcome.model_ms / len(job.frames))
+            if not isinstance(out, (TimeIndexLimitError, CachePoolExhaustedError)):
+                self._frames_in += 1  # a limit leaves the session as it was
+            if isinstance(out, BaseException):
+                raise out
+            if not job.with_descriptor:  # a batch asked for them for another stream's frame
+                out = {k: v for k, v in out.items() if k != 'descriptor'}
+            self._frames_out += 1
+            self._keyframes += int(job.keyframe)
+            info, tag = job.frames[0]
+            pred = frame_prediction(out, 0, job.index, job.role, job.time_index, info, tag,
+                                    job.images[0], {'preprocess': job.preprocess_ms,
+                                                    'model': outcome.model_ms})
+            check_finite([pred])
+            return [pred]
 
     def flush(self) -> list[FramePrediction]:
         """Run the buffered scale frames now (a stream shorter than N_s)."""
         with self._lock:
-            return self._run_scale(0.0) if self._pending else []
+            if not self._pending:
+                return []
+            job = self._scale_job(0.0)
+            return self.finish_job(job, run_jobs([job])[0])
 
     def reset(self) -> dict[str, int]:
         """Clear the session, its caches (pages back to the pool) and the counters.
@@ -252,6 +286,7 @@ class StreamingSession:
             self._pending.clear()
             self._size_hw = None
             self._frames_in = self._frames_out = self._keyframes = 0
+            self._generation += 1
             return cleared
 
     def stats(self) -> SessionStats:
@@ -312,67 +347,38 @@ class StreamingSession:
             self._pending = list(frames)
             self._size_hw = frames[0][1].image_size_hw
             self._frames_in = len(frames)
-            images = torch.stack([t for t, _, _ in frames]).to(self._device)
-            return self._scale_predictions(out, images, {'preprocess': 0.0, 'model': 0.0})
+            self._generation += 1
+            return self._scale_predictions(out, self._scale_job(0.0), 0.0)
 
     # ---- phases -----------------------------------------------------------------------------
 
-    def _run_scale(self, prep_ms: float) -> list[FramePrediction]:
-        num = len(self._pending)
-        start = time.perf_counter()
+    def _scale_job(self, prep_ms: float) -> FrameJob:
+        """Plan the scale pass over the pending frames (``_frames_out`` is 0)."""
         images = torch.stack([t for t, _, _ in self._pending]).to(self._device)
-        out = self._stream.forward_scale(images, with_depth=self.with_depth,
-                                         with_descriptor=self.place_descriptors)
-        return self._scale_predictions(out, images, {'preprocess': prep_ms,
-                                                     'model': self._elapsed_ms(start) / num})
+        return FrameJob(self, images, tuple((info, tag) for _, info, tag in self._pending),
+                        prep_ms, 0, 'scale', 0, self.with_depth, self.place_descriptors,
+                        self._generation)
 
-    def _scale_predictions(self, out: dict, images: torch.Tensor,
-                           timings: dict[str, float]) -> list[FramePrediction]:
-        """Turn the scale pass over the pending frames into their predictions."""
-        num = len(self._pending)
-        preds = [frame_prediction(out, i, i, 'scale', i, info, tag, images[i], timings)
-                 for i, (_, info, tag) in enumerate(self._pending)]
+    def _scale_predictions(self, out: dict, job: FrameJob,
+                           model_ms: float) -> list[FramePrediction]:
+        """Turn a scale pass's outputs into its frames' predictions; the session counts them."""
+        timings = {'preprocess': job.preprocess_ms, 'model': model_ms}
+        preds = [frame_prediction(out, i, i, 'scale', i, info, tag, job.images[i], timings)
+                 for i, (info, tag) in enumerate(job.frames)]
         self._pending.clear()
-        self._keyframes = num
-        self._frames_out = num
+        self._keyframes = self._frames_out = len(preds)
         check_finite(preds)
         return preds
 
-    def _job(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag,
-             prep_ms: float) -> FrameJob:
+    def _job(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag, prep_ms: float,
+             overlap: Callable[[], None] | None) -> FrameJob:
         index = self._frames_out
         interval = self.config.stream.keyframe_interval
         keyframe = interval <= 1 or (index - self.config.cache.scale_frames) % interval == 0
-        return FrameJob(self, tensor.to(self._device)[None], info, tag, prep_ms, index,
-                        keyframe, self._keyframes, self.with_depth,
-                        keyframe and self.place_descriptors)
-
-    def _forward(self, job: FrameJob, overlap: Callable[[], None] | None = None
-                 ) -> tuple[dict, float]:
-        start = time.perf_counter()
-        out = self._stream.forward_frame(job.image, job.time_index, job.keyframe,
-                                         with_depth=job.with_depth,
-                                         with_descriptor=job.with_descriptor)
-        if overlap is not None:
-            overlap()
-        return out, self._elapsed_ms(start)
-
-    def _take(self, job: FrameJob, run: Callable[[], tuple[dict, float]]
-              ) -> list[FramePrediction]:
-        """Run (or collect) the job's model call and make its prediction; counters follow."""
-        self._frames_in += 1
-        try:
-            out, model_ms = run()
-        except (TimeIndexLimitError, CachePoolExhaustedError):
-            self._frames_in -= 1
-            raise
-        self._frames_out += 1
-        self._keyframes += int(job.keyframe)
-        pred = frame_prediction(out, 0, job.index, job.role, job.time_index, job.info, job.tag,
-                                job.image[0], {'preprocess': job.preprocess_ms,
-                                               'model': model_ms})
-        check_finite([pred])
-        return [pred]
+        return FrameJob(self, tensor.to(self._device)[None], ((info, tag),), prep_ms, index,
+                        'keyframe' if keyframe else 'non-keyframe', self._keyframes,
+                        self.with_depth, keyframe and self.place_descriptors, self._generation,
+                        overlap)
 
     @property
     def model(self) -> LingbotMapModel:
@@ -392,24 +398,17 @@ class StreamingSession:
     def replace_stream(self, stream: EngineStream) -> None:
         """Run the following frames on ``stream``; the session's own stream is closed.
 
-        A stand-in network with the stream's interface (tests, synthetic runs) goes in here,
-        before the first frame.
+        A stand-in network with the stream's interface (tests, synthetic runs; its ``engine``
+        runs the session's jobs) goes in here, before the first frame.
         """
         with self._lock:
             self._stream.close()
             self._stream = stream
 
-    # ---- helpers ------------------------------------------------------------------------------
-
     @property
     def with_depth(self) -> bool:
         """Whether frames run the depth head (the stream asks for it and the model has one)."""
         return self.config.stream.enable_depth and self.config.model.enable_depth
-
-    def _elapsed_ms(self, start: float) -> float:
-        if self._device.type == 'cuda':
-            torch.cuda.synchronize(self._device)
-        return (time.perf_counter() - start) * 1e3
 
 
 def _without_live(config: EngineConfig) -> EngineConfig:

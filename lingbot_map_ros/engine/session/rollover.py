@@ -69,8 +69,9 @@ from typing import Any
 from lingbot_map_ros.config import MetricConfig
 from lingbot_map_ros.engine.frames import FrameTag
 from lingbot_map_ros.engine.image.preprocess import PreprocessInfo
+from lingbot_map_ros.engine.runner.jobs import Outcome
 from lingbot_map_ros.engine.scale_pass import scale_units
-from lingbot_map_ros.engine.session.frame_job import FrameJob
+from lingbot_map_ros.engine.session.frame_job import FrameJob, run_jobs
 from lingbot_map_ros.engine.session.metric_session import MetricSession
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.prediction import FramePrediction, host_maps, with_timing
@@ -121,6 +122,7 @@ class RolloverSession:
         self._stats = RolloverStats()
         self._prep: _Preparation | None = None
         self._prep_failed = False
+        self._prepare_ms: float | None = None  # the unit that ran with the job (_advance)
         self._spare: Any = None
         """The stream of the session before: the next preparation's (no pages)."""
         # Metric scale hook (engine/session/metric_session.py): callers hand depth to ``metric``.
@@ -179,33 +181,31 @@ class RolloverSession:
 
     def step_tensor(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag | int,
                     preprocess_ms: float = 0.0) -> list[FramePrediction]:
-        """As ``StreamingSession.step_tensor``; raises what it raises (the switch too)."""
+        """As ``StreamingSession.step_tensor`` (:meth:`frame_job`, run, :meth:`finish_job`)."""
+        with self._lock:
+            job = self.frame_job(tensor, info, tag, preprocess_ms)
+            return [] if job is None else self.finish_job(job, run_jobs([job])[0])
+
+    def frame_job(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag | int,
+                  preprocess_ms: float = 0.0) -> FrameJob | None:
+        """As ``StreamingSession.frame_job``, after the switch when one is due (it raises).
+
+        The job's overlap work is a preparation unit: only its device time adds to the frame.
+        """
         with self._lock:
             if self._due():
                 self._switch()
             self._plan()
-            # A preparation unit launched while the frame runs on the device: only its device
-            # time adds to the frame (its eager launches hide behind the frame's).
-            ran: list[float | None] = []
-            preds = self._session.step_tensor(tensor, info, tag, preprocess_ms,
-                                              overlap=lambda: ran.append(self._advance()))
-            return with_timing(self._publish(preds), 'prepare', ran[0] if ran else None)
+            self._prepare_ms = None
+            return self._session.frame_job(tensor, info, tag, preprocess_ms,
+                                           overlap=self._advance)
 
-    # Batched frames across streams (engine/cameras/camera_batch.py): the session's two phases.
-    def frame_job(self, tensor: torch.Tensor, info: PreprocessInfo, tag: FrameTag | int,
-                  preprocess_ms: float = 0.0) -> FrameJob | None:
-        """As ``StreamingSession.frame_job`` (None also when a rollover is due), planned first."""
+    def finish_job(self, job: FrameJob, outcome: Outcome) -> list[FramePrediction]:
+        """As ``StreamingSession.finish_job``, the predictions stitched (module docstring)."""
         with self._lock:
-            if self._due():
-                return None
-            self._plan()
-            return self._session.frame_job(tensor, info, tag, preprocess_ms)
-
-    def finish_job(self, job: FrameJob, out: Any, model_ms: float) -> list[FramePrediction]:
-        """As ``StreamingSession.finish_job``, the predictions stitched as :meth:`step`'s."""
-        with self._lock:
-            preds = self._publish(self._session.finish_job(job, out, model_ms))
-            return with_timing(preds, 'prepare', self._advance())
+            prepare_ms, self._prepare_ms = self._prepare_ms, None
+            preds = self._publish(self._session.finish_job(job, outcome))
+            return with_timing(preds, 'prepare', prepare_ms)
 
     def flush(self) -> list[FramePrediction]:
         """Run buffered scale frames now (end of a short stream)."""
@@ -245,7 +245,7 @@ class RolloverSession:
     def _plan(self) -> None:
         """Freeze the next session's overlap when due; asked before every frame (after a switch).
 
-        A unit then runs with that frame and each after it (during it; after a batch), so the
+        A unit then runs with that frame and each after it (while it runs), so the
         frame that fills the session runs the last (K = 1; sooner with K > 1) and a session as
         short as the lead prepares from its first frame on.
         """
@@ -253,10 +253,7 @@ class RolloverSession:
         if (self._prep is None and len(self._ring) >= stream.overlap_keyframes
                 and self._stats.session_keyframes >= stream.session_keyframes
                 - self.lead_keyframes):
-            self._prep = self._freeze_overlap()
-
-    def _freeze_overlap(self) -> _Preparation:
-        return _Preparation(list(self._ring), self.metric.overlap())
+            self._prep = _Preparation(list(self._ring), self.metric.overlap())
 
     def _start_scale(self, overlap: list[_Keyframe]) -> Any:
         """Start the scale pass of ``overlap``'s first N_s frames on the spare stream."""
@@ -267,15 +264,15 @@ class RolloverSession:
         self._spare = None
         return scale
 
-    def _advance(self) -> float | None:
-        """Start or advance the preparation by one unit; its host ms, None when idle.
+    def _advance(self) -> None:
+        """Start or advance the preparation by one unit (its host ms: ``_prepare_ms``).
 
-        A preparation that fails is dropped (logged): the switch then runs the pass itself and
-        raises what it raises, so no frame is lost here.
+        A job's overlap work (:meth:`frame_job`). A preparation that fails is dropped (logged):
+        the switch then runs the pass itself and raises what it raises, so no frame is lost.
         """
         prep = self._prep
         if prep is None or self._prep_failed or (prep.scale is not None and prep.scale.done):
-            return None
+            return
         try:
             if prep.scale is None:
                 prep.scale = self._start_scale(prep.overlap)
@@ -286,9 +283,9 @@ class RolloverSession:
                          'will run its scale pass', type(exc).__name__, exc)
             self._cancel_scale()
             self._prep_failed = True
-            return None
+            return
         self._stats.preparation = 'ready' if scale.done else 'preparing'
-        return scale.step_ms
+        self._prepare_ms = scale.step_ms
 
     def _cancel_scale(self) -> None:
         """Drop the preparation's scale pass (its pages back); the frozen overlap stays."""
@@ -314,8 +311,8 @@ class RolloverSession:
         """Switch to the prepared session and align it (module docstring)."""
         start = time.perf_counter()
         old = self._session.stream
-        prep = self._prep if self._prep is not None else self._freeze_overlap()
-        self._prep = None
+        self._plan()  # due implies planned: freezes the overlap if nothing did
+        prep, self._prep = self._prep, None
         if prep.scale is None:
             # Unprepared: the ending stream's pages go back first (a pool without headroom).
             self._session.reset()

@@ -40,8 +40,13 @@ keeps the frame is ``POLICY[reason].frame_kept`` (:mod:`~lingbot_map_ros.engine.
 Each frame carries its :class:`~lingbot_map_ros.engine.frames.FrameTag` into the session and back
 on its prediction, and every drop and hold names the tag of its frame, so callers keep no tables.
 The feeder only decides and reports: each :class:`FeedResult` says what happened, and the
-caller counts, logs and clears its own outputs. It holds no lock; a caller that resets from
-another thread serialises :meth:`StreamFeeder.feed` and :meth:`StreamFeeder.reset` itself.
+caller counts, logs and clears its own outputs. A frame goes through the feeder in two phases
+around its session's model call: :meth:`StreamFeeder.admit` (stamp checks, the session's plan:
+a :class:`FeedStep`), the job run by its engine, :meth:`StreamFeeder.complete` (the outcome
+through the policy); :meth:`StreamFeeder.feed` is the three for one frame, and
+``cameras/camera_batch.py`` runs several cameras' jobs between the phases as one batch. It
+holds no lock; a caller that resets from another thread serialises :meth:`StreamFeeder.feed`
+and :meth:`StreamFeeder.reset` itself.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ from typing import Callable
 
 from lingbot_map_ros.engine import errors
 from lingbot_map_ros.engine.frames import frame_tag, FrameTag
+from lingbot_map_ros.engine.runner.jobs import Outcome
+from lingbot_map_ros.engine.session.frame_job import FrameJob, run_jobs
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 from lingbot_map_ros.engine.session.reasons import POLICY, Reason
@@ -126,8 +133,26 @@ class FeedResult:
     """The frame held by the previous call was dropped (an outlier, or refused when fed)."""
 
 
+@dataclass(frozen=True, slots=True)
+class FeedStep:
+    """A frame between :meth:`StreamFeeder.admit` and :meth:`StreamFeeder.complete`."""
+
+    image: Image
+    tag: FrameTag
+    resets: tuple[SessionReset, ...] = ()
+    """Resets the stamp made (a clock jump)."""
+    job: FrameJob | None = None
+    """The model call to run (``frame_job.run_jobs``); None: nothing to run."""
+    error: Exception | None = None
+    """Why planning refused the frame; :meth:`StreamFeeder.complete` meets it in the policy."""
+    stopped: FeedResult | None = None
+    """The result when the stamp checks stopped the frame (dropped, held)."""
+    before: FeedResult | None = None
+    """What the frame held by the previous call gave (fed first), or its drop."""
+
+
 class StreamFeeder:
-    """Owns the last accepted stamp and wraps ``StreamingSession.step`` with the policy above."""
+    """Owns the last accepted stamp and feeds a session's frames with the policy above."""
 
     def __init__(self, session: StreamingSession, backwards_reset_s: float = 1.0, *,
                  reset_on_error: bool = False,
@@ -170,7 +195,8 @@ class StreamFeeder:
         """Check the stamp, feed the frame, reset and feed it again where the policy says.
 
         A frame held by the previous call is fed first when this frame confirms it, else
-        dropped (``held_drop``).
+        dropped (``held_drop``). The frame goes :meth:`admit`, run, :meth:`complete`: the
+        path of several cameras' frames (``cameras/camera_batch.py``) with a batch of one.
 
         Args:
             image: as ``StreamingSession.step`` takes it.
@@ -183,21 +209,7 @@ class StreamFeeder:
             Exception: whatever ``session.step`` raises outside the policy, unless
                 ``reset_on_error``.
         """
-        tag = frame_tag(tag)
-        held, self._held = self._held, None
-        if held is None:
-            return self._feed_one(image, tag)
-        held_image, hold = held
-        if self.jump_guard.confirms(hold.tag.stamp_ns, tag.stamp_ns):
-            first = self._feed_one(held_image, hold.tag, confirmed=True)
-            second = self._feed_one(image, tag)
-            # A reset for the second frame ends the map the first one's predictions belong to.
-            return dataclasses.replace(
-                second, predictions=second.predictions if second.resets else
-                first.predictions + second.predictions,
-                resets=first.resets + second.resets, held_drop=first.drop)
-        outlier = FrameDrop(Reason.STAMP_JUMP_AHEAD, hold.detail, hold.tag)
-        return dataclasses.replace(self._feed_one(image, tag), held_drop=outlier)
+        return self._run(self.admit(image, tag))
 
     def finish(self) -> FeedResult:
         """End the stream: run the buffered scale frames; a held frame, never confirmed, drops.
@@ -216,48 +228,70 @@ class StreamFeeder:
         """Return the session this feeder feeds."""
         return self._session
 
-    # Batched frames across streams (engine/cameras/camera_batch.py): feed() in two phases.
-    def admit(self, image: Image, tag: FrameTag | int) -> FeedResult | tuple[SessionReset, ...]:
-        """Phase one of a batched feed: the stamp checks of :meth:`feed`.
+    def admit(self, image: Image, tag: FrameTag | int) -> FeedStep:
+        """Phase one of :meth:`feed`: the held frame, the stamp checks, the frame's job.
 
-        Returns:
-            The result when the frame stops here (dropped, held), else the resets the stamp
-            made (a clock jump); then :meth:`complete` feeds the frame.
+        A held frame this one confirms is fed here, alone. Then, unless the stamp checks
+        stop the frame, it is preprocessed and its session plans its model call
+        (``frame_job``); an error on the way is kept for :meth:`complete`.
 
         Raises:
-            ValueError: a frame is held (:meth:`feed` decides on both frames).
+            Exception: what feeding the held frame raises outside the policy.
         """
-        if self._held is not None:
-            raise ValueError('admit with a held frame; feed this frame with feed()')
-        return self._admit(image, frame_tag(tag))
+        tag = frame_tag(tag)
+        held, self._held = self._held, None
+        before = None
+        if held is not None:
+            held_image, hold = held
+            if self.jump_guard.confirms(hold.tag.stamp_ns, tag.stamp_ns):
+                before = self._feed_one(held_image, hold.tag, confirmed=True)
+            else:
+                before = FeedResult([], drop=FrameDrop(Reason.STAMP_JUMP_AHEAD, hold.detail,
+                                                       hold.tag))
+        return dataclasses.replace(self._admit(image, tag), before=before)
 
-    def complete(self, image: Image, tag: FrameTag | int, resets: tuple[SessionReset, ...],
-                 first_step: Callable[[], list[FramePrediction]]) -> FeedResult:
-        """Phase two: feed an admitted frame, ``first_step`` standing for its first step.
+    def complete(self, step: FeedStep, outcome: Outcome | None) -> FeedResult:
+        """Phase two: take the outcome of ``step``'s job (None: it had none) in the policy.
 
-        A reset's retry steps the frame alone (``session.step``), as :meth:`feed` does.
+        A reset's retry feeds the frame again alone (``session.step``).
         """
-        return self._complete(image, frame_tag(tag), list(resets), first_step)
+        def first() -> list[FramePrediction]:
+            if step.error is not None:
+                raise step.error
+            return [] if step.job is None else self._session.finish_job(step.job, outcome)
+        result = step.stopped if step.stopped is not None else self._complete(
+            step.image, step.tag, list(step.resets), first)
+        if step.before is None:
+            return result
+        # A reset for this frame ends the map the held frame's predictions belong to.
+        return dataclasses.replace(
+            result, predictions=result.predictions if result.resets else
+            step.before.predictions + result.predictions,
+            resets=step.before.resets + result.resets, held_drop=step.before.drop)
 
     def _feed_one(self, image: Image, tag: FrameTag, confirmed: bool = False) -> FeedResult:
-        admitted = self._admit(image, tag, confirmed)
-        if isinstance(admitted, FeedResult):
-            return admitted
-        return self._complete(image, tag, list(admitted),
-                              lambda: self._session.step(image, tag))
+        return self._run(self._admit(image, tag, confirmed))
 
-    def _admit(self, image: Image, tag: FrameTag, confirmed: bool = False
-               ) -> FeedResult | tuple[SessionReset, ...]:
+    def _run(self, step: FeedStep) -> FeedResult:
+        """Run ``step``'s job as a batch of one and complete it."""
+        return self.complete(step, None if step.job is None else run_jobs([step.job])[0])
+
+    def _admit(self, image: Image, tag: FrameTag, confirmed: bool = False) -> FeedStep:
         resets: list[SessionReset] = []
         if confirmed:  # a held frame the next one vouched for: its stamp becomes the reference
             verdict, self._last_stamp_ns = None, tag.stamp_ns
         else:
             verdict = self._check_stamp(image, tag, resets)
         if isinstance(verdict, FrameHeld):
-            return FeedResult([], held=verdict)
+            return FeedStep(image, tag, stopped=FeedResult([], held=verdict))
         if verdict is not None:
-            return FeedResult([], tuple(resets), drop=verdict)
-        return tuple(resets)
+            return FeedStep(image, tag, stopped=FeedResult([], tuple(resets), drop=verdict))
+        try:
+            tensor, info, preprocess_ms = self._session.preprocess(image)
+            job = self._session.frame_job(tensor, info, tag, preprocess_ms)
+        except Exception as exc:  # noqa: BLE001 - complete() meets it inside the policy
+            return FeedStep(image, tag, tuple(resets), error=exc)
+        return FeedStep(image, tag, tuple(resets), job)
 
     def _complete(self, image: Image, tag: FrameTag, resets: list[SessionReset],
                   first_step: Callable[[], list[FramePrediction]]) -> FeedResult:

@@ -11,15 +11,17 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Several cameras in one node (``input.cameras``): their runners, groups of frames, one odometry.
+"""The node's cameras as one group: their runners, groups of frames, one odometry.
 
 Every camera is a :class:`~lingbot_map_ros.ros.inference.session_runner.SessionRunner` on its own
-session, all sessions streams of one engine (one model, one page pool). Its outputs are published
-under ``~/<name>/``, in the node's odom: :class:`CameraLink` passes each base pose through the
-:class:`~lingbot_map_ros.engine.cameras.camera_rig.CameraRig`, which aligns it to the primary
-camera and names the camera that drives the fused ``~/pose``, ``~/odometry``, ``~/path`` and TF
-(``odom -> base_frame``), with failover to the next live camera. ``~/map`` takes every
-camera's keyframes, each through its camera's alignment.
+session, all sessions streams of one engine (one model, one page pool). A node without
+``input.cameras`` is a group of one unnamed camera (``''``): its outputs are the node's own
+(``~/pose``, TF, ``~/map`` through ``MapOutput.publish``) and it needs no rig. Named cameras
+(``input.cameras``) publish under ``~/<name>/``, in the node's odom: :class:`CameraLink` passes
+each base pose through the :class:`~lingbot_map_ros.engine.cameras.camera_rig.CameraRig`, which
+aligns it to the primary camera and names the camera that drives the fused ``~/pose``,
+``~/odometry``, ``~/path`` and TF (``odom -> base_frame``), with failover to the next live
+camera. ``~/map`` takes every camera's keyframes, each through its camera's alignment.
 
 Frames of different cameras whose stamps are within ``input.sync_tolerance_s`` and that wait
 in the queue together (``camera_queue.CameraQueue``) are one group, fed through
@@ -43,6 +45,7 @@ from lingbot_map_ros.engine.frames import FrameTag
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 from lingbot_map_ros.engine.session.reasons import Reason
 from lingbot_map_ros.engine.session.stream_feeder import FeedResult, StreamFeeder
+from lingbot_map_ros.ros.inference import depth_input
 from lingbot_map_ros.ros.inference.camera_queue import CameraQueue
 from lingbot_map_ros.ros.inference.camera_sizes import CameraSizes
 from lingbot_map_ros.ros.inference.session_runner import InputFrame, SessionRunner
@@ -52,6 +55,7 @@ from lingbot_map_ros.ros.publishers import diagnostics
 from lingbot_map_ros.ros.publishers.diagnostics import NodeStats
 from lingbot_map_ros.ros.publishers.map_output import MapOutput
 from lingbot_map_ros.ros.publishers.outputs import Outputs
+from lingbot_map_ros.ros.publishers.service_qos import service_qos
 import numpy as np
 
 
@@ -70,9 +74,9 @@ def feed_group(feeders: Sequence[StreamFeeder], images: Sequence[np.ndarray],
         return exc.results, dict(exc.errors)
 
 
-def camera_options(options: NodeOptions) -> NodeOptions:
-    """Return the options of one camera of several: its images' own frame ids."""
-    return dataclasses.replace(options, camera_frame='')
+def camera_options(options: NodeOptions, solo: bool = False) -> NodeOptions:
+    """Return a camera's options: a named camera's frame ids are its images' own."""
+    return options if solo else dataclasses.replace(options, camera_frame='')
 
 
 class CameraLink:
@@ -108,26 +112,29 @@ class CameraLink:
 
 
 class CameraGroup:
-    """The runners of every camera, the rig and the fused odometry."""
+    """The runners of every camera, the map, the rig and the fused odometry."""
 
     def __init__(self, node: Any, values: dict[str, Any], sessions: dict[str, Any],
                  options: NodeOptions, convert_raw: Callable[[Any], np.ndarray],
-                 map_output: MapOutput) -> None:
-        """Create the fused outputs and, per camera, its outputs and runner.
+                 device: str) -> None:
+        """Create the fused outputs, ``~/map`` and, per camera, its outputs and runner.
 
         Args:
             node: the rclpy node.
             values: the node's parameter values (with the per-camera mountings).
-            sessions: ``{name: RolloverSession}`` in ``input.cameras`` order, one engine.
+            sessions: ``{name: RolloverSession}`` in ``input.cameras`` order, one engine
+                (``{'': session}`` for the one unnamed camera).
             options: the node options at start.
             convert_raw: the ``sensor_msgs/Image`` converter.
-            map_output: ``~/map`` and ``~/save``, shared by every camera.
+            device: the engine's device (the map's).
 
         Raises:
             ValueError: a bad mounting.
         """
         self._log = node.get_logger()
         self.names = tuple(sessions)
+        self.solo = self.names == ('',)
+        """One unnamed camera: its outputs are the node's, no rig (loop closure runs)."""
         self.primary = input_params.primary_camera(values)
         self.tolerance_ns = int(round(values['input.sync_tolerance_s'] * 1e9))
         self.rig = CameraRig(self.names, self.primary, self.tolerance_ns,
@@ -136,33 +143,59 @@ class CameraGroup:
         self.sizes = CameraSizes(self.primary, config.stream.image_width,
                                  config.model.patch_size)
         self._rig_lock = threading.Lock()
-        self.map_output = map_output
+        self._destroyed = False
         self._options = options
-        self._camera_opts = camera_options(options)
+        self._camera_opts = camera_options(options, self.solo)
         self._order = {name: i for i, name in enumerate(self.names)}
         suffix = '/compressed' if values['input.transport'] == 'compressed' else ''
-        # Resolved (namespace and remaps applied), as the single camera's input status shows it.
-        self.topics = {name: node.resolve_topic_name(f'{name}/image') + suffix
-                       for name in self.names}
+        # Resolved (namespace and remaps applied), as the input status shows it.
+        self.topics = {name: node.resolve_topic_name(input_params.camera_topic(name, 'image'))
+                       + suffix for name in self.names}
         self.stats = {name: NodeStats() for name in self.names}
         self.batch_stats = BatchStats()
-        self.fused = Outputs(node, values, self.stats[self.primary])
         self.outputs: dict[str, Outputs] = {}
         self.runners: dict[str, SessionRunner] = {}
+        self.fused = self._add_cameras(node, values, sessions, convert_raw)
+        self.map_output = MapOutput(node, options, device, self.fused.frames,
+                                    self._frames_info(values), service_qos=service_qos())
+        if self.solo:  # the one camera's poses are the node's: its map is the plain one
+            self.runners[''].add_outputs(self.map_output)
+
+    def _add_cameras(self, node: Any, values: dict[str, Any], sessions: dict[str, Any],
+                     convert_raw: Callable[[Any], np.ndarray]) -> Outputs:
+        """Create each camera's outputs and runner; return the outputs of ``~/pose`` and TF."""
+        fused = None if self.solo else Outputs(node, values, self.stats[self.primary])
         for name, session in sessions.items():
-            link = CameraLink(self, name)
-            mount = values[input_params.mount_param(name)]
-            link.outputs = self.outputs[name] = Outputs(
-                node, {**values, 'frames.base_to_camera': mount}, self.stats[name],
-                prefix=f'~/{name}/', broadcast_tf=False, aligner=link)
+            stats, extras = self.stats[name], ()
+            log = node.get_logger().get_child(name) if name else node.get_logger()
+            if self.solo:
+                outputs = Outputs(node, values, stats)
+            else:
+                link = CameraLink(self, name)
+                mount = values[input_params.mount_param(name)]
+                link.outputs = outputs = Outputs(
+                    node, {**values, 'frames.base_to_camera': mount}, stats,
+                    prefix=f'~/{name}/', broadcast_tf=False, aligner=link)
+                extras = (link,)
+            self.outputs[name] = outputs
             self.runners[name] = SessionRunner(
-                session, link.outputs, self.stats[name], node.get_logger().get_child(name),
-                camera_options(options), convert_raw, extra_outputs=(link,))
+                session, outputs, stats, log, self._camera_opts, convert_raw,
+                extra_outputs=extras, depth_input=depth_input.from_values(values, stats, log))
+        return fused if fused is not None else self.outputs['']
+
+    def _frames_info(self, values: dict[str, Any]) -> dict[str, str]:
+        """Return the frames ``~/save`` reports: the mounting is per camera when named."""
+        if self.solo:
+            return self.fused.frames_info()
+        return {'odom_frame': values['frames.odom_frame'],
+                'base_frame': values['frames.base_frame'], 'mounting': 'per camera'}
 
     def destroy(self) -> None:
-        """Destroy every camera's publishers and the fused ones."""
-        for outputs in (self.fused, *self.outputs.values()):
+        """Destroy every camera's publishers, the fused ones and the map's."""
+        self._destroyed = True
+        for outputs in {id(o): o for o in (self.fused, *self.outputs.values())}.values():
             outputs.destroy()
+        self.map_output.destroy()
 
     # ---- frames (worker thread) -----------------------------------------------------------------
 
@@ -219,9 +252,12 @@ class CameraGroup:
         return verdict.accepted
 
     def _camera_error(self, runner: SessionRunner, exc: Exception) -> None:
+        if self._destroyed:  # a frame abandoned at cleanup: what it writes to is gone
+            return
         name = next(n for n, r in self.runners.items() if r is runner)
         self.stats[name].count_error(f'{type(exc).__name__}: {exc}')
-        self._log.error(f'camera {name}: {type(exc).__name__}: {exc}', throttle_duration_sec=5.0)
+        camera = f'camera {name}: ' if name else ''
+        self._log.error(f'{camera}{type(exc).__name__}: {exc}', throttle_duration_sec=5.0)
 
     def take_pose(self, name: str, pred: FramePrediction, base: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -266,7 +302,7 @@ class CameraGroup:
     def set_options(self, options: NodeOptions, stale_after_s: float) -> None:
         """Use ``options`` from the next frame on."""
         self._options = options
-        self._camera_opts = camera_options(options)
+        self._camera_opts = camera_options(options, self.solo)
         self.rig.stale_after_s = stale_after_s
         for runner in self.runners.values():
             runner.set_options(self._camera_opts)
@@ -297,8 +333,13 @@ class CameraGroup:
 
     def statuses(self, node_name: str, values: dict[str, Any], primary_report: Any,
                  pool: Any, scale_frames: int) -> list[Any]:
-        """Return each camera's input and engine status and the ``cameras`` status."""
-        out = []
+        """Return each named camera's input and engine status and the ``cameras`` status.
+
+        The one unnamed camera's statuses are the node's own (``node_services.py``).
+        """
+        out: list[Any] = []
+        if self.solo:
+            return out
         for name in self.names:
             runner = self.runners[name]
             report = primary_report if name == self.primary else self.stats[name].roll()

@@ -14,11 +14,13 @@
 """The engine session and everything a frame goes through, as one configured part of the node.
 
 :class:`FramePipeline` is built by ``configure`` (it loads the weights) and destroyed by
-``cleanup``: the session (:func:`make_session`), the node's counters, the outputs
+``cleanup``: a session per camera (:func:`make_sessions`) and the
+:class:`~lingbot_map_ros.ros.inference.camera_group.CameraGroup` of the cameras (one camera is a
+group of one) with their counters, outputs
 (:class:`~lingbot_map_ros.ros.publishers.outputs.Outputs`,
-:class:`~lingbot_map_ros.ros.publishers.map_output.MapOutput`) and the
-:class:`~lingbot_map_ros.ros.inference.session_runner.SessionRunner` that joins them on the
-inference thread. :meth:`FramePipeline.warm_up` is the node's one warm-up.
+:class:`~lingbot_map_ros.ros.publishers.map_output.MapOutput`) and
+:class:`~lingbot_map_ros.ros.inference.session_runner.SessionRunner` s, and the loop closure of
+the group of one. :meth:`FramePipeline.warm_up` is the node's one warm-up.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from typing import Any, Callable
 from lingbot_map_ros.config import EngineConfig, MetricConfig
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.rollover import RolloverSession
-from lingbot_map_ros.ros.inference import depth_input
 from lingbot_map_ros.ros.inference.camera_group import CameraGroup
 from lingbot_map_ros.ros.inference.loop_feed import LoopFeed
 from lingbot_map_ros.ros.inference.session_runner import SessionRunner
@@ -42,9 +43,7 @@ from lingbot_map_ros.ros.publishers import diagnostics
 from lingbot_map_ros.ros.publishers.loop_outputs import LoopOutput
 from lingbot_map_ros.ros.publishers.map_output import MapOutput
 from lingbot_map_ros.ros.publishers.map_reuse import MapReuse
-from lingbot_map_ros.ros.publishers.odom_frames import OdomFrames
 from lingbot_map_ros.ros.publishers.outputs import Outputs
-from lingbot_map_ros.ros.publishers.service_qos import service_qos
 import numpy as np
 import torch
 
@@ -75,7 +74,7 @@ def make_session(values: dict[str, Any], config: EngineConfig) -> RolloverSessio
 
 def make_sessions(values: dict[str, Any], config: EngineConfig
                   ) -> dict[str, RolloverSession]:
-    """Build one session per camera of ``input.cameras``, all streams of one engine.
+    """Build one session per camera of the group (``input_params.group_names``), one engine.
 
     The weights are loaded once, by the first session; the others open streams on its engine
     (its model, fast path and page pool).
@@ -83,7 +82,7 @@ def make_sessions(values: dict[str, Any], config: EngineConfig
     Raises:
         ValueError, WeightsError: as :func:`make_session`.
     """
-    names = input_params.camera_names(values)
+    names = input_params.group_names(values)
     first = make_session(values, config)
     engine = first.session.engine
     sessions = {names[0]: first}
@@ -96,7 +95,7 @@ def make_sessions(values: dict[str, Any], config: EngineConfig
 def pipeline_config(values: dict[str, Any]) -> EngineConfig:
     """Return the engine configuration; the pool holds a stream per camera at least."""
     config = params.engine_config(values)
-    streams = max(config.cache.streams, len(input_params.camera_names(values)))
+    streams = max(config.cache.streams, len(input_params.group_names(values)))
     if streams == config.cache.streams:
         return config
     return dataclasses.replace(config, cache=dataclasses.replace(config.cache, streams=streams))
@@ -126,10 +125,13 @@ def raw_converter(bridge: Any) -> Callable[[Any], np.ndarray]:
 
 
 class FramePipeline:
-    """Session, counters, outputs, map and runner of a configured node."""
+    """Sessions, camera group (counters, outputs, map, runners), loop closure of a node."""
 
     def __init__(self, node: Any, values: dict[str, Any]) -> None:
-        """Build the session (loads the weights), then the outputs and the runner.
+        """Build a session per camera (loads the weights once), the group, loop closure.
+
+        ``session``, ``runner``, ``stats`` and ``outputs`` are the primary camera's (the one
+        camera's), ``outputs`` the node's own ``~/pose`` and TF.
 
         What was created is destroyed again when a later step fails.
 
@@ -146,77 +148,53 @@ class FramePipeline:
         """
         self._log = node.get_logger()
         self.config = pipeline_config(values)
-        self.cameras: CameraGroup | None = None
-        several = bool(input_params.camera_names(values))
-        refused = param_checks.check_pool(self.config, len(input_params.camera_names(values))
-                                          or 1)
+        refused = param_checks.check_pool(self.config, len(input_params.group_names(values)))
         if refused is not None:  # before any weight or page is allocated
             raise ValueError(refused)
-        if several:
-            sessions = make_sessions(values, self.config)
-            self.session: RolloverSession | None = sessions[input_params.primary_camera(values)]
-        else:
-            self.session = make_session(values, self.config)
-        self.stats = diagnostics.NodeStats()
+        sessions = make_sessions(values, self.config)
+        self.session: RolloverSession | None = sessions[input_params.primary_camera(values)]
+        self.cameras: CameraGroup | None = None
         self.outputs: Outputs | None = None
         self.map_output: MapOutput | None = None
         self.loop_output: LoopOutput | None = None
         self.map_reuse: MapReuse | None = None
+        self.runner: SessionRunner | None = None
+        self.stats: diagnostics.NodeStats | None = None
         try:
             options = NodeOptions.from_values(values)
             bridge = CvBridge() if CvBridge is not None else None
             self.has_bridge = bridge is not None
-            if several:
-                self._build_cameras(node, values, options, raw_converter(bridge), sessions)
-                return
-            self.outputs = Outputs(node, values, self.stats)
-            self.map_output = MapOutput(node, options, self.config.stream.device,
-                                        self.outputs.frames, self.outputs.frames_info(),
-                                        service_qos=service_qos())
-            self.loop_output = LoopOutput(node, values, LoopFeed(self.session, values, self._log),
-                                          self.outputs)
-            self.map_reuse = MapReuse(node, values, self.session, self.loop_output,
-                                      self.map_output, self.outputs)
-            depth = depth_input.from_values(values, self.stats, self._log)
-            self.runner: SessionRunner | None = SessionRunner(
-                self.session, self.outputs, self.stats, self._log, options,
-                raw_converter(bridge), extra_outputs=(self.map_output, self.loop_output),
-                depth_input=depth)
+            solo = not input_params.camera_names(values)
+            if values['loop.enable'] and not solo:
+                self._log.warning('loop.enable is true, but loop closure runs with one camera '
+                                  'only: map -> odom stays a static identity')
+                # The fused outputs then broadcast the static identity map -> odom.
+                values = {**values, 'loop.enable': False}
+            self.cameras = CameraGroup(node, values, sessions, options, raw_converter(bridge),
+                                       self.config.stream.device)
+            self.outputs, self.map_output = self.cameras.fused, self.cameras.map_output
+            self.runner = self.cameras.runners[self.cameras.primary]
+            self.stats = self.cameras.stats[self.cameras.primary]
+            if self.cameras.solo:  # loop closure runs on the group of one
+                self.loop_output = LoopOutput(node, values,
+                                              LoopFeed(self.session, values, self._log),
+                                              self.outputs)
+                self.map_reuse = MapReuse(node, values, self.session, self.loop_output,
+                                          self.map_output, self.outputs)
+                self.runner.add_outputs(self.loop_output)
         except BaseException:
             self.destroy()
             raise
 
-    def _build_cameras(self, node: Any, values: dict[str, Any], options: NodeOptions,
-                       convert: Callable[[Any], np.ndarray],
-                       sessions: dict[str, RolloverSession]) -> None:
-        """Build the outputs and runners of several cameras (``camera_group.py``)."""
-        if values['loop.enable']:
-            self._log.warning('loop.enable is true, but loop closure runs with one camera only: '
-                              'map -> odom stays a static identity')
-            # The fused outputs then broadcast the static identity map -> odom.
-            values = {**values, 'loop.enable': False}
-        frame_ids = {'odom_frame': values['frames.odom_frame'],
-                     'base_frame': values['frames.base_frame'], 'mounting': 'per camera'}
-        self.map_output = MapOutput(node, options, self.config.stream.device,
-                                    OdomFrames(values['frames.base_to_camera']), frame_ids,
-                                    service_qos=service_qos())
-        self.cameras = CameraGroup(node, values, sessions, options, convert, self.map_output)
-        primary = self.cameras.primary
-        self.outputs = self.cameras.fused
-        self.runner = self.cameras.runners[primary]
-        self.stats = self.cameras.stats[primary]
-
     @property
     def runners(self) -> list[SessionRunner]:
-        """Return every camera's runner (the one runner with one camera)."""
-        if self.cameras is not None:
-            return list(self.cameras.runners.values())
-        return [] if self.runner is None else [self.runner]
+        """Return every camera's runner."""
+        return [] if self.cameras is None else list(self.cameras.runners.values())
 
     @property
-    def resetter(self) -> Any:
-        """Return what ``~/reset`` and a clock jump reset: the camera group or the runner."""
-        return self.cameras if self.cameras is not None else self.runner
+    def resetter(self) -> CameraGroup | None:
+        """Return what ``~/reset`` and a clock jump reset: the camera group."""
+        return self.cameras
 
     def warm_up(self, cancelled: Callable[[], bool]) -> None:
         """Run gray frames of ``stream.image_width`` (4:3) through the model, then reset it.
@@ -247,10 +225,7 @@ class FramePipeline:
     def set_options(self, values: dict[str, Any], changed: set[str]) -> None:
         """Hand changed parameter values to the runner and the map (from their next frame)."""
         options = NodeOptions.from_values(values)
-        if self.cameras is not None:
-            self.cameras.set_options(options, values['diagnostics.stale_after_s'])
-        else:
-            self.runner.set_options(options)
+        self.cameras.set_options(options, values['diagnostics.stale_after_s'])
         self.map_output.set_options(options)
         live = changed & params.LIVE_ENGINE_PARAMS
         if live:
@@ -288,10 +263,6 @@ class FramePipeline:
         """
         if self.cameras is not None:
             self.cameras.destroy()
-        elif self.outputs is not None:
-            self.outputs.destroy()
-        if self.map_output is not None:
-            self.map_output.destroy()
         if self.map_reuse is not None:
             self.map_reuse.destroy()
             self.map_reuse = None

@@ -15,10 +15,9 @@
 
 Created by ``activate``, stopped by ``deactivate``. The subscription callbacks only queue the
 message (:mod:`~lingbot_map_ros.ros.inference.worker`); the worker thread hands it to the
-:class:`~lingbot_map_ros.ros.inference.session_runner.SessionRunner`. With several cameras
-(``input.cameras``) each camera has its own ``<name>/image`` and ``<name>/camera_info``
-subscriptions, and the worker hands its frames to the
-:class:`~lingbot_map_ros.ros.inference.camera_group.CameraGroup`.
+:class:`~lingbot_map_ros.ros.inference.camera_group.CameraGroup`. Each camera of the group has its
+``<name>/image`` and ``<name>/camera_info`` subscriptions (the one unnamed camera's: ``image``,
+``camera_info`` and, with ``metric.source: depth``, ``depth``).
 """
 
 from __future__ import annotations
@@ -27,10 +26,10 @@ import time
 from typing import Any
 
 from lingbot_map_ros.ros.inference import depth_input
-from lingbot_map_ros.ros.inference.camera_group import CameraGroup, CameraQueue
+from lingbot_map_ros.ros.inference.camera_group import CameraQueue
 from lingbot_map_ros.ros.inference.frame_pipeline import FramePipeline
-from lingbot_map_ros.ros.inference.session_runner import InputFrame
-from lingbot_map_ros.ros.inference.worker import FrameQueue, LIVE_CAPACITY, Worker
+from lingbot_map_ros.ros.inference.session_runner import InputFrame, SessionRunner
+from lingbot_map_ros.ros.inference.worker import Worker
 from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.ros.parameters import input_params
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -38,46 +37,38 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 
 
-def input_topic(node: Any, values: dict[str, Any], camera: str = '') -> str:
-    """Return the resolved image topic; like image_transport, ``<image>/compressed``.
+def input_topic(node: Any, values: dict[str, Any]) -> str:
+    """Return every camera's resolved image topic, comma separated.
 
-    With several cameras and no ``camera`` given: every camera's topic, comma separated.
+    Like image_transport, a compressed input is ``<image>/compressed``.
     """
-    names = input_params.camera_names(values)
-    if names and not camera:
-        return ', '.join(input_topic(node, values, name) for name in names)
-    topic = node.resolve_topic_name(f'{camera}/image' if camera else 'image')
-    return topic + '/compressed' if values['input.transport'] == 'compressed' else topic
+    suffix = '/compressed' if values['input.transport'] == 'compressed' else ''
+    return ', '.join(node.resolve_topic_name(input_params.camera_topic(name, 'image')) + suffix
+                     for name in input_params.group_names(values))
 
 
 class Inputs:
     """Subscriptions, queue and worker thread of an active node."""
 
     def __init__(self, node: Any, values: dict[str, Any], pipeline: FramePipeline) -> None:
-        """Start the worker thread, then subscribe to ``image`` and ``camera_info``.
+        """Start the worker thread, then subscribe to each camera's inputs.
 
         Args:
             node: the rclpy node.
             values: the node's parameter values (``input.*``).
-            pipeline: the configured pipeline whose runner processes the frames.
+            pipeline: the configured pipeline whose camera group processes the frames.
         """
         self._node = node
         self._stats = pipeline.stats
-        self._runner = pipeline.runner
-        bag = values['input.queue_mode'] == 'bag'
         cameras = pipeline.cameras
-        if cameras is None:
-            self.queue = FrameQueue(values['input.queue_size'] if bag else LIVE_CAPACITY, bag)
-            handler = pipeline.runner.handle
-        else:
-            self.queue = CameraQueue(
-                len(cameras.names), values['input.queue_size'], bag,
-                count_overflow=lambda name, num: cameras.stats[name].count_drop(
-                    'queue_overflow', num=num))
-            queue = self.queue
+        self.queue = CameraQueue(
+            len(cameras.names), values['input.queue_size'], values['input.queue_mode'] == 'bag',
+            count_overflow=lambda name, num: cameras.stats[name].count_drop(
+                'queue_overflow', num=num))
+        queue = self.queue
 
-            def handler(item: InputFrame) -> None:
-                cameras.handle(item, queue)
+        def handler(item: InputFrame) -> None:
+            cameras.handle(item, queue)
         self.worker = Worker(self.queue, handler, self._on_worker_error)
         self.worker.start()
         reliability = ReliabilityPolicy.RELIABLE if values['input.qos.reliability'] == \
@@ -86,25 +77,20 @@ class Inputs:
                          reliability=reliability)
         group = MutuallyExclusiveCallbackGroup()
         self._compressed = values['input.transport'] == 'compressed'
-        self.topic = input_topic(node, values)
-        if cameras is not None:
-            self._subs = [sub for name in cameras.names
-                          for sub in self._subscribe_camera(name, cameras, values, qos, group)]
-            return
-        self._subs = [
-            node.create_subscription(CompressedImage if self._compressed else Image,
-                                     self.topic, self._on_image, qos, callback_group=group),
-            node.create_subscription(CameraInfo, 'camera_info', self._on_camera_info, qos,
-                                     callback_group=group),
-            *depth_input.subscribe(node, pipeline.runner.depth_input, qos)]
+        self.topic = ', '.join(cameras.topics[name] for name in cameras.names)
+        self._subs = [sub for name in cameras.names
+                      for sub in self._subscribe_camera(name, cameras, qos, group)]
 
-    def _subscribe_camera(self, name: str, cameras: CameraGroup, values: dict[str, Any],
-                          qos: QoSProfile, group: Any) -> list[Any]:
-        """Subscribe ``<name>/image`` (or its ``/compressed``) and ``<name>/camera_info``."""
+    def _subscribe_camera(self, name: str, cameras: Any, qos: QoSProfile, group: Any
+                          ) -> list[Any]:
+        """Subscribe camera ``name``'s image (or its ``/compressed``), camera_info and depth."""
         stats, runner = cameras.stats[name], cameras.runners[name]
+        depth = runner.depth_input
 
         def on_image(msg: Any) -> None:
             stats.count_received()
+            if depth is not None:  # the newest colour stamp, for depth pairing
+                depth.note_colour(msg.header.stamp)
             dropped = self.queue.put(InputFrame(msg, self._compressed, time.monotonic(), name))
             if dropped:
                 stats.count_drop('queue_overflow', num=dropped)
@@ -112,10 +98,12 @@ class Inputs:
         def on_info(msg: Any) -> None:
             self._take_camera_info(runner, msg)
         return [self._node.create_subscription(
-                    CompressedImage if self._compressed else Image,
-                    input_topic(self._node, values, name), on_image, qos, callback_group=group),
-                self._node.create_subscription(CameraInfo, f'{name}/camera_info', on_info, qos,
-                                               callback_group=group)]
+                    CompressedImage if self._compressed else Image, cameras.topics[name],
+                    on_image, qos, callback_group=group),
+                self._node.create_subscription(
+                    CameraInfo, input_params.camera_topic(name, 'camera_info'), on_info, qos,
+                    callback_group=group),
+                *depth_input.subscribe(self._node, depth, qos)]
 
     def stop(self, timeout_s: float) -> bool:
         """Unsubscribe, stop taking frames and wait at most ``timeout_s`` for the current one.
@@ -128,18 +116,7 @@ class Inputs:
         self._subs = []
         return self.worker.stop(timeout_s)
 
-    def _on_image(self, msg: Any) -> None:
-        self._stats.count_received()
-        if self._runner.depth_input is not None:  # the newest colour stamp, for depth pairing
-            self._runner.depth_input.note_colour(msg.header.stamp)
-        dropped = self.queue.put(InputFrame(msg, self._compressed, time.monotonic()))
-        if dropped:
-            self._stats.count_drop('queue_overflow', num=dropped)
-
-    def _on_camera_info(self, msg: Any) -> None:
-        self._take_camera_info(self._runner, msg)
-
-    def _take_camera_info(self, runner: Any, msg: Any) -> None:
+    def _take_camera_info(self, runner: SessionRunner, msg: Any) -> None:
         try:
             runner.set_camera_k(conversions.camera_info_k(msg))
         except ValueError as exc:

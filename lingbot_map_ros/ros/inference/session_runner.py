@@ -13,13 +13,16 @@
 # limitations under the License.
 """The worker-thread side of the node: one input frame in, outputs published, errors absorbed.
 
-For each queued message :class:`SessionRunner` converts the image, tags it
-(:class:`~lingbot_map_ros.engine.frames.FrameTag`: stamp, camera frame, receipt time), feeds it to
-the engine session through a :class:`~lingbot_map_ros.engine.session.stream_feeder.StreamFeeder`
-(which checks the stamp and holds the drop and reset policy) and publishes the predictions, each
-with the frame and latency its tag carries back. Every failure ends as a counted drop or a counted
-reset (a :class:`~lingbot_map_ros.engine.session.reasons.Reason`, logged at its policy's level),
-never as an exception into the executor:
+For each queued message of its camera :class:`SessionRunner` converts the image and tags it
+(:meth:`~SessionRunner.prepare`; :class:`~lingbot_map_ros.engine.frames.FrameTag`: stamp, camera
+frame, receipt time), hands its
+:class:`~lingbot_map_ros.engine.session.stream_feeder.StreamFeeder` (which checks the stamp and
+holds the drop and reset policy) to the camera group's batch (:meth:`~SessionRunner.begin`;
+``camera_group.py``, one camera being a group of one) and publishes the predictions
+(:meth:`~SessionRunner.finish`), each with the frame and latency its tag carries back. Every
+failure ends as a counted drop or a counted reset (a
+:class:`~lingbot_map_ros.engine.session.reasons.Reason`, logged at its policy's level), never as
+an exception into the executor:
 
 =======================  ===============================================================
 condition                what happens
@@ -38,8 +41,8 @@ non-finite pose          session reset (``nan_pose``), the frame is dropped
 anything else            counted engine error, session reset (``engine_error``)
 =======================  ===============================================================
 
-One lock serialises ``handle`` and ``reset`` so the path, the stamp history and the session
-always agree; the reset service waits at most one frame for it.
+One lock serialises a feed (``begin`` to ``finish``) and ``reset`` so the path, the stamp history
+and the session always agree; the reset service waits at most one frame for it.
 """
 
 from __future__ import annotations
@@ -182,16 +185,9 @@ class SessionRunner:
         finally:
             self._lock.release()
 
-    def handle(self, item: InputFrame) -> None:
-        """Process one queued frame (worker thread)."""
-        with self.busy():
-            opts = self._options
-            prepared = self.prepare(item, opts)
-            if prepared is None:
-                return
-            with self.lock:
-                fed = self.begin(opts).feed(*prepared)
-                self.finish(fed, opts)
+    def add_outputs(self, *outputs: Any) -> None:
+        """Serve ``outputs`` too, after those given at start (before the first frame)."""
+        self._extra_outputs += outputs
 
     @contextlib.contextmanager
     def busy(self) -> Iterator[None]:

@@ -51,22 +51,17 @@ class WatchedInput:
 
 def watched_inputs(node: Any, values: dict[str, Any], pipeline: Any) -> list[WatchedInput]:
     """Return the node's expected inputs (each camera's image; depth when metric is on)."""
-    suffix = '/compressed' if values['input.transport'] == 'compressed' else ''
-    cameras = pipeline.cameras
-    if cameras is not None:
-        return [WatchedInput(f'{name} image', cameras.topics[name],
-                             lambda stats=cameras.stats[name]: stats.received_total,
-                             f'cameras:={name}=TOPIC in the launch file, or '
-                             f'-r {name}/image:=TOPIC')
-                for name in cameras.names]
-    out = [WatchedInput('image', node.resolve_topic_name('image') + suffix,
-                        lambda: pipeline.stats.received_total,
-                        'image_topic:= in the launch file, or -r image:=TOPIC')]
-    depth = pipeline.runner.depth_input if pipeline.runner is not None else None
-    if depth is not None:
-        out.append(WatchedInput('depth', node.resolve_topic_name('depth'),
-                                lambda: depth.received_total,
-                                'depth_topic:= in the launch file, or -r depth:=TOPIC'))
+    cameras, out = pipeline.cameras, []
+    for name in cameras.names:
+        remap = (f'cameras:={name}=TOPIC in the launch file, or -r {name}/image:=TOPIC' if name
+                 else 'image_topic:= in the launch file, or -r image:=TOPIC')
+        out.append(WatchedInput(f'{name} image'.lstrip(), cameras.topics[name],
+                                lambda stats=cameras.stats[name]: stats.received_total, remap))
+        depth = cameras.runners[name].depth_input
+        if depth is not None:
+            out.append(WatchedInput('depth', node.resolve_topic_name('depth'),
+                                    lambda depth=depth: depth.received_total,
+                                    'depth_topic:= in the launch file, or -r depth:=TOPIC'))
     return out
 
 

@@ -85,14 +85,14 @@ class NodeServices:
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response
                   ) -> Trigger.Response:
-        runner = self._pipeline.resetter  # every camera's runner with several
-        if runner is None:  # cleaned up while the request waited
+        cameras = self._pipeline.resetter  # every camera's runner
+        if cameras is None:  # cleaned up while the request waited
             response.success, response.message = False, 'reset failed: the node is not configured'
             return response
         try:
             # One wait per busy frame: callers queued behind it join the reset already pending.
-            wait_s = 0.0 if runner.reset_pending else self.reset_wait_s
-            cleared = runner.reset('manual', wait_s)
+            wait_s = 0.0 if cameras.reset_pending else self.reset_wait_s
+            cleared = cameras.reset('manual', wait_s)
         except Exception as exc:  # noqa: BLE001 - answer the caller instead of raising
             response.success, response.message = False, f'reset failed: {exc}'
             return response
@@ -105,7 +105,7 @@ class NodeServices:
         return response
 
     def _publish(self) -> None:
-        if self._pipeline.runner is None:  # cleaned up under this timer callback
+        if self._pipeline.cameras is None:  # cleaned up under this timer callback
             return
         try:
             self._pub.publish(self.diagnostics())
@@ -114,7 +114,10 @@ class NodeServices:
                                           throttle_duration_sec=10.0)
 
     def diagnostics(self) -> DiagnosticArray:
-        """Return this period's statuses: input, engine (with the stall mark), cache, odometry."""
+        """Return this period's statuses: input, engine (with the stall mark), cache, odometry.
+
+        Then loop closure's (one camera) or each named camera's and the ``cameras`` status.
+        """
         pipeline, values = self._pipeline, self._values
         report = pipeline.stats.roll()
         runner = pipeline.runner
@@ -139,8 +142,7 @@ class NodeServices:
                             getattr(runner.depth_input, 'drops_total', 0))]
         if pipeline.loop_output is not None:
             msg.status.append(pipeline.loop_output.status(name))
-        if pipeline.cameras is not None:  # each camera's input and engine, the rig, the pool
-            msg.status += pipeline.cameras.statuses(name, values, report,
-                                                    pipeline.session.session.engine.pool_stats(),
-                                                    config.cache.scale_frames)
+        msg.status += pipeline.cameras.statuses(name, values, report,
+                                                pipeline.session.session.engine.pool_stats(),
+                                                config.cache.scale_frames)
         return msg

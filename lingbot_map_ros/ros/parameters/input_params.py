@@ -103,6 +103,16 @@ def camera_names(values: dict[str, Any]) -> tuple[str, ...]:
     return tuple(values.get('input.cameras') or ())
 
 
+def group_names(values: dict[str, Any]) -> tuple[str, ...]:
+    """Return the node's camera group: ``input.cameras``, or the one unnamed camera ``''``."""
+    return camera_names(values) or ('',)
+
+
+def camera_topic(name: str, leaf: str) -> str:
+    """Return camera ``name``'s topic ``<name>/<leaf>``; the unnamed camera's is ``leaf``."""
+    return f'{name}/{leaf}' if name else leaf
+
+
 def primary_camera(values: dict[str, Any]) -> str:
     """Return the primary camera's name ('' with one camera)."""
     names = camera_names(values)

@@ -70,11 +70,14 @@ class CapturedCall:
 
     Inputs are copied into static buffers before each replay; outputs are cloned, since the
     next replay overwrites them. Without ``capture`` it just calls ``fn`` (compiled or not).
+    An input listed in ``constant`` is copied only when a different tensor object comes in:
+    for tensors a cache hands out again unchanged (a batch's special tokens, RoPE tables).
     """
 
     def __init__(self, fn: Callable[..., tuple[torch.Tensor, ...]],
                  example_inputs: Sequence[torch.Tensor], capture: bool,
-                 compile_fn: bool = False, pool: Any = None) -> None:
+                 compile_fn: bool = False, pool: Any = None,
+                 constant: Sequence[int] = ()) -> None:
         """Compile (optionally) and capture ``fn`` for inputs shaped like ``example_inputs``.
 
         Args:
@@ -83,9 +86,13 @@ class CapturedCall:
             capture: capture a CUDA graph (CUDA only); False runs ``fn`` directly.
             compile_fn: ``torch.compile`` ``fn`` first.
             pool: memory pool shared with other graphs (``capture_graph``), or None.
+            constant: positions of inputs never changed in place between calls.
         """
         self._fn = maybe_compile(fn, compile_fn)
         self._static = [t.detach().clone() for t in example_inputs]
+        self._fed: list[Any] = [t if i in constant else None
+                                for i, t in enumerate(example_inputs)]
+        """The constant inputs last copied in (by identity); None for the others."""
         self._graph: torch.cuda.CUDAGraph | None = None
         self._outputs: tuple[torch.Tensor, ...] = ()
         if capture:
@@ -103,9 +110,14 @@ class CapturedCall:
             # No graph to feed: tensors go straight in (no copies); numbers still need a tensor.
             return self._fn(*(value if isinstance(value, torch.Tensor) else static.fill_(value)
                               for static, value in zip(self._static, inputs)))
-        for static, value in zip(self._static, inputs):
+        for i, (static, value) in enumerate(zip(self._static, inputs)):
+            fed = self._fed[i]
+            if fed is not None and value is fed:
+                continue
             if isinstance(value, torch.Tensor):
                 static.copy_(value)
+                if fed is not None:
+                    self._fed[i] = value
             else:
                 static.fill_(value)
         with step_range('graph launch'):

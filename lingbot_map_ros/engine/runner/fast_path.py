@@ -18,18 +18,17 @@ the aggregator's upper bound after step-downs, compile in effect, the heads whos
 built, whether the bound pool's backend can run whole frames, and why what runs is below what
 was asked. :class:`FastPathState` holds the current value (replaced, never mutated, on every
 change) and the fallback counters. The engine builds one per model and hands it to its
-``FrameRunner``, which reads the mode and reports every step-down here; the session's stats
+``Runner``, which reads the mode and reports every step-down here; the session's stats
 read it back. Nothing else holds a mode flag (vLLM's ``CudagraphDispatcher`` keeps its mode
 in one place the same way).
 
 Step-downs (:data:`~lingbot_map_ros.engine.stats.FALLBACK_KINDS`), each counted by name and
 logged once per kind:
 
-* ``compile``: ``torch.compile`` of the frame segments failed: they run uncompiled;
-* ``capture``: the segment runner could not be built (a CUDA graph capture refused): frames
-  run eagerly;
-* ``whole_frame``: a whole-frame CUDA graph could not be captured: frames run segment by
-  segment;
+* ``compile``: ``torch.compile`` of the segments failed: they run uncompiled;
+* ``capture``: a segment's CUDA graph capture was refused: jobs run eagerly;
+* ``whole_frame``: a whole-batch CUDA graph could not be captured: batches run segment by
+  segment (a batch of one included);
 * ``backend_refused``: the backend declares whole-frame support but supplies no capturable
   attention for this pool: segments;
 * ``camera_head``, ``depth_head``: that head's step could not be built: it runs eagerly;
@@ -60,14 +59,12 @@ preparation runs frame by frame); the fallback kind of each is its name with '_'
 _STEP_DOWN: dict[str, str] = {
     'compile': 'torch.compile of the frame segments failed; running them uncompiled',
     'capture': 'CUDA graphs unavailable; running frames eagerly',
-    'whole_frame': 'whole-frame CUDA graph unavailable; running frames segment by segment',
+    'whole_frame': 'whole-batch CUDA graph unavailable; running frames segment by segment',
     'backend_refused': 'the attention backend supplies no capturable form; running frames '
                        'segment by segment',
     'camera_head': 'camera head fast path unavailable; running it eagerly',
     'depth_head': 'depth head fast path unavailable; running it eagerly',
     'dino_trunk': "a rollover preparation's one-frame DINO step unavailable; running it eagerly",
-    'batch_capture': 'CUDA graphs of batched frames (several cameras) unavailable; running '
-                     'batches eagerly (single frames keep their mode)',
 }
 """What each step-down turns to (the counted kinds the runner reports)."""
 
@@ -126,8 +123,6 @@ class FastPathMode:
         """Return the mode after a step-down of ``kind`` (``why``: what runs now and why)."""
         if kind == 'compile':
             return replace(self, segments_compile=False, last_fallback=why)
-        if kind == 'batch_capture':  # cameras/camera_batch.py's graphs; single frames unchanged
-            return replace(self, last_fallback=why)
         if kind == 'capture':
             return replace(self, upper='eager', last_fallback=why)
         if kind in ('whole_frame', 'backend_refused'):
