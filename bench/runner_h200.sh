@@ -6,6 +6,8 @@
 #   STAGE=speed: `bench model` at the defaults (compiled, 504x378, 200 frames), before and
 #     after in turns, in one call: the pose path, one camera and two cameras
 #     (--cameras 1, 2); then golden set A through the robot path on the new tree.
+#   STAGE=repeat: the FA3 GPU tests (fa3-fwd carried in .whl/), then the pairs again, after
+#     first: pose twice, depth, two cameras.
 #   STAGE=verify: the GPU tests of the runner and its users (GPU_TESTS), the depth path at the
 #     defaults, and the long-sequence fidelity gate over the defaults (needs .gpu_data/long
 #     and .gpu_data/loop).
@@ -32,6 +34,17 @@ if [ "$stage" = speed ]; then
   robot="--device cuda --dtype bfloat16 --backend auto --kv-dtype float8_e4m3fn \
 --fast-path whole_frame --compile --camera-head-dtype bfloat16"
   step golden_A_after 120 python3 -m lingbot_map_ros.tools.golden .gpu_data/golden/stream_A $robot
+elif [ "$stage" = repeat ]; then
+  # With fa3-fwd in .whl/: the FA3 GPU tests of the runner's paths, then the speed pairs again
+  # in the other order (after first) to see the run-to-run spread, and the depth path.
+  step gpu_tests_fa3 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rs \
+    test/engine/test_whole_batch.py test/engine/test_kernel_config.py \
+    test/engine/test_attention_conformance.py
+  for run in pose:"" depth:"--depth" pose2:"" cameras2:"--cameras 2"; do
+    name=${run%%:*}; flags=${run#*:}
+    model "after_$name" "$after_path" 85 $flags
+    model "before_$name" "$before_path" 85 $flags
+  done
 elif [ "$stage" = verify ]; then
   tests="${GPU_TESTS:-$(ls test/engine/test_whole_batch.py test/engine/test_frame_graphs.py \
 test/engine/test_lanes.py test/engine/test_fast_path.py test/engine/test_heads.py \

@@ -374,7 +374,9 @@ def test_joint_fa3_batches_equal_slot_by_slot_ones(storage):
     images = _images(12, 3, 'cuda')
     runs, forks = {}, {}
     for joint in (False, True):
+        # FA3's FP8 kernel rounds the queries: reachable only as the approximate precision.
         cache = replace(CACHE, backend='fa3', dtype=storage,
+                        precision='faithful' if storage == 'bfloat16' else 'fast_approximate',
                         kernel=KernelConfig(staged_runs=joint))
         runner = _cuda_runner(model)
         run = _batched(model, images, runner, cache=cache)

@@ -18,12 +18,13 @@ Python: the host takes longer to launch the kernels than the GPU to run them
 (docs/performance.md, 'CUDA graphs'). Work whose shapes are fixed for a resolution can be
 captured once and replayed with one launch. ``capture_graph`` is the shared
 warm-up + capture step (the aggregator's segments use it too); ``CapturedCall`` wraps a whole
-function of tensors with static input buffers (a head's one-frame step, for the frame runner).
+function of tensors with static input buffers (a head's one-frame step, a batch's segment).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import gc
 from typing import Any
 
 import torch
@@ -51,8 +52,17 @@ def capture_graph(fn: Callable[[], Any],
         fn()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
-        outputs = fn()
+    # No garbage collection during the capture: a graph it frees (one left in a reference
+    # cycle) is destroyed by a CUDA call that a capture forbids, which invalidates this
+    # capture. torch.cuda.graph collects once before it begins.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with torch.cuda.graph(graph, pool=pool):
+            outputs = fn()
+    finally:
+        if collecting:
+            gc.enable()
     return graph, outputs
 
 
