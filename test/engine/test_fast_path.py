@@ -33,13 +33,12 @@ import lingbot_map_ros.engine.runner.captured as captured_module
 from lingbot_map_ros.engine.runner.fast_path import FastPathState
 from lingbot_map_ros.engine.runner.runner import Runner
 import lingbot_map_ros.engine.runner.segments as segments_module
-from lingbot_map_ros.engine.runner.whole_batch import WholeBatches
 from lingbot_map_ros.engine.stats import FALLBACK_KINDS
 import numpy as np
 import pytest
 # tiny_engine and tiny_stream sit next to this file (pytest puts test/engine on sys.path).
 from tiny_engine import random_images, tiny_session
-from tiny_stream import CACHE, run_stream, tiny_model
+from tiny_stream import CACHE, run_stream, stand_in_capture, tiny_model
 import torch
 
 REFUSED = RuntimeError('operation not permitted when stream is capturing')
@@ -204,29 +203,7 @@ def test_a_backend_without_a_capturable_form_runs_segments(monkeypatch):
 def test_a_whole_frame_capture_that_fails_falls_back_to_segments(monkeypatch):
     # The refused frame must still come out right (run eagerly on the already staged cache),
     # and every later frame go segment by segment (eagerly here: the CPU captures no segment).
-    calls = []
-
-    def capture(fn, pool=None):
-        calls.append(fn)
-        if len(calls) == 1:
-            raise REFUSED
-        outputs = fn()
-
-        class Replay:
-            def replay(self):
-                for static, fresh in zip(outputs, fn()):
-                    static.copy_(fresh)
-        return Replay(), outputs
-
-    class CapturingBatches(WholeBatches):
-        """Capture on the CPU, through the stand-in."""
-
-        def __init__(self, pool, _capture, compile_merge=False):
-            super().__init__(pool, True, compile_merge)
-
-    monkeypatch.setattr(captured_module, 'capture_graph', capture)
-    monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
-    monkeypatch.setattr(batch_runs_module, 'WholeBatches', CapturingBatches)
+    calls = stand_in_capture(monkeypatch, refuse_first=REFUSED)
     plain, runner, run = _plain_and_fast('whole_frame', frames=9)
     fast = run()
     for a, b in zip(plain[1:], fast[1:]):

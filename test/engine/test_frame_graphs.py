@@ -23,16 +23,13 @@ Run: ``python -m pytest test/engine/test_frame_graphs.py`` (a few seconds on 2 c
 
 from __future__ import annotations
 
-import lingbot_map_ros.engine.runner.batch_runs as batch_runs_module
-import lingbot_map_ros.engine.runner.captured as captured_module
 from lingbot_map_ros.engine.runner.fast_path import FastPathState
 from lingbot_map_ros.engine.runner.jobs import Job
 from lingbot_map_ros.engine.runner.runner import Runner
-from lingbot_map_ros.engine.runner.whole_batch import WholeBatches
 import pytest
 # tiny_engine and tiny_stream sit next to this file (pytest puts test/engine on sys.path).
 from tiny_engine import random_images
-from tiny_stream import CACHE, new_stream, run_stream, tiny_model
+from tiny_stream import CACHE, new_stream, run_stream, stand_in_capture, tiny_model
 import torch
 
 FRAMES = 9
@@ -135,34 +132,6 @@ def test_compiled_segments_equal_the_plain_forward_on_cpu():
             torch.testing.assert_close(b[key], a[key], atol=1e-4, rtol=1e-4)
 
 
-def _stand_in_capture(monkeypatch) -> list:
-    """Capture on the CPU: whole batches ask for graphs, a stand-in "captures" them.
-
-    The stand-in runs the function (the warm-up's writes) and replays it by calling it again,
-    which is what a graph replay does. Returns the list of captured functions.
-    """
-    calls: list = []
-
-    def capture(fn, pool=None):
-        calls.append(fn)
-        outputs = fn()
-
-        class Replay:
-            def replay(self):
-                for static, fresh in zip(outputs, fn()):
-                    static.copy_(fresh)
-        return Replay(), outputs
-
-    class CapturingBatches(WholeBatches):
-        def __init__(self, pool, _capture, compile_merge=False):
-            super().__init__(pool, True, compile_merge)
-
-    monkeypatch.setattr(captured_module, 'capture_graph', capture)
-    monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
-    monkeypatch.setattr(batch_runs_module, 'WholeBatches', CapturingBatches)
-    return calls
-
-
 def _prepared_stream(device: str, dtype: torch.dtype):
     """Return a runner with a batch of one's full-window graphs captured ahead, a reset stream."""
     images = random_images(FRAMES, seed=0, device=device)
@@ -178,7 +147,7 @@ def _prepared_stream(device: str, dtype: torch.dtype):
 def test_full_window_graphs_captured_ahead_leave_a_live_stream_nothing_to_capture(monkeypatch):
     # On the CPU the sdpa form has one key for every frame, ('range',): prepared ahead, the
     # stream's every streaming frame replays it (through the stand-in) and captures nothing.
-    calls = _stand_in_capture(monkeypatch)
+    calls = stand_in_capture(monkeypatch)
     images, model, runner, state, prepared = _prepared_stream('cpu', torch.float32)
     assert len(calls) == 1 and len(prepared) == 1 and prepared[0].staged == (('range',), False)
     fast = run_stream(model, images, runner, torch.float32, state=state)

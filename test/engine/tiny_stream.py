@@ -28,8 +28,11 @@ from lingbot_map_ros.engine.model.gct import LingbotMapModel
 from lingbot_map_ros.engine.model.golden_weights import golden_state_dict
 from lingbot_map_ros.engine.model.stream_state import StreamState
 from lingbot_map_ros.engine.model.weights import load_weights
+import lingbot_map_ros.engine.runner.batch_runs as batch_runs_module
+import lingbot_map_ros.engine.runner.captured as captured_module
 from lingbot_map_ros.engine.runner.jobs import Job
 from lingbot_map_ros.engine.runner.runner import Runner
+from lingbot_map_ros.engine.runner.whole_batch import WholeBatches
 import torch
 
 CACHE = CacheConfig(backend='sdpa', scale_frames=2, sliding_window=3)
@@ -101,3 +104,34 @@ def run_stream(model: LingbotMapModel, images: torch.Tensor, runner: Runner | No
         outs.append(run_job(model, runner, Job(state, images[i:i + 1], time_index(i), role(i),
                                                with_depth=True, return_taps=True)))
     return outs
+
+
+def stand_in_capture(monkeypatch, refuse_first: Exception | None = None) -> list:
+    """Capture on the CPU: whole batches ask for graphs, a stand-in "captures" them.
+
+    The stand-in runs the function (the warm-up's writes) and replays it by calling it again,
+    which is what a graph replay does; with ``refuse_first`` the first capture raises it.
+    Returns the list of functions asked to be captured.
+    """
+    calls: list = []
+
+    def capture(fn, pool=None):
+        calls.append(fn)
+        if refuse_first is not None and len(calls) == 1:
+            raise refuse_first
+        outputs = fn()
+
+        class Replay:
+            def replay(self):
+                for static, fresh in zip(outputs, fn()):
+                    static.copy_(fresh)
+        return Replay(), outputs
+
+    class CapturingBatches(WholeBatches):
+        def __init__(self, pool, _capture, compile_merge=False):
+            super().__init__(pool, True, compile_merge)
+
+    monkeypatch.setattr(captured_module, 'capture_graph', capture)
+    monkeypatch.setattr(torch.cuda, 'graph_pool_handle', lambda: None)
+    monkeypatch.setattr(batch_runs_module, 'WholeBatches', CapturingBatches)
+    return calls
