@@ -32,7 +32,7 @@ from lingbot_map_ros.engine.map.map_accumulator import MapAccumulator
 from lingbot_map_ros.engine.map.ply import read_ply
 from lingbot_map_ros.engine.session.rollover import RolloverSession
 from lingbot_map_ros.ros.inference.depth_input import DEPTH_DROP_REASONS
-from lingbot_map_ros.ros.parameters import params
+from lingbot_map_ros.ros.parameters import node_params, params
 from lingbot_map_ros.ros.publishers.odometry_status import ODOMETRY_KEYS
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.bag_io import depth_message
@@ -264,6 +264,6 @@ def test_metric_needs_depth_from_the_model(graph):
     # Nor may depth be turned off at run time under a metric node.
     current = {s.name: s.default for s in params.all_specs('tiny')}
     current.update({'metric.source': 'depth', 'stream.enable_depth': True})
-    assert params.check_changes({'stream.keyframe_interval': 2}, current) is None
-    assert 'metric.source' in params.check_changes({'stream.enable_depth': False}, current)
-    assert 'max_dt_s' in params.check_changes({'metric.max_dt_s': -1.0}, current)
+    assert node_params.check_changes({'stream.keyframe_interval': 2}, current) is None
+    assert 'metric.source' in node_params.check_changes({'stream.enable_depth': False}, current)
+    assert 'max_dt_s' in node_params.check_changes({'metric.max_dt_s': -1.0}, current)

@@ -20,7 +20,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from lingbot_map_ros import config
-from lingbot_map_ros.ros.parameters import input_params, params
+from lingbot_map_ros.ros.parameters import input_params, node_params, params
 import pytest
 import rclpy
 from rclpy.node import Node
@@ -77,7 +77,7 @@ def test_yaml_loads_into_a_node_with_the_declared_types(path, context):
     node = Node('lingbot_map', context=context, namespace='/yaml_check',
                 cli_args=['--ros-args', '--params-file', str(path)])
     try:
-        values = params.declare_all(node)
+        values = node_params.declare_all(node)
     finally:
         node.destroy_node()
     expected = config.load_yaml(path)
@@ -124,7 +124,7 @@ def test_model_defaults_follow_the_declared_preset(context):
     node = Node('lingbot_map', context=context, namespace='/preset_check',
                 parameter_overrides=[rclpy.parameter.Parameter('model.preset', value='tiny')])
     try:
-        values = params.declare_all(node)
+        values = node_params.declare_all(node)
         assert values['model.embed_dim'] == 128
         assert node.describe_parameter('model.embed_dim').read_only
         assert not node.describe_parameter('publish.tf').read_only
@@ -140,20 +140,20 @@ def test_bad_start_values_are_refused(context):
                     parameter_overrides=[rclpy.parameter.Parameter(name, value=value)])
         try:
             with pytest.raises(Exception, match=match):
-                params.declare_all(node)
+                node_params.declare_all(node)
         finally:
             node.destroy_node()
 
 
 def test_check_changes_reasons():
     current = dict(config.load_yaml(CONFIG_DIR / 'demo_tiny_cpu.yaml'))
-    assert params.check_changes({'publish.tf': False}, current) is None
-    assert 'enable_depth' in params.check_changes({'publish.depth': True}, current)
-    assert params.check_changes({'publish.depth': True, 'stream.enable_depth': True},
-                                current) is None
+    assert node_params.check_changes({'publish.tf': False}, current) is None
+    assert 'enable_depth' in node_params.check_changes({'publish.depth': True}, current)
+    assert node_params.check_changes({'publish.depth': True, 'stream.enable_depth': True},
+                                     current) is None
     on = {**current, 'stream.enable_depth': True, 'publish.cloud': True}
-    assert 'enable_depth' in params.check_changes({'stream.enable_depth': False}, on)
-    assert 'one of' in params.check_changes({'input.queue_mode': 'fast'}, current)
+    assert 'enable_depth' in node_params.check_changes({'stream.enable_depth': False}, on)
+    assert 'one of' in node_params.check_changes({'input.queue_mode': 'fast'}, current)
 
 
 def test_markdown_table_lists_every_parameter():

@@ -25,7 +25,7 @@ from pathlib import Path
 import subprocess
 import sys
 
-from lingbot_map_ros.ros.parameters import param_names, params
+from lingbot_map_ros.ros.parameters import node_params, param_names, params
 from node_harness import TINY_CPU
 import pytest
 from rclpy.node import Node
@@ -67,7 +67,7 @@ def test_declare_all_refuses_given_unknown_names(context, overrides):
                 parameter_overrides=[Parameter(k, value=v) for k, v in overrides.items()])
     try:
         with pytest.raises(ValueError) as info:
-            params.declare_all(node)
+            node_params.declare_all(node)
     finally:
         node.destroy_node()
     for name in overrides:

@@ -50,7 +50,7 @@ from lingbot_map_ros.ros.inference.inputs import input_topic, Inputs
 from lingbot_map_ros.ros.inference.worker import Worker
 from lingbot_map_ros.ros.nodes import input_watch, logging_bridge
 from lingbot_map_ros.ros.nodes.node_services import NodeServices
-from lingbot_map_ros.ros.parameters import params
+from lingbot_map_ros.ros.parameters import node_params
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.clock import JumpThreshold
 from rclpy.duration import Duration
@@ -82,7 +82,7 @@ class LingbotMapCore:
         self._stopping = threading.Event()
         self._log_handler = logging_bridge.attach(self._log)
         try:
-            self.values = params.declare_all(node)
+            self.values = node_params.declare_all(node)
         except BaseException:
             logging_bridge.detach(self._log_handler)
             raise
@@ -254,7 +254,7 @@ class LingbotMapCore:
             runner.request_reset('clock_jump')
 
     def _validate_parameters(self, changes: list[Any]) -> SetParametersResult:
-        reason = params.check_changes({p.name: p.value for p in changes}, self.values)
+        reason = node_params.check_changes({p.name: p.value for p in changes}, self.values)
         return SetParametersResult(successful=reason is None, reason=reason or '')
 
     def _apply_parameters(self, changes: list[Any]) -> None:
