@@ -266,12 +266,14 @@ def test_a_stream_twice_in_one_run_is_refused_before_anything_runs():
     assert state.kv.num_frames == 0 and state.camera.num_frames == 0
 
 
-def test_after_a_capture_step_down_every_job_runs_alone_on_the_eager_forward():
+def test_after_a_capture_step_down_batches_run_uncaptured_segments():
+    # The mode 'eager': a batch of one is the model's eager forward, several streams' frames
+    # still one batch, its segments run as they are (no whole batch, nothing captured).
     model = tiny_model('cpu', torch.float32)
     images = _images(6, 2)
     runner = Runner(model, FastPathState('whole_frame'))
     runner.fast_path.fall_back('capture', REFUSED)
-    run = _batched(model, images, runner, together=False)
+    run = _batched(model, images, runner)
     _assert_close(run.outs, [_alone(model, imgs) for imgs in images], atol=1e-5, rtol=1e-5)
     assert runner.fast_path.mode.aggregator == 'eager' and run.batches >= 3
     assert runner.batches.whole is None and runner.batches.captured == 0
