@@ -142,8 +142,8 @@ def test_the_session_reports_every_counter_by_name():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
 def test_a_refused_segment_capture_runs_the_frames_eagerly(monkeypatch):
     # A capture this PyTorch/driver refuses: the segment runs eagerly, the step-down is
-    # counted once and every later job runs alone on the eager forward; the heads' fast path
-    # is independent of the aggregator's.
+    # counted once and every later frame (a batch of one) runs on the eager forward; the heads'
+    # fast path is independent of the aggregator's.
     def refuse(*_args, **_kwargs):
         raise REFUSED
 
