@@ -162,13 +162,12 @@ def batch_key(agg: Aggregator, images: torch.Tensor, kv_dtype: torch.dtype, comp
 
 
 def batch_inputs(agg: Aggregator, images: torch.Tensor, jobs: Sequence[Job],
-                 patch_hw: tuple[int, int], specials: torch.Tensor | None = None
-                 ) -> tuple[torch.Tensor, ...]:
+                 patch_hw: tuple[int, int], specials: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Return the batch's inputs besides the images: specials and RoPE tables.
 
     Args:
-        specials: the batch's special tokens when the caller keeps them (they are a function
-            of the weights and the batch size only); None makes them.
+        specials: the batch's special tokens (a function of the weights and the batch size
+            only: the caller keeps them, ``BatchRuns.inputs``).
 
     Returns:
         ``(specials, frame_cos, frame_sin, video_cos, video_sin)``; the video tables are
@@ -177,9 +176,6 @@ def batch_inputs(agg: Aggregator, images: torch.Tensor, jobs: Sequence[Job],
     """
     h, w = patch_hw
     weights = agg.camera_token
-    if specials is None:
-        # Streaming frames all take variant 1 of every special token, keyframe or not.
-        specials = agg.special_tokens(len(jobs), 'keyframe', weights.dtype)
     rope_dtype = wide_dtype(weights.dtype)
     frame_cos, frame_sin = agg.frame_rope.tables(h, w, images.device, rope_dtype)
     video = [agg.video_rope.tables(job.time_index, 1, h, w, images.device, rope_dtype)

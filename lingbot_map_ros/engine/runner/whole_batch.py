@@ -136,7 +136,8 @@ class WholeBatches:
         slot = self.slots_for(1)[0]
         for keyframe in (True, False):
             key = slot.stage_placeholder(job.stream.kv, keyframe)
-            if not self._graph(agg, host, images, [job], patch_hw, [slot], (key,), fall_back):
+            if not self._graph(agg, host, images, [job], patch_hw, [slot], (key,), fall_back,
+                               joint_kernel([slot], (key,))):
                 return
 
     def _outputs(self, agg: Aggregator, host: BatchHost, images: torch.Tensor,
@@ -149,7 +150,8 @@ class WholeBatches:
         joint = joint_kernel(slots, keys)
         if not self._capture:
             return staged_layers(agg, host, kv_dtype, slots, keys, joint, *inputs)
-        call = self._graph(agg, host, images, jobs, patch_hw, slots, keys, fall_back, inputs)
+        call = self._graph(agg, host, images, jobs, patch_hw, slots, keys, fall_back, joint,
+                           inputs)
         if call is None:
             # The frames are staged: run them eagerly, each over its staged run as one range
             # (no split: cuDNN is the likeliest culprit), making the writes the failed
@@ -160,11 +162,13 @@ class WholeBatches:
 
     def _graph(self, agg: Aggregator, host: BatchHost, images: torch.Tensor,
                jobs: Sequence[Job], patch_hw: tuple[int, int], slots: Sequence[StagedFrames],
-               keys: tuple[StagedKey, ...], fall_back: FallBack,
+               keys: tuple[StagedKey, ...], fall_back: FallBack, joint: Any,
                inputs: tuple[torch.Tensor, ...] | None = None) -> CapturedCall | None:
-        """Return the graph of this batch's key, captured on first use; None if it fails."""
+        """Return the graph of this batch's key, captured on first use; None if it fails.
+
+        ``joint``: ``joint_kernel(slots, keys)``, read once per batch by the caller.
+        """
         kv_dtype = self.pool.dtype
-        joint = joint_kernel(slots, keys)
         key = batch_key(agg, images, kv_dtype, host.bodies.compiled, keys + (joint is not None,))
         call = self._graphs.get(key)
         if call is not None:

@@ -37,16 +37,6 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 
 
-def input_topic(node: Any, values: dict[str, Any]) -> str:
-    """Return every camera's resolved image topic, comma separated.
-
-    Like image_transport, a compressed input is ``<image>/compressed``.
-    """
-    suffix = '/compressed' if values['input.transport'] == 'compressed' else ''
-    return ', '.join(node.resolve_topic_name(input_params.camera_topic(name, 'image')) + suffix
-                     for name in input_params.group_names(values))
-
-
 class Inputs:
     """Subscriptions, queue and worker thread of an active node."""
 
@@ -77,7 +67,6 @@ class Inputs:
                          reliability=reliability)
         group = MutuallyExclusiveCallbackGroup()
         self._compressed = values['input.transport'] == 'compressed'
-        self.topic = ', '.join(cameras.topics[name] for name in cameras.names)
         self._subs = [sub for name in cameras.names
                       for sub in self._subscribe_camera(name, cameras, qos, group)]
 

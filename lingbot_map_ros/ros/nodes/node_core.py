@@ -46,7 +46,7 @@ import time
 from typing import Any
 
 from lingbot_map_ros.ros.inference.frame_pipeline import FramePipeline, release_memory
-from lingbot_map_ros.ros.inference.inputs import input_topic, Inputs
+from lingbot_map_ros.ros.inference.inputs import Inputs
 from lingbot_map_ros.ros.inference.worker import Worker
 from lingbot_map_ros.ros.nodes import input_watch, logging_bridge
 from lingbot_map_ros.ros.nodes.node_services import NodeServices
@@ -122,7 +122,7 @@ class LingbotMapCore:
                 pipeline = FramePipeline(self._node, self.values)
                 pipeline.warm_up(self._stopping.is_set)
                 self.services = NodeServices(self._node, self.values, pipeline,
-                                             input_topic(self._node, self.values),
+                                             ', '.join(pipeline.cameras.topics.values()),
                                              self._queue_length)
             except BaseException:
                 if pipeline is not None:
