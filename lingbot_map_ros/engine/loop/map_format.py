@@ -17,8 +17,10 @@ A map is one folder (format version :data:`FORMAT_VERSION`; written by ``map_sto
 by ``map_load.py``). N keyframes, E graph edges, D descriptor floats, K stored images, M
 points::
 
-    metadata.json               format, version, model hash, image size, counts, sha256 per
-                                file, frame_from_graph (16 numbers, row-major)
+    metadata.json               format, version, model hash, model identity (preset, embed
+                                dim, cache settings), image size, counts, bytes and sha256 of
+                                every other file, frame_from_graph (16 numbers, row-major),
+                                and its own sha256 (:func:`seal_metadata`)
     stamps_ns.npy               int64   [N]        each keyframe's image stamp
     poses.npy                   float64 [N, 4, 4]  map-from-camera Sim(3) (top-left s * R)
     descriptors.npy             float32 [N, D]     place descriptors, L2-normalised
@@ -32,30 +34,104 @@ points::
 
 Arrays are ``.npy`` files written without pickle and read with ``allow_pickle=False``; the
 metadata is JSON. Every count and every declared file size is checked against
-:class:`MapLimits` before a byte of that file is read.
+:class:`MapLimits` before a byte of that file is read; the folder holds nothing else (no
+unlisted file, no link, no special file). The plausibility bounds of a map's numbers
+(:data:`MAX_EXTENT`, :data:`SCALE_RANGE`, :data:`MAX_INFORMATION`) and the bound of every
+metadata string (:data:`MAX_TEXT_CHARS`) are the loader's; :func:`shown` bounds every value a
+message echoes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 import hashlib
+import json
 import os
 from pathlib import Path
+import reprlib
 import threading
+from typing import Any, TYPE_CHECKING
 
-from lingbot_map_ros.engine import sim3
+from lingbot_map_ros.engine import metric_scale, sim3
 import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from lingbot_map_ros.config import EngineConfig
 
 FORMAT_NAME = 'lingbot_map_ros.map'
 """The ``format`` value of ``metadata.json``."""
-FORMAT_VERSION = 1
-"""The version this code writes and the only one it reads."""
+FORMAT_VERSION = 2
+"""The version this code writes and the only one it reads (1: before the metadata's own
+checksum and the model identity)."""
 METADATA = 'metadata.json'
+METADATA_SHA256 = 'metadata_sha256'
+"""The metadata's key holding the sha256 of the rest of it (:func:`seal_metadata`)."""
 IMAGE_FOLDER = 'images'
 PLY = 'map.ply'
 KIND_CODES = {'odometry': 0, 'loop': 1}
 """Edge kind -> its ``edges_kind.npy`` code."""
 KIND_NAMES = {code: name for name, code in KIND_CODES.items()}
+
+
+MAX_EXTENT = 1e6
+"""Largest distance of a keyframe, a measured step or a point from the origin (metres, or
+the model's units; 1000 km). The live path's depths end at 1 km (``sensor_depth.MAX_DEPTH_M``)
+and its points are float32, whose spacing reaches 6 cm at this distance: a map beyond it is
+not one a robot made."""
+SCALE_RANGE = metric_scale.SCALE_RANGE
+"""Plausible Sim(3) scale of a keyframe pose and of a measured edge: the live path's bound on
+a scale (metres per model unit)."""
+MAX_INFORMATION = 1e16
+"""Largest eigenvalue of an edge's information: a standard deviation of 1e-8 (translation in
+pose units, rotation in radians), finer than float64 resolves a pose at :data:`MAX_EXTENT`.
+The live path's sigmas are bounded by its parameters' ranges far above it."""
+MAX_TEXT_CHARS = 256
+"""Longest string the loader accepts in the metadata (a sha256 hash is 71 characters)."""
+ECHO_CHARS = 200
+"""Longest value a message echoes (:func:`shown`)."""
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = ECHO_CHARS
+_REPR.maxother = ECHO_CHARS
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 8
+_REPR.maxlevel = 3
+
+
+def shown(value: Any, limit: int = ECHO_CHARS) -> str:
+    """Return ``repr(value)`` cut to at most ``limit`` characters, for messages and logs.
+
+    A value read from a file (a 30 MB model hash, a list of a million numbers) may reach a
+    service reply, a log line and every diagnostics message: every message that echoes one
+    goes through here. Nested containers are abbreviated without walking them whole.
+    """
+    text = _REPR.repr(value)
+    if len(text) > limit:
+        text = text[:max(limit - 3, 0)] + '...'
+    return text
+
+
+def seal_metadata(meta: dict[str, Any]) -> bytes:
+    """Return the bytes of ``metadata.json``: ``meta`` and the sha256 of the rest of it.
+
+    The hash covers the canonical JSON of ``meta`` without :data:`METADATA_SHA256` (sorted
+    keys, one space indent), so any change of a value (a shifted ``frame_from_graph``, another
+    image size or model hash) no longer matches; :func:`metadata_checksum_ok` checks it.
+    """
+    body = {k: v for k, v in meta.items() if k != METADATA_SHA256}
+    digest = hashlib.sha256(_canonical(body)).hexdigest()
+    return _canonical({**body, METADATA_SHA256: digest})
+
+
+def metadata_checksum_ok(meta: dict[str, Any]) -> bool:
+    """Return True when ``meta``'s :data:`METADATA_SHA256` matches the rest of it."""
+    digest = meta.get(METADATA_SHA256)
+    body = {k: v for k, v in meta.items() if k != METADATA_SHA256}
+    return isinstance(digest, str) and \
+        hashlib.sha256(_canonical(body)).hexdigest() == digest
+
+
+def _canonical(meta: dict[str, Any]) -> bytes:
+    return json.dumps(meta, indent=1, sort_keys=True, allow_nan=False).encode()
 
 
 def image_name(index: int) -> str:
@@ -120,6 +196,75 @@ class KeyframeGraph:
 
 
 @dataclass(frozen=True)
+class ModelIdentity:
+    """What a map's descriptors, images and poses depend on, beyond the weights' hash.
+
+    Recorded by ``save_map`` and compared on load (:meth:`differences`): a map made with
+    another preset, embed dim (its descriptors have another length) or cache setting is refused
+    at load with the field named, instead of failing every keyframe later.
+    """
+
+    preset: str
+    """``model.preset``."""
+    embed_dim: int
+    """``model.embed_dim``: the length of the place descriptors."""
+    cache: tuple[tuple[str, Any], ...] = ()
+    """``(name, value)`` of the ``cache.*`` settings the poses depend on (:meth:`of`)."""
+
+    CACHE_FIELDS = ('scale_frames', 'sliding_window', 'dtype')
+    """The ``cache.*`` fields :meth:`of` records."""
+
+    @classmethod
+    def of(cls, config: EngineConfig) -> ModelIdentity:
+        """Return the identity of an engine configuration (``Engine.config``)."""
+        return cls(preset=str(config.model.preset), embed_dim=int(config.model.embed_dim),
+                   cache=tuple((name, getattr(config.cache, name))
+                               for name in cls.CACHE_FIELDS))
+
+    def as_json(self) -> dict[str, Any]:
+        """Return the metadata's ``identity`` value."""
+        return {'preset': self.preset, 'embed_dim': self.embed_dim,
+                'cache': {name: value for name, value in self.cache}}
+
+    @classmethod
+    def from_json(cls, value: Any) -> ModelIdentity:
+        """Return the identity of a metadata ``identity`` value, every field checked.
+
+        Raises:
+            ValueError: a missing field, a wrong type, a string over :data:`MAX_TEXT_CHARS`.
+        """
+        if not isinstance(value, dict) or set(value) != {'preset', 'embed_dim', 'cache'}:
+            raise ValueError(f'identity {shown(value)} needs preset, embed_dim and cache')
+        preset, dim, cache = value['preset'], value['embed_dim'], value['cache']
+        if not isinstance(preset, str) or not 0 < len(preset) <= MAX_TEXT_CHARS:
+            raise ValueError(f'identity: preset {shown(preset)} is not a short string')
+        if not isinstance(dim, int) or isinstance(dim, bool) or not 0 < dim <= 1 << 16:
+            raise ValueError(f'identity: embed_dim {shown(dim)} is not a size')
+        if not isinstance(cache, dict) or len(cache) > 64 or not all(
+                isinstance(k, str) and len(k) <= MAX_TEXT_CHARS and (
+                    isinstance(v, (int, float, bool)) or
+                    (isinstance(v, str) and len(v) <= MAX_TEXT_CHARS))
+                for k, v in cache.items()):
+            raise ValueError(f'identity: cache {shown(cache)} is not a few short settings')
+        return cls(preset=preset, embed_dim=dim, cache=tuple(sorted(cache.items())))
+
+    def differences(self, running: ModelIdentity) -> list[str]:
+        """Return what differs from the ``running`` engine's identity, one phrase each."""
+        found = []
+        if self.preset != running.preset:
+            found.append(f'model.preset {shown(self.preset)} (this node: '
+                         f'{shown(running.preset)})')
+        if self.embed_dim != running.embed_dim:
+            found.append(f'model.embed_dim {self.embed_dim} (this node: {running.embed_dim})')
+        mine, theirs = dict(self.cache), dict(running.cache)
+        for name in sorted(set(mine) | set(theirs)):
+            if mine.get(name) != theirs.get(name):
+                found.append(f'cache.{name} {shown(mine.get(name))} (this node: '
+                             f'{shown(theirs.get(name))})')
+        return found
+
+
+@dataclass(frozen=True)
 class MapSnapshot:
     """One saved map: the keyframe graph, the point map and what it was made with."""
 
@@ -142,6 +287,9 @@ class MapSnapshot:
     frame_from_graph: np.ndarray = field(default_factory=lambda: np.eye(4))
     """float64 [4, 4] rigid: the frame the map is published in (the node's ``map``) from the
     graph's frame; the node keeps it so that a loaded map is published where it was made."""
+    identity: ModelIdentity | None = None
+    """The model and cache settings it was made with (a loaded map: what its metadata records;
+    None: not recorded)."""
 
 
 def rigid_frame(matrix: np.ndarray) -> np.ndarray:
@@ -166,6 +314,9 @@ class MapExpectation:
     model_hash: str
     image_size_hw: tuple[int, int] | None
     """None before the engine's first frame (the caller checks it later)."""
+    identity: ModelIdentity | None = None
+    """The running engine's :meth:`ModelIdentity.of` (None: not checked; a map that records
+    none is refused when it is given)."""
 
 
 @dataclass(frozen=True)

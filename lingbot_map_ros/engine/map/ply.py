@@ -51,21 +51,60 @@ def write_ply(path: str | Path, xyz: np.ndarray, rgb: np.ndarray | None = None) 
         f.write(record.tobytes())
 
 
+_RECORD = np.dtype([('x', '<f4'), ('y', '<f4'), ('z', '<f4'),
+                    ('red', 'u1'), ('green', 'u1'), ('blue', 'u1')])
+_HEADER_LINES = ('ply', 'format binary_little_endian 1.0', None, 'property float x',
+                 'property float y', 'property float z', 'property uchar red',
+                 'property uchar green', 'property uchar blue', 'end_header')
+"""The header :func:`write_ply` writes, line by line (None: ``element vertex N``)."""
+_MAX_HEADER_BYTES = 4096
+
+
 def read_ply(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """Read a PLY written by :func:`write_ply`: ``([N, 3] float32 xyz, [N, 3] uint8 rgb)``.
 
     Raises:
-        ValueError: not a file of that layout.
+        ValueError: not a file of that layout (:func:`parse_ply`).
+        OSError: the file cannot be read.
     """
-    data = Path(path).read_bytes()
-    header, sep, body = data.partition(b'end_header\n')
-    lines = header.decode('ascii', errors='replace').splitlines()
-    if not sep or lines[:2] != ['ply', 'format binary_little_endian 1.0']:
-        raise ValueError(f'{path}: not a binary little-endian PLY')
-    count = int(next(line.split()[2] for line in lines if line.startswith('element vertex')))
-    record = np.frombuffer(body, dtype=[('x', '<f4'), ('y', '<f4'), ('z', '<f4'),
-                                        ('red', 'u1'), ('green', 'u1'), ('blue', 'u1')],
-                           count=count)
+    try:
+        return parse_ply(Path(path).read_bytes())
+    except ValueError as exc:
+        raise ValueError(f'{path}: {exc}') from exc
+
+
+def parse_ply(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Parse the bytes of a PLY written by :func:`write_ply` (the map loader's bytes, checked).
+
+    Only that layout is accepted: the exact header, then exactly N records of 15 bytes (no
+    byte more or less), so the cost is bounded by ``len(data)``.
+
+    Returns:
+        ``([N, 3] float32 xyz, [N, 3] uint8 rgb)``, copies of the data.
+
+    Raises:
+        ValueError: another header, a vertex count that is not a number, a body whose length
+            is not N records.
+    """
+    end = data.find(b'end_header\n', 0, _MAX_HEADER_BYTES)
+    if end < 0:
+        raise ValueError('not a binary little-endian PLY (no end_header in the first '
+                         f'{_MAX_HEADER_BYTES} bytes)')
+    split = end + len(b'end_header\n')
+    lines = data[:split].decode('ascii', errors='replace').split('\n')[:-1]
+    count = -1
+    if len(lines) == len(_HEADER_LINES):
+        words = lines[2].split(' ')
+        if len(words) == 3 and words[:2] == ['element', 'vertex'] and words[2].isdigit():
+            count = int(words[2])
+    if count < 0 or any(want is not None and line != want
+                        for line, want in zip(lines, _HEADER_LINES)):
+        raise ValueError('not the binary little-endian x y z red green blue PLY layout')
+    body = len(data) - split
+    if body != count * _RECORD.itemsize:
+        raise ValueError(f'{count} vertices need {count * _RECORD.itemsize} bytes after the '
+                         f'header, the file has {body}')
+    record = np.frombuffer(data, dtype=_RECORD, count=count, offset=split)
     xyz = np.stack([record['x'], record['y'], record['z']], axis=1)
     rgb = np.stack([record['red'], record['green'], record['blue']], axis=1)
     return xyz, rgb

@@ -25,7 +25,7 @@ from lingbot_map_ros.engine.errors import MapLoadError
 from lingbot_map_ros.engine.loop import map_load, map_store
 from lingbot_map_ros.engine.loop.image_store import encode_jpeg
 from lingbot_map_ros.engine.loop.map_format import (KeyframeGraph, MapExpectation, MapLimits,
-                                                    MapSnapshot)
+                                                    MapSnapshot, seal_metadata)
 from lingbot_map_ros.engine.loop.map_load import load_map
 from lingbot_map_ros.engine.loop.map_store import save_map
 from loop_scenes import drifting_route
@@ -68,13 +68,14 @@ def _rewrite(folder: Path, name: str, data: bytes) -> None:
     (folder / name).write_bytes(data)
     meta = json.loads((folder / 'metadata.json').read_text())
     meta['files'][name] = {'bytes': len(data), 'sha256': hashlib.sha256(data).hexdigest()}
-    (folder / 'metadata.json').write_text(json.dumps(meta))
+    (folder / 'metadata.json').write_bytes(seal_metadata(meta))
 
 
 def _edit_metadata(folder: Path, **changes) -> None:
+    """Change metadata values and seal it again (only later checks can catch them)."""
     meta = json.loads((folder / 'metadata.json').read_text())
     meta.update(changes)
-    (folder / 'metadata.json').write_text(json.dumps(meta))
+    (folder / 'metadata.json').write_bytes(seal_metadata(meta))
 
 
 def test_round_trip_is_bit_exact(tmp_path: Path) -> None:
@@ -165,8 +166,8 @@ def test_changed_bytes_fail_the_checksum(tmp_path: Path) -> None:
 
 def test_wrong_version_is_refused(tmp_path: Path) -> None:
     folder = _saved(tmp_path)
-    _edit_metadata(folder, version=2)
-    with pytest.raises(MapLoadError, match='format version 2; this node reads version 1'):
+    _edit_metadata(folder, version=1)
+    with pytest.raises(MapLoadError, match='format version 1; this node reads version 2'):
         load_map(folder, EXPECT)
 
 
@@ -182,19 +183,20 @@ def test_ten_gigabyte_declared_size_is_refused_unread(tmp_path: Path, monkeypatc
     folder = _saved(tmp_path)
     meta = json.loads((folder / 'metadata.json').read_text())
     meta['files']['descriptors.npy']['bytes'] = 10 * 10**9
-    (folder / 'metadata.json').write_text(json.dumps(meta))
+    (folder / 'metadata.json').write_bytes(seal_metadata(meta))
     opened = []
     real_open = os.open
     monkeypatch.setattr(map_load.os, 'open',
                         lambda path, *a, **k: opened.append(str(path)) or real_open(path, *a, **k))
     with pytest.raises(MapLoadError, match='declared size 10000000000 bytes'):
         load_map(folder, EXPECT)
-    assert [Path(p).name for p in opened] == ['metadata.json']  # nothing else was read
+    # The folder, then its metadata: nothing else was opened.
+    assert [Path(p).name for p in opened] == ['m', 'metadata.json']
     # The total is bounded too (each file under its own bound).
     meta['files']['descriptors.npy']['bytes'] = 3 * 2**30
     meta['files']['poses.npy']['bytes'] = 3 * 2**30
     meta['files']['map.ply']['bytes'] = 3 * 2**30
-    (folder / 'metadata.json').write_text(json.dumps(meta))
+    (folder / 'metadata.json').write_bytes(seal_metadata(meta))
     with pytest.raises(MapLoadError, match='in all; the limit is'):
         load_map(folder, EXPECT)
 
@@ -203,7 +205,7 @@ def test_huge_counts_are_refused(tmp_path: Path) -> None:
     folder = _saved(tmp_path)
     meta = json.loads((folder / 'metadata.json').read_text())
     meta['counts']['keyframes'] = 10**9
-    (folder / 'metadata.json').write_text(json.dumps(meta))
+    (folder / 'metadata.json').write_bytes(seal_metadata(meta))
     with pytest.raises(MapLoadError, match="count 'keyframes' = 1000000000"):
         load_map(folder, EXPECT)
     with pytest.raises(MapLoadError, match='not an integer'):
@@ -216,13 +218,13 @@ def test_symbolic_link_out_of_the_folder_is_refused(tmp_path: Path) -> None:
     outside.write_bytes((folder / 'poses.npy').read_bytes())  # same bytes, same sha256
     (folder / 'poses.npy').unlink()
     (folder / 'poses.npy').symlink_to(outside)
-    with pytest.raises(MapLoadError, match='poses.npy: poses.npy is a symbolic link'):
+    with pytest.raises(MapLoadError, match="'poses.npy' is a symbolic link"):
         load_map(folder, EXPECT)
     # A linked image folder is refused the same way.
     folder2 = save_map(tmp_path / 'm2', _snapshot(), durable=False)
     (folder2 / 'images').rename(tmp_path / 'elsewhere')
     (folder2 / 'images').symlink_to(tmp_path / 'elsewhere')
-    with pytest.raises(MapLoadError, match='images is a symbolic link'):
+    with pytest.raises(MapLoadError, match="'images' is a symbolic link"):
         load_map(folder2, EXPECT)
 
 
@@ -230,7 +232,7 @@ def test_a_name_leaving_the_folder_is_refused(tmp_path: Path) -> None:
     folder = _saved(tmp_path)
     meta = json.loads((folder / 'metadata.json').read_text())
     meta['files']['images/../../secret'] = meta['files'].pop('images/000000.jpg')
-    (folder / 'metadata.json').write_text(json.dumps(meta))
+    (folder / 'metadata.json').write_bytes(seal_metadata(meta))
     with pytest.raises(MapLoadError, match='not a plain name inside the map'):
         load_map(folder, EXPECT)
 
