@@ -74,8 +74,8 @@ KIND_NAMES = {code: name for name, code in KIND_CODES.items()}
 
 
 MAX_EXTENT = 1e6
-"""Largest distance of a keyframe, a measured step or a point from the origin (metres, or
-the model's units; 1000 km). The live path's depths end at 1 km (``sensor_depth.MAX_DEPTH_M``)
+"""Largest coordinate of a keyframe, a measured step or a point (metres, or the model's units;
+1000 km). The live path's depths end at 1 km (``sensor_depth.MAX_DEPTH_M``)
 and its points are float32, whose spacing reaches 6 cm at this distance: a map beyond it is
 not one a robot made."""
 SCALE_RANGE = metric_scale.SCALE_RANGE
@@ -209,7 +209,8 @@ class ModelIdentity:
     embed_dim: int
     """``model.embed_dim``: the length of the place descriptors."""
     cache: tuple[tuple[str, Any], ...] = ()
-    """``(name, value)`` of the ``cache.*`` settings the poses depend on (:meth:`of`)."""
+    """``(name, value)`` of the ``cache.*`` settings the poses depend on (:meth:`of`), sorted
+    by name."""
 
     CACHE_FIELDS = ('scale_frames', 'sliding_window', 'dtype')
     """The ``cache.*`` fields :meth:`of` records."""
@@ -218,13 +219,13 @@ class ModelIdentity:
     def of(cls, config: EngineConfig) -> ModelIdentity:
         """Return the identity of an engine configuration (``Engine.config``)."""
         return cls(preset=str(config.model.preset), embed_dim=int(config.model.embed_dim),
-                   cache=tuple((name, getattr(config.cache, name))
-                               for name in cls.CACHE_FIELDS))
+                   cache=tuple(sorted((name, getattr(config.cache, name))
+                                      for name in cls.CACHE_FIELDS)))
 
     def as_json(self) -> dict[str, Any]:
         """Return the metadata's ``identity`` value."""
         return {'preset': self.preset, 'embed_dim': self.embed_dim,
-                'cache': {name: value for name, value in self.cache}}
+                'cache': dict(self.cache)}
 
     @classmethod
     def from_json(cls, value: Any) -> ModelIdentity:

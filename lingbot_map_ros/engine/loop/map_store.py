@@ -87,7 +87,7 @@ def save_map(directory: str | Path, snapshot: fmt.MapSnapshot, *, durable: bool 
     identity = identity if identity is not None else snapshot.identity
     dim = snapshot.graph.descriptors.shape[1] if snapshot.graph.descriptors.ndim == 2 else 0
     if identity is not None and snapshot.graph.num_keyframes and dim != identity.embed_dim:
-        raise ValueError(f'descriptors of {dim} floats, but the model\'s embed dim is '
+        raise ValueError(f"descriptors of {dim} floats, but the model's embed dim is "
                          f'{identity.embed_dim}')
     target = Path(directory).expanduser().absolute()
     _check_replaceable(target)
