@@ -94,14 +94,19 @@ class ImageStore:
             folder: keep the JPEGs as files there (created) instead of in RAM.
 
         Raises:
-            ValueError: a negative bound.
+            ValueError: a negative bound, or a folder that cannot be created (the node refuses
+                such a ``loop.image_folder`` at start already: ``param_checks.py``).
         """
         if max_bytes < 0:
             raise ValueError(f'max_bytes={max_bytes} must be >= 0')
         self._max_bytes = int(max_bytes)
         self._folder = Path(folder) if folder else None
         if self._folder is not None:
-            self._folder.mkdir(parents=True, exist_ok=True)
+            try:
+                self._folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ValueError(f'loop.image_folder {str(self._folder)[:200]!r} cannot hold the '
+                                 f'keyframe images: {exc.strerror}') from exc
         self._sizes: collections.OrderedDict[int, int] = collections.OrderedDict()
         self._data: dict[int, bytes] = {}
         self._num_bytes = 0

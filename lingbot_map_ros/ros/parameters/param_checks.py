@@ -18,8 +18,10 @@ hold only finite values in their element range; ``frames.base_to_camera`` must b
 mounting (:func:`~lingbot_map_ros.ros.parameters.mounting.pose7_to_matrix`);
 ``frames.odom_frame`` and ``frames.base_frame`` may not be empty and no two of odom, base and map
 frame may be equal; ``output.directory`` must resolve to an absolute path
-(:func:`~lingbot_map_ros.ros.parameters.save_directory.resolve_directory`). Each check returns
-the reason a value is refused, naming the parameter, or None.
+(:func:`~lingbot_map_ros.ros.parameters.save_directory.resolve_directory`); a non-empty
+``loop.image_folder`` must resolve alike and be a folder this process can write in, or one it
+can create (:func:`check_image_folder`). Each check returns the reason a value is refused,
+naming the parameter, or None.
 
 :func:`check_pool` refuses, at start, a page pool (``cache.pool_pages``, ``cache.streams``) that
 cannot pose every camera, or whose bytes exceed the device's memory: a pool too small for a
@@ -32,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import tempfile
 from typing import Any
 
 from lingbot_map_ros.config import EngineConfig
@@ -51,6 +54,7 @@ FRAME_PARAMS = ('frames.odom_frame', 'frames.base_frame', 'frames.map_frame',
                 'frames.camera_frame')
 REQUIRED_FRAMES = ('frames.odom_frame', 'frames.base_frame')
 DISTINCT_FRAMES = ('frames.odom_frame', 'frames.base_frame', 'frames.map_frame')
+IMAGE_FOLDER = 'loop.image_folder'
 
 
 def check_value(name: str, value: Any, bounds: tuple[float, float] | None) -> str | None:
@@ -78,6 +82,41 @@ def check_value(name: str, value: Any, bounds: tuple[float, float] | None) -> st
             return _check_path_length(resolve_directory(str(value)))
         except ValueError as exc:
             return str(exc)
+    if name == IMAGE_FOLDER and str(value):
+        return check_image_folder(str(value))
+    return None
+
+
+def check_image_folder(text: str) -> str | None:
+    """Return why ``loop.image_folder`` cannot hold the keyframe JPEGs, or None.
+
+    The value resolves as ``output.directory`` does (``~``, ``$VARS``; an unset one is refused).
+    An existing path must be a folder this process can create a file in; a missing one must
+    have, as its nearest existing parent, such a folder (the store creates the rest). The
+    check creates nothing that stays: its probe is an unnamed temporary file.
+
+    Args:
+        text: the parameter's value (not empty: empty keeps the JPEGs in RAM).
+    """
+    try:
+        folder = resolve_directory(text, IMAGE_FOLDER)
+    except ValueError as exc:
+        return str(exc)
+    shown = repr(text) if len(text) <= 200 else repr(text[:200]) + '...'
+    existing = folder
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        what = 'is' if existing == folder else f'is inside {str(existing)!r}, which is'
+        return (f'{IMAGE_FOLDER}={shown} {what} not a folder: the keyframe images cannot be '
+                "stored (set another folder, or '' to keep them in RAM)")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        where = '' if existing == folder else f' (in {str(existing)!r}, to create it)'
+        return (f'{IMAGE_FOLDER}={shown}: cannot write a file there{where}: {exc.strerror}; '
+                "set a writable folder, or '' to keep the keyframe images in RAM")
     return None
 
 

@@ -28,11 +28,12 @@ DEFAULT_DIRECTORY = '~/.ros/lingbot_map'
 """Default of ``output.directory``."""
 
 
-def resolve_directory(text: str) -> Path:
+def resolve_directory(text: str, name: str = 'output.directory') -> Path:
     """Expand ``~`` and ``$VARS`` of ``output.directory`` into an absolute path.
 
     Args:
         text: the parameter's value.
+        name: the parameter the messages name (``loop.image_folder`` is resolved alike).
 
     Returns:
         The absolute directory (a relative value is taken from the node's working directory).
@@ -42,13 +43,13 @@ def resolve_directory(text: str) -> Path:
             otherwise write into the working directory or a literal ``$VAR`` folder).
     """
     if not text.strip():
-        raise ValueError(f"output.directory is empty (the default is '{DEFAULT_DIRECTORY}')")
+        raise ValueError(f"{name} is empty (the default is '{DEFAULT_DIRECTORY}')")
     expanded = os.path.expanduser(text)
     if expanded.startswith('~'):
-        raise ValueError(f'output.directory={text!r} names an unknown user')
+        raise ValueError(f'{name}={text!r} names an unknown user')
     expanded = os.path.expandvars(expanded)
     unset = re.search(r'\$(\w+|\{[^}]*\})', expanded)
     if unset:
-        raise ValueError(f'output.directory={text!r} holds {unset.group(0)}, which is not set '
+        raise ValueError(f'{name}={text!r} holds {unset.group(0)}, which is not set '
                          "in the node's environment")
     return Path(expanded).absolute()
