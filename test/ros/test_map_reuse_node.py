@@ -32,6 +32,7 @@ import shutil
 import sys
 import threading
 
+from lingbot_map_ros.engine.loop.map_format import seal_metadata
 from lingbot_map_ros.engine.loop.map_store import load_map
 from nav_msgs.srv import SetMap
 from node_harness import Graph, image_msg, stamp_ns, wait_for, wait_status
@@ -161,7 +162,7 @@ def _hostile(folder: Path, tmp: Path, how: str) -> Path:
     elif how == 'other_model':
         meta = json.loads((bad / 'metadata.json').read_text())
         meta['model_hash'] = 'sha256:' + 'f' * 64
-        (bad / 'metadata.json').write_text(json.dumps(meta))
+        (bad / 'metadata.json').write_bytes(seal_metadata(meta))  # sealed: the hash is judged
     return bad
 
 
