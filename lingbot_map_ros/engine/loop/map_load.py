@@ -205,8 +205,8 @@ def _check_files(meta: dict[str, Any], counts: dict[str, int], limits: fmt.MapLi
                            f'{len(needed)} arrays and PLY and {counts["images"]} images')
     total = 0
     for name, entry in files.items():
-        if not _NAME.match(name) or '..' in name or name == fmt.METADATA or (
-                '/' in name and name not in images):
+        if len(name) > fmt.MAX_TEXT_CHARS or not _NAME.match(name) or '..' in name or \
+                name == fmt.METADATA or ('/' in name and name not in images):
             raise MapLoadError(f'file name {fmt.shown(name)} is not a plain name inside the '
                                'map')
         size = entry.get('bytes') if isinstance(entry, dict) else None

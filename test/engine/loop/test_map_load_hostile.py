@@ -193,6 +193,17 @@ def test_long_metadata_strings_are_refused_and_never_echoed(tmp_path: Path) -> N
         assert len(str(caught.value)) < 500, str(caught.value)[:300]
 
 
+def test_a_long_file_name_is_refused_and_echoed_bounded(tmp_path: Path) -> None:
+    folder = _map(tmp_path)
+    meta = _meta(folder)
+    meta['files']['images/' + 'a' * 10**6] = meta['files'].pop('images/000000.jpg')
+    _edit_metadata(folder, files=meta['files'])
+    with pytest.raises(MapLoadError, match=r"file name 'images/aaa.*' is not a plain name") \
+            as caught:
+        load_map(folder, EXPECT_ID)
+    assert len(str(caught.value)) < 500
+
+
 def test_another_models_hash_is_echoed_bounded(tmp_path: Path) -> None:
     folder = _map(tmp_path)
     running = 'sha256:' + 'e' * 10**6  # the node's own value, as long as it may be
