@@ -105,6 +105,36 @@ def _load(fd: int, where: str, expect: fmt.MapExpectation | None, limits: fmt.Ma
         return _snapshot(meta, counts, data)
     except (MapLoadError, ValueError) as exc:
         raise MapLoadError(f'{where}: {exc}') from exc
+    except OSError as exc:  # a folder that cannot be listed, say
+        raise MapLoadError(f'{where}: cannot read it ({exc.strerror})') from exc
+
+
+def check_usable(snapshot: fmt.MapSnapshot) -> None:
+    """Check a map as the load will, before it is saved: a map we write is one we can read.
+
+    The graph (at least one keyframe and one edge, connected), the plausibility bounds of poses,
+    measurements, informations, points and ``frame_from_graph``, and the descriptors' length
+    against ``snapshot.identity`` (when recorded).
+
+    Raises:
+        ValueError: the reason the load would refuse it.
+    """
+    graph = snapshot.graph
+    graph.check()
+    n = graph.num_keyframes
+    if n == 0:
+        raise ValueError('0 keyframes: nothing to localize in or map into')
+    if len(graph.edges_ij) == 0:
+        raise ValueError(f'no edge between its {n} keyframes: not a pose graph')
+    _check_sim3(graph.poses, 'poses', 'keyframe')
+    _check_edges(graph.edges_ij, graph.edges_kind, graph.measurements, graph.informations, n)
+    _check_connected(graph.edges_ij, n)
+    _frame(np.asarray(snapshot.frame_from_graph, np.float64).reshape(-1).tolist())
+    identity = snapshot.identity
+    if identity is not None and graph.descriptors.shape[1] != identity.embed_dim:
+        raise ValueError(f'descriptors of {graph.descriptors.shape[1]} floats, but its '
+                         f"model's embed dim is {identity.embed_dim}")
+    _check_points(np.asarray(snapshot.points_xyz, np.float32).reshape(-1, 3))
 
 
 def _metadata(fd: int, limits: fmt.MapLimits) -> dict[str, Any]:
@@ -471,10 +501,14 @@ def _points(data: bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f'{fmt.PLY}: not a map PLY ({exc})') from exc
     if len(xyz) != count:
         raise ValueError(f'{fmt.PLY}: {len(xyz)} points, metadata says {count}')
+    _check_points(xyz)
+    return xyz.copy(), rgb.copy()
+
+
+def _check_points(xyz: np.ndarray) -> None:
     if not np.isfinite(xyz).all():
         raise ValueError(f'{fmt.PLY}: non-finite points')
     far = np.flatnonzero(np.abs(xyz).max(axis=1) > fmt.MAX_EXTENT) if len(xyz) else []
     if len(far):
         raise ValueError(f'{fmt.PLY}: point {int(far[0])} has a coordinate beyond the '
                          f'plausible {fmt.MAX_EXTENT:g}')
-    return xyz.copy(), rgb.copy()

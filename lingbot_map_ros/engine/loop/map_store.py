@@ -36,6 +36,7 @@ than :data:`STALE_AFTER_S`).
 from __future__ import annotations
 
 import ctypes
+from dataclasses import replace
 from datetime import datetime, timezone
 import errno
 import hashlib
@@ -51,6 +52,7 @@ import time
 from typing import Any
 
 from lingbot_map_ros.engine.loop import map_format as fmt
+from lingbot_map_ros.engine.loop.map_load import check_usable
 from lingbot_map_ros.engine.loop.map_load import load_map  # noqa: F401 - re-exported
 from lingbot_map_ros.engine.map.ply import write_ply
 import numpy as np
@@ -78,17 +80,13 @@ def save_map(directory: str | Path, snapshot: fmt.MapSnapshot, *, durable: bool 
         The map folder, an absolute path.
 
     Raises:
-        ValueError: an inconsistent snapshot (descriptors of another length than the identity's
-            embed dim), or a path that holds something other than a map.
+        ValueError: a snapshot the load would refuse (``map_load.check_usable``: no edge, a
+            disconnected graph, implausible numbers, descriptors of another length than the
+            identity's embed dim), or a path that holds something other than a map.
         OSError: a file cannot be written (nothing at the path changed).
     """
-    snapshot.graph.check()
-    fmt.rigid_frame(snapshot.frame_from_graph)
     identity = identity if identity is not None else snapshot.identity
-    dim = snapshot.graph.descriptors.shape[1] if snapshot.graph.descriptors.ndim == 2 else 0
-    if identity is not None and snapshot.graph.num_keyframes and dim != identity.embed_dim:
-        raise ValueError(f"descriptors of {dim} floats, but the model's embed dim is "
-                         f'{identity.embed_dim}')
+    check_usable(replace(snapshot, identity=identity))
     target = Path(directory).expanduser().absolute()
     _check_replaceable(target)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from lingbot_map_ros.config import CacheConfig, EngineConfig, ModelConfig
 from lingbot_map_ros.engine.errors import MapLoadError
-from lingbot_map_ros.engine.loop import map_load
+from lingbot_map_ros.engine.loop import map_load, map_store
 from lingbot_map_ros.engine.loop.map_format import (KeyframeGraph, MapExpectation,
                                                     MAX_TEXT_CHARS, ModelIdentity, shown)
 from lingbot_map_ros.engine.loop.map_load import load_map
@@ -107,7 +107,7 @@ def test_a_map_without_identity_is_refused_when_one_is_expected(tmp_path: Path) 
 
 
 def test_descriptors_of_another_length_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="descriptors of 32 floats, but the model's embed "
+    with pytest.raises(ValueError, match="descriptors of 32 floats, but its model's embed "
                                          'dim is 1024'):
         save_map(tmp_path / 'x', _snapshot(dim=32), durable=False, identity=OFFICIAL)
     assert not (tmp_path / 'x').exists()
@@ -214,8 +214,7 @@ def test_another_models_hash_is_echoed_bounded(tmp_path: Path) -> None:
 
 # -- #46 item 13: maps that load but cannot be used -----------------------------------------
 
-def _graph_map(tmp_path: Path, name: str, num: int, ij: list[tuple[int, int]],
-               info: float = 100.0) -> Path:
+def _graph_snapshot(num: int, ij: list[tuple[int, int]], info: float = 100.0):
     rng = np.random.default_rng(1)
     poses = np.repeat(np.eye(4)[None], num, axis=0)
     poses[:, 0, 3] = np.arange(num, dtype=np.float64)
@@ -229,20 +228,43 @@ def _graph_map(tmp_path: Path, name: str, num: int, ij: list[tuple[int, int]],
         edges_ij=np.array(ij, np.int64).reshape(e, 2), edges_kind=np.zeros(e, np.uint8),
         measurements=np.repeat(step[None], e, axis=0).reshape(e, 4, 4),
         informations=np.repeat(np.eye(7)[None] * info, e, axis=0).reshape(e, 7, 7))
-    snap = replace(_snapshot(dim=1024), graph=graph)
-    return save_map(tmp_path / name, snap, durable=False, identity=OFFICIAL)
+    return replace(_snapshot(dim=1024), graph=graph, identity=OFFICIAL)
 
 
-def test_an_unusable_graph_is_refused_with_the_reason(tmp_path: Path) -> None:
-    with pytest.raises(MapLoadError, match='0 keyframes: nothing to localize in'):
-        load_map(_graph_map(tmp_path, 'empty', 0, []), EXPECT_ID)
-    with pytest.raises(MapLoadError, match='no edge between its 3 keyframes'):
-        load_map(_graph_map(tmp_path, 'no_edge', 3, []), EXPECT_ID)
-    with pytest.raises(MapLoadError, match=r'disconnected: 2 parts \(keyframe 3 is not joined'):
-        load_map(_graph_map(tmp_path, 'two', 6, [(0, 1), (1, 2), (3, 4), (4, 5)]), EXPECT_ID)
-    loaded = load_map(_graph_map(tmp_path, 'chain', 6, [(k, k + 1) for k in range(5)]),
-                      EXPECT_ID)
+UNUSABLE = [
+    (0, [], '0 keyframes: nothing to localize in'),
+    (3, [], 'no edge between its 3 keyframes'),
+    (6, [(0, 1), (1, 2), (3, 4), (4, 5)], r'disconnected: 2 parts \(keyframe 3 is not joined'),
+]
+
+
+def test_an_unusable_graph_is_refused_at_load_with_the_reason(tmp_path: Path,
+                                                              monkeypatch) -> None:
+    with monkeypatch.context() as patch:  # written as another writer could have
+        patch.setattr(map_store, 'check_usable', lambda snapshot: None)
+        folders = [save_map(tmp_path / f'g{n}', _graph_snapshot(num, ij), durable=False)
+                   for n, (num, ij, _) in enumerate(UNUSABLE)]
+    for folder, (_, _, reason) in zip(folders, UNUSABLE):
+        with pytest.raises(MapLoadError, match=reason):
+            load_map(folder, EXPECT_ID)
+    chain = save_map(tmp_path / 'chain', _graph_snapshot(6, [(k, k + 1) for k in range(5)]),
+                     durable=False)
+    loaded = load_map(chain, EXPECT_ID)
     assert loaded.graph.num_keyframes == 6 and len(loaded.graph.edges_ij) == 5
+
+
+def test_a_map_the_load_would_refuse_is_not_saved(tmp_path: Path) -> None:
+    for n, (num, ij, reason) in enumerate(UNUSABLE):
+        with pytest.raises(ValueError, match=reason):
+            save_map(tmp_path / f'g{n}', _graph_snapshot(num, ij), durable=False)
+    with pytest.raises(ValueError, match=r'edge 0: information up to 1e\+300'):
+        save_map(tmp_path / 'i', _graph_snapshot(3, [(0, 1), (1, 2)], info=1e300),
+                 durable=False)
+    far = _snapshot(dim=1024)
+    far.points_xyz[4] = [0.0, 3e6, 0.0]
+    with pytest.raises(ValueError, match='point 4 has a coordinate beyond'):
+        save_map(tmp_path / 'p', far, durable=False, identity=OFFICIAL)
+    assert list(tmp_path.iterdir()) == []  # nothing written, no hidden folder left
 
 
 @pytest.mark.parametrize('value, reason', [
