@@ -20,7 +20,7 @@ odometry and every loop already accepted) and asks whether the difference is exp
 uncertainty of both, a chi-square test with the edge's real information:
 
     e  = Log(Z^-1 inv(T_i) T_j)                 (the factor's error at the current estimate)
-    S  = J Sigma_ij J^T + Omega^-1,  J = [-Ad(inv(inv(T_i) T_j)), I]
+    S  = k^2 J Sigma_ij J^T + Omega^-1,  J = [-Ad(inv(inv(T_i) T_j)), I],  k = drift_factor
     d2 = e^T S^-1 e  <=  chi2(dim, probability)
 
 ``Sigma_ij`` is the joint marginal of both nodes (iSAM2's Bayes tree), so a loop with no
@@ -29,9 +29,10 @@ over a short stretch is far outside it, a true loop after a long drifting route 
 a loop after others is judged against what they made certain (pairwise consistency with every
 accepted loop at once, through the graph). With metric scale known (``scale_fixed``) the loop's
 own scale must agree with its nodes' scales within ``max_scale_ratio``; without it the
-log-scale is one more row of the test (its predicted standard deviation taken
-``scale_drift_factor`` times the graph's: scale drift is systematic), and a loop whose scale
-is off the prediction by more than ``max_scale_drift`` is rejected outright.
+log-scale is one more row of the test, and a loop whose scale is off the prediction by more
+than ``max_scale_drift`` is rejected outright. The prediction's uncertainty is the graph's
+times ``drift_factor`` (:data:`DRIFT_FACTOR`: real drift is partly systematic); a loop that
+passes must still fit after the update (the graphs' ``max_residual``).
 
 Both solvers use it: the live graph (``incremental_graph.py``) for each loop as it comes, the
 batch (``pose_graph.py``) for each loop in edge order against the graph of the edges before it,
@@ -59,10 +60,12 @@ MAX_SCALE_DRIFT = 1.5
 """Without metric scale: a loop whose scale differs from the graph's prediction by more than
 this factor is rejected whatever the odometry's stated uncertainty (an odometry that drifted
 that far in scale between two visits of a place is not to be trusted to tell)."""
-SCALE_DRIFT_FACTOR = 3.0
-"""The predicted log-scale's standard deviation is taken this many times the graph's: a
-monocular odometry's scale drift is systematic (the same sign step after step), so over a long
-stretch it far exceeds the random walk the per-step sigma describes."""
+DRIFT_FACTOR = 3.0
+"""The prediction's standard deviations are taken this many times the graph's: the odometry's
+stated per-step sigmas describe a random walk, but real drift is partly systematic (a
+monocular scale drift, a heading bias: the same sign step after step), so over a stretch of
+keyframes it exceeds that walk. A wrong loop that passes this looser test must still fit the
+graph after the update (``max_residual``)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ class LoopGate:
 
     def __init__(self, probability: float = CHI2_PROBABILITY,
                  max_scale_ratio: float = MAX_SCALE_RATIO,
-                 scale_drift_factor: float = SCALE_DRIFT_FACTOR,
+                 drift_factor: float = DRIFT_FACTOR,
                  max_scale_drift: float = MAX_SCALE_DRIFT) -> None:
         """Keep the test's probability (0 < p < 1), the scale bounds (> 1), the drift factor.
 
@@ -98,10 +101,9 @@ class LoopGate:
             if not (math.isfinite(value) and value > 1.0):
                 raise ValueError(f'{name}={value} must be a finite number > 1')
         self.max_scale_drift = float(max_scale_drift)
-        if not (math.isfinite(scale_drift_factor) and scale_drift_factor >= 1.0):
-            raise ValueError(f'scale_drift_factor={scale_drift_factor} must be a finite '
-                             'number >= 1')
-        self.scale_drift_factor = float(scale_drift_factor)
+        if not (math.isfinite(drift_factor) and drift_factor >= 1.0):
+            raise ValueError(f'drift_factor={drift_factor} must be a finite number >= 1')
+        self.drift_factor = float(drift_factor)
         self.probability = float(probability)
         self.max_scale_ratio = float(max_scale_ratio)
 
@@ -136,11 +138,7 @@ class LoopGate:
             return GateVerdict(False, 'scale', float('nan'), bound)
         jacobian = np.hstack([-adjoint, np.eye(d)])
         joint = np.asarray(joint, dtype=np.float64)
-        predicted = jacobian @ joint @ jacobian.T
-        if d == 7:  # GTSAM's order: the log-scale is the last row
-            inflate = np.ones(7)
-            inflate[6] = self.scale_drift_factor
-            predicted = predicted * np.outer(inflate, inflate)
+        predicted = jacobian @ joint @ jacobian.T * self.drift_factor ** 2
         innovation = predicted + np.linalg.inv(info)
         innovation = 0.5 * (innovation + innovation.T)
         try:

@@ -40,7 +40,7 @@ LOOP_INFO = np.diag(1.0 / np.square([0.01] * 3 + [0.002] * 3 + [0.002]))
 
 
 def corridor(num: int) -> np.ndarray:
-    """A corridor walked to its end and back: ``num`` keyframes, the last one at the start."""
+    """Return a corridor walked to its end and back: ``num`` keyframes, the last at the start."""
     half = num // 2
     out = []
     for n in range(num):
@@ -51,16 +51,15 @@ def corridor(num: int) -> np.ndarray:
 
 
 def circle(num: int, lap: int = 200) -> np.ndarray:
-    """Laps of a circle, ``lap`` keyframes each (a warehouse loop with no loop closure)."""
+    """Return laps of a circle, ``lap`` keyframes each (a warehouse loop with no loop closure)."""
     angles = 2 * np.pi * np.arange(num) / lap
     radius = lap * STEP / (2 * np.pi)
-    return np.stack([sim3.make(rotation([0, 0, 1], a), [radius * np.cos(a),
-                                                         radius * np.sin(a), 0.0])
-                     for a in angles])
+    return np.stack([sim3.make(rotation([0, 0, 1], a),
+                               [radius * np.cos(a), radius * np.sin(a), 0.0]) for a in angles])
 
 
 def drift(truth: np.ndarray, seed: int = 0, noise: float = 0.5) -> np.ndarray:
-    """The truth seen by an odometry whose steps have ``noise`` times the config's sigmas."""
+    """Return the truth as an odometry sees it whose steps have ``noise`` times the sigmas."""
     rng = np.random.default_rng(seed)
     out = [truth[0]]
     for n in range(1, len(truth)):
@@ -81,7 +80,7 @@ def feed(graph: PoseGraph, odometry: np.ndarray) -> None:
 
 
 def true_loop(truth: np.ndarray, i: int, j: int) -> PoseGraphEdge:
-    """A loop edge measuring the true relative pose."""
+    """Return a loop edge measuring the true relative pose."""
     return PoseGraphEdge(i, j, sim3.inverse(truth[i]) @ truth[j], LOOP_INFO, 'loop')
 
 

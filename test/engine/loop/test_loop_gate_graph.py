@@ -42,7 +42,7 @@ WRONG = [(0.5, 5.0, 1.0), (1.0, 20.0, 1.0), (2.0, 0.0, 1.0), (2.0, 10.0, 1.0),
 
 
 def error_of(metres: float, degrees: float, scale: float = 1.0) -> np.ndarray:
-    """A Sim(3) error: ``metres`` along x, ``degrees`` about a tilted axis, ``scale``."""
+    """Return a Sim(3) error: ``metres`` along x, ``degrees`` about a tilted axis, ``scale``."""
     return sim3.make(rotation([0.3, 1.0, 0.2], np.radians(degrees)), [metres, 0.0, 0.0], scale)
 
 
@@ -194,6 +194,8 @@ def test_the_gate_refuses_bad_settings():
         LoopGate(probability=1.0)
     with pytest.raises(ValueError, match='max_scale_ratio'):
         LoopGate(max_scale_ratio=1.0)
-    with pytest.raises(ValueError, match='scale_drift_factor'):
-        LoopGate(scale_drift_factor=0.5)
+    with pytest.raises(ValueError, match='drift_factor'):
+        LoopGate(drift_factor=0.5)
+    with pytest.raises(ValueError, match='max_scale_drift'):
+        LoopGate(max_scale_drift=0.9)
     assert LoopGate().bound(7) > LoopGate().bound(6) > 0
