@@ -41,7 +41,7 @@ from typing import Any
 from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop.dependencies import require_gtsam
 from lingbot_map_ros.engine.loop.factors import FACTORIZATION, FactorMaker, Robust, WEAK_SIGMA
-from lingbot_map_ros.engine.loop.loop_gate import joint_covariance, LoopGate
+from lingbot_map_ros.engine.loop.loop_gate import GateVerdict, joint_covariance, LoopGate
 from lingbot_map_ros.engine.loop.pose_graph import check_connected, check_edge, PoseGraphEdge
 import numpy as np
 
@@ -200,7 +200,11 @@ class PoseGraph:
         except RuntimeError as exc:  # GTSAM: an indeterminate system under this loop
             logger.warning('loop %d -> %d makes the graph unsolvable (%s): rejected, graph '
                            'rebuilt without it', edge.i, edge.j, _first_line(exc))
-            self._recover(self._g.NonlinearFactorGraph(), self._g.Values())
+            try:
+                self._recover(self._g.NonlinearFactorGraph(), self._g.Values())
+            except RuntimeError as again:  # iSAM2 holds the kept factors again (_rebuild)
+                logger.error('pose graph: rebuild after loop %d -> %d failed (%s)', edge.i,
+                             edge.j, _first_line(again))
             self._counts['rejected_unsolvable'] += 1
             return LoopOutcome(False, float('inf'), 'unsolvable', verdict.distance)
         if residual <= self._max_residual:
@@ -213,20 +217,25 @@ class PoseGraph:
         self._counts['rejected_residual'] += 1
         return LoopOutcome(False, residual, 'residual', verdict.distance)
 
-    def judge(self, edge: PoseGraphEdge) -> Any:
-        """Return the gate's :class:`~.loop_gate.GateVerdict` on a loop (the graph unchanged).
+    def judge(self, edge: PoseGraphEdge) -> GateVerdict:
+        """Return the gate's verdict on a loop (the graph's estimate unchanged).
 
         Raises:
             ValueError: a bad edge.
         """
         edge = check_edge(edge, self.num_nodes, self.num_nodes)
         try:
-            joint = joint_covariance(self._isam, edge.i, edge.j)
+            try:
+                joint = joint_covariance(self._isam, edge.i, edge.j)
+            except RuntimeError as exc:
+                logger.warning('joint marginal of %d, %d failed (%s): graph rebuilt', edge.i,
+                               edge.j, _first_line(exc))
+                self._recover(self._g.NonlinearFactorGraph(), self._g.Values())
+                joint = joint_covariance(self._isam, edge.i, edge.j)
         except RuntimeError as exc:
-            logger.warning('joint marginal of %d, %d failed (%s): graph rebuilt', edge.i, edge.j,
-                           _first_line(exc))
-            self._recover(self._g.NonlinearFactorGraph(), self._g.Values())
-            joint = joint_covariance(self._isam, edge.i, edge.j)
+            logger.error('no joint marginal of %d, %d even after a rebuild (%s): the loop is '
+                         'refused', edge.i, edge.j, _first_line(exc))
+            return GateVerdict(False, 'unsolvable', float('nan'), float('nan'))
         scales = (self._scales[edge.i], self._scales[edge.j])
         return self._gate.judge(self._maker, self._estimate, joint, edge, scales)
 

@@ -75,7 +75,8 @@ class GateVerdict:
     accepted: bool
     """The loop may go into the graph."""
     reason: str
-    """'ok', 'scale' (metric scale disagrees) or 'inconsistent' (chi-square test failed)."""
+    """'ok', 'scale' (the scale disagrees), 'inconsistent' (chi-square test failed) or
+    'unsolvable' (no joint marginal: the live graph's, see ``PoseGraph.judge``)."""
     distance: float
     """Squared Mahalanobis distance of the loop from the graph's prediction (nan: not tested)."""
     bound: float
