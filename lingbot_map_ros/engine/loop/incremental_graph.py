@@ -212,8 +212,13 @@ class PoseGraph:
             self._edges.append(edge)
             self._factors.add(factor)
             return LoopOutcome(True, residual, 'ok', verdict.distance)
-        self._isam.update(self._g.NonlinearFactorGraph(), self._g.Values(), [index])
-        self._settle()
+        try:
+            self._isam.update(self._g.NonlinearFactorGraph(), self._g.Values(), [index])
+            self._settle()
+        except RuntimeError as exc:  # the kept factors do not hold the loop: rebuild on them
+            logger.warning('taking loop %d -> %d out failed (%s): graph rebuilt without it',
+                           edge.i, edge.j, _first_line(exc))
+            self._recover(self._g.NonlinearFactorGraph(), self._g.Values())
         self._counts['rejected_residual'] += 1
         return LoopOutcome(False, residual, 'residual', verdict.distance)
 
