@@ -26,8 +26,12 @@ in position, rotation and scale):
 * ``loop``: ``--loops`` true loop edges at the end of the run, ``--loop-gap`` keyframes
   apart, the first when the camera is back at the start, each to the keyframe that was at
   the same place at the start of the run (a loop across the whole run: iSAM2's worst case):
-  the graph's ``add_loop`` (its updates, its residual gate), mean, first and max in ms, and
-  how many were kept;
+  the graph's ``add_loop`` (the gate's chi-square test, its updates, the residual check), mean,
+  first and max in ms, and how many were kept;
+* ``wrong``: ``--wrong`` wrong loops (a look-alike place: the true relative pose times
+  1 unit and 20 degrees), each halfway between two timed loops, after the first: how many the
+  gate let in (``wrong_kept``, 0 is the target) and what it costs to refuse one (``judge_ms``);
+* ``stats``: the graph's counters (``PoseGraph.stats``: recoveries, loops rejected by cause);
 * ``read``: the whole estimate read back after a correction (``poses()``), ms;
 * ``batch``: ``optimize_pose_graph`` over the same poses and edges, covariances not computed
   (sizes up to 1,000 keyframes; every size with ``--batch-10k``);
@@ -69,6 +73,8 @@ DESCRIPTOR_DIM = 1024
 """Place descriptor length (the official model's pooled DINO tokens)."""
 STEP_M = 0.1
 """True distance between two keyframes (pose units)."""
+WRONG_ERROR = (1.0, 20.0)
+"""A wrong loop's error: translation (pose units) and rotation (degrees)."""
 LOOP_SIGMAS = (0.01, 0.002, 0.002)
 """A loop edge's standard deviations: translation (pose units), rotation (rad), log-scale."""
 BATCH_MAX_KEYFRAMES = 1000
@@ -82,6 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--loops', type=int, default=3, help='loop edges timed per size')
     parser.add_argument('--loop-gap', type=int, default=10,
                         help='keyframes between two timed loops')
+    parser.add_argument('--wrong', type=int, default=1,
+                        help='wrong loops (1 unit, 20 degrees off) among the timed ones '
+                             '(at most --loops - 1)')
     parser.add_argument('--lap', type=int, default=100, help='keyframes per lap of the room')
     parser.add_argument('--noise', type=float, default=0.5,
                         help="odometry noise, a fraction of the config's loop.odometry_*_sigma")
@@ -123,6 +132,9 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.loops < 1 or args.loop_gap < 1 or args.lap < 3:
         raise ValueError(f'--loops={args.loops} and --loop-gap={args.loop_gap} must be >= 1, '
                          f'--lap={args.lap} >= 3')
+    if not 0 <= args.wrong < args.loops or (args.wrong and args.loop_gap < 2):
+        raise ValueError(f'--wrong={args.wrong} must be in [0, --loops) and needs '
+                         '--loop-gap >= 2')
     if not (np.isfinite(args.noise) and args.noise >= 0):
         raise ValueError(f'--noise={args.noise} must be a finite number >= 0')
     least = args.lap + (args.loops - 1) * args.loop_gap + 1
@@ -191,12 +203,34 @@ def loop_edges(truth: np.ndarray, loops: int, gap: int) -> list[PoseGraphEdge]:
             for place, query in loop_keyframes(len(truth), loops, gap)]
 
 
+def wrong_loop_edges(truth: np.ndarray, loops: int, gap: int, wrong: int
+                     ) -> list[PoseGraphEdge]:
+    """Return ``wrong`` wrong loops, each halfway between two timed loops (after the first).
+
+    Each measures the true relative pose of its keyframes times :data:`WRONG_ERROR` (a place
+    that looks like the one it is not), with a true loop's information.
+    """
+    pairs = loop_keyframes(len(truth), loops, gap)
+    metres, degrees = WRONG_ERROR
+    error = sim3.make(_rotation(np.array([0.0, np.radians(degrees), 0.0])), [metres, 0, 0])
+    sigmas = [LOOP_SIGMAS[0]] * 3 + [LOOP_SIGMAS[1]] * 3 + [LOOP_SIGMAS[2]]
+    information = np.diag(1.0 / np.square(sigmas))
+    out = []
+    for place, query in pairs[:wrong]:
+        place, query = place + gap // 2, query + gap // 2
+        out.append(PoseGraphEdge(place, query, sim3.inverse(truth[place]) @ truth[query]
+                                 @ error, information, 'loop'))
+    return out
+
+
 def _time_graph(truth: np.ndarray, odom: np.ndarray, config: LoopConfig,
                 args: argparse.Namespace) -> dict[str, Any]:
     """Feed the iSAM2 graph keyframe by keyframe, its loops at their keyframes; time each."""
     graph = PoseGraph(max_residual=config.max_residual)
     loops = {e.j: e for e in loop_edges(truth, args.loops, args.loop_gap)}
+    wrong = {e.j: e for e in wrong_loop_edges(truth, args.loops, args.loop_gap, args.wrong)}
     add_ms, covariance_ms, loop_ms, residuals, kept = [], [], [], [], 0
+    judge_ms, wrong_kept = [], 0
     for n in range(len(odom)):
         start = time.perf_counter()
         graph.add_node(odom[n], odometry_edge(odom, n, config) if n else None)
@@ -211,6 +245,10 @@ def _time_graph(truth: np.ndarray, odom: np.ndarray, config: LoopConfig,
             loop_ms.append(1e3 * (time.perf_counter() - start))
             kept += outcome.accepted
             residuals.append(round(outcome.residual, 3))
+        if n in wrong:
+            start = time.perf_counter()
+            wrong_kept += graph.add_loop(wrong[n]).accepted
+            judge_ms.append(1e3 * (time.perf_counter() - start))
     read_ms = []
     for _ in range(3):
         start = time.perf_counter()
@@ -221,6 +259,9 @@ def _time_graph(truth: np.ndarray, odom: np.ndarray, config: LoopConfig,
         'loop_ms': {'mean': _r(statistics.fmean(loop_ms)), 'first': _r(loop_ms[0]),
                     'max': _r(max(loop_ms))},
         'loops_kept': kept, 'loop_residuals': residuals,
+        'wrong': {'loops': len(wrong), 'wrong_kept': wrong_kept,
+                  'judge_ms': _r(statistics.fmean(judge_ms)) if judge_ms else None},
+        'stats': graph.stats(),
         'read_ms': _r(statistics.fmean(read_ms)),
         'error_m': {'odometry': _r(_position_rms(odom, truth), 4),
                     'graph': _r(_position_rms(corrected, truth), 4)},
@@ -236,12 +277,18 @@ def _batch(truth: np.ndarray, odom: np.ndarray, config: LoopConfig,
            args: argparse.Namespace) -> dict[str, Any]:
     """Solve the same graph in one batch from the odometry (covariances not computed)."""
     edges = [odometry_edge(odom, n, config) for n in range(1, len(odom))]
-    edges += loop_edges(truth, args.loops, args.loop_gap)
+    edges += sorted(loop_edges(truth, args.loops, args.loop_gap)
+                    + wrong_loop_edges(truth, args.loops, args.loop_gap, args.wrong),
+                    key=lambda e: e.j)  # the order the live graph saw them in
     start = time.perf_counter()
     result = optimize_pose_graph(odom, edges, max_residual=config.max_residual,
                                  covariances=False)
     elapsed_ms = 1e3 * (time.perf_counter() - start)
     return {'solve_ms': _r(elapsed_ms), 'rejected': len(result.rejected),
+            'wrong_kept': sum(edges[k].kind == 'loop' and k not in result.rejected
+                              and not np.allclose(edges[k].measurement, sim3.inverse(
+                                  truth[edges[k].i]) @ truth[edges[k].j], atol=1e-9)
+                              for k in range(len(edges))),
             'error_m': _r(_position_rms(result.poses, truth), 4)}
 
 
@@ -324,14 +371,14 @@ def _print_table(result: dict[str, Any]) -> None:
     print(f"pose graph on the CPU ({result['cpu_count']} cores), {result['loops']} loops a "
           f"size across the whole run, index {result['index_backend']}")
     print(f"{'keyframes':>9} {'add ms':>7} {'p99':>7} {'last100':>7} {'cov ms':>7} "
-          f"{'loop ms':>8} {'first':>8} {'kept':>5} {'read ms':>7} {'batch ms':>8} "
+          f"{'loop ms':>8} {'first':>8} {'kept':>5} {'wrong':>5} {'read ms':>7} {'batch ms':>8} "
           f"{'err odom':>8} {'graph':>7} {'batch':>7} {'MB/1000':>7}")
     for num, size in result['sizes'].items():
         add, loop = size['add_ms'], size['loop_ms']
         batch, memory = size.get('batch') or {}, size.get('memory') or {}
         print(f"{num:>9} {add['mean']:7.3f} {add['p99']:7.3f} {add['last_100_mean']:7.3f} "
               f"{size['covariance_ms']['mean']:7.3f} {loop['mean']:8.1f} {loop['first']:8.1f} "
-              f"{size['loops_kept']:>5} {size['read_ms']:7.2f} "
+              f"{size['loops_kept']:>5} {size['wrong']['wrong_kept']:>5} {size['read_ms']:7.2f} "
               f"{_optional(batch.get('solve_ms'), '.1f'):>8} "
               f"{size['error_m']['odometry']:8.3f} {size['error_m']['graph']:7.3f} "
               f"{_optional(batch.get('error_m'), '.3f'):>7} "

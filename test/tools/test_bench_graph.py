@@ -32,7 +32,7 @@ import pytest
 
 pytest.importorskip('gtsam')
 
-TINY = ['graph', '--keyframes', '200', '--loops', '1']
+TINY = ['graph', '--keyframes', '200', '--loops', '2', '--wrong', '1']
 
 
 @pytest.fixture(scope='module')
@@ -48,11 +48,11 @@ def report():
 
 def test_the_last_line_is_the_json_of_each_size(report):
     lines, result = report
-    assert result['benchmark'] == 'graph' and result['loops'] == 1
+    assert result['benchmark'] == 'graph' and result['loops'] == 2
     assert list(result['sizes']) == ['200']
     size = result['sizes']['200']
     assert set(size) == {'add_ms', 'covariance_ms', 'loop_ms', 'loops_kept', 'loop_residuals',
-                         'read_ms', 'error_m', 'batch', 'memory'}
+                         'read_ms', 'error_m', 'batch', 'memory', 'wrong', 'stats'}
     assert any(line.split()[:1] == ['200'] for line in lines[:-1])  # the table's row
 
 
@@ -63,8 +63,18 @@ def test_times_are_positive_and_the_true_loop_is_kept(report):
                   size['batch']['solve_ms']):
         assert math.isfinite(value) and value > 0
     assert size['add_ms']['p99'] >= size['add_ms']['mean']
-    assert size['loops_kept'] == 1 and size['batch']['rejected'] == 0
-    assert 0 <= size['loop_residuals'][0] <= LoopConfig.max_residual
+    assert size['loops_kept'] == 2
+    assert all(0 <= r <= LoopConfig.max_residual for r in size['loop_residuals'])
+
+
+def test_the_wrong_loop_is_refused_live_and_in_batch(report):
+    size = report[1]['sizes']['200']
+    assert size['wrong']['loops'] == 1 and size['wrong']['wrong_kept'] == 0
+    assert math.isfinite(size['wrong']['judge_ms']) and size['wrong']['judge_ms'] > 0
+    assert size['batch']['rejected'] == 1 and size['batch']['wrong_kept'] == 0
+    stats = size['stats']
+    assert stats['nodes'] == 200 and stats['loops'] == 2 and stats['recoveries'] == 0
+    assert stats['rejected_gate'] + stats['rejected_residual'] == 1
 
 
 def test_the_loop_lowers_the_trajectory_error_below_the_odometry(report):
@@ -107,3 +117,5 @@ def test_too_short_a_run_for_its_loops_is_refused():
         bench_graph.run(parser.parse_args(['--keyframes', '120', '--loops', '3']))
     with pytest.raises(ValueError, match='--noise=-1.0 must be'):
         bench_graph.run(parser.parse_args(['--keyframes', '200', '--noise', '-1']))
+    with pytest.raises(ValueError, match='--wrong'):
+        bench_graph.run(parser.parse_args(['--keyframes', '200', '--loops', '1']))

@@ -16,6 +16,13 @@
 Sim(3) nodes are ``Similarity3``; with ``scale_fixed`` they are ``Pose3`` and every node keeps the
 scale it was added with (a measurement's translation is brought to world units, times ``s_i``,
 and its log-scale row dropped). Edges' informations are reordered to GTSAM's tangent order.
+
+Conditioning (why a long loop-free route once made iSAM2 raise "Indeterminate linear system"):
+an edge's information has its eigenvalues held between ``1 / MAX_SIGMA**2`` and
+``1 / MIN_SIGMA**2`` (a still camera's zero step is not an infinitely certain edge, a loose one
+not a null one), and both solvers factorise with QR (:data:`FACTORIZATION`), not Cholesky: a
+chain's information is ill-conditioned in the lever-arm directions (a rotation at node 0 moves
+node 10,000 by metres) and Cholesky squares that condition number past double precision.
 """
 
 from __future__ import annotations
@@ -30,6 +37,24 @@ ROBUST_K = 1.345
 """Kernel width in whitened units (Huber's 95 % efficiency constant; Cauchy uses it too)."""
 FIXED_SIGMA = 1e-6
 """Standard deviation of the prior that holds a fixed node (relative units)."""
+WEAK_SIGMA = 1e3
+"""Standard deviation of the weak prior a recovery puts on nodes (whitened units: it makes the
+system determinate without moving a node that any edge holds)."""
+MIN_SIGMA = 1e-4
+"""Smallest standard deviation an edge's information may claim (its largest eigenvalue)."""
+MAX_SIGMA = 1e3
+"""Largest standard deviation an edge's information may claim (its smallest eigenvalue)."""
+FACTORIZATION = 'QR'
+"""iSAM2's factorisation (QR keeps long chains solvable where Cholesky fails)."""
+
+
+def condition_information(info: np.ndarray) -> np.ndarray:
+    """Return ``info`` with its eigenvalues held in ``[1 / MAX_SIGMA**2, 1 / MIN_SIGMA**2]``."""
+    values, vectors = np.linalg.eigh(0.5 * (info + info.T))
+    if values.min() >= MAX_SIGMA ** -2 and values.max() <= MIN_SIGMA ** -2:
+        return info
+    values = np.clip(values, MAX_SIGMA ** -2, MIN_SIGMA ** -2)
+    return (vectors * values) @ vectors.T
 
 
 class FactorMaker:
@@ -62,9 +87,9 @@ class FactorMaker:
             return sim3.from_pose3(values.atPose3(n), float(self._scales[n]))
         return sim3.from_similarity3(values.atSimilarity3(n))
 
-    def prior(self, n: int, pose: np.ndarray) -> Any:
-        """Return the tight prior that holds a fixed node."""
-        noise = self._g.noiseModel.Isotropic.Sigma(self.dim, FIXED_SIGMA)
+    def prior(self, n: int, pose: np.ndarray, sigma: float = FIXED_SIGMA) -> Any:
+        """Return the prior that holds a node (tight by default: a fixed node)."""
+        noise = self._g.noiseModel.Isotropic.Sigma(self.dim, sigma)
         factor = self._g.PriorFactorPose3 if self._scale_fixed else \
             self._g.PriorFactorSimilarity3
         return factor(n, self.value(pose), noise)
@@ -83,7 +108,7 @@ class FactorMaker:
 
     def measured(self, edge: Any) -> tuple[Any, np.ndarray]:
         """Return the edge's measurement and information in GTSAM's form and tangent order."""
-        info = edge.information[np.ix_(sim3.TO_GTSAM, sim3.TO_GTSAM)]
+        info = condition_information(edge.information)[np.ix_(sim3.TO_GTSAM, sim3.TO_GTSAM)]
         if not self._scale_fixed:
             return sim3.to_similarity3(self._g, edge.measurement), info
         s_i = float(self._scales[edge.i])
@@ -94,15 +119,27 @@ class FactorMaker:
 
     def residual(self, values: Any, edge: Any) -> float:
         """Whitened RMS residual of an edge without its kernel: sqrt(e^T Omega e / dim)."""
+        err, _, info = self.error(values, edge)
+        return float(np.sqrt(max(err @ info @ err, 0.0) / len(err)))
+
+    def error(self, values: Any, edge: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Return an edge's error, the adjoint of its prediction's inverse, its information.
+
+        The error is ``Log(Z^-1 inv(T_i) T_j)`` in GTSAM's tangent order; the adjoint
+        ``Ad(inv(inv(T_i) T_j))`` carries a perturbation of node ``i`` into the error's tangent
+        (``e ~ e0 + d_j - Ad d_i``, the gate's covariance of the prediction).
+        """
         measured, info = self.measured(edge)
         if self._scale_fixed:
             a, b = values.atPose3(edge.i), values.atPose3(edge.j)
-            err = self._g.Pose3.Logmap(measured.between(a.between(b)))
+            predicted = a.between(b)
+            err = self._g.Pose3.Logmap(measured.between(predicted))
         else:
             a, b = values.atSimilarity3(edge.i), values.atSimilarity3(edge.j)
-            err = self._g.Similarity3.Logmap(measured.inverse().compose(a.inverse().compose(b)))
-        err = np.asarray(err, dtype=np.float64)
-        return float(np.sqrt(max(err @ info @ err, 0.0) / len(err)))
+            predicted = a.inverse().compose(b)
+            err = self._g.Similarity3.Logmap(measured.inverse().compose(predicted))
+        adjoint = np.asarray(predicted.inverse().AdjointMap(), dtype=np.float64)
+        return np.asarray(err, dtype=np.float64), adjoint, info
 
     def covariance(self, cov: Any) -> np.ndarray:
         """Turn a GTSAM marginal into [7, 7] in our order (log-scale zero with the scale fixed)."""

@@ -15,10 +15,19 @@
 
 :class:`PoseGraph` holds what :func:`~lingbot_map_ros.engine.loop.pose_graph.optimize_pose_graph`
 takes as a whole: keyframe nodes, odometry edges, robust loop edges. A keyframe costs one
-iSAM2 update; a loop costs a few (iSAM2 takes one Gauss-Newton step per update, a loop that
-moves the trajectory far needs several: :data:`LOOP_UPDATES`). A loop whose whitened residual
-stays above ``max_residual`` after them is removed from the graph again (its factor taken out,
-the graph updated) and reported rejected. Node 0 is the gauge.
+iSAM2 update. A loop is first judged by the gate (``loop_gate.py``: a chi-square test of the
+loop against the graph's prediction and the joint uncertainty of its two nodes, so against the
+odometry's drift and every loop already accepted); a loop that passes costs a few updates
+(iSAM2 takes one Gauss-Newton step per update, a loop that moves the trajectory far needs
+several: :data:`LOOP_UPDATES`), and one whose whitened residual stays above ``max_residual``
+after them is taken out again. Node 0 is the gauge (a tight prior, the scale included).
+
+Never a dead graph: every update is atomic. Nothing (node count, edges, stored factors) changes
+before iSAM2 took the update; when it raises, the graph is rebuilt from the factors it keeps
+(:meth:`PoseGraph.stats`: ``recoveries``), with a weak prior on every node when the plain
+rebuild fails too, and the node or loop is added to the rebuilt graph. Factorisation is QR and
+edge informations are conditioned (``factors.py``), so a 10,000-keyframe corridor without a
+loop does not need a recovery at all.
 
 Not thread-safe: one thread (the loop closer's worker) owns it.
 """
@@ -31,8 +40,9 @@ from typing import Any
 
 from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop.dependencies import require_gtsam
-from lingbot_map_ros.engine.loop.factors import FactorMaker, Robust
-from lingbot_map_ros.engine.loop.pose_graph import check_edge, PoseGraphEdge
+from lingbot_map_ros.engine.loop.factors import FACTORIZATION, FactorMaker, Robust, WEAK_SIGMA
+from lingbot_map_ros.engine.loop.loop_gate import GateVerdict, joint_covariance, LoopGate
+from lingbot_map_ros.engine.loop.pose_graph import check_connected, check_edge, PoseGraphEdge
 import numpy as np
 
 logger = logging.getLogger(__name__)
@@ -50,37 +60,50 @@ class LoopOutcome:
     accepted: bool
     """The edge stays in the graph."""
     residual: float
-    """Its whitened RMS residual after the updates (before removal when rejected)."""
+    """Its whitened RMS residual after the updates (before removal when rejected after them;
+    at the current estimate when the gate refused it)."""
+    reason: str = 'ok'
+    """'ok', or why it was rejected: 'inconsistent' or 'scale' (the gate), 'residual' (too
+    large after the updates), 'unsolvable' (the graph could not take it)."""
+    distance: float = float('nan')
+    """The gate's squared Mahalanobis distance (nan when not tested)."""
 
 
 class PoseGraph:
     """Keyframe pose graph on iSAM2 (see the module docstring)."""
 
     def __init__(self, *, scale_fixed: bool = False, robust: Robust = 'huber',
-                 max_residual: float = 3.0) -> None:
+                 max_residual: float = 3.0, gate: LoopGate | None = None,
+                 factorization: str = FACTORIZATION) -> None:
         """Start an empty graph.
 
         Args:
             scale_fixed: Pose3 nodes that keep their scale (metric scale locked).
             robust: kernel of the loop edges.
             max_residual: whitened RMS residual above which a loop is rejected (> 0).
+            gate: the loop gate (a default :class:`LoopGate` when None).
+            factorization: iSAM2's, 'QR' or 'CHOLESKY' (a recovery always rebuilds with QR).
 
         Raises:
             ImportError: gtsam is not installed.
-            ValueError: a bad ``robust`` or ``max_residual``.
+            ValueError: a bad ``robust``, ``max_residual`` or ``factorization``.
         """
         if not max_residual > 0:
             raise ValueError(f'max_residual={max_residual} must be > 0')
+        if factorization not in ('QR', 'CHOLESKY'):
+            raise ValueError(f"factorization={factorization!r} must be 'QR' or 'CHOLESKY'")
         self._g = require_gtsam()
         self._scales: list[float] = []
         self._maker = FactorMaker(self._g, scale_fixed, robust, self._scales)
         self._max_residual = float(max_residual)
-        params = self._g.ISAM2Params()
-        params.setRelinearizeThreshold(RELINEARIZE_THRESHOLD)
-        params.relinearizeSkip = 1
-        self._isam = self._g.ISAM2(params)
+        self._gate = gate if gate is not None else LoopGate()
+        self._isam = self._new_isam(factorization)
         self._estimate: Any = self._g.Values()
+        self._factors: Any = self._g.NonlinearFactorGraph()
+        """Every factor in the graph (priors, odometry, kept loops): what a rebuild starts from."""
         self._num_loops = 0
+        self._counts = {'recoveries': 0, 'rejected_gate': 0, 'rejected_residual': 0,
+                        'rejected_unsolvable': 0}
         self._edges: list[PoseGraphEdge] = []
         """Every edge in the graph (odometry and kept loops), for :meth:`edges`."""
 
@@ -94,12 +117,17 @@ class PoseGraph:
         """Return the number of loop edges in the graph (accepted ones)."""
         return self._num_loops
 
+    def stats(self) -> dict[str, int]:
+        """Return the graph's counters: nodes, loops, recoveries and rejected loops by cause."""
+        return {'nodes': self.num_nodes, 'loops': self._num_loops, **self._counts}
+
     def add_node(self, pose: np.ndarray, odometry: PoseGraphEdge | None = None) -> int:
         """Add the next keyframe.
 
         The first node is held at ``pose`` (the gauge). Every later one needs its odometry
         edge from an earlier node; it starts at that node's estimate times the measurement,
-        so a new keyframe follows the corrected trajectory.
+        so a new keyframe follows the corrected trajectory. Atomic: the graph is unchanged
+        when this raises.
 
         Args:
             pose: float64 [4, 4] Sim(3) odometry pose (its scale is the node's scale).
@@ -110,35 +138,43 @@ class PoseGraph:
 
         Raises:
             ValueError: a bad pose or edge, or a missing odometry edge.
+            RuntimeError: GTSAM refused the node even after a rebuild (the graph unchanged).
         """
         pose = sim3.check_poses(np.asarray(pose)[None], 'pose')[0]
         n = self.num_nodes
-        graph, values = self._g.NonlinearFactorGraph(), self._g.Values()
+        edge = None
         if n == 0:
             if odometry is not None:
                 raise ValueError('the first node takes no odometry edge')
-            self._scales.append(float(sim3.scale_of(pose)))
-            graph.add(self._maker.prior(0, pose))
-            values.insert(0, self._maker.value(pose))
+            scale, factor, value = float(sim3.scale_of(pose)), self._maker.prior(0, pose), \
+                self._maker.value(pose)
         else:
             if odometry is None or odometry.kind != 'odometry' or odometry.j != n:
                 raise ValueError(f'node {n} needs an odometry edge (i, {n})')
             edge = check_edge(odometry, n + 1, n)
             start = self.pose(edge.i) @ edge.measurement
-            self._scales.append(float(sim3.scale_of(start if not self._fixed_scale()
-                                                    else pose)))
-            graph.add(self._maker.factor(edge))
-            values.insert(n, self._maker.value(start))
+            scale = float(sim3.scale_of(pose if self._fixed_scale() else start))
+            factor, value = self._maker.factor(edge), self._maker.value(start)
+        graph, values = self._g.NonlinearFactorGraph(), self._g.Values()
+        graph.add(factor)
+        values.insert(n, value)
+        self._update(graph, values, f'node {n}')
+        self._scales.append(scale)
+        self._factors.add(factor)
+        if edge is not None:
             self._edges.append(edge)
-        self._isam.update(graph, values)
         # Only the new node's estimate: an odometry edge to a new node tells the others
         # nothing, so theirs stand (the whole estimate is O(N): docs/loop_closure.md, costs).
-        self._estimate.insert(n, self._isam.calculateEstimatePose3(n) if self._fixed_scale()
-                              else self._isam.calculateEstimateSimilarity3(n))
+        estimate = self._isam.calculateEstimatePose3(n) if self._fixed_scale() \
+            else self._isam.calculateEstimateSimilarity3(n)
+        if self._estimate.exists(n):  # a recovery read the whole estimate already
+            self._estimate.update(n, estimate)
+        else:
+            self._estimate.insert(n, estimate)
         return n
 
     def add_loop(self, edge: PoseGraphEdge) -> LoopOutcome:
-        """Add a loop edge, update, and take it out again when its residual stays large.
+        """Judge a loop edge with the gate; add a passing one, update, keep it when it fits.
 
         Raises:
             ValueError: a bad edge (nodes not in the graph, not a 'loop').
@@ -146,24 +182,67 @@ class PoseGraph:
         edge = check_edge(edge, self.num_nodes, self.num_nodes)
         if edge.kind != 'loop':
             raise ValueError(f"add_loop takes kind 'loop', got {edge.kind!r}")
+        verdict = self.judge(edge)
+        if not verdict.accepted:
+            self._counts['rejected_gate'] += 1
+            logger.info('loop %d -> %d rejected by the gate (%s, d2 %.3g > %.3g)', edge.i,
+                        edge.j, verdict.reason, verdict.distance, verdict.bound)
+            return LoopOutcome(False, self._maker.residual(self._estimate, edge),
+                               verdict.reason, verdict.distance)
+        factor = self._maker.factor(edge)
         graph = self._g.NonlinearFactorGraph()
-        graph.add(self._maker.factor(edge))
-        result = self._isam.update(graph, self._g.Values())
-        index = list(result.getNewFactorsIndices())[0]
+        graph.add(factor)
         try:
+            result = self._isam.update(graph, self._g.Values())
+            index = list(result.getNewFactorsIndices())[0]
             self._settle()
             residual = self._maker.residual(self._estimate, edge)
         except RuntimeError as exc:  # GTSAM: an indeterminate system under this loop
-            logger.warning('loop %d -> %d makes the graph unsolvable (%s): rejected', edge.i,
-                           edge.j, str(exc).strip().splitlines()[0])
-            residual = float('inf')
+            logger.warning('loop %d -> %d makes the graph unsolvable (%s): rejected, graph '
+                           'rebuilt without it', edge.i, edge.j, _first_line(exc))
+            try:
+                self._recover(self._g.NonlinearFactorGraph(), self._g.Values())
+            except RuntimeError as again:  # iSAM2 holds the kept factors again (_rebuild)
+                logger.error('pose graph: rebuild after loop %d -> %d failed (%s)', edge.i,
+                             edge.j, _first_line(again))
+            self._counts['rejected_unsolvable'] += 1
+            return LoopOutcome(False, float('inf'), 'unsolvable', verdict.distance)
         if residual <= self._max_residual:
             self._num_loops += 1
             self._edges.append(edge)
-            return LoopOutcome(True, residual)
-        self._isam.update(self._g.NonlinearFactorGraph(), self._g.Values(), [index])
-        self._settle()
-        return LoopOutcome(False, residual)
+            self._factors.add(factor)
+            return LoopOutcome(True, residual, 'ok', verdict.distance)
+        try:
+            self._isam.update(self._g.NonlinearFactorGraph(), self._g.Values(), [index])
+            self._settle()
+        except RuntimeError as exc:  # the kept factors do not hold the loop: rebuild on them
+            logger.warning('taking loop %d -> %d out failed (%s): graph rebuilt without it',
+                           edge.i, edge.j, _first_line(exc))
+            self._recover(self._g.NonlinearFactorGraph(), self._g.Values())
+        self._counts['rejected_residual'] += 1
+        return LoopOutcome(False, residual, 'residual', verdict.distance)
+
+    def judge(self, edge: PoseGraphEdge) -> GateVerdict:
+        """Return the gate's verdict on a loop (the graph's estimate unchanged).
+
+        Raises:
+            ValueError: a bad edge.
+        """
+        edge = check_edge(edge, self.num_nodes, self.num_nodes)
+        try:
+            try:
+                joint = joint_covariance(self._isam, edge.i, edge.j)
+            except RuntimeError as exc:
+                logger.warning('joint marginal of %d, %d failed (%s): graph rebuilt', edge.i,
+                               edge.j, _first_line(exc))
+                self._recover(self._g.NonlinearFactorGraph(), self._g.Values())
+                joint = joint_covariance(self._isam, edge.i, edge.j)
+        except RuntimeError as exc:
+            logger.error('no joint marginal of %d, %d even after a rebuild (%s): the loop is '
+                         'refused', edge.i, edge.j, _first_line(exc))
+            return GateVerdict(False, 'unsolvable', float('nan'), float('nan'))
+        scales = (self._scales[edge.i], self._scales[edge.j])
+        return self._gate.judge(self._maker, self._estimate, joint, edge, scales)
 
     def pose(self, n: int) -> np.ndarray:
         """Node ``n``'s current [4, 4] Sim(3) estimate."""
@@ -200,24 +279,30 @@ class PoseGraph:
 
         Raises:
             ValueError: a graph that is not empty, bad poses or edges, no fixed node 0, or a
-                node that no prior and no edge holds.
+                node that no fixed node reaches through the edges (a disconnected graph).
         """
         if self.num_nodes:
             raise ValueError(f'seed needs an empty graph ({self.num_nodes} nodes)')
         poses = sim3.check_poses(poses, 'poses')
         checked = [check_edge(e, len(poses), m) for m, e in enumerate(edges)]
-        held = set(fixed) | {e.i for e in checked} | {e.j for e in checked}
-        if len(poses) and (0 not in set(fixed) or len(held) < len(poses)):
-            raise ValueError('seed: node 0 must be fixed and every node held by an edge')
+        if len(poses) and 0 not in set(fixed):
+            raise ValueError('seed: node 0 must be fixed')
+        check_connected(len(poses), checked, fixed)
         graph, values = self._g.NonlinearFactorGraph(), self._g.Values()
-        self._scales.extend(float(s) for s in sim3.scale_of(poses))
         for n, pose in enumerate(poses):
             values.insert(n, self._maker.value(pose))
         for n in fixed:
             graph.add(self._maker.prior(n, poses[n]))
-        for edge in checked:
-            graph.add(self._maker.factor(edge))
-        self._isam.update(graph, values)
+        scales = [float(s) for s in sim3.scale_of(poses)]
+        self._scales.extend(scales)  # the factors of a scale-fixed graph read them
+        try:
+            for edge in checked:
+                graph.add(self._maker.factor(edge))
+            self._update(graph, values, 'the seed')
+        except Exception:
+            del self._scales[:]
+            raise
+        self._factors.push_back(graph)
         self._edges.extend(checked)
         self._num_loops += sum(e.kind == 'loop' for e in checked)
         self._settle()
@@ -229,3 +314,76 @@ class PoseGraph:
         for _ in range(LOOP_UPDATES):
             self._isam.update()
         self._estimate = self._isam.calculateEstimate()
+
+    def _new_isam(self, factorization: str) -> Any:
+        params = self._g.ISAM2Params()
+        params.setRelinearizeThreshold(RELINEARIZE_THRESHOLD)
+        params.relinearizeSkip = 1
+        params.setFactorization(factorization)
+        return self._g.ISAM2(params)
+
+    def _update(self, graph: Any, values: Any, what: str) -> None:
+        """Give iSAM2 new factors and values; recover (rebuild) when it raises."""
+        try:
+            self._isam.update(graph, values)
+            return
+        except RuntimeError as exc:
+            logger.warning('pose graph: iSAM2 refused %s (%s); rebuilding the graph', what,
+                           _first_line(exc))
+        self._recover(graph, values)
+
+    def _recover(self, graph: Any, values: Any) -> None:
+        """Rebuild over the kept factors plus ``graph``: plain first, then with weak priors."""
+        try:
+            self._rebuild(graph, values, weak=False)
+        except RuntimeError as exc:
+            logger.warning('pose graph: the rebuild failed too (%s); rebuilding with a weak '
+                           'prior on every node', _first_line(exc))
+            self._rebuild(graph, values, weak=True)
+
+    def _rebuild(self, graph: Any, values: Any, *, weak: bool) -> None:
+        """Replace iSAM2 by a fresh one over the kept factors plus ``graph`` (QR).
+
+        With ``weak`` every node (the new ones included) also gets a weak prior at its current
+        value, kept among the factors from then on. Counted in ``recoveries``.
+
+        Raises:
+            RuntimeError: GTSAM refused the rebuilt system (iSAM2 then holds the kept factors
+                only, the graph is as before the call).
+        """
+        self._counts['recoveries'] += 1
+        isam = self._new_isam('QR')
+        full = self._g.NonlinearFactorGraph()
+        full.push_back(self._factors)
+        full.push_back(graph)
+        initial = self._g.Values(self._estimate)
+        initial.insert(values)
+        weak_priors = self._g.NonlinearFactorGraph()
+        if weak:
+            for key in initial.keys():
+                weak_priors.add(self._weak_prior(initial, int(key)))
+            full.push_back(weak_priors)
+        try:
+            isam.update(full, initial)
+        except RuntimeError:
+            self._isam = self._new_isam('QR')
+            if self._factors.size():
+                self._isam.update(self._factors, self._g.Values(self._estimate))
+            raise
+        self._isam = isam
+        self._factors.push_back(weak_priors)
+        self._estimate = isam.calculateEstimate()
+
+    def _weak_prior(self, values: Any, n: int) -> Any:
+        if self._fixed_scale():
+            value = values.atPose3(n)
+            return self._g.PriorFactorPose3(n, value, self._g.noiseModel.Isotropic.Sigma(
+                6, WEAK_SIGMA))
+        value = values.atSimilarity3(n)
+        return self._g.PriorFactorSimilarity3(n, value, self._g.noiseModel.Isotropic.Sigma(
+            7, WEAK_SIGMA))
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

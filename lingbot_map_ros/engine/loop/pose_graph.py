@@ -18,12 +18,16 @@ Nodes are keyframes, world-from-keyframe Sim(3) poses (``sim3.py``); edges measu
 log-scale). Odometry edges chain consecutive keyframes (rollovers included); loop edges join a
 revisited place to its earlier keyframe and carry a robust kernel (Huber by default).
 
-Outlier loops (rtabmap's ``RGBD/OptimizeMaxError`` idea): after a solve, a loop edge whose
-whitened residual ``sqrt(e^T Omega e / dim)`` (computed without the robust kernel) stays above
-``max_residual`` is rejected; the worst one goes first and the rest is solved again, so a wrong
-loop that bends the graph does not get the right ones rejected with it. The returned poses are
-a fresh solve of the graph without the rejected edges from the given poses, so they equal what
-the same call without those edges returns.
+Outlier loops are judged as the live graph (``incremental_graph.py``) judges them, so a batch
+run over the same edges accepts and rejects the same loops: the graph of the edges that are not
+loops is solved first, then every loop in edge order is judged by the gate (``loop_gate.py``:
+a chi-square test against the graph's prediction and the joint marginal of its two nodes,
+from iSAM2 over the graph so far) and, when it passes, added and solved again; a loop whose
+whitened residual ``sqrt(e^T Omega e / dim)`` (without the robust kernel) then stays above
+``max_residual`` is taken out again (rtabmap's ``RGBD/OptimizeMaxError`` idea). The returned
+poses are a fresh solve of the graph without the rejected edges from the given poses, so they
+equal what the same call without those edges returns. Every node must be reached from a fixed
+node through the edges (a disconnected part has no gauge: refused with a ValueError).
 
 With ``scale_fixed`` (metric scale from a depth camera) the nodes are ``Pose3``: every node keeps
 its scale, a measurement's translation is brought to the world's units (times ``s_i``) and its
@@ -39,7 +43,8 @@ from typing import Any, Literal, Sequence
 
 from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop.dependencies import require_gtsam
-from lingbot_map_ros.engine.loop.factors import FactorMaker, Robust
+from lingbot_map_ros.engine.loop.factors import FACTORIZATION, FactorMaker, Robust
+from lingbot_map_ros.engine.loop.loop_gate import joint_covariance, LoopGate
 import numpy as np
 
 logger = logging.getLogger(__name__)
@@ -85,7 +90,8 @@ class PoseGraphResult:
 def optimize_pose_graph(poses: np.ndarray, edges: Sequence[Any], *,
                         fixed: Sequence[int] = (0,), scale_fixed: bool = False,
                         robust: Robust = 'huber', max_residual: float = 3.0,
-                        covariances: bool = True) -> PoseGraphResult:
+                        covariances: bool = True, gate: LoopGate | None = None
+                        ) -> PoseGraphResult:
     """Optimise a Sim(3) (or, with ``scale_fixed``, SE(3)) pose graph, rejecting bad loops.
 
     Args:
@@ -99,13 +105,15 @@ def optimize_pose_graph(poses: np.ndarray, edges: Sequence[Any], *,
         max_residual: a loop edge whose whitened RMS residual stays above this is rejected
             (> 0; ``inf`` rejects nothing).
         covariances: compute the marginals (an extra factorisation).
+        gate: the loop gate (a default :class:`~.loop_gate.LoopGate`, the live graph's, when
+            None).
 
     Returns:
         The optimised poses, the rejected loop edges and the marginals.
 
     Raises:
         ValueError: bad shapes or values, an edge naming a missing node, an unknown kind or
-            kernel, no fixed node.
+            kernel, no fixed node, a node no fixed node reaches through the edges.
         ImportError: gtsam is not installed.
     """
     gtsam = require_gtsam()
@@ -116,24 +124,40 @@ def optimize_pose_graph(poses: np.ndarray, edges: Sequence[Any], *,
         raise ValueError(f'fixed={fixed} must name at least one of the {len(arr)} nodes')
     if not max_residual > 0:
         raise ValueError(f'max_residual={max_residual} must be > 0')
-    maker = FactorMaker(gtsam, scale_fixed, robust, sim3.scale_of(arr))
+    check_connected(len(arr), checked, fixed)
+    gate = gate if gate is not None else LoopGate()
+    scales = sim3.scale_of(arr)
+    maker = FactorMaker(gtsam, scale_fixed, robust, scales)
+    kept = [n for n, e in enumerate(checked) if e.kind != 'loop']
+    values, graph = _solve(gtsam, maker, arr, [checked[n] for n in kept], fixed)
     rejected: list[int] = []
-    while True:
-        kept = [n for n in range(len(checked)) if n not in rejected]
-        values, graph = _solve(gtsam, maker, arr, [checked[n] for n in kept], fixed)
-        residuals = {n: maker.residual(values, checked[n]) for n in kept
-                     if checked[n].kind == 'loop'}
-        worst = max(residuals, key=residuals.get, default=None)
-        if worst is None or residuals[worst] <= max_residual:
-            break
-        logger.info('loop edge %d (%d -> %d) rejected: residual %.3g > %.3g', worst,
-                    checked[worst].i, checked[worst].j, residuals[worst], max_residual)
-        rejected.append(worst)
+    for n in (n for n, e in enumerate(checked) if e.kind == 'loop'):
+        edge = checked[n]
+        joint = joint_covariance(_isam_of(gtsam, graph, values), edge.i, edge.j)
+        verdict = gate.judge(maker, values, joint, edge, (scales[edge.i], scales[edge.j]))
+        if verdict.accepted:
+            trial_values, trial_graph = _solve(gtsam, maker, values, [checked[m] for m in kept]
+                                               + [edge], fixed, graph=graph)
+            residual = maker.residual(trial_values, edge)
+            if residual <= max_residual:
+                kept.append(n)
+                values, graph = trial_values, trial_graph
+                continue
+            logger.info('loop edge %d (%d -> %d) rejected: residual %.3g > %.3g', n, edge.i,
+                        edge.j, residual, max_residual)
+        else:
+            logger.info('loop edge %d (%d -> %d) rejected by the gate (%s, d2 %.3g > %.3g)', n,
+                        edge.i, edge.j, verdict.reason, verdict.distance, verdict.bound)
+        rejected.append(n)
+    kept.sort()
+    values, graph = _solve(gtsam, maker, arr, [checked[n] for n in kept], fixed)
+    residuals = {n: maker.residual(values, checked[n]) for n in kept
+                 if checked[n].kind == 'loop'}
     out = np.stack([maker.pose(values, n) for n in range(len(arr))])
     out[fixed] = arr[fixed]
     cov = None
     if covariances:
-        marginals = gtsam.Marginals(graph, values)
+        marginals = _isam_of(gtsam, graph, values)  # QR: a long chain's marginals too
         cov = np.stack([maker.covariance(marginals.marginalCovariance(n))
                         for n in range(len(arr))])
     return PoseGraphResult(poses=out, rejected=tuple(rejected), covariances=cov,
@@ -166,19 +190,67 @@ def check_edge(edge: Any, num_nodes: int, n: int) -> PoseGraphEdge:
     return PoseGraphEdge(i, j, measurement, info, kind)  # type: ignore[arg-type]
 
 
-def _solve(gtsam: Any, maker: FactorMaker, poses: np.ndarray, edges: list[PoseGraphEdge],
-           fixed: list[int]) -> tuple[Any, Any]:
-    """Levenberg-Marquardt from ``poses`` over ``edges``; returns (values, graph)."""
-    graph = gtsam.NonlinearFactorGraph()
-    for n in fixed:
-        graph.add(maker.prior(n, poses[n]))
+def check_connected(num_nodes: int, edges: Sequence[PoseGraphEdge],
+                    fixed: Sequence[int]) -> None:
+    """Refuse a graph in which some node is not reached from a fixed node through the edges.
+
+    Raises:
+        ValueError: such a node (its part of the graph has no gauge: no determinate solve,
+            no marginals).
+    """
+    parent = list(range(num_nodes))
+
+    def root(n: int) -> int:
+        while parent[n] != n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
     for edge in edges:
-        graph.add(maker.factor(edge))
-    initial = gtsam.Values()
-    for n, pose in enumerate(poses):
-        initial.insert(n, maker.value(pose))
+        parent[root(edge.i)] = root(edge.j)
+    gauged = {root(int(n)) for n in fixed}
+    loose = [n for n in range(num_nodes) if root(n) not in gauged]
+    if loose:
+        raise ValueError(f'the graph is disconnected: {len(loose)} node(s) (first {loose[0]}) '
+                         'are reached from no fixed node through the edges')
+
+
+def _isam_of(gtsam: Any, graph: Any, values: Any) -> Any:
+    """iSAM2 over ``graph`` linearised at ``values`` (QR, as the live graph): its marginals."""
+    params = gtsam.ISAM2Params()
+    params.setFactorization(FACTORIZATION)
+    isam = gtsam.ISAM2(params)
+    isam.update(graph, values)
+    return isam
+
+
+def _solve(gtsam: Any, maker: FactorMaker, poses: Any, edges: list[PoseGraphEdge],
+           fixed: list[int], graph: Any = None) -> tuple[Any, Any]:
+    """Levenberg-Marquardt over ``edges`` (QR); returns (values, graph).
+
+    ``poses`` is the start: [N, 4, 4] poses, or GTSAM Values (a warm start, then ``graph`` may
+    hold the priors and every edge but the last, which is added to a copy).
+    """
+    if graph is not None:
+        new_graph = gtsam.NonlinearFactorGraph()
+        new_graph.push_back(graph)
+        new_graph.add(maker.factor(edges[-1]))
+        graph = new_graph
+    else:
+        graph = gtsam.NonlinearFactorGraph()
+        for n in fixed:
+            graph.add(maker.prior(n, poses[n]))
+        for edge in edges:
+            graph.add(maker.factor(edge))
+    if isinstance(poses, np.ndarray):
+        initial = gtsam.Values()
+        for n, pose in enumerate(poses):
+            initial.insert(n, maker.value(pose))
+    else:
+        initial = poses
     params = gtsam.LevenbergMarquardtParams()
     params.setMaxIterations(MAX_ITERATIONS)
     params.setRelativeErrorTol(1e-10)
     params.setAbsoluteErrorTol(1e-12)
+    params.setLinearSolverType('MULTIFRONTAL_QR')
     return gtsam.LevenbergMarquardtOptimizer(graph, initial, params).optimize(), graph

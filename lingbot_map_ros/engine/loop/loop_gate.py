@@ -1,0 +1,159 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Whether a verified loop edge may enter the pose graph: judged against the graph, not alone.
+
+A loop that a place recogniser and a verifier accepted can still be wrong (a look-alike room).
+Its own residual after an optimisation says little: a graph bends to fit one loop. So before
+the loop goes in, :class:`LoopGate` predicts its measurement from the graph as it stands (the
+odometry and every loop already accepted) and asks whether the difference is explained by the
+uncertainty of both, a chi-square test with the edge's real information:
+
+    e  = Log(Z^-1 inv(T_i) T_j)                 (the factor's error at the current estimate)
+    S  = k^2 J Sigma_ij J^T + Omega^-1,  J = [-Ad(inv(inv(T_i) T_j)), I],  k = drift_factor
+    d2 = e^T S^-1 e  <=  chi2(dim, probability)
+
+``Sigma_ij`` is the joint marginal of both nodes (iSAM2's Bayes tree), so a loop with no
+support is judged against the drift the odometry accumulated between its ends (a wrong loop
+over a short stretch is far outside it, a true loop after a long drifting route inside), and
+a loop after others is judged against what they made certain (pairwise consistency with every
+accepted loop at once, through the graph). With metric scale known (``scale_fixed``) the loop's
+own scale must agree with its nodes' scales within ``max_scale_ratio``; without it the
+log-scale is one more row of the test, and a loop whose scale is off the prediction by more
+than ``max_scale_drift`` is rejected outright. The prediction's uncertainty is the graph's
+times ``drift_factor`` (:data:`DRIFT_FACTOR`: real drift is partly systematic); a loop that
+passes must still fit after the update (the graphs' ``max_residual``).
+
+Both solvers use it: the live graph (``incremental_graph.py``) for each loop as it comes, the
+batch (``pose_graph.py``) for each loop in edge order against the graph of the edges before it,
+so both accept and reject the same loops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import math
+from typing import Any
+
+from lingbot_map_ros.engine import sim3
+from lingbot_map_ros.engine.loop.factors import FactorMaker
+import numpy as np
+from scipy.stats import chi2
+
+CHI2_PROBABILITY = 0.9999
+"""Share of true loops (with the stated uncertainties) the test accepts: an odometry's drift
+is partly systematic (a monocular scale drift), so the bound is generous; a wrong loop of a
+metre or more over a short stretch is still tens of standard deviations off."""
+MAX_SCALE_RATIO = 1.25
+"""With metric scale known: a loop whose scale differs from its nodes' by more is rejected."""
+MAX_SCALE_DRIFT = 1.5
+"""Without metric scale: a loop whose scale differs from the graph's prediction by more than
+this factor is rejected whatever the odometry's stated uncertainty (an odometry that drifted
+that far in scale between two visits of a place is not to be trusted to tell)."""
+DRIFT_FACTOR = 3.0
+"""The prediction's standard deviations are taken this many times the graph's: the odometry's
+stated per-step sigmas describe a random walk, but real drift is partly systematic (a
+monocular scale drift, a heading bias: the same sign step after step), so over a stretch of
+keyframes it exceeds that walk. A wrong loop that passes this looser test must still fit the
+graph after the update (``max_residual``)."""
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """What the gate says about one loop edge."""
+
+    accepted: bool
+    """The loop may go into the graph."""
+    reason: str
+    """'ok', 'scale' (the scale disagrees), 'inconsistent' (chi-square test failed) or
+    'unsolvable' (no joint marginal: the live graph's, see ``PoseGraph.judge``)."""
+    distance: float
+    """Squared Mahalanobis distance of the loop from the graph's prediction (nan: not tested)."""
+    bound: float
+    """The chi-square bound it was held to."""
+
+
+class LoopGate:
+    """Chi-square test of a loop against the graph's prediction (see the module docstring)."""
+
+    def __init__(self, probability: float = CHI2_PROBABILITY,
+                 max_scale_ratio: float = MAX_SCALE_RATIO,
+                 drift_factor: float = DRIFT_FACTOR,
+                 max_scale_drift: float = MAX_SCALE_DRIFT) -> None:
+        """Keep the test's probability (0 < p < 1), the scale bounds (> 1), the drift factor.
+
+        Raises:
+            ValueError: a probability outside (0, 1) or a scale ratio not above 1.
+        """
+        if not 0.0 < probability < 1.0:
+            raise ValueError(f'probability={probability} must be in (0, 1)')
+        for name, value in (('max_scale_ratio', max_scale_ratio),
+                            ('max_scale_drift', max_scale_drift)):
+            if not (math.isfinite(value) and value > 1.0):
+                raise ValueError(f'{name}={value} must be a finite number > 1')
+        self.max_scale_drift = float(max_scale_drift)
+        if not (math.isfinite(drift_factor) and drift_factor >= 1.0):
+            raise ValueError(f'drift_factor={drift_factor} must be a finite number >= 1')
+        self.drift_factor = float(drift_factor)
+        self.probability = float(probability)
+        self.max_scale_ratio = float(max_scale_ratio)
+
+    def bound(self, dim: int) -> float:
+        """Return the chi-square bound of a ``dim``-dimensional error."""
+        return float(chi2.ppf(self.probability, dim))
+
+    def judge(self, maker: FactorMaker, values: Any, joint: np.ndarray, edge: Any,
+              scales: tuple[float, float] | None = None) -> GateVerdict:
+        """Judge ``edge`` against the estimate ``values`` and the nodes' joint covariance.
+
+        Args:
+            maker: the graph's factor maker (node type, information in GTSAM's order).
+            values: the current estimate (GTSAM Values holding both nodes).
+            joint: [2 d, 2 d] joint marginal covariance of (edge.i, edge.j), GTSAM's order.
+            edge: the loop edge (checked).
+            scales: (s_i, s_j), the nodes' fixed scales; required with ``scale_fixed``.
+
+        Returns:
+            The verdict.
+        """
+        bound = self.bound(maker.dim)
+        if maker.dim == 6:
+            if scales is None:
+                raise ValueError("judge: a scale-fixed graph needs the nodes' scales")
+            ratio = float(sim3.scale_of(edge.measurement)) * scales[0] / scales[1]
+            if abs(math.log(ratio)) > math.log(self.max_scale_ratio):
+                return GateVerdict(False, 'scale', float('nan'), bound)
+        err, adjoint, info = maker.error(values, edge)
+        d = maker.dim
+        if d == 7 and abs(err[6]) > math.log(self.max_scale_drift):
+            return GateVerdict(False, 'scale', float('nan'), bound)
+        jacobian = np.hstack([-adjoint, np.eye(d)])
+        joint = np.asarray(joint, dtype=np.float64)
+        predicted = jacobian @ joint @ jacobian.T * self.drift_factor ** 2
+        innovation = predicted + np.linalg.inv(info)
+        innovation = 0.5 * (innovation + innovation.T)
+        try:
+            distance = float(err @ np.linalg.solve(innovation, err))
+        except np.linalg.LinAlgError:
+            return GateVerdict(False, 'inconsistent', float('inf'), bound)
+        if not math.isfinite(distance) or distance > bound:
+            return GateVerdict(False, 'inconsistent', distance, bound)
+        return GateVerdict(True, 'ok', distance, bound)
+
+
+def joint_covariance(isam: Any, i: int, j: int) -> np.ndarray:
+    """Return the [2 d, 2 d] joint marginal covariance of nodes ``i`` and ``j`` from iSAM2."""
+    joint = isam.jointMarginalCovariance([i, j])
+    top = np.hstack([joint.at(i, i), joint.at(i, j)])
+    bottom = np.hstack([joint.at(j, i), joint.at(j, j)])
+    return np.vstack([top, bottom])
