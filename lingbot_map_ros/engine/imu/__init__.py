@@ -19,5 +19,8 @@ gyroscope bias of a window of the model's keyframes against the IMU readings bet
 
 from lingbot_map_ros.engine.imu.alignment import (  # noqa: F401 - the package's API
     align, align_visual_inertial, Alignment, AlignmentOptions, STANDARD_GRAVITY)
+from lingbot_map_ros.engine.imu.gravity import (  # noqa: F401 - the package's API
+    aligned_from_world, still_gravity, StillGravity)
 from lingbot_map_ros.engine.imu.preintegration import (  # noqa: F401 - the package's API
     preintegrate, Preintegrated)
+from lingbot_map_ros.engine.imu.samples import DROP_REASONS, ImuBuffer  # noqa: F401
