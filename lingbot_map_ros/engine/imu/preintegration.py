@@ -137,14 +137,17 @@ def preintegrate(imu_stamps: np.ndarray, gyro: np.ndarray, accel: np.ndarray, t0
         step = w_mid * h
         step_r = so3.exp(step)
         # The specific force acts over the step; rotate it by the attitude halfway through.
-        r_half = d_r @ so3.exp(0.5 * step)
+        half_r = so3.exp(0.5 * step)
+        r_half = d_r @ half_r
         acc = r_half @ a_mid
         acc_hat = r_half @ so3.hat(a_mid)
+        # The halfway attitude's own bias Jacobian (the half step depends on the bias too).
+        jr_half = half_r.T @ jr_bg - so3.right_jacobian(0.5 * step) * (0.5 * h)
         # Jacobians before the state moves (they use the state at the step's start).
         jp_ba = jp_ba + jv_ba * h - 0.5 * r_half * h * h
-        jp_bg = jp_bg + jv_bg * h - 0.5 * acc_hat @ jr_bg * h * h
+        jp_bg = jp_bg + jv_bg * h - 0.5 * acc_hat @ jr_half * h * h
         jv_ba = jv_ba - r_half * h
-        jv_bg = jv_bg - acc_hat @ jr_bg * h
+        jv_bg = jv_bg - acc_hat @ jr_half * h
         jr = so3.right_jacobian(step)
         jr_bg = step_r.T @ jr_bg - jr * h
         if gyro_noise_density > 0.0:

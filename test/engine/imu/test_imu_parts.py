@@ -59,8 +59,8 @@ def test_bias_jacobians_predict_reintegration() -> None:
     again = preintegrate(stamps, gyro, accel, 0.0, 0.3, bg, ba)
     assert np.linalg.norm(so3.log(pre.rotation(bg).T @ again.delta_r)) < 1e-5
     assert np.linalg.norm(so3.log(pre.delta_r.T @ again.delta_r)) > 1e-3
-    np.testing.assert_allclose(pre.velocity(bg, ba), again.delta_v, atol=2e-5)
-    np.testing.assert_allclose(pre.position(bg, ba), again.delta_p, atol=2e-6)
+    np.testing.assert_allclose(pre.velocity(bg, ba), again.delta_v, atol=1e-4)
+    np.testing.assert_allclose(pre.position(bg, ba), again.delta_p, atol=1e-5)
     # Without the correction the difference is far larger: the test can fail.
     assert np.linalg.norm(pre.delta_v - again.delta_v) > 1e-2
 
