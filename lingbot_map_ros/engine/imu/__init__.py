@@ -24,3 +24,5 @@ from lingbot_map_ros.engine.imu.gravity import (  # noqa: F401 - the package's A
 from lingbot_map_ros.engine.imu.preintegration import (  # noqa: F401 - the package's API
     preintegrate, Preintegrated)
 from lingbot_map_ros.engine.imu.samples import DROP_REASONS, ImuBuffer  # noqa: F401
+from lingbot_map_ros.engine.imu.scale_tracker import (  # noqa: F401 - the package's API
+    ImuScaleTracker, ImuStats, scale_disagreement, TrackerConfig)

@@ -57,7 +57,7 @@ class AlignmentOptions:
     """m/s^2, gravity's magnitude in the refinement."""
     max_gravity_error: float = 0.15
     """Relative error of the free gravity's magnitude above which the window is rejected."""
-    max_scale_rel_std: float = 0.02
+    max_scale_rel_std: float = 0.01
     """Relative standard error of the scale above which the motion is called degenerate."""
     min_residual: float = 0.001
     """m/s, floor of the fit residual in the standard error (an exact fit proves nothing)."""
