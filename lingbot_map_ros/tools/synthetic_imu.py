@@ -27,14 +27,21 @@ offset to bring them to the camera clock).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+import json
+from pathlib import Path
+from typing import Any
 
 from lingbot_map_ros.engine.imu import so3
 from lingbot_map_ros.engine.imu.alignment import STANDARD_GRAVITY
+from lingbot_map_ros.ros.messages.conversions import ns_to_sec_nanosec
+from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.synthetic_scene import camera_path, SceneConfig
 import numpy as np
 
 _OVERSAMPLE = 4
+IMU_TYPE = 'sensor_msgs/msg/Imu'
+DEFAULT_FRAME_ID = 'imu_link'
 
 
 def _default_mount() -> np.ndarray:
@@ -186,10 +193,68 @@ def synthetic_imu(scene: SceneConfig = SceneConfig(), rate_hz: float = 200.0,
     count = (scene.total_frames - 1) * per_frame + int(np.ceil(tail_s * rate_hz)) + 1
     dense = _dense_path(scene, per_frame * _OVERSAMPLE, count * _OVERSAMPLE + 1)
     gyro, accel, bg, ba = imu_readings(dense @ np.linalg.inv(mount), dt, noise, seed)
-    stamps = (scene.start_ns + np.rint((np.arange(count) * dt + time_offset_s) * 1e9)
-              ).astype(np.int64)
+    # Whole nanoseconds first: start_ns (about 1.7e18) does not survive float64.
+    stamps = scene.start_ns + np.rint((np.arange(count) * dt + time_offset_s) * 1e9
+                                      ).astype(np.int64)
     world_from_room = np.linalg.inv(dense[0])  # the first camera
     gravity = world_from_room[:3, :3] @ np.array([0.0, 0.0, -1.0])
     return SyntheticImu(stamps_ns=stamps, gyro=gyro, accel=accel, gravity=gravity,
                         imu_from_camera=mount, gyro_bias=bg, accel_bias=ba,
                         time_offset_s=float(time_offset_s))
+
+
+def imu_message(stamp_ns: int, gyro: np.ndarray, accel: np.ndarray, frame_id: str,
+                noise: ImuNoise = ImuNoise(), rate_hz: float = 200.0) -> Any:
+    """Build a ``sensor_msgs/Imu`` (``rosbags`` dataclass) of one reading, no orientation.
+
+    The covariances are the white noise's per-reading variances (density^2 * rate); the
+    orientation covariance's first element is -1: no orientation estimate (REP 145).
+    """
+    types = bag_io.TYPESTORE.types
+    sec, nanosec = ns_to_sec_nanosec(int(stamp_ns))
+    header = types['std_msgs/msg/Header'](
+        stamp=types['builtin_interfaces/msg/Time'](sec=sec, nanosec=nanosec), frame_id=frame_id)
+    vector = types['geometry_msgs/msg/Vector3']
+    no_orientation = np.zeros(9)
+    no_orientation[0] = -1.0
+    identity = types['geometry_msgs/msg/Quaternion'](x=0.0, y=0.0, z=0.0, w=1.0)
+    return types[IMU_TYPE](
+        header=header, orientation=identity,
+        orientation_covariance=no_orientation,
+        angular_velocity=vector(x=float(gyro[0]), y=float(gyro[1]), z=float(gyro[2])),
+        angular_velocity_covariance=np.eye(3).reshape(-1) * noise.gyro_noise_density ** 2
+        * rate_hz,
+        linear_acceleration=vector(x=float(accel[0]), y=float(accel[1]), z=float(accel[2])),
+        linear_acceleration_covariance=np.eye(3).reshape(-1) * noise.accel_noise_density ** 2
+        * rate_hz)
+
+
+def bag_messages(imu: SyntheticImu, topic: str, frame_id: str = DEFAULT_FRAME_ID,
+                 noise: ImuNoise = ImuNoise(), rate_hz: float = 200.0
+                 ) -> list[tuple[str, int, Any]]:
+    """Return ``(topic, stamp_ns, message)`` of every reading, recorded at its stamp."""
+    return [(topic, int(t), imu_message(int(t), g, a, frame_id, noise, rate_hz))
+            for t, g, a in zip(imu.stamps_ns, imu.gyro, imu.accel)]
+
+
+def write_truth(path: str | Path, imu: SyntheticImu, map_from_world: np.ndarray, topic: str,
+                frame_id: str, noise: ImuNoise, rate_hz: float) -> None:
+    """Write the IMU's truth beside the bag: mounting, gravity in the map axes, offset, noise.
+
+    Args:
+        path: output JSON file.
+        imu: the readings written.
+        map_from_world: [4, 4] map axes of the ground truth (``map_axes_transform``).
+        topic: the IMU topic.
+        frame_id: its frame.
+        noise: the noise added.
+        rate_hz: the reading rate.
+    """
+    gravity_map = np.asarray(map_from_world)[:3, :3] @ imu.gravity
+    Path(path).write_text(json.dumps({
+        'topic': topic, 'frame_id': frame_id, 'rate_hz': rate_hz,
+        'imu_from_camera': imu.imu_from_camera.tolist(),
+        'gravity_map': gravity_map.tolist(), 'time_offset_s': imu.time_offset_s,
+        'noise': asdict(noise),
+        'mean_gyro_bias': imu.gyro_bias.mean(axis=0).tolist(),
+        'mean_accel_bias': imu.accel_bias.mean(axis=0).tolist()}, indent=2) + '\n')
