@@ -29,7 +29,7 @@ from lingbot_map_ros.engine.session.rollover import RolloverSession
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.bag_io import depth_message
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
-from lingbot_map_ros.tools.replay import main
+from lingbot_map_ros.tools.replay import find_config, main
 from lingbot_map_ros.tools.replay_imu import _rigid_fit, evaluate_imu, read_imu
 from lingbot_map_ros.tools.synthetic_imu import bag_messages, frame_poses, synthetic_imu
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig
@@ -134,9 +134,10 @@ def test_make_bag_imu_and_run_with_imu_topic(tmp_path):
     assert 8.0 < np.linalg.norm([msg.linear_acceleration.x, msg.linear_acceleration.y,
                                  msg.linear_acceleration.z]) < 14.0
     out = tmp_path / 'out'
-    assert main(['run', str(bag), '--out', str(out), '--allow-random-weights', '--set',
-                 'model.preset=tiny', '--set', 'stream.device=cpu', '--imu-topic',
-                 '/camera/imu', '--imu-truth', str(tmp_path / 'bag_imu.json'),
+    assert main(['run', str(bag), '--out', str(out), '--params-file',
+                 str(find_config('demo_tiny_cpu.yaml')), '--torch-threads', '1',
+                 '--set', 'stream.image_width=112', '--set', 'cache.scale_frames=2',
+                 '--imu-topic', '/camera/imu', '--imu-truth', str(tmp_path / 'bag_imu.json'),
                  '--gt', str(tmp_path / 'bag_gt.tum')]) == 0
     block = json.loads((out / 'summary.json').read_text())['imu']
     assert block['readings'] == block['accepted'] == 39 * 20 + 50 + 1
