@@ -92,8 +92,8 @@ def replay(bag: Path, out: Path, metric: bool) -> Trajectory:
     return runner.trajectory
 
 
-def test_imu_metric_ate_matches_the_rgbd_path(tmp_path):
-    """Colour + IMU is as metric as RGB-D on the same route (oracle with session scale drift)."""
+def test_imu_metric_ate_is_close_to_the_rgbd_path(tmp_path):
+    """Colour + IMU: metric ATE within 5 % of the RGB-D path's or of 1 cm (docs/imu.md)."""
     imu = write_route_bag(tmp_path / 'bag')
     gt = frame_poses(SCENE)
     rgbd = replay(tmp_path / 'bag', tmp_path / 'rgbd', metric=True)
