@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 import logging
 from pathlib import Path
+from typing import Any
 
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.synthetic_scene import pinhole_intrinsics
@@ -70,7 +71,8 @@ class BagSpec:
 
 def write_frames(spec: BagSpec, frames: Iterable[np.ndarray], k: np.ndarray | None,
                  fps: float, start_ns: int = DEFAULT_START_NS, hfov_deg: float = 70.0,
-                 total: int | None = None, depths: Iterable[np.ndarray] | None = None) -> int:
+                 total: int | None = None, depths: Iterable[np.ndarray] | None = None,
+                 extra: Iterable[tuple[str, int, Any]] = ()) -> int:
     """Write RGB frames (and one CameraInfo per frame) to a new bag.
 
     Args:
@@ -82,6 +84,8 @@ def write_frames(spec: BagSpec, frames: Iterable[np.ndarray], k: np.ndarray | No
         hfov_deg: horizontal field of view of the guess.
         total: number of frames, for the progress bar.
         depths: [H, W] metres per frame, written on ``spec.depth_topic`` (needs it set).
+        extra: ``(topic, stamp_ns, message)`` of other sensors (the synthetic IMU), written
+            after the frames (readers order a bag by recording time).
 
     Returns:
         Number of frames written.
@@ -105,6 +109,8 @@ def write_frames(spec: BagSpec, frames: Iterable[np.ndarray], k: np.ndarray | No
             write_frame(bag, spec, rgb, k, stamp,
                         None if depth_iter is None else next(depth_iter))
             count += 1
+        for topic, stamp, msg in extra:
+            bag.write(topic, stamp, msg)
     if count == 0:
         raise ValueError('no frames to write')
     _LOG.info('wrote %d frames to %s (%s on %s, camera_info on %s)', count, spec.out,

@@ -25,13 +25,17 @@ synthetic scene writes its exact intrinsics. ``--synthetic`` also writes the gro
 camera as a TUM file (``--gt``, default ``<bag>_gt.tum``) in the map axes the node publishes;
 with ``--depth`` also its exact depth, as a depth camera aligned to the colour image would
 publish it (``16UC1`` millimetres, REP 118) on ``--depth-topic`` (default ``depth/image_raw``
-beside the image topic), each one just before the colour image of the same stamp.
+beside the image topic), each one just before the colour image of the same stamp. With ``--imu``
+also the route's IMU (``tools/synthetic_imu.py``: 200 Hz ``sensor_msgs/Imu`` from the exact
+trajectory, with noise and bias, optionally a time offset) on ``--imu-topic`` (default ``imu``
+beside the image topic), and its truth (mounting, gravity in the map axes) as ``<bag>_imu.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
+from dataclasses import dataclass
 import logging
 from pathlib import Path
 
@@ -40,11 +44,33 @@ from lingbot_map_ros.ros.messages.conversions import map_axes_transform
 from lingbot_map_ros.ros.parameters.cli_help import plain
 from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.frame_bag import BagSpec, DEFAULT_START_NS, DEFAULT_TOPIC, write_frames
+from lingbot_map_ros.tools.synthetic_imu import (
+    bag_messages, DEFAULT_FRAME_ID, ImuNoise, NOISELESS, synthetic_imu, write_truth)
 from lingbot_map_ros.tools.synthetic_scene import render_sequence, SceneConfig, SyntheticSequence
 from lingbot_map_ros.tools.trajectory import Trajectory, write_tum
 import numpy as np
 
 _LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ImuSpec:
+    """The synthetic IMU to write with the frames (``--imu``)."""
+
+    topic: str
+    """sensor_msgs/Imu topic."""
+    truth: Path
+    """JSON file of its mounting, gravity, time offset and noise."""
+    rate_hz: float = 200.0
+    """Reading rate (a whole multiple of the frame rate)."""
+    time_offset_s: float = 0.0
+    """IMU clock minus camera clock."""
+    noise: ImuNoise = ImuNoise()
+    """White noise and biases."""
+    frame_id: str = DEFAULT_FRAME_ID
+    """Frame of the readings."""
+
+
 IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
 
 
@@ -113,7 +139,8 @@ def video_fps(path: str | Path) -> float:
 
 
 def write_synthetic(spec: BagSpec, scene: SceneConfig, gt_path: str | Path,
-                    map_axes: str = 'flu', seq: SyntheticSequence | None = None) -> int:
+                    map_axes: str = 'flu', seq: SyntheticSequence | None = None,
+                    imu: ImuSpec | None = None) -> int:
     """Render the synthetic loop into a bag and write its ground truth.
 
     Args:
@@ -123,15 +150,26 @@ def write_synthetic(spec: BagSpec, scene: SceneConfig, gt_path: str | Path,
         map_axes: axes of the ground truth's map frame ('flu' or 'optical'), as the node's
             ``replay run --map-axes``.
         seq: ``render_sequence(scene)`` when the caller already rendered it (the demo).
+        imu: also write the route's IMU (``tools/synthetic_imu.py``) and its truth file.
 
     Returns:
         Number of frames written.
     """
     seq = render_sequence(scene) if seq is None else seq
+    extra = []
+    if imu is not None:
+        readings = synthetic_imu(scene, imu.rate_hz, imu.noise, scene.seed,
+                                 imu.time_offset_s)
+        extra = bag_messages(readings, imu.topic, imu.frame_id, imu.noise, imu.rate_hz)
     count = write_frames(spec, seq.images, seq.intrinsics, scene.fps, int(seq.stamps_ns[0]),
                          total=len(seq.images),
-                         depths=seq.depth if spec.depth_topic else None)
+                         depths=seq.depth if spec.depth_topic else None, extra=extra)
     c2w = map_axes_transform(map_axes) @ seq.c2w
+    if imu is not None:
+        write_truth(imu.truth, readings, map_axes_transform(map_axes), imu.topic, imu.frame_id,
+                    imu.noise, imu.rate_hz)
+        _LOG.info('wrote %d IMU readings on %s (%g Hz) and their truth %s', len(extra),
+                  imu.topic, imu.rate_hz, imu.truth)
     write_tum(gt_path, Trajectory(seq.stamps_ns, c2w), comments=[
         f'ground truth of the synthetic scene (seed {scene.seed}, {scene.num_frames} frames '
         f'x {scene.laps} laps, '
@@ -194,6 +232,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument('--depth-topic', default='',
                    help='synthetic: topic of the depth images (default: depth/image_raw '
                         'beside --topic)')
+    p.add_argument('--imu', action='store_true',
+                   help='synthetic: also write the IMU of the route (sensor_msgs/Imu from the '
+                        'exact trajectory, noise and bias; docs/imu.md) on --imu-topic, and its '
+                        'truth '
+                        '(mounting, gravity) as <out>_imu.json')
+    p.add_argument('--imu-topic', default='',
+                   help='synthetic: IMU topic (default: imu beside --topic)')
+    p.add_argument('--imu-rate', type=float, default=200.0,
+                   help='synthetic: IMU rate in Hz, a multiple of the frame rate '
+                        '(default: %(default)s)')
+    p.add_argument('--imu-time-offset', type=float, default=0.0,
+                   help='synthetic: IMU clock minus camera clock, seconds (default: '
+                        '%(default)s)')
+    p.add_argument('--imu-exact', action='store_true',
+                   help='synthetic: IMU readings without noise or bias')
     p.add_argument('--cameras', type=int, default=1,
                    help='synthetic: a rig of N cameras with fixed offsets, on /cam_<i>/image_raw '
                         '(tools/synthetic_rig.py; default: one camera on --topic)')
@@ -220,6 +273,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f'--stride must be >= 1, got {args.stride}')
     if args.depth and not args.synthetic:
         raise ValueError('--depth needs --synthetic (the only source with a known depth)')
+    if args.imu and not args.synthetic:
+        raise ValueError('--imu needs --synthetic (the only source with a known trajectory)')
     depth_topic = (args.depth_topic or f'{args.topic.rsplit("/", 1)[0]}/depth/image_raw') \
         if args.depth else ''
     spec = BagSpec(out=Path(args.out), storage=args.storage, topic=args.topic,
@@ -232,13 +287,21 @@ def run(args: argparse.Namespace) -> int:
                             fps=args.fps or 10.0, seed=args.seed, start_ns=start_ns,
                             laps=2 if args.loop else 1)
         gt = args.gt or spec.out.parent / f'{spec.out.name}_gt.tum'
+        imu = None
+        if args.imu:
+            if args.cameras > 1:
+                raise ValueError('--imu is written with one camera (no --cameras)')
+            imu = ImuSpec(topic=args.imu_topic or f'{args.topic.rsplit("/", 1)[0]}/imu',
+                          truth=spec.out.parent / f'{spec.out.name}_imu.json',
+                          rate_hz=args.imu_rate, time_offset_s=args.imu_time_offset,
+                          noise=NOISELESS if args.imu_exact else ImuNoise())
         if args.cameras > 1:  # a rig of cameras
             from lingbot_map_ros.tools.synthetic_rig import gt_path, write_rig
             write_rig(spec, scene, args.cameras, gt, args.map_axes)
             for i in range(args.cameras):
                 _LOG.info('wrote ground truth of camera %d: %s', i, gt_path(gt, i))
         else:
-            write_synthetic(spec, scene, gt, args.map_axes)
+            write_synthetic(spec, scene, gt, args.map_axes, imu=imu)
         log_written(spec.out)
         return 0
     k = _explicit_k(args)

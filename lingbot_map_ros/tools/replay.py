@@ -22,7 +22,8 @@ Subcommands:
   ``--depth`` / ``--ply`` the depth maps and the node's map (``map.ply``). With ``--gt`` it reports
   APE/RPE (evo). ``--depth-topic`` pairs a depth camera's images (16UC1 mm / 32FC1 m, aligned to
   the colour image) with the frames, as the node does with ``metric.source: depth``: the outputs
-  are then in metres.
+  are then in metres. ``--imu-topic`` aligns the replayed poses with the bag's IMU afterwards
+  (``replay_imu.py``: scale, gravity, metric ATE and gravity error in the summary).
   Frames are handled as the node handles them: unreadable images and frames the engine refuses
   are counted drops, a stamp that is not newer is dropped, a stamp jump back or a session limit
   resets the session and starts a new map segment (listed in the summary and the TUM header).
@@ -123,9 +124,16 @@ def run_bag(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.torch_threads)
     cameras = replay_cameras.parse_cameras(args.cameras) if args.cameras else \
         {'': args.topic or ''}
+    if args.imu_topic and args.cameras:
+        raise ValueError('--imu-topic is evaluated with one camera (no --cameras)')
     result = replay_cameras.run_cameras(args.bag, cameras, values, options, Path(args.out),
                                         gt=args.gt)
-    return replay_cameras.exit_code(result)
+    code = replay_cameras.exit_code(result)
+    if args.imu_topic and code == 0:
+        from lingbot_map_ros.tools import replay_imu
+        result['imu'] = replay_imu.add_to_run(args.bag, Path(args.out), args.imu_topic,
+                                              args.imu_truth, args.gt)
+    return code
 
 
 def _add_run_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -163,6 +171,12 @@ def _add_run_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument('--depth-topic', default=None,
                    help='depth images aligned to the colour images (16UC1 mm or 32FC1 m): '
                         'metric outputs, as the node with metric.source:=depth')
+    p.add_argument('--imu-topic', default=None,
+                   help='sensor_msgs/Imu topic of the bag: align the replayed poses with it '
+                        '(metric scale, gravity; the imu block of the summary; docs/imu.md)')
+    p.add_argument('--imu-truth', default=None,
+                   help='with --imu-topic: mounting, time offset and true gravity of the IMU '
+                        '(the <bag>_imu.json of make-bag --imu)')
     p.add_argument('--cameras', default=None, metavar='NAME=TOPIC,...',
                    help='several cameras, one engine: one TUM per camera in OUT/NAME/, the '
                         'fused odometry in OUT/trajectory.tum (README "Several cameras"; '
