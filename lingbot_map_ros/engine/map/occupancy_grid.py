@@ -1,0 +1,515 @@
+# Copyright 2026 The lingbot_map_ros Authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""OccupancyGrid: a 2D occupancy grid for navigation from keyframe-anchored scans (docs/map.md).
+
+Every keyframe keeps a *scan*: its confident depth points in its own camera frame, thinned to
+one point per grid cell in 3D (at most :data:`MAX_SCAN_POINTS`, 12 bytes a point), and its
+current map-from-camera pose. As with
+:class:`~lingbot_map_ros.engine.map.anchored_map.AnchoredMap`, a correction of the poses moves
+the scans, and the grid is rebuilt from them, so a revisited wall is not drawn twice. Nothing
+here knows about ROS; everything is vectorised numpy on the CPU.
+
+A scan marks the grid by the usual recipe, in the ``x``-``y`` plane of the map frame (``z`` up,
+heights measured from ``z = 0``, base_frame's ground where the robot started):
+
+1. points above ``grid.max_height`` are left out (a ceiling says nothing about the floor);
+2. a ray runs from the camera to each point, cut at ``grid.max_range``; the cells it crosses
+   (sampled every half cell) are *misses*; a point not cut whose height is at least
+   ``grid.min_height`` makes its cell a *hit*. Rays ending in the same cell are traced once;
+   a cell counts at most one hit or one miss per scan (a hit wins);
+3. each cell keeps log-odds (a hit adds :data:`LOG_ODDS_HIT`, a miss
+   :data:`LOG_ODDS_MISS`, clamped to [:data:`LOG_ODDS_MIN`, :data:`LOG_ODDS_MAX`]) and its hit
+   and miss counts. A cell never hit nor missed is unknown (-1); one whose probability is at
+   least ``grid.occupied_threshold`` is occupied (100), at most ``grid.free_threshold`` free
+   (0), unknown between (a trinary map, as map_server reads it).
+
+:meth:`OccupancyGrid.add` (the frame thread) only stores a scan. :meth:`OccupancyGrid.update`
+(a timer) traces the scans not yet in the grid, or rebuilds the grid from every placed scan
+after :meth:`OccupancyGrid.set_poses` changed a pose or a scan was dropped. Bounds (counted in
+:meth:`OccupancyGrid.stats`): the grid's rectangle holds at most ``grid.max_cells`` cells (the
+scans whose cameras are farthest from the newest one are dropped first; if the newest alone
+is larger, the cells outside a square around its camera are left out), and the stored scan
+points are at most ``grid.max_cells`` (the oldest scans go first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import math
+import threading
+
+from lingbot_map_ros.engine import sim3
+from lingbot_map_ros.grid_config import GridConfig
+import numpy as np
+
+LOG_ODDS_HIT = math.log(0.7 / 0.3)
+"""Log-odds a hit adds (a hit is right 70 % of the time)."""
+LOG_ODDS_MISS = math.log(0.4 / 0.6)
+"""Log-odds a miss adds (a miss says free with 60 %)."""
+LOG_ODDS_MIN, LOG_ODDS_MAX = -2.0, 3.5
+"""Clamp of a cell's log-odds, so a cell can change its mind after a few scans."""
+MAX_SCAN_POINTS = 8192
+"""Most points a keyframe's scan keeps (one per 3D grid cell, then thinned evenly)."""
+MAX_COUNT = np.iinfo(np.uint16).max
+"""Hit and miss counts saturate here."""
+PAD_CELLS = 32
+"""Cells added on each side when the grid grows (fewer reallocations while the robot moves)."""
+_OFFSET = 1 << 30
+"""Cell coordinates are kept within +-2**30 (two pack into an int64 key with a bit to spare)."""
+UNKNOWN, FREE, OCCUPIED = -1, 0, 100
+"""Cell values of ``nav_msgs/OccupancyGrid``."""
+
+
+@dataclass(frozen=True, slots=True)
+class GridView:
+    """The grid as published: trinary cells over a rectangle of the map frame's x-y plane."""
+
+    data: np.ndarray
+    """[H, W] int8 -1 / 0 / 100; row 0 is the lowest y, column 0 the lowest x."""
+    resolution: float
+    """Cell edge in map units."""
+    origin_x: float
+    """x of the lower-left corner of cell [0, 0]."""
+    origin_y: float
+    """y of that corner."""
+
+    @property
+    def width(self) -> int:
+        """Cells along x."""
+        return int(self.data.shape[1])
+
+    @property
+    def height(self) -> int:
+        """Cells along y."""
+        return int(self.data.shape[0])
+
+
+@dataclass(slots=True, eq=False)  # scans are compared by identity
+class _Scan:
+    keyframe_id: int
+    xyz: np.ndarray
+    """[P, 3] float32 in the keyframe's camera frame."""
+    pose: np.ndarray | None
+    """[4, 4] map-from-camera, None while not placed."""
+    in_grid: bool = False
+    """Traced into the grid under ``pose``."""
+    camera_xy: tuple[float, float] = (0.0, 0.0)
+    """The camera's x y in the map when last traced (for the farthest-first drop)."""
+    box: tuple[int, int, int, int] | None = None
+    """Cells it touched when last traced: (x0, y0, x1, y1), ends excluded."""
+
+
+@dataclass(slots=True)
+class _Trace:
+    """One scan's cells: misses and hits as packed keys, its rectangle and camera."""
+
+    free: np.ndarray
+    hit: np.ndarray
+    box: tuple[int, int, int, int]
+    camera_xy: tuple[float, float]
+    out_of_range: int
+
+
+class _Cells:
+    """The dense arrays over the grid's rectangle (touched only by the updating thread)."""
+
+    def __init__(self) -> None:
+        self.x0 = self.y0 = 0
+        self.logodds = np.zeros((0, 0), np.float32)
+        self.hits = np.zeros((0, 0), np.uint16)
+        self.misses = np.zeros((0, 0), np.uint16)
+
+    @property
+    def box(self) -> tuple[int, int, int, int]:
+        h, w = self.logodds.shape
+        return self.x0, self.y0, self.x0 + w, self.y0 + h
+
+    def grow(self, box: tuple[int, int, int, int], max_cells: int) -> None:
+        """Make the arrays cover ``box`` (with padding while it fits ``max_cells``)."""
+        have = self.box
+        if self.logodds.size and _contains(have, box):
+            return
+        want = _union(have, box) if self.logodds.size else box
+        padded = (want[0] - PAD_CELLS, want[1] - PAD_CELLS, want[2] + PAD_CELLS,
+                  want[3] + PAD_CELLS)
+        if _area(padded) <= max_cells:
+            want = padded
+        old = (self.logodds, self.hits, self.misses)
+        h, w = want[3] - want[1], want[2] - want[0]
+        self.logodds = np.zeros((h, w), np.float32)
+        self.hits = np.zeros((h, w), np.uint16)
+        self.misses = np.zeros((h, w), np.uint16)
+        if old[0].size:
+            ox, oy = have[0] - want[0], have[1] - want[1]
+            oh, ow = old[0].shape
+            for new, prev in zip((self.logodds, self.hits, self.misses), old):
+                new[oy:oy + oh, ox:ox + ow] = prev
+        self.x0, self.y0 = want[0], want[1]
+
+    def apply(self, trace: _Trace) -> int:
+        """Add one scan's misses and hits; returns its cells outside the arrays (left out)."""
+        outside = 0
+        for keys, step, counts in ((trace.free, LOG_ODDS_MISS, self.misses),
+                                   (trace.hit, LOG_ODDS_HIT, self.hits)):
+            ix, iy = _unpack(keys)
+            ix, iy = ix - self.x0, iy - self.y0
+            h, w = self.logodds.shape
+            inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
+            outside += int(inside.size - np.count_nonzero(inside))
+            ix, iy = ix[inside], iy[inside]
+            self.logodds[iy, ix] = np.clip(self.logodds[iy, ix] + np.float32(step),
+                                           LOG_ODDS_MIN, LOG_ODDS_MAX)
+            counts[iy, ix] = np.minimum(counts[iy, ix].astype(np.int32) + 1, MAX_COUNT)
+        return outside
+
+
+class OccupancyGrid:
+    """Keyframe scans and the occupancy grid they make under their current poses."""
+
+    def __init__(self, config: GridConfig) -> None:
+        """Start an empty grid with the ``grid.*`` settings ``config``."""
+        self._config = config
+        self._lock = threading.Lock()
+        self._build_lock = threading.Lock()
+        """Held by the one thread that updates or reads the cells."""
+        self._generation = 0
+        self.clear()
+
+    @property
+    def config(self) -> GridConfig:
+        """Return the settings in effect."""
+        return self._config
+
+    def clear(self) -> None:
+        """Drop every scan and the grid (a session reset)."""
+        with self._lock:
+            self._scans: list[_Scan] = []
+            self._stored = 0
+            self._cells = _Cells()
+            self._dirty = False
+            self._changed = True
+            self._counts = dict.fromkeys(
+                ('num_traced', 'num_rebuilds', 'num_dropped_far', 'num_dropped_old',
+                 'num_cells_outside', 'num_out_of_range', 'num_thinned'), 0)
+            self._generation += 1
+
+    def stats(self) -> dict[str, int]:
+        """Return the counters and sizes (the grid as of the last update)."""
+        with self._lock:
+            h, w = self._cells.logodds.shape
+            return {**self._counts, 'num_scans': len(self._scans),
+                    'num_scan_points': self._stored, 'width': w, 'height': h,
+                    'dirty': int(self._dirty)}
+
+    def add(self, keyframe_id: int, points: np.ndarray, pose: np.ndarray | None) -> int:
+        """Store one keyframe's scan (cheap: the tracing is :meth:`update`'s).
+
+        Args:
+            keyframe_id: the keyframe's id, above every earlier scan's (age order).
+            points: [M, 3] confident depth points in the keyframe's camera frame; non-finite
+                rows are left out. None of them (no confident depth) is a scan too: its camera
+                still widens the grid, every cell stays unknown.
+            pose: [4, 4] map-from-camera Sim(3), or None (not placed: :meth:`set_poses`).
+
+        Returns:
+            The points the scan keeps.
+
+        Raises:
+            ValueError: an id not above the last one, a malformed pose, points not [M, 3].
+        """
+        if pose is not None:
+            pose = sim3.check_poses(np.asarray(pose, np.float64)[None], 'grid pose')[0]
+        pts = np.asarray(points, np.float32)
+        if pts.ndim != 2 or pts.shape[1] != 3:
+            raise ValueError(f'grid: points must be [M, 3], got {list(pts.shape)}')
+        pts, thinned = self._thin(pts[np.isfinite(pts).all(axis=1)])
+        with self._lock:
+            if self._scans and keyframe_id <= self._scans[-1].keyframe_id:
+                raise ValueError(f'grid: keyframe id {keyframe_id} is not above the last one '
+                                 f'({self._scans[-1].keyframe_id})')
+            self._scans.append(_Scan(keyframe_id, pts, pose))
+            self._stored += len(pts)
+            self._counts['num_thinned'] += thinned
+            self._drop_oldest_points()
+        return len(pts)
+
+    def set_poses(self, keyframe_ids: list[int] | np.ndarray, poses: np.ndarray) -> int:
+        """Give scans their current map-from-camera poses (after a correction).
+
+        Ids without a scan are skipped. A changed pose makes the next :meth:`update` rebuild.
+
+        Returns:
+            The number of scans whose pose changed.
+
+        Raises:
+            ValueError: a malformed pose or counts that differ; nothing changes.
+        """
+        ids = [int(i) for i in np.asarray(keyframe_ids).reshape(-1)]
+        poses = np.asarray(poses, np.float64)
+        if poses.shape != (len(ids), 4, 4):
+            raise ValueError(f'grid: {len(ids)} keyframe ids but poses {list(poses.shape)}')
+        poses = sim3.check_poses(poses, 'grid poses') if ids else poses
+        by_id = dict(zip(ids, poses))
+        changed = 0
+        with self._lock:
+            for scan in self._scans:
+                pose = by_id.get(scan.keyframe_id)
+                if pose is None or (scan.pose is not None and np.array_equal(pose, scan.pose)):
+                    continue
+                scan.pose = pose.copy()
+                changed += 1
+            self._dirty |= changed > 0
+        return changed
+
+    def update(self) -> bool:
+        """Trace the scans not in the grid yet, or rebuild it after a change; True if changed.
+
+        Runs on the caller's thread (a timer): the frame thread's :meth:`add` never waits for
+        it, scans added meanwhile are traced at the next call.
+        """
+        with self._build_lock:
+            with self._lock:
+                generation = self._generation
+                rebuild = self._dirty
+                self._dirty = False
+                todo = [(s, s.pose) for s in self._scans
+                        if s.pose is not None and (rebuild or not s.in_grid)]
+                changed = self._changed or bool(todo) or rebuild
+                self._changed = False
+            if not todo and not rebuild:
+                return changed
+            cells = _Cells() if rebuild else self._cells
+            traces = [self._trace(scan, pose) for scan, pose in todo]
+            with self._lock:
+                if generation != self._generation:
+                    return True  # cleared meanwhile
+                for (scan, pose), trace in zip(todo, traces):
+                    scan.box, scan.camera_xy = trace.box, trace.camera_xy
+                drop = self._fit(todo[-1][0] if todo else None)
+            if drop:  # scans left the grid: their cells must go too
+                with self._lock:
+                    self._dirty = True
+                return self._rebuild_all()
+            outside = self._apply(cells, traces)
+            with self._lock:
+                if generation != self._generation:
+                    return True
+                self._counts['num_traced'] += len(traces)
+                self._counts['num_rebuilds'] += int(rebuild)
+                self._counts['num_cells_outside'] += outside
+                self._counts['num_out_of_range'] += sum(t.out_of_range for t in traces)
+                for scan, pose in todo:
+                    scan.in_grid = scan.pose is pose  # a pose changed meanwhile: dirty again
+                if rebuild:
+                    self._cells = cells
+            return True
+
+    def _rebuild_all(self) -> bool:
+        """Rebuild after :meth:`update` dropped scans (the build lock is held)."""
+        with self._lock:
+            generation = self._generation
+            self._dirty = False
+            todo = [(s, s.pose) for s in self._scans if s.pose is not None]
+        traces = [self._trace(scan, pose) for scan, pose in todo]
+        cells = _Cells()
+        outside = self._apply(cells, traces)
+        with self._lock:
+            if generation == self._generation:
+                self._counts['num_traced'] += len(traces)
+                self._counts['num_rebuilds'] += 1
+                self._counts['num_cells_outside'] += outside
+                for (scan, pose), trace in zip(todo, traces):
+                    scan.box, scan.camera_xy = trace.box, trace.camera_xy
+                    scan.in_grid = scan.pose is pose
+                self._cells = cells
+        return True
+
+    def view(self) -> GridView:
+        """Return the grid as trinary cells, cut to the rectangle of the cells seen.
+
+        With no cell seen yet (no confident depth) the whole rectangle, all unknown.
+        """
+        cfg = self._config
+        with self._build_lock:
+            cells = self._cells
+            seen = (cells.hits > 0) | (cells.misses > 0)
+            data = np.full(cells.logodds.shape, UNKNOWN, np.int8)
+            p = 1.0 / (1.0 + np.exp(-cells.logodds.astype(np.float64)))
+            data[seen & (p >= cfg.occupied_threshold)] = OCCUPIED
+            data[seen & (p <= cfg.free_threshold)] = FREE
+            x0, y0 = cells.x0, cells.y0
+        rows, cols = np.nonzero(seen.any(axis=1))[0], np.nonzero(seen.any(axis=0))[0]
+        if rows.size:
+            data = data[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
+            x0, y0 = x0 + int(cols[0]), y0 + int(rows[0])
+        res = cfg.resolution
+        return GridView(np.ascontiguousarray(data), res, x0 * res, y0 * res)
+
+    def counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Return copies of ([H, W] log-odds, hit counts, miss counts), as :meth:`view`'s cells."""
+        with self._build_lock:
+            c = self._cells
+            return c.logodds.copy(), c.hits.copy(), c.misses.copy()
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    def _thin(self, pts: np.ndarray) -> tuple[np.ndarray, int]:
+        """One point per 3D cell of the grid's edge, at most :data:`MAX_SCAN_POINTS`."""
+        if not len(pts):
+            return pts.reshape(0, 3), 0
+        cell = np.floor(pts / self._config.resolution)
+        inside = (np.abs(cell) < _OFFSET).all(axis=1)
+        pts, cell = pts[inside], cell[inside].astype(np.int64)
+        _, first = np.unique(cell, axis=0, return_index=True)
+        pts = pts[np.sort(first)]
+        thinned = max(len(pts) - MAX_SCAN_POINTS, 0)
+        if thinned:  # evenly over the image order: every part of the view keeps some
+            pts = pts[np.linspace(0, len(pts) - 1, MAX_SCAN_POINTS).round().astype(np.int64)]
+        return np.ascontiguousarray(pts), thinned + int(np.count_nonzero(~inside))
+
+    def _trace(self, scan: _Scan, pose: np.ndarray) -> _Trace:
+        """One scan's misses and hits under ``pose`` (see the module docstring)."""
+        cfg = self._config
+        res = cfg.resolution
+        world = scan.xyz.astype(np.float64) @ pose[:3, :3].T + pose[:3, 3]
+        camera = pose[:3, 3]
+        world = world[world[:, 2] <= cfg.max_height]
+        reach = np.linalg.norm(world - camera, axis=1)
+        cut = reach > cfg.max_range
+        scale = np.where(cut, cfg.max_range / np.maximum(reach, 1e-12), 1.0)
+        end = camera[:2] + (world[:, :2] - camera[:2]) * scale[:, None]
+        hit = ~cut & (world[:, 2] >= cfg.min_height)
+        end_cell = np.floor(end / res)
+        cam_cell = np.floor(camera[:2] / res)
+        ok = (np.abs(end_cell) < _OFFSET).all(axis=1)
+        out_of_range = int(np.count_nonzero(~ok))
+        if not (np.abs(cam_cell) < _OFFSET).all():
+            empty = np.zeros(0, np.int64)
+            return _Trace(empty, empty, (0, 0, 0, 0), (float(camera[0]), float(camera[1])),
+                          len(world))
+        end_cell, hit = end_cell[ok].astype(np.int64), hit[ok]
+        # Rays ending in the same cell with the same verdict are one ray.
+        key = _pack(end_cell[:, 0], end_cell[:, 1]) * 2 + hit
+        key = np.unique(key)
+        ray_hit = (key & 1).astype(bool)
+        ex, ey = _unpack(key >> 1)
+        start = camera[:2] / res
+        vec = np.stack([ex + 0.5, ey + 0.5], axis=1) - start
+        steps = np.ceil(np.hypot(vec[:, 0], vec[:, 1]) * 2).astype(np.int64) + 1
+        ray = np.repeat(np.arange(len(key)), steps)
+        offset = np.arange(int(steps.sum())) - np.repeat(np.cumsum(steps) - steps, steps)
+        last = offset == steps[ray] - 1
+        frac = offset / np.maximum(steps[ray] - 1, 1)
+        samples = np.floor(start + vec[ray] * frac[:, None]).astype(np.int64)
+        keep = ~(ray_hit[ray] & last)  # a hit ray's own end cell is not a miss
+        hits = np.unique(_pack(ex[ray_hit], ey[ray_hit]))
+        free = np.setdiff1d(np.unique(_pack(samples[keep, 0], samples[keep, 1])), hits,
+                            assume_unique=True)
+        cx, cy = int(cam_cell[0]), int(cam_cell[1])
+        xs = np.concatenate([ex, [cx]])
+        ys = np.concatenate([ey, [cy]])
+        box = (int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1)
+        return _Trace(free, hits, box, (float(camera[0]), float(camera[1])), out_of_range)
+
+    def _fit(self, newest: _Scan | None) -> bool:
+        """Drop the scans farthest from the newest until the rectangle fits (under the lock).
+
+        Returns whether a scan was dropped (the grid is then rebuilt without it).
+        """
+        placed = [s for s in self._scans if s.pose is not None and s.box is not None]
+        if not placed:
+            return False
+        boxes = np.array([s.box for s in placed], np.int64)
+        if _area(_union_rows(boxes)) <= self._config.max_cells:
+            return False
+        last = placed.index(newest) if newest in placed else len(placed) - 1
+        anchor = np.asarray(placed[last].camera_xy)
+        others = [i for i in range(len(placed)) if i != last]
+        distance = np.array([np.hypot(*(np.asarray(placed[i].camera_xy) - anchor))
+                             for i in others])
+        order = [others[i] for i in np.argsort(-distance, kind='stable')]  # farthest first
+        # Rectangle kept after dropping the first k of ``order``: the newest's box and the
+        # union of order[k:], a suffix of running minima and maxima.
+        rest = boxes[order[::-1]]
+        low = np.minimum.accumulate(rest[:, :2], axis=0)[::-1] if len(rest) else rest[:, :2]
+        high = np.maximum.accumulate(rest[:, 2:], axis=0)[::-1] if len(rest) else rest[:, 2:]
+        own = boxes[last]
+        count = len(order)
+        for k in range(len(order)):
+            box = (min(low[k, 0], own[0]), min(low[k, 1], own[1]), max(high[k, 0], own[2]),
+                   max(high[k, 1], own[3]))
+            if _area(box) <= self._config.max_cells:
+                count = k
+                break
+        for i in order[:count]:
+            self._scans.remove(placed[i])
+            self._stored -= len(placed[i].xyz)
+        self._counts['num_dropped_far'] += count
+        return count > 0
+
+    def _apply(self, cells: _Cells, traces: list[_Trace]) -> int:
+        """Grow ``cells`` to the traces' rectangle (bounded) and add them in age order."""
+        boxes = [t.box for t in traces if _area(t.box) > 0]
+        if not boxes:
+            return 0
+        box = _union_all(boxes)
+        limit = self._config.max_cells
+        if _area(box) > limit:  # the newest alone is too large: a square around its camera
+            side = max(int(math.isqrt(limit)), 1)
+            cx, cy = (int(math.floor(v / self._config.resolution)) for v in traces[-1].camera_xy)
+            box = (cx - side // 2, cy - side // 2, cx - side // 2 + side, cy - side // 2 + side)
+        cells.grow(box, limit)
+        return sum(cells.apply(t) for t in traces)
+
+    def _drop_oldest_points(self) -> None:
+        """Drop the oldest scans while the stored points pass ``grid.max_cells`` (lock held)."""
+        dropped = 0
+        while self._stored > self._config.max_cells and len(self._scans) > 1:
+            scan = self._scans.pop(0)
+            self._stored -= len(scan.xyz)
+            dropped += 1
+            self._dirty |= scan.in_grid
+        self._counts['num_dropped_old'] += dropped
+
+
+def _pack(ix: np.ndarray, iy: np.ndarray) -> np.ndarray:
+    # 31 bits an axis: a key stays below 2**62, so a key times two plus a flag fits int64.
+    return ((ix.astype(np.int64) + _OFFSET) << 31) | (iy.astype(np.int64) + _OFFSET)
+
+
+def _unpack(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return (keys >> 31) - _OFFSET, (keys & 0x7FFFFFFF) - _OFFSET
+
+
+def _area(box: tuple[int, int, int, int]) -> int:
+    return max(box[2] - box[0], 0) * max(box[3] - box[1], 0)
+
+
+def _union(a: tuple[int, int, int, int], b: tuple[int, int, int, int]
+           ) -> tuple[int, int, int, int]:
+    return min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])
+
+
+def _union_all(boxes: list[tuple[int, int, int, int]]) -> tuple[int, int, int, int]:
+    return _union_rows(np.array(boxes, np.int64))
+
+
+def _union_rows(boxes: np.ndarray) -> tuple[int, int, int, int]:
+    return (int(boxes[:, 0].min()), int(boxes[:, 1].min()), int(boxes[:, 2].max()),
+            int(boxes[:, 3].max()))
+
+
+def _contains(outer: tuple[int, int, int, int], inner: tuple[int, int, int, int]) -> bool:
+    return outer[0] <= inner[0] and outer[1] <= inner[1] and outer[2] >= inner[2] and \
+        outer[3] >= inner[3]
