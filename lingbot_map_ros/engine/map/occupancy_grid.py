@@ -25,9 +25,11 @@ heights measured from ``z = 0``, base_frame's ground where the robot started):
 
 1. points above ``grid.max_height`` are left out (a ceiling says nothing about the floor);
 2. a ray runs from the camera to each point, cut at ``grid.max_range``; the cells it crosses
-   (sampled every half cell) are *misses*; a point not cut whose height is at least
-   ``grid.min_height`` makes its cell a *hit*. Rays ending in the same cell are traced once;
-   a cell counts at most one hit or one miss per scan (a hit wins);
+   are *misses*; a point not cut whose height is at least ``grid.min_height`` makes its cell a
+   *hit*. Rays ending in the same cell are one ray, and of the rays in a thin wedge around the
+   camera (half a cell wide at the range's end) only the longest is sampled (every half cell):
+   the others lie within half a cell of it and their end cells are marked on their own. A cell
+   counts at most one hit or one miss per scan (a hit wins);
 3. each cell keeps log-odds (a hit adds :data:`LOG_ODDS_HIT`, a miss
    :data:`LOG_ODDS_MISS`, clamped to [:data:`LOG_ODDS_MIN`, :data:`LOG_ODDS_MAX`]) and its hit
    and miss counts. A cell never hit nor missed is unknown (-1); one whose probability is at
@@ -67,6 +69,10 @@ PAD_CELLS = 32
 """Cells added on each side when the grid grows (fewer reallocations while the robot moves)."""
 _OFFSET = 1 << 30
 """Cell coordinates are kept within +-2**30 (two pack into an int64 key with a bit to spare)."""
+_THIN_OFFSET = 1 << 20
+"""A scan's 3D cells are kept within +-2**20 of its camera (three pack into an int64)."""
+_WINDOW_MAX = 8192
+"""Larger than any trace window's half side (``grid.max_range / grid.resolution`` + 2)."""
 UNKNOWN, FREE, OCCUPIED = -1, 0, 100
 """Cell values of ``nav_msgs/OccupancyGrid``."""
 
@@ -369,9 +375,10 @@ class OccupancyGrid:
         if not len(pts):
             return pts.reshape(0, 3), 0
         cell = np.floor(pts / self._config.resolution)
-        inside = (np.abs(cell) < _OFFSET).all(axis=1)
-        pts, cell = pts[inside], cell[inside].astype(np.int64)
-        _, first = np.unique(cell, axis=0, return_index=True)
+        inside = (np.abs(cell) < _THIN_OFFSET).all(axis=1)
+        pts, cell = pts[inside], cell[inside].astype(np.int64) + _THIN_OFFSET
+        key = (cell[:, 0] << 42) | (cell[:, 1] << 21) | cell[:, 2]
+        _, first = np.unique(key, return_index=True)
         pts = pts[np.sort(first)]
         thinned = max(len(pts) - MAX_SCAN_POINTS, 0)
         if thinned:  # evenly over the image order: every part of the view keeps some
@@ -379,48 +386,65 @@ class OccupancyGrid:
         return np.ascontiguousarray(pts), thinned + int(np.count_nonzero(~inside))
 
     def _trace(self, scan: _Scan, pose: np.ndarray) -> _Trace:
-        """One scan's misses and hits under ``pose`` (see the module docstring)."""
+        """One scan's misses and hits under ``pose`` (see the module docstring).
+
+        Every cell a scan can touch lies within ``grid.max_range`` of its camera: the cells are
+        marked in a square window around it (no sort of the ray samples).
+        """
         cfg = self._config
         res = cfg.resolution
-        world = scan.xyz.astype(np.float64) @ pose[:3, :3].T + pose[:3, 3]
         camera = pose[:3, 3]
+        cam_cell = np.floor(camera[:2] / res)
+        if not (np.abs(cam_cell) < _OFFSET - _WINDOW_MAX).all():
+            empty = np.zeros(0, np.int64)
+            return _Trace(empty, empty, (0, 0, 0, 0), (float(camera[0]), float(camera[1])),
+                          len(scan.xyz))
+        world = scan.xyz.astype(np.float64) @ pose[:3, :3].T + camera
         world = world[world[:, 2] <= cfg.max_height]
         reach = np.linalg.norm(world - camera, axis=1)
         cut = reach > cfg.max_range
         scale = np.where(cut, cfg.max_range / np.maximum(reach, 1e-12), 1.0)
         end = camera[:2] + (world[:, :2] - camera[:2]) * scale[:, None]
         hit = ~cut & (world[:, 2] >= cfg.min_height)
-        end_cell = np.floor(end / res)
-        cam_cell = np.floor(camera[:2] / res)
-        ok = (np.abs(end_cell) < _OFFSET).all(axis=1)
-        out_of_range = int(np.count_nonzero(~ok))
-        if not (np.abs(cam_cell) < _OFFSET).all():
-            empty = np.zeros(0, np.int64)
-            return _Trace(empty, empty, (0, 0, 0, 0), (float(camera[0]), float(camera[1])),
-                          len(world))
-        end_cell, hit = end_cell[ok].astype(np.int64), hit[ok]
-        # Rays ending in the same cell with the same verdict are one ray.
-        key = _pack(end_cell[:, 0], end_cell[:, 1]) * 2 + hit
-        key = np.unique(key)
-        ray_hit = (key & 1).astype(bool)
-        ex, ey = _unpack(key >> 1)
-        start = camera[:2] / res
-        vec = np.stack([ex + 0.5, ey + 0.5], axis=1) - start
-        steps = np.ceil(np.hypot(vec[:, 0], vec[:, 1]) * 2).astype(np.int64) + 1
-        ray = np.repeat(np.arange(len(key)), steps)
-        offset = np.arange(int(steps.sum())) - np.repeat(np.cumsum(steps) - steps, steps)
-        last = offset == steps[ray] - 1
-        frac = offset / np.maximum(steps[ray] - 1, 1)
-        samples = np.floor(start + vec[ray] * frac[:, None]).astype(np.int64)
-        keep = ~(ray_hit[ray] & last)  # a hit ray's own end cell is not a miss
-        hits = np.unique(_pack(ex[ray_hit], ey[ray_hit]))
-        free = np.setdiff1d(np.unique(_pack(samples[keep, 0], samples[keep, 1])), hits,
-                            assume_unique=True)
+        radius = int(math.ceil(cfg.max_range / res)) + 2
         cx, cy = int(cam_cell[0]), int(cam_cell[1])
-        xs = np.concatenate([ex, [cx]])
-        ys = np.concatenate([ey, [cy]])
-        box = (int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1)
-        return _Trace(free, hits, box, (float(camera[0]), float(camera[1])), out_of_range)
+        x0, y0, size = cx - radius, cy - radius, 2 * radius + 1
+        ends = np.clip(np.floor(end / res).astype(np.int64) - (x0, y0), 0, size - 1)
+        # Rays ending in the same cell with the same verdict are one ray.
+        end_hit = np.zeros((size, size), bool)
+        end_free = np.zeros((size, size), bool)
+        end_hit[ends[hit, 1], ends[hit, 0]] = True
+        end_free[ends[~hit, 1], ends[~hit, 0]] = True
+        hy, hx = np.nonzero(end_hit)
+        fy, fx = np.nonzero(end_free)
+        start = camera[:2] / res - (x0, y0)
+        # Each end cell is marked; the cells between are traced along the longest ray of each
+        # thin wedge around the camera (half a cell wide at the range's end): a shorter ray
+        # of the wedge lies within half a cell of it.
+        ex, ey = np.concatenate([hx, fx]), np.concatenate([hy, fy])
+        vec = np.stack([ex + 0.5, ey + 0.5], axis=1) - start
+        length = np.hypot(vec[:, 0], vec[:, 1])
+        wedges = int(math.ceil(4 * math.pi * radius))
+        wedge = ((np.arctan2(vec[:, 1], vec[:, 0]) + math.pi) * (wedges / (2 * math.pi))
+                 ).astype(np.int64)
+        order = np.lexsort((length, wedge))
+        longest = order[np.append(wedge[order][1:] != wedge[order][:-1], True)]
+        vec, length = vec[longest], length[longest]
+        steps = np.ceil(length * 2).astype(np.int64) + 1
+        ray = np.repeat(np.arange(len(longest)), steps)
+        offset = np.arange(int(steps.sum())) - np.repeat(np.cumsum(steps) - steps, steps)
+        frac = offset / np.maximum(steps[ray] - 1, 1)
+        samples = np.clip(np.floor(start + vec[ray] * frac[:, None]).astype(np.int64), 0,
+                          size - 1)
+        missed = end_free.copy()
+        missed[samples[:, 1], samples[:, 0]] = True
+        missed &= ~end_hit
+        my, mx = np.nonzero(missed)
+        xs, ys = np.append(ex, cx - x0), np.append(ey, cy - y0)
+        box = (int(xs.min()) + x0, int(ys.min()) + y0, int(xs.max()) + x0 + 1,
+               int(ys.max()) + y0 + 1)
+        return _Trace(_pack(mx + x0, my + y0), _pack(hx + x0, hy + y0), box,
+                      (float(camera[0]), float(camera[1])), 0)
 
     def _fit(self, newest: _Scan | None) -> bool:
         """Drop the scans farthest from the newest until the rectangle fits (under the lock).
