@@ -127,10 +127,13 @@ def score(view: GridView) -> GridScore:
                      int(np.count_nonzero(occupied & ~near)), int(np.count_nonzero(occupied)))
 
 
-def build(scans: list[np.ndarray], poses: np.ndarray, config: GridConfig = GridConfig()
-          ) -> tuple[OccupancyGrid, list[float]]:
-    """Add and trace the scans one keyframe at a time; return the grid and each step's seconds."""
-    grid = OccupancyGrid(config)
+def build(scans: list[np.ndarray], poses: np.ndarray, config: GridConfig = GridConfig(),
+          **grid_args: int) -> tuple[OccupancyGrid, list[float]]:
+    """Add and trace the scans one keyframe at a time; return the grid and each step's seconds.
+
+    ``grid_args`` go to :class:`OccupancyGrid` (``point_budget``).
+    """
+    grid = OccupancyGrid(config, **grid_args)
     seconds = []
     for i, (pts, pose) in enumerate(zip(scans, poses)):
         start = time.perf_counter()

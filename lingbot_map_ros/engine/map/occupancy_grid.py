@@ -42,7 +42,7 @@ after :meth:`OccupancyGrid.set_poses` changed a pose or a scan was dropped. Boun
 :meth:`OccupancyGrid.stats`): the grid's rectangle holds at most ``grid.max_cells`` cells (the
 scans whose cameras are farthest from the newest one are dropped first; if the newest alone
 is larger, the cells outside a square around its camera are left out), and the stored scan
-points are at most ``grid.max_cells`` (the oldest scans go first).
+points are at most :data:`POINT_BUDGET` (the oldest scans go first).
 """
 
 from __future__ import annotations
@@ -63,6 +63,8 @@ LOG_ODDS_MIN, LOG_ODDS_MAX = -2.0, 3.5
 """Clamp of a cell's log-odds, so a cell can change its mind after a few scans."""
 MAX_SCAN_POINTS = 8192
 """Most points a keyframe's scan keeps (one per 3D grid cell, then thinned evenly)."""
+POINT_BUDGET = 4_000_000
+"""Most scan points stored over all keyframes (12 bytes each: 48 MB); the oldest go first."""
 MAX_COUNT = np.iinfo(np.uint16).max
 """Hit and miss counts saturate here."""
 PAD_CELLS = 32
@@ -183,9 +185,15 @@ class _Cells:
 class OccupancyGrid:
     """Keyframe scans and the occupancy grid they make under their current poses."""
 
-    def __init__(self, config: GridConfig) -> None:
-        """Start an empty grid with the ``grid.*`` settings ``config``."""
+    def __init__(self, config: GridConfig, point_budget: int = POINT_BUDGET) -> None:
+        """Start an empty grid.
+
+        Args:
+            config: the ``grid.*`` settings.
+            point_budget: most scan points stored (the oldest scans are dropped past it).
+        """
         self._config = config
+        self._point_budget = point_budget
         self._lock = threading.Lock()
         self._build_lock = threading.Lock()
         """Held by the one thread that updates or reads the cells."""
@@ -428,7 +436,8 @@ class OccupancyGrid:
         wedge = ((np.arctan2(vec[:, 1], vec[:, 0]) + math.pi) * (wedges / (2 * math.pi))
                  ).astype(np.int64)
         order = np.lexsort((length, wedge))
-        longest = order[np.append(wedge[order][1:] != wedge[order][:-1], True)]
+        longest = order[np.append(wedge[order][1:] != wedge[order][:-1], True)] \
+            if len(order) else order
         vec, length = vec[longest], length[longest]
         steps = np.ceil(length * 2).astype(np.int64) + 1
         ray = np.repeat(np.arange(len(longest)), steps)
@@ -497,9 +506,9 @@ class OccupancyGrid:
         return sum(cells.apply(t) for t in traces)
 
     def _drop_oldest_points(self) -> None:
-        """Drop the oldest scans while the stored points pass ``grid.max_cells`` (lock held)."""
+        """Drop the oldest scans while the stored points pass the budget (lock held)."""
         dropped = 0
-        while self._stored > self._config.max_cells and len(self._scans) > 1:
+        while self._stored > self._point_budget and len(self._scans) > 1:
             scan = self._scans.pop(0)
             self._stored -= len(scan.xyz)
             dropped += 1
