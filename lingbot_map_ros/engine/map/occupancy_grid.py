@@ -51,9 +51,13 @@ from dataclasses import dataclass
 import math
 import threading
 
+from lingbot_map_ros.config import MapConfig
 from lingbot_map_ros.engine import sim3
+from lingbot_map_ros.engine.image.geometry import unproject_depth
+from lingbot_map_ros.engine.map.keyframe_points import keyframe_points
 from lingbot_map_ros.grid_config import GridConfig
 import numpy as np
+import torch
 
 LOG_ODDS_HIT = math.log(0.7 / 0.3)
 """Log-odds a hit adds (a hit is right 70 % of the time)."""
@@ -77,6 +81,25 @@ _WINDOW_MAX = 8192
 """Larger than any trace window's half side (``grid.max_range / grid.resolution`` + 2)."""
 UNKNOWN, FREE, OCCUPIED = -1, 0, 100
 """Cell values of ``nav_msgs/OccupancyGrid``."""
+
+
+def camera_points(depth: torch.Tensor | np.ndarray, confidence: torch.Tensor | np.ndarray | None,
+                  intrinsics: np.ndarray, map_config: MapConfig) -> np.ndarray:
+    """Return a keyframe's scan: the pixels ``~/map`` keeps, as [M, 3] points in its camera frame.
+
+    Args:
+        depth: [H, W] z-depth.
+        confidence: [H, W] depth confidence, or None.
+        intrinsics: [3, 3] pinhole matrix of those pixels.
+        map_config: the stride and confidence filters (``map.*``).
+
+    Raises:
+        ValueError: shapes that do not fit together.
+    """
+    points = unproject_depth(depth, intrinsics, np.eye(4), dtype=torch.float32)
+    kept, _, _ = keyframe_points(points, depth, confidence, None, map_config,
+                                 torch.device('cpu'))
+    return kept.numpy()
 
 
 @dataclass(frozen=True, slots=True)

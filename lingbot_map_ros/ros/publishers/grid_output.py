@@ -31,10 +31,8 @@ import threading
 from typing import Any
 
 from lingbot_map_ros.config import GridConfig, MapConfig
-from lingbot_map_ros.engine.image.geometry import unproject_depth
 from lingbot_map_ros.engine.map.grid_files import write_map_server
-from lingbot_map_ros.engine.map.keyframe_points import keyframe_points
-from lingbot_map_ros.engine.map.occupancy_grid import GridView, OccupancyGrid
+from lingbot_map_ros.engine.map.occupancy_grid import camera_points, GridView, OccupancyGrid
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 from lingbot_map_ros.ros.messages import conversions
 from nav_msgs.msg import MapMetaData, OccupancyGrid as GridMsg
@@ -42,7 +40,6 @@ import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-import torch
 
 GRID_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1,
                       reliability=ReliabilityPolicy.RELIABLE,
@@ -97,15 +94,13 @@ class GridOutput:
         Raises:
             ValueError: a malformed pose or depth (nothing is stored).
         """
-        points = unproject_depth(pred.depth, pred.intrinsics, np.eye(4), dtype=torch.float32)
-        kept, _, _ = keyframe_points(points, pred.depth, pred.depth_conf, None, map_config,
-                                     torch.device('cpu'))
+        kept = camera_points(pred.depth, pred.depth_conf, pred.intrinsics, map_config)
         with self._lock:
             if keyframe_id is None:
                 keyframe_id = self._next_id
             self._next_id = keyframe_id + 1
             self._stamp_ns = pred.stamp_ns
-        self.grid.add(keyframe_id, kept.numpy(), pose)
+        self.grid.add(keyframe_id, kept, pose)
 
     def follow(self, poses: dict[int, np.ndarray | None]) -> int:
         """Give the keyframes their poses after a correction; returns how many moved."""
