@@ -22,7 +22,6 @@ drop and count, no confident depth is an all-unknown grid, bad settings are refu
 """
 
 from dataclasses import replace
-import math
 from pathlib import Path
 
 from lingbot_map_ros.config import GridConfig
@@ -90,18 +89,9 @@ def test_tracing_keyframe_by_keyframe_equals_one_pass(two_laps, one_lap_grid):
     assert grid.stats()['num_traced'] == 30 and grid.stats()['num_rebuilds'] == 0
 
 
-def _drift(poses, angle=0.08, shift=(0.25, -0.15)):
-    """Return poses moved by a yaw about the room's centre and a shift (odometry drift)."""
-    c, s = math.cos(angle), math.sin(angle)
-    drift = np.eye(4)
-    drift[:2, :2] = [[c, -s], [s, c]]
-    drift[:2, 3] = shift
-    return drift @ poses
-
-
 def test_a_correction_takes_the_double_walls_back(two_laps):
     scans, poses = two_laps
-    drifted = np.concatenate([poses[:30], _drift(poses[30:])])
+    drifted = np.concatenate([poses[:30], grid_quality.drifted(poses[30:])])
     grid, _ = grid_quality.build(scans, drifted)
     before = grid_quality.score(grid.view())
     assert before.false_obstacles > 100, before  # the second lap's walls stand off
