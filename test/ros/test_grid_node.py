@@ -97,3 +97,24 @@ def test_a_bad_grid_value_is_refused_at_start(graph, tmp_path):
     with pytest.raises(Exception, match='grid.resolution') as info:
         start(graph, tmp_path, **{'grid.resolution': 1e-5})
     assert '\n' not in str(info.value).strip()
+
+
+def test_the_cell_bound_holds_on_the_published_grid_and_is_counted(graph, tmp_path):
+    node, probe = start(graph, tmp_path, **{'grid.max_cells': 64, 'grid.resolution': 0.01})
+    sent = [int((40.0 + 0.1 * i) * _SEC) for i in range(3)]
+    for i, t in enumerate(sent):
+        probe.image_pub.publish(image_msg(make_image(i), t))
+    engine_grid = node.core.pipeline.map_output.grid.grid
+    wait_for(lambda: probe.count(probe.poses) >= 3, _TIMEOUT_S, 'poses')
+
+    def settled():
+        stats = engine_grid.stats()
+        added = stats['num_scans'] + stats['num_dropped_far'] + stats['num_dropped_old']
+        return added == 3 and stats['num_pending'] == 0 and not stats['dirty']
+
+    wait_for(settled, _TIMEOUT_S, 'every keyframe traced or dropped')
+    stats = engine_grid.stats()
+    assert stats['width'] * stats['height'] <= 64
+    assert stats['num_cells_outside'] + stats['num_dropped_far'] > 0
+    view = engine_grid.view()
+    assert view.width * view.height <= 64

@@ -245,9 +245,10 @@ class OccupancyGrid:
         """Return the counters and sizes (the grid as of the last update)."""
         with self._lock:
             h, w = self._cells.logodds.shape
+            pending = sum(1 for s in self._scans if s.pose is not None and not s.in_grid)
             return {**self._counts, 'num_scans': len(self._scans),
                     'num_scan_points': self._stored, 'width': w, 'height': h,
-                    'dirty': int(self._dirty)}
+                    'num_pending': pending, 'dirty': int(self._dirty)}
 
     def add(self, keyframe_id: int, points: np.ndarray, pose: np.ndarray | None) -> int:
         """Store one keyframe's scan (cheap: the tracing is :meth:`update`'s).

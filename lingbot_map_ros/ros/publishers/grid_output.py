@@ -67,6 +67,7 @@ class GridOutput:
         self._lock = threading.Lock()
         self._next_id = 0
         self._stamp_ns = 0
+        self._dropped_seen = 0
         self._pub = node.create_publisher(GridMsg, '~/grid', GRID_QOS)
         self._meta_pub = node.create_publisher(MapMetaData, '~/grid_metadata', GRID_QOS)
         self._timer = node.create_timer(config.period_s, self.publish_if_changed,
@@ -113,12 +114,14 @@ class GridOutput:
         self.grid.clear()
         with self._lock:
             self._next_id = 0
+            self._dropped_seen = 0
 
     def publish_if_changed(self) -> None:
         """Trace new keyframes (or rebuild after a correction) and publish when changed."""
         try:
             if not self.grid.update():
                 return
+            self._warn_if_bounded()
             with self._lock:
                 stamp_ns = self._stamp_ns
             msg = self.message(self.grid.view(), stamp_ns)
@@ -126,6 +129,19 @@ class GridOutput:
             self._meta_pub.publish(msg.info)
         except Exception as exc:  # noqa: BLE001 - a timer must not stop the node
             self._log.error(f'grid: update or publish failed: {exc}', throttle_duration_sec=10.0)
+
+    def _warn_if_bounded(self) -> None:
+        """Log (throttled) when the bounds dropped keyframes or cells since the last check."""
+        stats = self.grid.stats()
+        dropped = stats['num_dropped_far'] + stats['num_dropped_old'] + \
+            stats['num_cells_outside']
+        if dropped > self._dropped_seen:
+            self._log.warning(
+                f'grid: bounds reached (grid.max_cells {self.grid.config.max_cells}): '
+                f"{stats['num_dropped_far']} farthest and {stats['num_dropped_old']} oldest "
+                f"keyframes dropped, {stats['num_cells_outside']} cells left out so far",
+                throttle_duration_sec=30.0)
+        self._dropped_seen = dropped
 
     def message(self, view: GridView, stamp_ns: int) -> GridMsg:
         """Return ``view`` as a ``nav_msgs/OccupancyGrid`` in :attr:`frame_id`."""
