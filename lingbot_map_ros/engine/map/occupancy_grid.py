@@ -310,6 +310,12 @@ class OccupancyGrid:
             self._dirty |= changed > 0
         return changed
 
+    def poses(self) -> dict[int, np.ndarray | None]:
+        """Return every scan's current pose by keyframe id (None: not placed)."""
+        with self._lock:
+            return {s.keyframe_id: None if s.pose is None else s.pose.copy()
+                    for s in self._scans}
+
     def update(self) -> bool:
         """Trace the scans not in the grid yet, or rebuild it after a change; True if changed.
 
