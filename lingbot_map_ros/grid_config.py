@@ -63,7 +63,7 @@ class GridConfig:
     """Period of ~/grid, when it changed (steady time); new keyframes are added to the grid
     on this timer, off the frame thread."""
     max_cells: int = 4_000_000
-    """Most cells of the grid (its bounding rectangle, 13 bytes a cell); past it the
+    """Most cells of the grid (its bounding rectangle, 17 bytes a cell); past it the
     keyframes farthest from the newest are dropped (counted)."""
 
     def __post_init__(self) -> None:

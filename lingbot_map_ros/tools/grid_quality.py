@@ -206,7 +206,9 @@ def main(argv: list[str] | None = None) -> None:
     result = score(view)
     logodds, hits, misses = grid.counts()
     stats = grid.stats()
-    memory = logodds.nbytes + hits.nbytes + misses.nbytes + 12 * stats['num_scan_points']
+    # log-odds, hit and miss counts, and the hits' span of heights (two float16 a cell)
+    memory = logodds.nbytes + hits.nbytes + misses.nbytes + 4 * logodds.size + \
+        12 * stats['num_scan_points']
     print(f'{len(scans)} keyframes, grid {view.width} x {view.height} at {view.resolution} m')
     print(f'wall cells occupied {result.wall_occupied:.3f}, free cells free '
           f'{result.free_free:.3f}, occupied cells beyond one cell of a true obstacle '

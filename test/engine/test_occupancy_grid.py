@@ -221,3 +221,27 @@ def test_bad_input_is_refused():
     with pytest.raises(ValueError):
         grid.add(5, np.zeros((1, 3)), bad)
     assert grid.stats()['num_scans'] == 1
+
+
+def _column_scan(x, heights, camera_z=1.2):
+    """Return points (camera frame = map axes, camera at (0, 0, camera_z)) at x along y = 0."""
+    return np.array([[x, 0.01, z - camera_z] for z in heights], np.float32)
+
+
+@pytest.mark.parametrize('span, cleared', [((0.2, 0.3, 0.4), False),   # a low box: rays pass over
+                                           ((0.2, 0.8, 1.4), True)])    # a person who left
+def test_a_ray_clears_a_hit_cell_only_through_the_heights_its_hits_spanned(span, cleared):
+    pose = np.eye(4)
+    pose[2, 3] = 1.2
+    grid = OccupancyGrid(GridConfig())
+    grid.add(0, _column_scan(2.02, span), pose)
+    # Then the floor beyond it: the ray crosses x = 2.02 at about 0.6 m.
+    for i in range(1, 8):
+        grid.add(i, _column_scan(4.02, (0.0,)), pose)
+    grid.update()
+    view = grid.view()
+    col = int(np.floor((2.02 - view.origin_x) / view.resolution + 1e-9))
+    row = int(np.floor((0.01 - view.origin_y) / view.resolution + 1e-9))
+    assert view.data[row, col] == (0 if cleared else OCCUPIED)
+    floor_col = int(np.floor((3.0 - view.origin_x) / view.resolution + 1e-9))
+    assert view.data[row, floor_col] == 0  # the floor between is free either way

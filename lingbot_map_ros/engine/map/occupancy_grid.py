@@ -29,7 +29,9 @@ heights measured from ``z = 0``, base_frame's ground where the robot started):
    *hit*. Rays ending in the same cell are one ray, and of the rays in a thin wedge around the
    camera (half a cell wide at the range's end) only the longest is sampled (every half cell):
    the others lie within half a cell of it and their end cells are marked on their own. A cell
-   counts at most one hit or one miss per scan (a hit wins);
+   counts at most one hit or one miss per scan (a hit wins). A cell keeps the span of heights
+   its hits had; a ray clears a cell that was hit only where it crosses that span (what stood
+   there is gone), so rays passing over a low box or under a table's top leave them be;
 3. each cell keeps log-odds (a hit adds :data:`LOG_ODDS_HIT`, a miss
    :data:`LOG_ODDS_MISS`, clamped to [:data:`LOG_ODDS_MIN`, :data:`LOG_ODDS_MAX`]) and its hit
    and miss counts. A cell never hit nor missed is unknown (-1); one whose probability is at
@@ -147,6 +149,12 @@ class _Trace:
 
     free: np.ndarray
     hit: np.ndarray
+    free_height: np.ndarray
+    """[F] the lowest height a ray crossed each missed cell at."""
+    hit_low: np.ndarray
+    """[H] the lowest hit height in each hit cell."""
+    hit_high: np.ndarray
+    """[H] the highest."""
     box: tuple[int, int, int, int]
     camera_xy: tuple[float, float]
     out_of_range: int
@@ -160,6 +168,13 @@ class _Cells:
         self.logodds = np.zeros((0, 0), np.float32)
         self.hits = np.zeros((0, 0), np.uint16)
         self.misses = np.zeros((0, 0), np.uint16)
+        # The heights a cell's hits spanned (float16: a band's heights need no more); a ray
+        # clears a hit cell only where it crosses that span.
+        self.low = np.full((0, 0), np.inf, np.float16)
+        self.high = np.full((0, 0), -np.inf, np.float16)
+
+    def _arrays(self) -> tuple[np.ndarray, ...]:
+        return self.logodds, self.hits, self.misses, self.low, self.high
 
     @property
     def box(self) -> tuple[int, int, int, int]:
@@ -176,33 +191,51 @@ class _Cells:
                   want[3] + PAD_CELLS)
         if _area(padded) <= max_cells:
             want = padded
-        old = (self.logodds, self.hits, self.misses)
+        old = self._arrays()
         h, w = want[3] - want[1], want[2] - want[0]
         self.logodds = np.zeros((h, w), np.float32)
         self.hits = np.zeros((h, w), np.uint16)
         self.misses = np.zeros((h, w), np.uint16)
+        self.low = np.full((h, w), np.inf, np.float16)
+        self.high = np.full((h, w), -np.inf, np.float16)
         if old[0].size:
             ox, oy = have[0] - want[0], have[1] - want[1]
             oh, ow = old[0].shape
-            for new, prev in zip((self.logodds, self.hits, self.misses), old):
+            for new, prev in zip(self._arrays(), old):
                 new[oy:oy + oh, ox:ox + ow] = prev
         self.x0, self.y0 = want[0], want[1]
 
     def apply(self, trace: _Trace) -> int:
-        """Add one scan's misses and hits; returns its cells outside the arrays (left out)."""
+        """Add one scan's hits and misses; returns its cells outside the arrays (left out).
+
+        A miss counts in a cell never hit, or where the ray crossed the heights the cell's hits
+        spanned (what stood there is gone); a ray passing over a low obstacle or under a
+        table's top says nothing about them.
+        """
+        h, w = self.logodds.shape
         outside = 0
-        for keys, step, counts in ((trace.free, LOG_ODDS_MISS, self.misses),
-                                   (trace.hit, LOG_ODDS_HIT, self.hits)):
-            ix, iy = _unpack(keys)
-            ix, iy = ix - self.x0, iy - self.y0
-            h, w = self.logodds.shape
-            inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
-            outside += int(inside.size - np.count_nonzero(inside))
-            ix, iy = ix[inside], iy[inside]
-            self.logodds[iy, ix] = np.clip(self.logodds[iy, ix] + np.float32(step),
-                                           LOG_ODDS_MIN, LOG_ODDS_MAX)
-            counts[iy, ix] = np.minimum(counts[iy, ix].astype(np.int32) + 1, MAX_COUNT)
+        ix, iy = _unpack(trace.hit)
+        ix, iy = ix - self.x0, iy - self.y0
+        inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
+        outside += int(inside.size - np.count_nonzero(inside))
+        ix, iy = ix[inside], iy[inside]
+        self._step(iy, ix, LOG_ODDS_HIT, self.hits)
+        self.low[iy, ix] = np.minimum(self.low[iy, ix], trace.hit_low[inside])
+        self.high[iy, ix] = np.maximum(self.high[iy, ix], trace.hit_high[inside])
+        ix, iy = _unpack(trace.free)
+        ix, iy = ix - self.x0, iy - self.y0
+        inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
+        outside += int(inside.size - np.count_nonzero(inside))
+        ix, iy, height = ix[inside], iy[inside], trace.free_height[inside]
+        low, high = self.low[iy, ix], self.high[iy, ix]
+        clears = (self.hits[iy, ix] == 0) | ((height >= low) & (height <= high))
+        self._step(iy[clears], ix[clears], LOG_ODDS_MISS, self.misses)
         return outside
+
+    def _step(self, iy: np.ndarray, ix: np.ndarray, step: float, counts: np.ndarray) -> None:
+        self.logodds[iy, ix] = np.clip(self.logodds[iy, ix] + np.float32(step), LOG_ODDS_MIN,
+                                       LOG_ODDS_MAX)
+        counts[iy, ix] = np.minimum(counts[iy, ix].astype(np.int32) + 1, MAX_COUNT)
 
 
 class OccupancyGrid:
@@ -435,26 +468,34 @@ class OccupancyGrid:
         cam_cell = np.floor(camera[:2] / res)
         if not (np.abs(cam_cell) < _OFFSET - _WINDOW_MAX).all():
             empty = np.zeros(0, np.int64)
-            return _Trace(empty, empty, (0, 0, 0, 0), (float(camera[0]), float(camera[1])),
-                          len(scan.xyz))
+            none = np.zeros(0, np.float16)
+            return _Trace(empty, empty, none, none, none, (0, 0, 0, 0),
+                          (float(camera[0]), float(camera[1])), len(scan.xyz))
         world = scan.xyz.astype(np.float64) @ pose[:3, :3].T + camera
         world = world[world[:, 2] <= cfg.max_height]
         reach = np.linalg.norm(world - camera, axis=1)
         cut = reach > cfg.max_range
         scale = np.where(cut, cfg.max_range / np.maximum(reach, 1e-12), 1.0)
-        end = camera[:2] + (world[:, :2] - camera[:2]) * scale[:, None]
+        end = camera + (world - camera) * scale[:, None]
         hit = ~cut & (world[:, 2] >= cfg.min_height)
         radius = int(math.ceil(cfg.max_range / res)) + 2
         cx, cy = int(cam_cell[0]), int(cam_cell[1])
         x0, y0, size = cx - radius, cy - radius, 2 * radius + 1
-        ends = np.clip(np.floor(end / res).astype(np.int64) - (x0, y0), 0, size - 1)
-        # Rays ending in the same cell with the same verdict are one ray.
-        end_hit = np.zeros((size, size), bool)
-        end_free = np.zeros((size, size), bool)
-        end_hit[ends[hit, 1], ends[hit, 0]] = True
-        end_free[ends[~hit, 1], ends[~hit, 0]] = True
+        ends = np.clip(np.floor(end[:, :2] / res).astype(np.int64) - (x0, y0), 0, size - 1)
+        z = end[:, 2]
+        # Rays ending in the same cell with the same verdict are one ray; per end cell the
+        # hits' span of heights and the lowest end (the height a traced ray ends at).
+        hit_low = np.full((size, size), np.inf)
+        hit_high = np.full((size, size), -np.inf)
+        np.minimum.at(hit_low, (ends[hit, 1], ends[hit, 0]), z[hit])
+        np.maximum.at(hit_high, (ends[hit, 1], ends[hit, 0]), z[hit])
+        end_low = np.full((size, size), np.inf)
+        np.minimum.at(end_low, (ends[:, 1], ends[:, 0]), z)
+        crossed = np.full((size, size), np.inf)  # the lowest height a ray crossed a cell at
+        np.minimum.at(crossed, (ends[~hit, 1], ends[~hit, 0]), z[~hit])
+        end_hit = np.isfinite(hit_low)
         hy, hx = np.nonzero(end_hit)
-        fy, fx = np.nonzero(end_free)
+        fy, fx = np.nonzero(np.isfinite(crossed))
         start = camera[:2] / res - (x0, y0)
         # Each end cell is marked; the cells between are traced along the longest ray of each
         # thin wedge around the camera (half a cell wide at the range's end): a shorter ray
@@ -469,21 +510,23 @@ class OccupancyGrid:
         longest = order[np.append(wedge[order][1:] != wedge[order][:-1], True)] \
             if len(order) else order
         vec, length = vec[longest], length[longest]
+        drop = end_low[ey[longest], ex[longest]] - camera[2]
         steps = np.ceil(length * 2).astype(np.int64) + 1
         ray = np.repeat(np.arange(len(longest)), steps)
         offset = np.arange(int(steps.sum())) - np.repeat(np.cumsum(steps) - steps, steps)
         frac = offset / np.maximum(steps[ray] - 1, 1)
         samples = np.clip(np.floor(start + vec[ray] * frac[:, None]).astype(np.int64), 0,
                           size - 1)
-        missed = end_free.copy()
-        missed[samples[:, 1], samples[:, 0]] = True
-        missed &= ~end_hit
+        np.minimum.at(crossed, (samples[:, 1], samples[:, 0]), camera[2] + drop[ray] * frac)
+        missed = np.isfinite(crossed) & ~end_hit
         my, mx = np.nonzero(missed)
         xs, ys = np.append(ex, cx - x0), np.append(ey, cy - y0)
         box = (int(xs.min()) + x0, int(ys.min()) + y0, int(xs.max()) + x0 + 1,
                int(ys.max()) + y0 + 1)
-        return _Trace(_pack(mx + x0, my + y0), _pack(hx + x0, hy + y0), box,
-                      (float(camera[0]), float(camera[1])), 0)
+        f16 = np.float16
+        return _Trace(_pack(mx + x0, my + y0), _pack(hx + x0, hy + y0),
+                      crossed[my, mx].astype(f16), hit_low[hy, hx].astype(f16),
+                      hit_high[hy, hx].astype(f16), box, (float(camera[0]), float(camera[1])), 0)
 
     def _fit(self, newest: _Scan | None) -> bool:
         """Drop the scans farthest from the newest until the rectangle fits (under the lock).
