@@ -32,7 +32,8 @@ from dataclasses import dataclass
 import time
 
 from lingbot_map_ros.config import GridConfig
-from lingbot_map_ros.engine.map.occupancy_grid import FREE, GridView, OccupancyGrid, OCCUPIED
+from lingbot_map_ros.engine.map.grid_cells import FREE, GridView, OCCUPIED
+from lingbot_map_ros.engine.map.occupancy_grid import OccupancyGrid
 from lingbot_map_ros.tools import synthetic_scene as scene
 import numpy as np
 

@@ -25,9 +25,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from lingbot_map_ros.config import GridConfig
+from lingbot_map_ros.engine.map.grid_cells import LOG_ODDS_MAX, LOG_ODDS_MIN, OCCUPIED, UNKNOWN
 from lingbot_map_ros.engine.map.grid_files import write_map_server
-from lingbot_map_ros.engine.map.occupancy_grid import LOG_ODDS_MAX, LOG_ODDS_MIN, \
-    OccupancyGrid, OCCUPIED, UNKNOWN
+from lingbot_map_ros.engine.map.occupancy_grid import OccupancyGrid
 from lingbot_map_ros.tools import grid_quality, synthetic_scene
 import numpy as np
 import pytest

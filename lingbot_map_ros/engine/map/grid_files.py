@@ -16,8 +16,8 @@
 The YAML holds ``image`` (the PGM's name, beside it), ``resolution``, ``origin`` (x, y, yaw of
 the lower-left pixel), ``negate: 0``, ``occupied_thresh``, ``free_thresh`` and ``mode:
 trinary``. The PGM is binary 8-bit (P5), its first row the grid's highest y. Under map_server's
-trinary rules a pixel ``v`` has occupancy ``(255 - v) / 255``: occupied at or above
-``occupied_thresh``, free at or below ``free_thresh``, unknown between. So cells are written as
+trinary rules (``negate: 0``) a pixel ``v`` has occupancy ``(255 - v) / 255``: occupied above
+``occupied_thresh``, free below ``free_thresh``, unknown between. So cells are written as
 :data:`PIXEL_OCCUPIED`, :data:`PIXEL_FREE` and :data:`PIXEL_UNKNOWN`, far from both thresholds.
 Used by ``~/save`` (``ros/publishers/map_save.py``) and ``lingbot_map_replay run --grid``.
 """
@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lingbot_map_ros.engine.map.occupancy_grid import FREE, GridView, OCCUPIED
+from lingbot_map_ros.engine.map.grid_cells import FREE, GridView, OCCUPIED
 import numpy as np
 import yaml
 

@@ -32,8 +32,8 @@ heights measured from ``z = 0``, base_frame's ground where the robot started):
    counts at most one hit or one miss per scan (a hit wins). A cell keeps the span of heights
    its hits had; a ray clears a cell that was hit only where it crosses that span (what stood
    there is gone), so rays passing over a low box or under a table's top leave them be;
-3. each cell keeps log-odds (a hit adds :data:`LOG_ODDS_HIT`, a miss
-   :data:`LOG_ODDS_MISS`, clamped to [:data:`LOG_ODDS_MIN`, :data:`LOG_ODDS_MAX`]) and its hit
+3. each cell keeps log-odds (``grid_cells.py``: a hit adds ``LOG_ODDS_HIT``, a miss
+   ``LOG_ODDS_MISS``, clamped to [``LOG_ODDS_MIN``, ``LOG_ODDS_MAX``]) and its hit
    and miss counts. A cell never hit nor missed is unknown (-1); one whose probability is at
    least ``grid.occupied_threshold`` is occupied (100), at most ``grid.free_threshold`` free
    (0), unknown between (a trinary map, as map_server reads it).
@@ -56,33 +56,21 @@ import threading
 from lingbot_map_ros.config import MapConfig
 from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.image.geometry import unproject_depth
+from lingbot_map_ros.engine.map.grid_cells import box_area, box_union_all, box_union_rows, \
+    CELL_OFFSET, FREE, GridCells, GridView, OCCUPIED, pack_cells, ScanTrace, UNKNOWN
 from lingbot_map_ros.engine.map.keyframe_points import keyframe_points
 from lingbot_map_ros.grid_config import GridConfig
 import numpy as np
 import torch
 
-LOG_ODDS_HIT = math.log(0.7 / 0.3)
-"""Log-odds a hit adds (a hit is right 70 % of the time)."""
-LOG_ODDS_MISS = math.log(0.4 / 0.6)
-"""Log-odds a miss adds (a miss says free with 60 %)."""
-LOG_ODDS_MIN, LOG_ODDS_MAX = -2.0, 3.5
-"""Clamp of a cell's log-odds, so a cell can change its mind after a few scans."""
 MAX_SCAN_POINTS = 8192
 """Most points a keyframe's scan keeps (one per 3D grid cell, then thinned evenly)."""
 POINT_BUDGET = 4_000_000
 """Most scan points stored over all keyframes (12 bytes each: 48 MB); the oldest go first."""
-MAX_COUNT = np.iinfo(np.uint16).max
-"""Hit and miss counts saturate here."""
-PAD_CELLS = 32
-"""Cells added on each side when the grid grows (fewer reallocations while the robot moves)."""
-_OFFSET = 1 << 30
-"""Cell coordinates are kept within +-2**30 (two pack into an int64 key with a bit to spare)."""
 _THIN_OFFSET = 1 << 20
 """A scan's 3D cells are kept within +-2**20 of its camera (three pack into an int64)."""
 _WINDOW_MAX = 8192
 """Larger than any trace window's half side (``grid.max_range / grid.resolution`` + 2)."""
-UNKNOWN, FREE, OCCUPIED = -1, 0, 100
-"""Cell values of ``nav_msgs/OccupancyGrid``."""
 
 
 def camera_points(depth: torch.Tensor | np.ndarray, confidence: torch.Tensor | np.ndarray | None,
@@ -104,30 +92,6 @@ def camera_points(depth: torch.Tensor | np.ndarray, confidence: torch.Tensor | n
     return kept.numpy()
 
 
-@dataclass(frozen=True, slots=True)
-class GridView:
-    """The grid as published: trinary cells over a rectangle of the map frame's x-y plane."""
-
-    data: np.ndarray
-    """[H, W] int8 -1 / 0 / 100; row 0 is the lowest y, column 0 the lowest x."""
-    resolution: float
-    """Cell edge in map units."""
-    origin_x: float
-    """x of the lower-left corner of cell [0, 0]."""
-    origin_y: float
-    """y of that corner."""
-
-    @property
-    def width(self) -> int:
-        """Cells along x."""
-        return int(self.data.shape[1])
-
-    @property
-    def height(self) -> int:
-        """Cells along y."""
-        return int(self.data.shape[0])
-
-
 @dataclass(slots=True, eq=False)  # scans are compared by identity
 class _Scan:
     keyframe_id: int
@@ -141,101 +105,6 @@ class _Scan:
     """The camera's x y in the map when last traced (for the farthest-first drop)."""
     box: tuple[int, int, int, int] | None = None
     """Cells it touched when last traced: (x0, y0, x1, y1), ends excluded."""
-
-
-@dataclass(slots=True)
-class _Trace:
-    """One scan's cells: misses and hits as packed keys, its rectangle and camera."""
-
-    free: np.ndarray
-    hit: np.ndarray
-    free_height: np.ndarray
-    """[F] the lowest height a ray crossed each missed cell at."""
-    hit_low: np.ndarray
-    """[H] the lowest hit height in each hit cell."""
-    hit_high: np.ndarray
-    """[H] the highest."""
-    box: tuple[int, int, int, int]
-    camera_xy: tuple[float, float]
-    out_of_range: int
-
-
-class _Cells:
-    """The dense arrays over the grid's rectangle (touched only by the updating thread)."""
-
-    def __init__(self) -> None:
-        self.x0 = self.y0 = 0
-        self.logodds = np.zeros((0, 0), np.float32)
-        self.hits = np.zeros((0, 0), np.uint16)
-        self.misses = np.zeros((0, 0), np.uint16)
-        # The heights a cell's hits spanned (float16: a band's heights need no more); a ray
-        # clears a hit cell only where it crosses that span.
-        self.low = np.full((0, 0), np.inf, np.float16)
-        self.high = np.full((0, 0), -np.inf, np.float16)
-
-    def _arrays(self) -> tuple[np.ndarray, ...]:
-        return self.logodds, self.hits, self.misses, self.low, self.high
-
-    @property
-    def box(self) -> tuple[int, int, int, int]:
-        h, w = self.logodds.shape
-        return self.x0, self.y0, self.x0 + w, self.y0 + h
-
-    def grow(self, box: tuple[int, int, int, int], max_cells: int) -> None:
-        """Make the arrays cover ``box`` (with padding while it fits ``max_cells``)."""
-        have = self.box
-        if self.logodds.size and _contains(have, box):
-            return
-        want = _union(have, box) if self.logodds.size else box
-        padded = (want[0] - PAD_CELLS, want[1] - PAD_CELLS, want[2] + PAD_CELLS,
-                  want[3] + PAD_CELLS)
-        if _area(padded) <= max_cells:
-            want = padded
-        old = self._arrays()
-        h, w = want[3] - want[1], want[2] - want[0]
-        self.logodds = np.zeros((h, w), np.float32)
-        self.hits = np.zeros((h, w), np.uint16)
-        self.misses = np.zeros((h, w), np.uint16)
-        self.low = np.full((h, w), np.inf, np.float16)
-        self.high = np.full((h, w), -np.inf, np.float16)
-        if old[0].size:
-            ox, oy = have[0] - want[0], have[1] - want[1]
-            oh, ow = old[0].shape
-            for new, prev in zip(self._arrays(), old):
-                new[oy:oy + oh, ox:ox + ow] = prev
-        self.x0, self.y0 = want[0], want[1]
-
-    def apply(self, trace: _Trace) -> int:
-        """Add one scan's hits and misses; returns its cells outside the arrays (left out).
-
-        A miss counts in a cell never hit, or where the ray crossed the heights the cell's hits
-        spanned (what stood there is gone); a ray passing over a low obstacle or under a
-        table's top says nothing about them.
-        """
-        h, w = self.logodds.shape
-        outside = 0
-        ix, iy = _unpack(trace.hit)
-        ix, iy = ix - self.x0, iy - self.y0
-        inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
-        outside += int(inside.size - np.count_nonzero(inside))
-        ix, iy = ix[inside], iy[inside]
-        self._step(iy, ix, LOG_ODDS_HIT, self.hits)
-        self.low[iy, ix] = np.minimum(self.low[iy, ix], trace.hit_low[inside])
-        self.high[iy, ix] = np.maximum(self.high[iy, ix], trace.hit_high[inside])
-        ix, iy = _unpack(trace.free)
-        ix, iy = ix - self.x0, iy - self.y0
-        inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
-        outside += int(inside.size - np.count_nonzero(inside))
-        ix, iy, height = ix[inside], iy[inside], trace.free_height[inside]
-        low, high = self.low[iy, ix], self.high[iy, ix]
-        clears = (self.hits[iy, ix] == 0) | ((height >= low) & (height <= high))
-        self._step(iy[clears], ix[clears], LOG_ODDS_MISS, self.misses)
-        return outside
-
-    def _step(self, iy: np.ndarray, ix: np.ndarray, step: float, counts: np.ndarray) -> None:
-        self.logodds[iy, ix] = np.clip(self.logodds[iy, ix] + np.float32(step), LOG_ODDS_MIN,
-                                       LOG_ODDS_MAX)
-        counts[iy, ix] = np.minimum(counts[iy, ix].astype(np.int32) + 1, MAX_COUNT)
 
 
 class OccupancyGrid:
@@ -266,7 +135,7 @@ class OccupancyGrid:
         with self._lock:
             self._scans: list[_Scan] = []
             self._stored = 0
-            self._cells = _Cells()
+            self._cells = GridCells()
             self._dirty = False
             self._changed = True
             self._counts = dict.fromkeys(
@@ -366,7 +235,7 @@ class OccupancyGrid:
                 self._changed = False
             if not todo and not rebuild:
                 return changed
-            cells = _Cells() if rebuild else self._cells
+            cells = GridCells() if rebuild else self._cells
             traces = [self._trace(scan, pose) for scan, pose in todo]
             with self._lock:
                 if generation != self._generation:
@@ -399,7 +268,7 @@ class OccupancyGrid:
             self._dirty = False
             todo = [(s, s.pose) for s in self._scans if s.pose is not None]
         traces = [self._trace(scan, pose) for scan, pose in todo]
-        cells = _Cells()
+        cells = GridCells()
         outside = self._apply(cells, traces)
         with self._lock:
             if generation == self._generation:
@@ -456,7 +325,7 @@ class OccupancyGrid:
             pts = pts[np.linspace(0, len(pts) - 1, MAX_SCAN_POINTS).round().astype(np.int64)]
         return np.ascontiguousarray(pts), thinned + int(np.count_nonzero(~inside))
 
-    def _trace(self, scan: _Scan, pose: np.ndarray) -> _Trace:
+    def _trace(self, scan: _Scan, pose: np.ndarray) -> ScanTrace:
         """One scan's misses and hits under ``pose`` (see the module docstring).
 
         Every cell a scan can touch lies within ``grid.max_range`` of its camera: the cells are
@@ -466,11 +335,11 @@ class OccupancyGrid:
         res = cfg.resolution
         camera = pose[:3, 3]
         cam_cell = np.floor(camera[:2] / res)
-        if not (np.abs(cam_cell) < _OFFSET - _WINDOW_MAX).all():
+        if not (np.abs(cam_cell) < CELL_OFFSET - _WINDOW_MAX).all():
             empty = np.zeros(0, np.int64)
             none = np.zeros(0, np.float16)
-            return _Trace(empty, empty, none, none, none, (0, 0, 0, 0),
-                          (float(camera[0]), float(camera[1])), len(scan.xyz))
+            return ScanTrace(empty, empty, none, none, none, (0, 0, 0, 0),
+                             (float(camera[0]), float(camera[1])), len(scan.xyz))
         world = scan.xyz.astype(np.float64) @ pose[:3, :3].T + camera
         world = world[world[:, 2] <= cfg.max_height]
         reach = np.linalg.norm(world - camera, axis=1)
@@ -524,9 +393,10 @@ class OccupancyGrid:
         box = (int(xs.min()) + x0, int(ys.min()) + y0, int(xs.max()) + x0 + 1,
                int(ys.max()) + y0 + 1)
         f16 = np.float16
-        return _Trace(_pack(mx + x0, my + y0), _pack(hx + x0, hy + y0),
-                      crossed[my, mx].astype(f16), hit_low[hy, hx].astype(f16),
-                      hit_high[hy, hx].astype(f16), box, (float(camera[0]), float(camera[1])), 0)
+        return ScanTrace(pack_cells(mx + x0, my + y0), pack_cells(hx + x0, hy + y0),
+                         crossed[my, mx].astype(f16), hit_low[hy, hx].astype(f16),
+                         hit_high[hy, hx].astype(f16), box,
+                         (float(camera[0]), float(camera[1])), 0)
 
     def _fit(self, newest: _Scan | None) -> bool:
         """Drop the scans farthest from the newest until the rectangle fits (under the lock).
@@ -537,7 +407,7 @@ class OccupancyGrid:
         if not placed:
             return False
         boxes = np.array([s.box for s in placed], np.int64)
-        if _area(_union_rows(boxes)) <= self._config.max_cells:
+        if box_area(box_union_rows(boxes)) <= self._config.max_cells:
             return False
         last = placed.index(newest) if newest in placed else len(placed) - 1
         anchor = np.asarray(placed[last].camera_xy)
@@ -555,7 +425,7 @@ class OccupancyGrid:
         for k in range(len(order)):
             box = (min(low[k, 0], own[0]), min(low[k, 1], own[1]), max(high[k, 0], own[2]),
                    max(high[k, 1], own[3]))
-            if _area(box) <= self._config.max_cells:
+            if box_area(box) <= self._config.max_cells:
                 count = k
                 break
         for i in order[:count]:
@@ -564,14 +434,14 @@ class OccupancyGrid:
         self._counts['num_dropped_far'] += count
         return count > 0
 
-    def _apply(self, cells: _Cells, traces: list[_Trace]) -> int:
+    def _apply(self, cells: GridCells, traces: list[ScanTrace]) -> int:
         """Grow ``cells`` to the traces' rectangle (bounded) and add them in age order."""
-        boxes = [t.box for t in traces if _area(t.box) > 0]
+        boxes = [t.box for t in traces if box_area(t.box) > 0]
         if not boxes:
             return 0
-        box = _union_all(boxes)
+        box = box_union_all(boxes)
         limit = self._config.max_cells
-        if _area(box) > limit:  # the newest alone is too large: a square around its camera
+        if box_area(box) > limit:  # the newest alone is too large: a square around its camera
             side = max(int(math.isqrt(limit)), 1)
             cx, cy = (int(math.floor(v / self._config.resolution)) for v in traces[-1].camera_xy)
             box = (cx - side // 2, cy - side // 2, cx - side // 2 + side, cy - side // 2 + side)
@@ -587,35 +457,3 @@ class OccupancyGrid:
             dropped += 1
             self._dirty |= scan.in_grid
         self._counts['num_dropped_old'] += dropped
-
-
-def _pack(ix: np.ndarray, iy: np.ndarray) -> np.ndarray:
-    # 31 bits an axis: a key stays below 2**62, so a key times two plus a flag fits int64.
-    return ((ix.astype(np.int64) + _OFFSET) << 31) | (iy.astype(np.int64) + _OFFSET)
-
-
-def _unpack(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return (keys >> 31) - _OFFSET, (keys & 0x7FFFFFFF) - _OFFSET
-
-
-def _area(box: tuple[int, int, int, int]) -> int:
-    return max(box[2] - box[0], 0) * max(box[3] - box[1], 0)
-
-
-def _union(a: tuple[int, int, int, int], b: tuple[int, int, int, int]
-           ) -> tuple[int, int, int, int]:
-    return min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])
-
-
-def _union_all(boxes: list[tuple[int, int, int, int]]) -> tuple[int, int, int, int]:
-    return _union_rows(np.array(boxes, np.int64))
-
-
-def _union_rows(boxes: np.ndarray) -> tuple[int, int, int, int]:
-    return (int(boxes[:, 0].min()), int(boxes[:, 1].min()), int(boxes[:, 2].max()),
-            int(boxes[:, 3].max()))
-
-
-def _contains(outer: tuple[int, int, int, int], inner: tuple[int, int, int, int]) -> bool:
-    return outer[0] <= inner[0] and outer[1] <= inner[1] and outer[2] >= inner[2] and \
-        outer[3] >= inner[3]

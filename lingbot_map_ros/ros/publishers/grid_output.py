@@ -31,8 +31,9 @@ import threading
 from typing import Any
 
 from lingbot_map_ros.config import GridConfig, MapConfig
+from lingbot_map_ros.engine.map.grid_cells import GridView
 from lingbot_map_ros.engine.map.grid_files import write_map_server
-from lingbot_map_ros.engine.map.occupancy_grid import camera_points, GridView, OccupancyGrid
+from lingbot_map_ros.engine.map.occupancy_grid import camera_points, OccupancyGrid
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 from lingbot_map_ros.ros.messages import conversions
 from nav_msgs.msg import MapMetaData, OccupancyGrid as GridMsg
