@@ -17,6 +17,17 @@ Example:
     ros2 launch lingbot_map_ros lingbot_map.launch.py image_topic:=/camera/color/image_raw \
         weights:=/data/lingbot-map.pt base_frame:=base_link rviz:=true
 
+Mapping with loop closure, metric depth and the occupancy grid ``~/grid`` (docs/map.md), then
+``ros2 service call /lingbot_map/save_map std_srvs/srv/Trigger``:
+    ros2 launch lingbot_map_ros lingbot_map.launch.py image_topic:=/camera/color/image_raw \
+        depth_topic:=/camera/aligned_depth_to_color/image_raw weights:=/data/lingbot-map.pt \
+        loop_closure:=true grid:=true rviz:=true
+
+Localizing in that saved map (RViz "2D Pose Estimate" on /initialpose gives a first guess):
+    ros2 launch lingbot_map_ros lingbot_map.launch.py image_topic:=/camera/color/image_raw \
+        depth_topic:=/camera/aligned_depth_to_color/image_raw weights:=/data/lingbot-map.pt \
+        loop_closure:=true map_load_path:=$HOME/.ros/lingbot_map/map map_mode:=localization
+
 Several cameras (README "Several cameras", config/two_cameras.yaml):
     ros2 launch lingbot_map_ros lingbot_map.launch.py cameras:=front,left \
         params_file:=config/two_cameras.yaml weights:=/data/lingbot-map.pt
@@ -48,7 +59,9 @@ from lifecycle_msgs.msg import Transition
 OVERRIDES = {'weights': 'weights', 'allow_random_weights': 'allow_random_weights',
              'odom_frame': 'frames.odom_frame', 'base_frame': 'frames.base_frame',
              'map_frame': 'frames.map_frame', 'camera_frame': 'frames.camera_frame',
-             'publish_tf': 'publish.tf', 'transport': 'input.transport'}
+             'publish_tf': 'publish.tf', 'transport': 'input.transport',
+             'loop_closure': 'loop.enable', 'map_load_path': 'map.load_path',
+             'map_mode': 'map.mode', 'grid': 'grid.enable'}
 
 
 def arguments():
@@ -75,6 +88,11 @@ def arguments():
          'empty: one camera on image_topic'),
         ('depth_topic', '', 'Set: depth image aligned to the image (16UC1 mm / 32FC1 m) for '
          'metric outputs (metric.source depth, stream.enable_depth true)'),
+        ('loop_closure', '', 'true/false: loop closure and the map frame (loop.enable, '
+         'docs/loop_closure.md)'),
+        ('map_load_path', '', 'A saved map folder (~/save_map) to load at start (map.load_path)'),
+        ('map_mode', '', 'With a loaded map: mapping (grow it) or localization (map.mode)'),
+        ('grid', '', 'true/false: the occupancy grid ~/grid for nav2 (grid.enable, docs/map.md)'),
         ('lifecycle', 'false', 'true: start the managed (lifecycle) node instead'),
         ('autostart', 'true', 'With lifecycle:=true, configure and activate at start'),
         ('rviz', 'false', 'true: also start rviz2 with rviz/lingbot_map.rviz (if installed)'),

@@ -36,6 +36,7 @@ from pathlib import Path
 import typing
 from typing import Any, Literal
 
+from lingbot_map_ros.grid_config import GridConfig  # noqa: F401 - re-exported
 from lingbot_map_ros.imu_config import ImuConfig  # noqa: F401 - re-exported
 from lingbot_map_ros.kernel_config import KernelConfig
 from lingbot_map_ros.loop_config import LoopConfig  # noqa: F401 - re-exported
@@ -319,6 +320,7 @@ _SECTIONS = {'model': ModelConfig, 'cache': CacheConfig, 'stream': StreamConfig,
 # Sections with field docstrings (``field_docs``); 'map' and 'metric' are not part of
 # EngineConfig.
 _DOCUMENTED = {**_SECTIONS, 'map': MapConfig, 'metric': MetricConfig, 'loop': LoopConfig}
+_DOCUMENTED['grid'] = GridConfig
 _DOCUMENTED['imu'] = ImuConfig  # the IMU beside the camera (imu_config.py)
 
 

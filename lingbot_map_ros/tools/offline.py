@@ -58,7 +58,7 @@ from pathlib import Path
 import time
 from typing import Any
 
-from lingbot_map_ros.config import EngineConfig, LoopConfig, MapConfig, MetricConfig
+from lingbot_map_ros.config import EngineConfig, GridConfig, LoopConfig, MapConfig, MetricConfig
 from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.prediction import FramePrediction
@@ -106,6 +106,9 @@ class RunOptions:
     """Topic of the depth images among the messages (with ``metric.source: depth``)."""
     loop: LoopConfig | None = None
     """Loop closure (``--loop-closure``): the node's ``loop.*`` parameters; None: off."""
+    grid: GridConfig | None = None
+    """The occupancy grid (``--grid``): the node's ``grid.*`` parameters, written as map-server
+    files ``grid.yaml`` + ``grid.pgm`` per segment; None: none."""
 
 
 def make_session(values: dict[str, Any]) -> StreamingSession:
@@ -168,7 +171,8 @@ class OfflineRunner:
                                 scale_fixed=options.metric.enabled) \
             if options.loop is not None else None
         self._map = ReplayMap(options.map, session.config.stream.device, self._axes,
-                              self._loop) if options.save_ply else None
+                              self._loop, grid=options.grid, save_ply=options.save_ply) \
+            if options.save_ply or options.grid is not None else None
         self._map_poses: np.ndarray | None = None
 
     @classmethod

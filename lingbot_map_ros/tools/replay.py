@@ -47,7 +47,7 @@ from pathlib import Path
 import sys
 from typing import Any
 
-from lingbot_map_ros.config import load_yaml, LoopConfig, MapConfig, MetricConfig
+from lingbot_map_ros.config import GridConfig, load_yaml, LoopConfig, MapConfig, MetricConfig
 from lingbot_map_ros.config import section_from_flat
 from lingbot_map_ros.engine.errors import LingbotMapError
 from lingbot_map_ros.ros.parameters import params
@@ -92,7 +92,7 @@ def run_options(args: argparse.Namespace) -> tuple[dict[str, Any], RunOptions]:
         values['stream.device'] = args.device
     if args.depth_topic:  # metric scale from a depth camera
         values['metric.source'] = 'depth'
-    if args.depth or args.ply or values.get('metric.source') == 'depth':
+    if args.depth or args.ply or args.grid or values.get('metric.source') == 'depth':
         values['stream.enable_depth'] = True
     options = RunOptions(
         map_axes=args.map_axes,
@@ -105,7 +105,8 @@ def run_options(args: argparse.Namespace) -> tuple[dict[str, Any], RunOptions]:
         max_frames=args.max_frames, metric=MetricConfig.from_flat(values),
         depth_topic=_absolute(args.depth_topic or ''),
         loop=section_from_flat(LoopConfig, 'loop', {**values, 'loop.enable': True})
-        if getattr(args, 'loop_closure', False) else None)
+        if getattr(args, 'loop_closure', False) else None,
+        grid=GridConfig.from_flat(values) if getattr(args, 'grid', False) else None)
     return values, options
 
 
@@ -168,6 +169,12 @@ def _add_run_parser(subparsers: argparse._SubParsersAction) -> None:
                         '); with --loop-closure in the map frame, placed by the corrected '
                         'keyframes, and the odom-frame map as map_odom.ply; turns '
                         'stream.enable_depth on')
+    p.add_argument('--grid', action='store_true',
+                   help='save the occupancy grid of the keyframes as map-server files '
+                        "grid.yaml + grid.pgm (the node's ~/grid, grid.* of the YAML; heights "
+                        'from z = 0 of the output axes, the first camera: set the band, e.g. '
+                        '--set grid.min_height=-1.0 --set grid.max_height=0.5); with '
+                        '--loop-closure in the map frame; turns stream.enable_depth on')
     p.add_argument('--depth-topic', default=None,
                    help='depth images aligned to the colour images (16UC1 mm or 32FC1 m): '
                         'metric outputs, as the node with metric.source:=depth')

@@ -44,8 +44,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / 'launch' / 'lingbot_map.launch.py'
 DOCUMENTED = ['namespace', 'params_file', 'use_sim_time', 'log_level', 'image_topic', 'weights',
               'allow_random_weights', 'odom_frame', 'base_frame', 'map_frame', 'camera_frame',
-              'publish_tf', 'transport', 'cameras', 'depth_topic', 'lifecycle', 'autostart',
-              'rviz']
+              'publish_tf', 'transport', 'cameras', 'depth_topic', 'loop_closure',
+              'map_load_path', 'map_mode', 'grid', 'lifecycle', 'autostart', 'rviz']
 EXECUTABLES = {'lingbot_map_node': 'lingbot_map_ros.ros.nodes.entry',
                'lingbot_map_lifecycle_node': 'lingbot_map_ros.ros.nodes.lifecycle_node'}
 _TIMEOUT_S = 120.0  # a node process importing torch on a loaded 2-core machine
@@ -184,7 +184,8 @@ def probe_launch(namespace, num_images):
         wait_for(lambda: len(poses) >= num_images, _TIMEOUT_S, f'{num_images} poses')
         client = probe.create_client(GetParameters, 'lingbot_map/get_parameters')
         names = ['frames.odom_frame', 'frames.map_frame', 'publish.tf', 'allow_random_weights',
-                 'model.preset', 'use_sim_time', 'input.transport']
+                 'model.preset', 'use_sim_time', 'input.transport', 'loop.enable',
+                 'grid.enable', 'map.mode']
         wait_for(lambda: client.wait_for_service(timeout_sec=0.1), _TIMEOUT_S, 'parameters')
         future = client.call_async(GetParameters.Request(names=names))
         wait_for(future.done, _TIMEOUT_S, 'get_parameters')
@@ -221,14 +222,36 @@ def test_launch_starts_the_node_with_arguments_remaps_and_parameters(prefix, par
     got, stops = launch({'namespace': namespace, 'params_file': str(params_file),
                          'image_topic': 'cam/image_raw', 'allow_random_weights': 'true',
                          'odom_frame': 'odom_lt', 'map_frame': 'map_lt', 'publish_tf': 'false',
-                         'log_level': 'warn'},
+                         'log_level': 'warn', 'loop_closure': 'false', 'grid': 'false',
+                         'map_mode': 'localization'},
                         lambda: probe_launch(namespace, 4))
     check_outputs(got, namespace, 'odom_lt')
     check_clean_stop(stops)
     assert got['params'] == {'frames.odom_frame': 'odom_lt', 'frames.map_frame': 'map_lt',
                              'publish.tf': False,
                              'allow_random_weights': True, 'model.preset': 'tiny',
-                             'use_sim_time': False, 'input.transport': 'raw'}
+                             'use_sim_time': False, 'input.transport': 'raw',
+                             'loop.enable': False, 'grid.enable': False,
+                             'map.mode': 'localization'}
+
+
+def test_mapping_arguments_become_node_parameters():
+    pytest.importorskip('launch_ros')
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('lingbot_map_launch_file', LAUNCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    given = {'loop_closure': 'true', 'map_load_path': '/maps/lab', 'map_mode': 'localization',
+             'grid': 'false', 'depth_topic': '/cam/depth'}
+    values = module._overrides(lambda name: given.get(name, ''))
+    assert values == {'loop.enable': True, 'map.load_path': '/maps/lab',
+                      'map.mode': 'localization', 'grid.enable': False,
+                      'metric.source': 'depth', 'stream.enable_depth': True}
+    # Empty arguments keep the parameter file's values.
+    assert module._overrides(lambda name: '') == {}
+    from lingbot_map_ros.ros.parameters.params import all_specs
+    declared = {s.name for s in all_specs()}
+    assert set(module.OVERRIDES.values()) <= declared
 
 
 def test_launch_lifecycle_autostart_configures_and_activates(prefix, params_file):

@@ -55,6 +55,8 @@ ACCEPTED: frozenset[tuple[str, str]] = frozenset({
     ('loop.image_store_mb', 'zero'),         # no keyframe images kept
     ('cache.kernel.fa3_joint_tail_rows', 'zero'),  # FA3 keeps every run's tail rows
     ('cache.kernel.fa3_splits', 'zero'),     # FA3's own split heuristic
+    ('grid.min_height', 'zero'),             # obstacles from base_frame's ground plane up
+    ('grid.min_height', 'negative'),         # base_frame above the floor: the band reaches below
 })
 """(parameter, hostile value) pairs that are valid settings (docs/parameters.md)."""
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lingbot_map_ros.config import MapConfig
+from lingbot_map_ros.config import GridConfig, MapConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +55,8 @@ class NodeOptions:
     """``output.directory``: where ``~/save`` writes."""
     max_poses: int
     """``output.max_poses``: poses kept for ``~/save`` (oldest dropped)."""
+    grid_config: GridConfig = GridConfig()
+    """``grid.*``: the occupancy grid (``~/grid``)."""
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> NodeOptions:
@@ -70,4 +72,5 @@ class NodeOptions:
                    cloud_stride=int(values['publish.cloud_stride']),
                    map_config=MapConfig.from_flat(values),
                    output_directory=str(values['output.directory']),
-                   max_poses=int(values['output.max_poses']))
+                   max_poses=int(values['output.max_poses']),
+                   grid_config=GridConfig.from_flat(values))

@@ -87,6 +87,7 @@ def declare_all(node: Any) -> dict[str, Any]:
     values.update(input_params.declare_mounts(node, values))
     engine_config(values)
     config.MapConfig.from_flat(values)
+    config.GridConfig.from_flat(values)
     config.section_from_flat(config.LoopConfig, LOOP_SECTION, values)
     problem = metric_problem(values)
     if problem:

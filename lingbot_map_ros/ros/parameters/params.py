@@ -65,6 +65,8 @@ size the map."""
 METRIC_SECTION = 'metric'
 """``metric.*`` (metric scale from a depth camera): all read-only (they pick subscriptions)."""
 
+GRID_SECTION = 'grid'
+"""``grid.*`` (the occupancy grid ``~/grid``, docs/map.md): all read-only (they size the grid)."""
 LOOP_SECTION = 'loop'
 """``loop.*`` (loop closure, docs/loop_closure.md): all read-only (they size the closer).
 ``loop.enable`` defaults to true but for the tiny preset (random weights: no places)."""
@@ -136,6 +138,7 @@ _INT_RANGES: dict[str, tuple[int, int, int]] = {
     'stream.overlap_keyframes': (1, 1_000_000, 0),
     'map.max_points': (1, 1_000_000_000, 0),
     'map.pixel_stride': (1, 64, 0),
+    'grid.max_cells': (1, 100_000_000, 0),
     'metric.settle_keyframes': (1, 1_000_000, 0),
     'loop.candidates': (1, 100, 0),
     'loop.exclude_recent': (0, 1_000_000, 0),
@@ -150,6 +153,13 @@ _FLOAT_RANGES: dict[str, tuple[float, float]] = {
     'map.confidence_percentile': (0.0, 100.0),
     'map.min_confidence': (0.0, 1e6),
     'map.period_s': (MIN_MAP_PERIOD_S, 3600.0),
+    'grid.resolution': (1e-6, 1000.0),
+    'grid.min_height': (-1000.0, 1000.0),
+    'grid.max_height': (-1000.0, 1000.0),
+    'grid.max_range': (1e-6, 1000.0),
+    'grid.occupied_threshold': (0.0, 1.0),
+    'grid.free_threshold': (0.0, 1.0),
+    'grid.period_s': (MIN_MAP_PERIOD_S, 3600.0),
     'metric.max_dt_s': (1e-6, 1.0),
     'metric.min_valid_fraction': (1e-4, 1.0),
     'metric.max_range_m': (0.0, 1000.0),
@@ -190,6 +200,12 @@ def map_specs() -> list[ParamSpec]:
     """Specs of the ``map.*`` parameters, one per ``config.MapConfig`` field."""
     defaults = {f'{MAP_SECTION}.{k}': v for k, v in asdict(config.MapConfig()).items()}
     return _section_specs(MAP_SECTION, config.MapConfig, defaults, LIVE_MAP_PARAMS)
+
+
+def grid_specs() -> list[ParamSpec]:
+    """Specs of the ``grid.*`` parameters, one per ``config.GridConfig`` field."""
+    defaults = {f'{GRID_SECTION}.{k}': v for k, v in asdict(config.GridConfig()).items()}
+    return _section_specs(GRID_SECTION, config.GridConfig, defaults, frozenset())
 
 
 def metric_specs() -> list[ParamSpec]:
@@ -240,7 +256,7 @@ def _section_specs(section: str, cls: type, defaults: dict[str, Any],
 def all_specs(preset: str = 'official') -> list[ParamSpec]:
     """Engine, map, metric and node specs: every parameter the node declares."""
     return (engine_specs(preset) + map_specs() + metric_specs() + loop_specs(preset) +
-            list(NODE_PARAMS))
+            list(NODE_PARAMS) + grid_specs())
 
 
 def check_value(spec: ParamSpec, value: Any) -> str | None:

@@ -41,6 +41,7 @@ starts a new map (new origin and scale), so the map and the logged poses are cle
 
 from __future__ import annotations
 
+from pathlib import Path
 import threading
 import time
 from typing import Any, Callable
@@ -52,6 +53,7 @@ from lingbot_map_ros.engine.session.prediction import FramePrediction
 from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.ros.parameters.node_options import NodeOptions
 from lingbot_map_ros.ros.publishers.anchored_pieces import AnchoredPieces
+from lingbot_map_ros.ros.publishers.grid_output import GridOutput
 from lingbot_map_ros.ros.publishers.map_save import CameraEstimate, MapSnapshot, save
 from lingbot_map_ros.ros.publishers.odom_frames import OdomFrames
 import numpy as np
@@ -167,6 +169,9 @@ class MapOutput:
         self._timer = node.create_timer(options.map_config.period_s, self._publish_if_changed,
                                         callback_group=MutuallyExclusiveCallbackGroup(),
                                         clock=Clock(clock_type=ClockType.STEADY_TIME))
+        self.grid = GridOutput(node, options.grid_config, self._frame_id) \
+            if options.grid_config.enable else None
+        """``~/grid``, fed with the keyframes ``~/map`` takes (``grid.enable``), else None."""
 
     def destroy(self) -> None:
         """Remove ``~/map``, ``~/save`` and the timer, and free the map (lifecycle cleanup)."""
@@ -176,6 +181,8 @@ class MapOutput:
         self._map.clear()
         if self._pieces is not None:
             self._pieces.clear()
+        if self.grid is not None:
+            self.grid.destroy()
 
     @property
     def accumulator(self) -> MapAccumulator:
@@ -215,6 +222,8 @@ class MapOutput:
         self._pieces = AnchoredPieces(AnchoredMap(self._options.map_config, self._device),
                                       loop_output)
         self._frame_id = loop_output.map_frame
+        if self.grid is not None:
+            self.grid.frame_id = self._frame_id
 
     def set_options(self, options: NodeOptions) -> None:
         """Use ``options`` from now on (``map.*`` live settings, ``output.directory``)."""
@@ -272,6 +281,7 @@ class MapOutput:
         update = self._map.add_points(pred.points(odom_from_world), pred.depth,
                                       pred.depth_conf, pred.image)
         self._add_ms.append((time.perf_counter() - start) * 1e3)
+        self._add_to_grid(pred, config, lambda: odom_from_world @ np.asarray(pred.c2w), None)
         with self._lock:
             self._stamp_ns, self._changed = pred.stamp_ns, True
         if update.num_dropped or update.num_out_of_range:
@@ -307,14 +317,33 @@ class MapOutput:
             self._log.error(f'map: keyframe at stamp {pred.stamp_ns} not added: {exc}',
                             throttle_duration_sec=5.0)
             return
+        piece_id = pieces.next_id - 1
+        self._add_to_grid(pred, config, lambda: pieces.map.poses().get(piece_id), piece_id)
         with self._lock:
             self._stamp_ns, self._changed = pred.stamp_ns, True
+
+    def _add_to_grid(self, pred: FramePrediction, config: MapConfig,
+                     pose: Callable[[], np.ndarray | None], piece_id: int | None) -> None:
+        """Give ``~/grid`` the keyframe ``~/map`` took, with its camera's pose in the map."""
+        if self.grid is None:
+            return
+        try:
+            self.grid.add(pred, pose(), config, piece_id)
+        except (ValueError, RuntimeError) as exc:  # a bad frame must not stop the node
+            self._log.error(f'grid: keyframe at stamp {pred.stamp_ns} not added: {exc}',
+                            throttle_duration_sec=5.0)
+
+    def save_grid(self, folder: str | Path) -> tuple[Path, Path] | None:
+        """Write ``~/grid`` as map-server files into ``folder``; None without a grid."""
+        return None if self.grid is None else self.grid.save(folder)
 
     def clear(self) -> int:
         """Start a new map (session reset); returns the map points removed."""
         removed = self._map.clear()
         if self._pieces is not None:
             removed += self._pieces.clear()
+        if self.grid is not None:
+            self.grid.clear()
         with self._lock:  # after the clear, so the next publish is the empty map
             self._poses.clear()
             self._changed = True
@@ -336,6 +365,8 @@ class MapOutput:
             if moved:
                 with self._lock:
                     self._changed = True
+                if self.grid is not None:  # rebuilt on the grid's own timer
+                    self.grid.follow(self._pieces.map.poses())
         with self._lock:
             if not self._changed:
                 return
@@ -380,6 +411,7 @@ class MapOutput:
         try:
             snapshot = self.snapshot()
             folder = save(directory, snapshot)
+            self.save_grid(folder)
         except Exception as exc:  # noqa: BLE001 - answer the caller, never raise
             response.success = False
             response.message = f"save into '{directory}' failed: {exc}"
