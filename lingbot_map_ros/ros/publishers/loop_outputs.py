@@ -25,7 +25,8 @@ says (a scale correction cannot be a TF, so it is anchored at the current pose).
 ``~/odometry`` and ``odom -> base_link`` are not touched. ``~/map_pose`` carries the latest
 keyframe's marginal covariance rotated into ``map`` (translation in odom units, rotation in
 radians). ``~/map_path`` (all corrected keyframes) and ``~/loop_closures`` are republished by a
-timer (:data:`GRAPH_PERIOD_S`) when the graph has changed, off the inference thread.
+timer (:data:`GRAPH_PERIOD_S`, steady time: it runs on when a replay's ``/clock`` stops) when the
+graph has changed, off the inference thread.
 """
 
 from __future__ import annotations
@@ -41,10 +42,12 @@ from lingbot_map_ros.engine.session.prediction import FramePrediction
 from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.ros.parameters.node_options import NodeOptions
 from lingbot_map_ros.ros.publishers import diagnostics
+from lingbot_map_ros.ros.publishers.callback_guard import guard_timer
 from lingbot_map_ros.ros.publishers.map_reuse import MAP_KEYS
 from lingbot_map_ros.ros.publishers.outputs import UNKNOWN_VARIANCE
 from nav_msgs.msg import Path
 import numpy as np
+from rclpy.clock import Clock, ClockType
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from std_msgs.msg import ColorRGBA
 from visualization_msgs.msg import Marker, MarkerArray
@@ -59,7 +62,8 @@ LOOP_KEYS: tuple[str, ...] = (
     'accepted', 'rejected', 'rejected_verification', 'rejected_graph', 'verification_errors',
     'dropped_keyframes', 'last_correction_m', 'last_correction_deg', 'optimisation_ms',
     'map_to_odom.x', 'map_to_odom.y', 'map_to_odom.z', 'map_to_odom.yaw_deg',
-    'map_to_odom.scale', 'index_backend', 'images_stored', 'image_bytes') + MAP_KEYS
+    'map_to_odom.scale', 'index_backend', 'images_stored', 'image_bytes',
+    'last_rejection') + MAP_KEYS
 """Keys of the ``loop`` status, in order, in every state."""
 
 _COUNTS = ('keyframes', 'queued', 'candidates', 'replaced', 'verified', 'accepted',
@@ -96,6 +100,14 @@ class KeyframeFeed(Protocol):
 
     def close(self) -> None:
         """Stop the closer and the verifier."""
+
+
+def _last_rejection(edges: list) -> str:
+    """Return the latest rejected pair and why (the verifier's reason or the graph's), or none."""
+    for edge in reversed(edges):
+        if not edge.accepted:
+            return f'{edge.query} -> {edge.candidate}: {edge.reason}'
+    return 'none'
 
 
 def rigid(pose: np.ndarray) -> np.ndarray:
@@ -135,7 +147,11 @@ class LoopOutput:
         self._lock = threading.Lock()
         self._anchor: tuple[np.ndarray, np.ndarray] | None = None
         """(``T_odom_world``, ``inv(mount)``) of the latest frame, for the timer."""
-        self._timer = node.create_timer(GRAPH_PERIOD_S, self._refresh) if active else None
+        # Steady time: under use_sim_time a bag that stops stops /clock, and the path and the
+        # markers must still follow the graph (the worker finishes its queue after the bag).
+        self._timer = node.create_timer(
+            GRAPH_PERIOD_S, guard_timer(node.get_logger(), 'map path', self._refresh),
+            clock=Clock(clock_type=ClockType.STEADY_TIME)) if active else None
 
     @property
     def feed(self) -> KeyframeFeed:
@@ -265,6 +281,9 @@ class LoopOutput:
             for key in ('last_correction_m', 'last_correction_deg', 'optimisation_ms',
                         'index_backend'):
                 values[key] = stats[key]
+            if not np.isfinite(values['optimisation_ms']):  # none yet: n/a, never 'nan'
+                values['optimisation_ms'] = None
+            values['last_rejection'] = _last_rejection(closer.loop_edges())
         m = self._map_from_odom
         values.update({'map_to_odom.x': m[0, 3], 'map_to_odom.y': m[1, 3],
                        'map_to_odom.z': m[2, 3],
@@ -307,20 +326,16 @@ class LoopOutput:
 
     def _refresh(self) -> None:
         """Timer: republish the path and markers when the graph or its edges changed."""
-        try:
-            with self._lock:
-                closer, anchor = self._feed.closer, self._anchor
-                if closer is None or anchor is None:
-                    return
-                edges = closer.loop_edges()
-                key = (closer.stats()['keyframes'], closer.version, len(edges))
-                if key == self._published:
-                    return
-                self._published = key
-            self._publish_graph(closer.corrected_poses(), edges, *anchor)
-        except Exception as exc:  # noqa: BLE001 - a timer must not stop the node
-            self._node.get_logger().error(f'map path not published: {exc}',
-                                          throttle_duration_sec=10.0)
+        with self._lock:
+            closer, anchor = self._feed.closer, self._anchor
+            if closer is None or anchor is None:
+                return
+            edges = closer.loop_edges()
+            key = (closer.stats()['keyframes'], closer.version, len(edges))
+            if key == self._published:
+                return
+            self._published = key
+        self._publish_graph(closer.corrected_poses(), edges, *anchor)
 
     def _publish_graph(self, poses: np.ndarray, edges: list, anchor: np.ndarray,
                        mount_inv: np.ndarray) -> None:

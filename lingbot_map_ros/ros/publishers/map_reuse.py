@@ -46,6 +46,7 @@ from lingbot_map_ros.config import MetricConfig
 from lingbot_map_ros.engine.loop.map_format import MapExpectation, MapSnapshot, model_hash
 from lingbot_map_ros.engine.loop.map_store import load_map, save_map
 from lingbot_map_ros.ros.parameters.save_directory import resolve_directory
+from lingbot_map_ros.ros.publishers.callback_guard import bounded, guard_service, log_outcome
 from lingbot_map_ros.ros.publishers.service_qos import service_qos
 from nav_msgs.srv import SetMap
 import numpy as np
@@ -92,19 +93,17 @@ class MapReuse:
         if map_output is not None:  # ~/map in map, from anchored pieces, with loop closure
             map_output.follow(loop_output)
         group = MutuallyExclusiveCallbackGroup()  # one map operation at a time
+        log = node.get_logger()
         self._services = [
-            node.create_service(Trigger, '~/save_map', self._on_save, qos_profile=service_qos(),
-                                callback_group=group),
-            node.create_service(Trigger, '~/load_map', self._on_load, qos_profile=service_qos(),
-                                callback_group=group),
-            node.create_service(SetMap, '~/localize_in_map', self._on_localize,
-                                qos_profile=service_qos(), callback_group=group)]
+            node.create_service(srv, name, guard_service(log, name, callback),
+                                qos_profile=service_qos(), callback_group=group)
+            for srv, name, callback in ((Trigger, '~/save_map', self._on_save),
+                                        (Trigger, '~/load_map', self._on_load),
+                                        (SetMap, '~/localize_in_map', self._on_localize))]
         path = values['map.load_path']
         if path:
             ok, message = self.load(path, values['map.mode'])
-            log = node.get_logger()
-            (log.info if ok else log.error)(message if ok else
-                                            f'{message}; starting without a map')
+            log_outcome(log, ok, message if ok else f'{message}; starting without a map')
 
     def destroy(self) -> None:
         """Remove the services."""
@@ -186,7 +185,7 @@ class MapReuse:
             loaded = load_map(folder, expect)
         except Exception as exc:  # noqa: BLE001 - MapLoadError or any other: an answer
             with self._lock:
-                self._error = f'map {path!r} refused: {exc}'
+                self._error = bounded(f'map {path!r} refused: {exc}')
                 return False, self._error
         with self._lock:
             self._map, self._mode, self._path, self._error = loaded, mode, str(folder), ''
@@ -208,7 +207,7 @@ class MapReuse:
             snapshot = self._snapshot()
             save_map(folder, snapshot)
         except Exception as exc:  # noqa: BLE001 - a failed save is an answer, never a raise
-            return False, f'save_map failed: {exc}'
+            return False, bounded(f'save_map failed: {exc}')
         graph = snapshot.graph
         return True, (f'{folder} ({graph.num_keyframes} keyframes, {len(graph.edges_ij)} '
                       f'edges, {len(graph.images)} images, {len(snapshot.points_xyz)} points)')
@@ -266,8 +265,7 @@ class MapReuse:
     def _on_save(self, request: Trigger.Request, response: Trigger.Response
                  ) -> Trigger.Response:
         response.success, response.message = self.save(self._param('map.save_path'))
-        log = self._node.get_logger()
-        (log.info if response.success else log.error)(f'~/save_map: {response.message}')
+        log_outcome(self._node.get_logger(), response.success, f'~/save_map: {response.message}')
         return response
 
     def _on_load(self, request: Trigger.Request, response: Trigger.Response
@@ -277,36 +275,45 @@ class MapReuse:
             response.success, response.message = False, 'map.load_path is empty: set it first'
             return response
         response.success, response.message = self.load(path, self._param('map.mode'))
-        log = self._node.get_logger()
-        (log.info if response.success else log.error)(f'~/load_map: {response.message}')
+        log_outcome(self._node.get_logger(), response.success, f'~/load_map: {response.message}')
         return response
 
     def _on_localize(self, request: SetMap.Request, response: SetMap.Response
                      ) -> SetMap.Response:
+        # SetMap's answer has no message: a refusal's reason is logged and shown as the
+        # ``loop`` status's ``map_error``.
         log = self._node.get_logger()
+        hint, reason = self._hint_of(request.initial_pose)
+        if reason:
+            with self._lock:
+                self._error = f'~/localize_in_map refused: {reason}'
+            log.error(f'~/localize_in_map: {reason}')
+            response.success = False
+            return response
+        with self._lock:
+            self._hint, self._restart, self._error = hint, True, ''
+        log.info('~/localize_in_map: searching' + (
+            f' within {hint[1]:.2f} of ({hint[0][0]:.2f}, {hint[0][1]:.2f}, '
+            f'{hint[0][2]:.2f}) in the map graph' if hint else ''))
+        response.success = True
+        return response
+
+    def _hint_of(self, pose: Any) -> tuple[tuple[np.ndarray, float] | None, str]:
+        """Return (the search hint of a ``PoseWithCovarianceStamped``, '') or (None, why not).
+
+        A pose without a frame is no hint; the hint is in the loaded map's graph frame.
+        """
         with self._lock:
             loaded = self._map
         if loaded is None:
-            log.error('~/localize_in_map: no map loaded (set map.load_path, call ~/load_map)')
-            response.success = False
-            return response
-        hint = None
-        pose = request.initial_pose
-        if pose.header.frame_id:
-            p = pose.pose.pose.position
-            cov = np.asarray(pose.pose.covariance, np.float64).reshape(6, 6)
-            radius = max(3.0 * float(np.sqrt(max(cov[0, 0], cov[1, 1], 0.0))),
-                         MIN_HINT_RADIUS)
-            graph_from_frame = np.linalg.inv(loaded.frame_from_graph)
-            position = graph_from_frame[:3, :3] @ [p.x, p.y, p.z] + graph_from_frame[:3, 3]
-            if not (np.isfinite(position).all() and np.isfinite(radius)):
-                log.error('~/localize_in_map: the pose hint is not finite')
-                response.success = False
-                return response
-            hint = (position, radius)
-        with self._lock:
-            self._hint, self._restart = hint, True
-        log.info('~/localize_in_map: searching' + (
-            f' within {hint[1]:.2f} of ({p.x:.2f}, {p.y:.2f}, {p.z:.2f})' if hint else ''))
-        response.success = True
-        return response
+            return None, 'no map loaded (set map.load_path, call ~/load_map)'
+        if not pose.header.frame_id:
+            return None, ''
+        p = pose.pose.pose.position
+        cov = np.asarray(pose.pose.covariance, np.float64).reshape(6, 6)
+        radius = max(3.0 * float(np.sqrt(max(cov[0, 0], cov[1, 1], 0.0))), MIN_HINT_RADIUS)
+        graph_from_frame = np.linalg.inv(loaded.frame_from_graph)
+        position = graph_from_frame[:3, :3] @ [p.x, p.y, p.z] + graph_from_frame[:3, 3]
+        if not (np.isfinite(position).all() and np.isfinite(radius)):
+            return None, 'the pose hint is not finite'
+        return (position, radius), ''
