@@ -171,6 +171,8 @@ class LoopReplay:
 
     @staticmethod
     def _public(stats: dict[str, Any]) -> dict[str, Any]:
-        out = {k: v for k, v in stats.items() if k != 'map_from_odom'}
+        # JSON has no NaN: a value not known yet (no optimisation) is null.
+        out = {k: (None if isinstance(v, float) and not np.isfinite(v) else v)
+               for k, v in stats.items() if k != 'map_from_odom'}
         out['map_from_odom'] = np.asarray(stats['map_from_odom']).round(9).tolist()
         return out

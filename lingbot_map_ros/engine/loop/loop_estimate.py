@@ -32,7 +32,7 @@ from lingbot_map_ros.engine import sim3
 import numpy as np
 
 COUNTS = ('candidates', 'replaced', 'verified', 'accepted', 'rejected_verification',
-          'rejected_graph', 'verification_errors', 'errors')
+          'rejected_graph', 'verification_errors', 'errors', 'skipped')
 """The counters, in the order ``LoopCloser.stats`` gives them."""
 
 

@@ -22,7 +22,10 @@ under its lock); the steps themselves take no lock:
 - :meth:`LoopSteps.add`: one keyframe: its odometry edge into the pose graph
   (:class:`PoseGraph`), a search of the place index for earlier keyframes
   (:class:`PlaceIndex`), then its descriptor into the index and its JPEG into the store
-  (:class:`ImageStore`); it returns the best candidate;
+  (:class:`ImageStore`); it returns the candidates to verify, best first: up to
+  ``loop.candidates`` above ``loop.min_score``, less those near a pair already rejected
+  (:meth:`LoopSteps.add`: a look-alike place that was refused for the previous keyframes is not
+  tried again for the next ones, so it cannot take every check);
 - :meth:`LoopSteps.verify`: a candidate through the :class:`Verifier`; an accepted one becomes
   a robust loop edge that the graph keeps (the trajectory is corrected) or rejects (residual
   gate); with a loaded map not yet tied to the run, the first accepted match ties them.
@@ -30,6 +33,7 @@ under its lock); the steps themselves take no lock:
 
 from __future__ import annotations
 
+import collections
 from dataclasses import replace
 import logging
 import time
@@ -49,6 +53,8 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
+_REJECTED_KEPT = 64
+"""Latest rejected pairs remembered to skip their near-duplicates (a bounded memory)."""
 _MIN_STEP = 1e-3
 """Floor of an odometry edge's translation standard deviation (pose units): a still camera's
 zero step must not become an infinitely certain edge."""
@@ -73,6 +79,9 @@ class LoopSteps:
         self._index = PlaceIndex(use_faiss=use_faiss)
         self._images = ImageStore(config.image_store_bytes, config.image_folder or None)
         self._records: dict[int, KeyframeRecord] = {}
+        self._rejected: collections.deque[tuple[int, int]] = collections.deque(
+            maxlen=_REJECTED_KEPT)
+        """(query, candidate) of the latest pairs refused by the verifier or the graph."""
 
     @property
     def descriptor_dim(self) -> int | None:
@@ -154,16 +163,19 @@ class LoopSteps:
                     '(score %.3f)', query.index, candidate.index, found.score)
 
     def add(self, record: KeyframeRecord, rgb: np.ndarray | None
-            ) -> tuple[KeyframeRecord, PlaceCandidate] | None:
+            ) -> list[tuple[KeyframeRecord, PlaceCandidate]]:
         """Graph node, retrieval, index, image store for one keyframe.
 
         Returns:
-            The keyframe and its best candidate, to verify; None without a candidate.
+            (the keyframe, a candidate) to verify, best candidate first: the
+            ``loop.candidates`` best above ``loop.min_score``, chosen among the keyframes that
+            are not within ``loop.separation`` of a candidate already rejected for a query
+            within ``loop.separation`` of this one (those are counted ``skipped``).
         """
         n = record.index
         if self._estimate.map_state == 'failed':  # no graph to put it in (counted, see the log)
             self._estimate.count('errors')
-            return None
+            return []
         untied = self._map is not None and not self._map.tied
         map_only = self._map is not None and self._map.map_only
         if untied:
@@ -176,10 +188,18 @@ class LoopSteps:
             self._graph.add_node(record.odom_pose, PoseGraphEdge(
                 n - 1, n, measured, self._odometry_information(measured), 'odometry'))
         cfg = self._config
+        skipped: list[int] = []
+
+        def skip(candidate: int) -> bool:
+            if self._near_rejected(n, candidate):
+                skipped.append(candidate)
+                return True
+            return False
         found = self._index.search(record.descriptor, n, k=cfg.candidates,
                                    min_score=cfg.min_score,
                                    exclude_recent=0 if map_only else cfg.exclude_recent,
-                                   separation=cfg.separation)
+                                   separation=cfg.separation,
+                                   skip=skip if self._rejected else None)
         if untied:
             found = self._map.near_hint(found)
         if not map_only:
@@ -194,7 +214,15 @@ class LoopSteps:
         else:
             corrected, covariance = self._graph.pose(n), self._graph.covariance(n)
         self._estimate.add_keyframe(corrected, covariance, record.odom_pose, len(found))
-        return (self._records[n], found[0]) if found else None
+        if skipped:
+            self._estimate.count('skipped', len(skipped))
+        return [(self._records[n], c) for c in found]
+
+    def _near_rejected(self, query: int, candidate: int) -> bool:
+        """Return whether (query, candidate) is a near-duplicate of a rejected pair."""
+        near = self._config.separation
+        return any(abs(query - q) <= near and abs(candidate - c) <= near
+                   for q, c in self._rejected)
 
     def _odometry_information(self, measured: np.ndarray) -> np.ndarray:
         cfg = self._config
@@ -203,8 +231,12 @@ class LoopSteps:
         sigmas = [sigma_t] * 3 + [cfg.odometry_rotation_sigma] * 3 + [cfg.odometry_scale_sigma]
         return np.diag(1.0 / np.square(sigmas))
 
-    def verify(self, query: KeyframeRecord, found: PlaceCandidate) -> None:
-        """Verify one candidate and put an accepted one into the graph."""
+    def verify(self, query: KeyframeRecord, found: PlaceCandidate) -> bool:
+        """Verify one candidate and put an accepted one into the graph.
+
+        Returns:
+            Whether the pair was accepted (the query's other candidates need no check).
+        """
         candidate = self._records[found.index]
         try:
             result = self._verifier.verify(replace(query, image=self.image(query.index)),
@@ -216,15 +248,15 @@ class LoopSteps:
             logger.warning('loop verification %d -> %d failed: %s', query.index,
                            candidate.index, exc)
             self._estimate.count('verification_errors')
-            return
+            return False
         self._estimate.count('verified')
         if not result.accepted:
             self._record(LoopEdgeInfo(query.index, candidate.index, False, result.reason,
                                       found.score, float('nan')), 'rejected_verification')
-            return
+            return False
         if self._map is not None and not self._map.tied:
             self._tie(query, candidate, result, found)
-            return
+            return True
         edge = PoseGraphEdge(candidate.index, query.index, result.relative, result.information,
                              'loop')
         last = self._graph.num_nodes - 1
@@ -236,13 +268,13 @@ class LoopSteps:
             logger.warning('loop %d -> %d refused by the graph: %s', query.index,
                            candidate.index, exc)
             self._estimate.count('verification_errors')
-            return
+            return False
         elapsed_ms = 1e3 * (time.perf_counter() - start)
         if not outcome.accepted:
             self._estimate.timed(elapsed_ms)
             self._record(LoopEdgeInfo(query.index, candidate.index, False, 'residual',
                                       found.score, outcome.residual), 'rejected_graph')
-            return
+            return False
         poses = list(self._graph.poses())
         after = poses[last]
         moved = float(np.linalg.norm(after[:3, 3] - before[:3, 3]))
@@ -255,6 +287,9 @@ class LoopSteps:
         logger.info('loop closed: keyframe %d -> %d (score %.3f, residual %.2f), '
                     'correction %.3f m %.2f deg', query.index, candidate.index, found.score,
                     outcome.residual, moved, turned)
+        return True
 
     def _record(self, info: LoopEdgeInfo, count: str) -> None:
+        if not info.accepted:
+            self._rejected.append((info.query, info.candidate))
         self._estimate.record(info, count)
