@@ -33,7 +33,7 @@ steps themselves, single-threaded: ``loop_steps.py``):
 
 With a loaded map (``seed``, ``loaded_map.py``) the worker first puts the map's keyframes into
 the graph and the index; live keyframes are numbered after them and searched against the map
-until a first accepted match ties the run to it (``map_state``: ``searching``, then
+until ``min_matches`` agreeing matches tie the run to it (``map_state``: ``searching``, then
 ``localized``). :meth:`LoopCloser.snapshot` hands a consistent copy of keyframes and graph to
 another thread for ``map_store.save_map``: the worker takes it between two keyframes.
 
@@ -70,8 +70,8 @@ class LoopCloser:
 
     def __init__(self, verifier: Verifier, config: LoopConfig, *, scale_fixed: bool = False,
                  use_faiss: bool = True, seed: KeyframeGraph | None = None,
-                 mode: MapMode = 'mapping', hint: tuple[np.ndarray, float] | None = None
-                 ) -> None:
+                 mode: MapMode = 'mapping', hint: tuple[np.ndarray, float] | None = None,
+                 min_matches: int = 1) -> None:
         """Build the graph, index and store and start the worker.
 
         Args:
@@ -84,6 +84,7 @@ class LoopCloser:
             mode: with a map, 'localization' (the map is not grown) or 'mapping'.
             hint: with a map, (position [3] in its frame, radius): the first match is
                 searched among the map keyframes within the radius only.
+            min_matches: with a map, agreeing matches that tie the run to it (``loaded_map.py``).
 
         Raises:
             ImportError: gtsam is not installed.
@@ -91,7 +92,7 @@ class LoopCloser:
         """
         if seed is None and mode != 'mapping':
             raise ValueError(f'mode {mode!r} needs a loaded map')
-        loaded = LoadedMap(seed, mode, hint) if seed is not None else None
+        loaded = LoadedMap(seed, mode, hint, min_matches) if seed is not None else None
         self._offset = loaded.num_keyframes if loaded is not None else 0
         self._cond = threading.Condition()
         self._incoming: collections.deque[tuple[KeyframeRecord, np.ndarray | None]] = \

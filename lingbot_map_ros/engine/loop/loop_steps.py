@@ -28,7 +28,8 @@ under its lock); the steps themselves take no lock:
   tried again for the next ones, so it cannot take every check);
 - :meth:`LoopSteps.verify`: a candidate through the :class:`Verifier`; an accepted one becomes
   a robust loop edge that the graph keeps (the trajectory is corrected) or rejects (residual
-  gate); with a loaded map not yet tied to the run, the first accepted match ties them.
+  gate); with a loaded map not yet tied to the run, accepted matches are proposals and enough
+  agreeing ones tie them (``loaded_map.py``).
 """
 
 from __future__ import annotations
@@ -95,7 +96,11 @@ class LoopSteps:
     def stats(self) -> dict[str, Any]:
         """Return the map mode, the loaded map's keyframes, the index backend, the images."""
         return {'map_mode': self._map.mode if self._map is not None else 'mapping',
-                'map_keyframes': self._offset, 'index_backend': self._index.backend,
+                'map_keyframes': self._offset,
+                'map_matches': (0 if self._map is None else
+                                self._map.min_matches if self._map.tied else
+                                self._map.best_agreement),
+                'index_backend': self._index.backend,
                 'images_stored': len(self._images), 'image_bytes': self._images.num_bytes}
 
     def close(self) -> None:
@@ -146,21 +151,34 @@ class LoopSteps:
         logger.info('loaded map seeded: %d keyframes, %d edges, mode %s', len(poses),
                     len(self._graph.edges()), self._map.mode)
 
-    def _tie(self, query: KeyframeRecord, candidate: KeyframeRecord, result: Verification,
-             found: PlaceCandidate) -> None:
-        """Join the live run to the map's graph by the first accepted match."""
+    def _propose(self, query: KeyframeRecord, candidate: KeyframeRecord,
+                 result: Verification, found: PlaceCandidate) -> None:
+        """Keep an accepted match with the loaded map; tie the run once enough agree."""
+        group = self._map.propose(self._graph, query, candidate, result, found.score)
+        if not group:
+            logger.info('map match %d -> %d kept (%d of %d agreeing so far)', query.index,
+                        candidate.index, self._map.best_agreement, self._map.min_matches)
+            return
+        others = [m for m in self._map.proposals if all(m is not g for g in group)]
         start = time.perf_counter()
-        outcome = self._map.join(self._graph, self._index, query, candidate, result,
-                                 self._odometry_information)
+        outcomes = self._map.join(self._graph, self._index, group, self._odometry_information)
         elapsed_ms = 1e3 * (time.perf_counter() - start)
         poses = list(self._graph.poses())
         last = len(poses) - 1
         self._estimate.correct(poses, last, self._records[last].odom_pose,
                                self._graph.covariance(last), elapsed_ms, map_state='localized')
-        self._record(LoopEdgeInfo(query.index, candidate.index, True, 'ok', found.score,
-                                  outcome.residual), 'accepted')
-        logger.info('localized in the loaded map: keyframe %d matches map keyframe %d '
-                    '(score %.3f)', query.index, candidate.index, found.score)
+        for match in others:  # proposals that disagree with the tie: wrong matches
+            self._record(LoopEdgeInfo(match.query.index, match.candidate.index, False,
+                                      'inconsistent', match.score, float('nan')),
+                         'rejected_graph')
+        for match, outcome in zip(group, outcomes):
+            self._record(LoopEdgeInfo(match.query.index, match.candidate.index,
+                                      outcome.accepted, 'ok' if outcome.accepted else 'residual',
+                                      match.score, outcome.residual),
+                         'accepted' if outcome.accepted else 'rejected_graph')
+        logger.info('localized in the loaded map: %d agreeing matches, the newest keyframe %d '
+                    'with map keyframe %d (score %.3f); %d disagreeing dropped', len(group),
+                    query.index, candidate.index, found.score, len(others))
 
     def add(self, record: KeyframeRecord, rgb: np.ndarray | None
             ) -> list[tuple[KeyframeRecord, PlaceCandidate]]:
@@ -255,7 +273,7 @@ class LoopSteps:
                                       found.score, float('nan')), 'rejected_verification')
             return False
         if self._map is not None and not self._map.tied:
-            self._tie(query, candidate, result, found)
+            self._propose(query, candidate, result, found)
             return True
         edge = PoseGraphEdge(candidate.index, query.index, result.relative, result.information,
                              'loop')

@@ -16,8 +16,8 @@
 An exception that leaves an rclpy callback is re-raised by the executor's ``spin`` and stops the
 node. :func:`guard_service` wraps a service callback: what it raises is logged at ERROR and
 answered (``success`` False and, where the response has one, ``message`` naming the service
-and the error). :func:`guard_timer` wraps a timer callback: what it raises is logged, throttled,
-and the timer keeps running.
+and the error). :func:`guard_timer` wraps a timer (or subscription) callback: what it raises is
+logged, throttled, and the timer keeps running.
 
 :func:`log_outcome` logs a result at INFO or at ERROR from two call sites: rclpy's logger keeps
 one severity per call site and raises ``ValueError: Logger severity cannot be changed between
@@ -79,18 +79,20 @@ def guard_service(logger: Any, name: str,
     return answer
 
 
-def guard_timer(logger: Any, name: str, callback: Callable[[], None]) -> Callable[[], None]:
+def guard_timer(logger: Any, name: str, callback: Callable[..., None]) -> Callable[..., None]:
     """Return ``callback`` logging (throttled) instead of raising; the timer keeps running.
+
+    Also for a subscription's callback (its message is passed on).
 
     Args:
         logger: the node's logger.
-        name: what the timer does, for the log (``map path``).
-        callback: the timer's callback.
+        name: what the callback does, for the log (``map path``, ``/initialpose``).
+        callback: the timer's callback (no argument) or a subscription's (the message).
     """
     @functools.wraps(callback)
-    def tick() -> None:
+    def tick(*args: Any) -> None:
         try:
-            callback()
+            callback(*args)
         except Exception as exc:  # noqa: BLE001 - a timer must not stop the node
             logger.error(bounded(f'{name} failed: {type(exc).__name__}: {exc}'),
                          throttle_duration_sec=_ERROR_THROTTLE_S)

@@ -49,7 +49,7 @@ from nav_msgs.msg import Path
 import numpy as np
 from rclpy.clock import Clock, ClockType
 from rclpy.qos import DurabilityPolicy, QoSProfile
-from std_msgs.msg import ColorRGBA
+from std_msgs.msg import Bool, ColorRGBA
 from visualization_msgs.msg import Marker, MarkerArray
 
 try:  # tf2_ros comes with a ROS install, not with the PyPI wheels.
@@ -63,7 +63,7 @@ LOOP_KEYS: tuple[str, ...] = (
     'dropped_keyframes', 'last_correction_m', 'last_correction_deg', 'optimisation_ms',
     'map_to_odom.x', 'map_to_odom.y', 'map_to_odom.z', 'map_to_odom.yaw_deg',
     'map_to_odom.scale', 'index_backend', 'images_stored', 'image_bytes',
-    'last_rejection', 'skipped') + MAP_KEYS
+    'last_rejection', 'skipped', 'localized') + MAP_KEYS
 """Keys of the ``loop`` status, in order, in every state."""
 
 _COUNTS = ('keyframes', 'queued', 'candidates', 'replaced', 'verified', 'accepted',
@@ -142,6 +142,9 @@ class LoopOutput:
                                                QoSProfile(depth=10))
         self._path_pub = node.create_publisher(Path, '~/map_path', latched)
         self._marker_pub = node.create_publisher(MarkerArray, '~/loop_closures', latched)
+        self._localized_pub = node.create_publisher(Bool, '~/localized', latched)
+        self._localized: bool | None = None
+        """The last ``~/localized`` published (None before the first)."""
         self._published = (-1, -1, -1)
         self._map_from_odom = np.eye(4)
         self._lock = threading.Lock()
@@ -211,15 +214,35 @@ class LoopOutput:
         anchor = self._outputs.frames.odom_from_world()
         return (source.frame_from_graph(anchor) if source is not None else anchor), closer
 
+    def localized(self) -> bool:
+        """Return whether poses are published in ``map`` (``~/localized``).
+
+        Loop closure runs and, with a loaded map, the run is tied to it (``map_reuse.py``);
+        False while searching or after a map to localize in was refused.
+        """
+        feed = self._feed
+        if not self._map_frame or feed.state != 'running':
+            return False
+        source = feed.map_source
+        return source is None or source.publishing(feed.closer)
+
     def publish(self, pred: FramePrediction, camera_frame: str, opts: NodeOptions) -> None:
         """Feed a keyframe to the closer; publish TF map -> odom and ``~/map_pose``."""
         self._feed.feed(pred)
+        self._publish_localized()
         if not self._map_frame or self._feed.state == 'off' or not self._outputs.frames.anchored:
             return
         closer = self._feed.closer
         source = self._feed.map_source
         if source is not None and not source.publishing(closer):
-            return  # a loaded map: nothing in map until localized in it (map_reuse.py)
+            # A loaded map: nothing in map until localized in it (map_reuse.py); TF map ->
+            # odom stays where it was (a tf listener keeps working), then jumps once.
+            if self._tf is not None:
+                header = PoseStamped().header
+                header.frame_id = self._map_frame
+                conversions.fill_stamp(header.stamp, pred.stamp_ns)
+                self._publish_tf(header)
+            return
         world_to_map = closer.map_from_odom() if closer is not None else np.eye(4)
         anchor = self._outputs.frames.odom_from_world()
         # ROS map from the graph's frame: this run's anchor, or the loaded map's own.
@@ -254,7 +277,7 @@ class LoopOutput:
         if self._timer is not None:
             self._node.destroy_timer(self._timer)
         self._feed.close()
-        for pub in (self._pose_pub, self._path_pub, self._marker_pub):
+        for pub in (self._pose_pub, self._path_pub, self._marker_pub, self._localized_pub):
             self._node.destroy_publisher(pub)
         if self._tf is not None:
             self._node.destroy_publisher(self._tf.pub_tf)
@@ -270,7 +293,8 @@ class LoopOutput:
         stats = closer.stats() if closer is not None else {}
         values: dict[str, Any] = dict.fromkeys(LOOP_KEYS)
         values.update(state=feed.state, reason=feed.reason, map_frame=self._map_frame or 'none',
-                      dropped_keyframes=feed.num_dropped)
+                      dropped_keyframes=feed.num_dropped,
+                      localized='true' if self.localized() else 'false')
         if feed.map_source is not None:
             values.update(feed.map_source.status_values(closer))
             if values['map_state'] == 'searching' and feed.state == 'running':
@@ -296,10 +320,23 @@ class LoopOutput:
         elif stats and (stats['verification_errors'] or stats['errors']):
             level, message = DiagnosticStatus.WARN, 'verification errors (see the log)'
         elif values['state'] == 'searching':
-            message = f"searching in the map {values['map_path']}"
+            message = (f"searching in the map {values['map_path']} "
+                       f"({values['map_matches']} agreeing matches)")
+        elif values.get('map_state') == 'refused':
+            level = DiagnosticStatus.WARN
+            message = f"not localized: {values['map_error']}"
         elif feed.state == 'running':
             message = f"running: {values['accepted']} loops closed" if stats else 'running'
         return diagnostics.status(f'{node_name}: loop', level, message, node_name, values)
+
+    def _publish_localized(self) -> None:
+        """Publish ``~/localized`` (latched) when it changed."""
+        now = self.localized()
+        with self._lock:
+            if now == self._localized:
+                return
+            self._localized = now
+        self._localized_pub.publish(Bool(data=now))
 
     def _publish_tf(self, header: Any) -> None:
         tf = TransformStamped(header=header, child_frame_id=self._odom_frame)
@@ -326,6 +363,7 @@ class LoopOutput:
 
     def _refresh(self) -> None:
         """Timer: republish the path and markers when the graph or its edges changed."""
+        self._publish_localized()
         with self._lock:
             closer, anchor = self._feed.closer, self._anchor
             if closer is None or anchor is None:

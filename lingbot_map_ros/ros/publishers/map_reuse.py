@@ -42,11 +42,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from geometry_msgs.msg import PoseWithCovarianceStamped
 from lingbot_map_ros.config import MetricConfig
 from lingbot_map_ros.engine.loop.map_format import MapExpectation, MapSnapshot, model_hash
 from lingbot_map_ros.engine.loop.map_store import load_map, save_map
 from lingbot_map_ros.ros.parameters.save_directory import resolve_directory
-from lingbot_map_ros.ros.publishers.callback_guard import bounded, guard_service, log_outcome
+from lingbot_map_ros.ros.publishers.callback_guard import (bounded, guard_service, guard_timer,
+                                                           log_outcome)
 from lingbot_map_ros.ros.publishers.service_qos import service_qos
 from nav_msgs.srv import SetMap
 import numpy as np
@@ -57,7 +59,7 @@ MIN_HINT_RADIUS = 1.0
 """Least radius of a pose hint (map units)."""
 SNAPSHOT_TIMEOUT_S = 60.0
 """Longest wait of ``~/save_map`` for the loop closer's worker (one verification at most)."""
-MAP_KEYS = ('map_state', 'map_mode', 'map_keyframes', 'map_path', 'map_error')
+MAP_KEYS = ('map_state', 'map_mode', 'map_keyframes', 'map_path', 'map_error', 'map_matches')
 """Keys this adds to the ``loop`` status."""
 
 
@@ -89,6 +91,10 @@ class MapReuse:
         self._error = ''
         self._hint: tuple[np.ndarray, float] | None = None
         self._restart = False
+        self._matches = int(values['map.localize_matches'])
+        self._map_frame = values['frames.map_frame']
+        self._refused = False
+        """A map to localize in was refused and none runs: nothing is published in map."""
         loop_output.feed.map_source = self
         if map_output is not None:  # ~/map in map, from anchored pieces, with loop closure
             map_output.follow(loop_output)
@@ -100,6 +106,11 @@ class MapReuse:
             for srv, name, callback in ((Trigger, '~/save_map', self._on_save),
                                         (Trigger, '~/load_map', self._on_load),
                                         (SetMap, '~/localize_in_map', self._on_localize))]
+        # RViz's "2D Pose Estimate" (and nav2's initial pose) seed a search, as
+        # ~/localize_in_map does; the global name is what those tools publish on.
+        self._initial_pose = node.create_subscription(
+            PoseWithCovarianceStamped, '/initialpose',
+            guard_timer(log, '/initialpose', self._on_initial_pose), 10, callback_group=group)
         path = values['map.load_path']
         if path:
             ok, message = self.load(path, values['map.mode'])
@@ -109,6 +120,7 @@ class MapReuse:
         """Remove the services."""
         for service in self._services:
             self._node.destroy_service(service)
+        self._node.destroy_subscription(self._initial_pose)
         self._loop.feed.map_source = None
 
     # -- what the loop feed and outputs ask (inference thread) ----------------------------
@@ -120,7 +132,7 @@ class MapReuse:
         frame on); a map of another size is dropped with the reason.
         """
         with self._lock:
-            loaded, mode, hint = self._map, self._mode, self._hint
+            loaded, mode, hint, matches = self._map, self._mode, self._hint, self._matches
         if loaded is None:
             return {}
         size = session.session.stats().image_size_hw
@@ -130,8 +142,9 @@ class MapReuse:
             self._node.get_logger().error(reason)
             with self._lock:
                 self._map, self._error = None, reason
+                self._refused = mode == 'localization'
             return {}
-        return {'seed': loaded.graph, 'mode': mode, 'hint': hint}
+        return {'seed': loaded.graph, 'mode': mode, 'hint': hint, 'min_matches': matches}
 
     def take_restart(self) -> bool:
         """Return True once after a load or a localization request (the closer restarts)."""
@@ -140,10 +153,14 @@ class MapReuse:
         return restart
 
     def publishing(self, closer: Any) -> bool:
-        """Return whether the map outputs are published: no map loaded, or localized in it."""
+        """Return whether the map outputs are published: localized in the loaded map.
+
+        Without a map the run is its own map (True), unless a map to localize in was refused:
+        then nothing is published in ``map`` (an unrelated frame would mislead).
+        """
         with self._lock:
             if self._map is None:
-                return True
+                return not self._refused
             if self._restart:
                 return False
         return closer is not None and closer.map_state == 'localized'
@@ -157,21 +174,31 @@ class MapReuse:
         """Return the map's keys of the ``loop`` status (:data:`MAP_KEYS`)."""
         with self._lock:
             loaded, mode, path, error = self._map, self._mode, self._path, self._error
-            restart = self._restart
-        state = 'none'
+            restart, refused, needed = self._restart, self._refused, self._matches
+        state = 'refused' if refused else 'none'
+        matches = None
         if loaded is not None:
             state = closer.map_state if closer is not None and not restart else 'searching'
+            found = closer.stats()['map_matches'] if closer is not None and not restart else 0
+            matches = f'{found}/{needed}'
         return {'map_state': state, 'map_mode': mode,
                 'map_keyframes': loaded.graph.num_keyframes if loaded is not None else 0,
-                'map_path': path if loaded is not None else '', 'map_error': error}
+                'map_path': path if loaded is not None else '', 'map_error': error,
+                'map_matches': matches}
 
     # -- loading and saving ---------------------------------------------------------------
 
-    def load(self, path: str, mode: str) -> tuple[bool, str]:
+    def load(self, path: str, mode: str, matches: int | None = None) -> tuple[bool, str]:
         """Validate the map at ``path`` and make it the running map (at the next keyframe).
 
+        Args:
+            path: the map folder.
+            mode: 'mapping' or 'localization'.
+            matches: agreeing matches that localize (``map.localize_matches``; None keeps).
+
         Returns:
-            (True, what was loaded) or (False, the reason; the running map is kept).
+            (True, what was loaded) or (False, the reason; the running map is kept, and
+            without one a map to localize in leaves the node publishing nothing in map).
         """
         if mode not in ('mapping', 'localization'):
             return False, f"map.mode={mode!r} must be 'mapping' or 'localization'"
@@ -186,10 +213,14 @@ class MapReuse:
         except Exception as exc:  # noqa: BLE001 - MapLoadError or any other: an answer
             with self._lock:
                 self._error = bounded(f'map {path!r} refused: {exc}')
+                if self._map is None and mode == 'localization':
+                    self._refused = True
                 return False, self._error
         with self._lock:
             self._map, self._mode, self._path, self._error = loaded, mode, str(folder), ''
-            self._hint, self._restart = None, True
+            self._hint, self._restart, self._refused = None, True, False
+            if matches is not None:
+                self._matches = int(matches)
         graph = loaded.graph
         return True, (f'loaded {folder}: {graph.num_keyframes} keyframes, '
                       f'{len(graph.edges_ij)} edges, {len(loaded.points_xyz)} points; '
@@ -274,7 +305,8 @@ class MapReuse:
         if not path:
             response.success, response.message = False, 'map.load_path is empty: set it first'
             return response
-        response.success, response.message = self.load(path, self._param('map.mode'))
+        response.success, response.message = self.load(
+            path, self._param('map.mode'), self._param('map.localize_matches'))
         log_outcome(self._node.get_logger(), response.success, f'~/load_map: {response.message}')
         return response
 
@@ -282,33 +314,45 @@ class MapReuse:
                      ) -> SetMap.Response:
         # SetMap's answer has no message: a refusal's reason is logged and shown as the
         # ``loop`` status's ``map_error``.
+        response.success = self._search('~/localize_in_map', request.initial_pose)
+        return response
+
+    def _on_initial_pose(self, msg: PoseWithCovarianceStamped) -> None:
+        self._search('/initialpose', msg)
+
+    def _search(self, source: str, pose: Any) -> bool:
+        """Search the loaded map again, near ``pose`` when its frame is set; False: refused."""
         log = self._node.get_logger()
-        hint, reason = self._hint_of(request.initial_pose)
+        hint, reason = self._hint_of(pose)
         if reason:
             with self._lock:
-                self._error = f'~/localize_in_map refused: {reason}'
-            log.error(f'~/localize_in_map: {reason}')
-            response.success = False
-            return response
+                self._error = bounded(f'{source} refused: {reason}')
+            log.error(f'{source}: {reason}')
+            return False
         with self._lock:
             self._hint, self._restart, self._error = hint, True, ''
-        log.info('~/localize_in_map: searching' + (
+            self._matches = int(self._param('map.localize_matches'))
+        log.info(f'{source}: searching' + (
             f' within {hint[1]:.2f} of ({hint[0][0]:.2f}, {hint[0][1]:.2f}, '
             f'{hint[0][2]:.2f}) in the map graph' if hint else ''))
-        response.success = True
-        return response
+        return True
 
     def _hint_of(self, pose: Any) -> tuple[tuple[np.ndarray, float] | None, str]:
         """Return (the search hint of a ``PoseWithCovarianceStamped``, '') or (None, why not).
 
-        A pose without a frame is no hint; the hint is in the loaded map's graph frame.
+        A pose without a frame is no hint; one in another frame than ``frames.map_frame`` is
+        refused. The hint is in the loaded map's graph frame.
         """
         with self._lock:
             loaded = self._map
         if loaded is None:
             return None, 'no map loaded (set map.load_path, call ~/load_map)'
-        if not pose.header.frame_id:
+        frame = pose.header.frame_id
+        if not frame:
             return None, ''
+        if frame.lstrip('/') != self._map_frame:
+            return None, (f'the pose is in frame {bounded(frame, 80)!r}; give it in '
+                          f'{self._map_frame!r} (frames.map_frame)')
         p = pose.pose.pose.position
         cov = np.asarray(pose.pose.covariance, np.float64).reshape(6, 6)
         radius = max(3.0 * float(np.sqrt(max(cov[0, 0], cov[1, 1], 0.0))), MIN_HINT_RADIUS)
