@@ -38,6 +38,7 @@ from diagnostic_msgs.msg import DiagnosticStatus
 from geometry_msgs.msg import Point, PoseStamped, PoseWithCovarianceStamped, TransformStamped
 from lingbot_map_ros.config import LoopConfig
 from lingbot_map_ros.engine import sim3
+from lingbot_map_ros.engine.mapping.backend import MappingBackend
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.ros.parameters.node_options import NodeOptions
@@ -82,8 +83,8 @@ class KeyframeFeed(Protocol):
     state: str
     """``off``, ``unavailable`` or ``running`` (the ``loop`` status)."""
     reason: str
-    map_source: Any
-    """The loaded map (``map_reuse.MapReuse``), or None."""
+    backend: MappingBackend
+    """The mapping back end (the closer, the loaded map)."""
     stamps: list[int]
     """Stamp (ns) of each fed keyframe."""
     num_dropped: int
@@ -208,11 +209,11 @@ class LoopOutput:
         """Return (ROS ``map`` from the graph's frame, the closer), or None (nothing in map)."""
         if not self._map_frame or self._feed.state == 'off' or not self._outputs.frames.anchored:
             return None
-        closer, source = self._feed.closer, self._feed.map_source
-        if source is not None and not source.publishing(closer):
+        closer, backend = self._feed.closer, self._feed.backend
+        if not backend.published():
             return None
         anchor = self._outputs.frames.odom_from_world()
-        return (source.frame_from_graph(anchor) if source is not None else anchor), closer
+        return backend.frame_from_graph(anchor), closer
 
     def localized(self) -> bool:
         """Return whether poses are published in ``map`` (``~/localized``).
@@ -223,8 +224,7 @@ class LoopOutput:
         feed = self._feed
         if not self._map_frame or feed.state != 'running':
             return False
-        source = feed.map_source
-        return source is None or source.publishing(feed.closer)
+        return feed.backend.published()
 
     def publish(self, pred: FramePrediction, camera_frame: str, opts: NodeOptions) -> None:
         """Feed a keyframe to the closer; publish TF map -> odom and ``~/map_pose``."""
@@ -233,8 +233,8 @@ class LoopOutput:
         if not self._map_frame or self._feed.state == 'off' or not self._outputs.frames.anchored:
             return
         closer = self._feed.closer
-        source = self._feed.map_source
-        if source is not None and not source.publishing(closer):
+        backend = self._feed.backend
+        if not backend.published():
             # A loaded map: nothing in map until localized in it (map_reuse.py); TF map ->
             # odom stays where it was (a tf listener keeps working), then jumps once.
             if self._tf is not None:
@@ -246,7 +246,7 @@ class LoopOutput:
         world_to_map = closer.map_from_odom() if closer is not None else np.eye(4)
         anchor = self._outputs.frames.odom_from_world()
         # ROS map from the graph's frame: this run's anchor, or the loaded map's own.
-        map_anchor = source.frame_from_graph(anchor) if source is not None else anchor
+        map_anchor = backend.frame_from_graph(anchor)
         mount_inv = sim3.inverse(self._outputs.frames.mount)
         base_in_odom = anchor @ pred.c2w @ mount_inv
         camera_in_map = map_anchor @ world_to_map @ pred.c2w
@@ -295,10 +295,9 @@ class LoopOutput:
         values.update(state=feed.state, reason=feed.reason, map_frame=self._map_frame or 'none',
                       dropped_keyframes=feed.num_dropped,
                       localized='true' if self.localized() else 'false')
-        if feed.map_source is not None:
-            values.update(feed.map_source.status_values(closer))
-            if values['map_state'] == 'searching' and feed.state == 'running':
-                values['state'] = 'searching'
+        values.update(feed.backend.map_status())
+        if values['map_state'] == 'searching' and feed.state == 'running':
+            values['state'] = 'searching'
         if stats:
             values.update({k: stats[k] for k in _COUNTS})
             values['rejected'] = stats['rejected_verification'] + stats['rejected_graph']

@@ -14,7 +14,10 @@
 """Map reuse in the node: ``~/save_map``, ``~/load_map``, ``~/localize_in_map``, ``map.load_path``.
 
 The keyframe map (``engine/loop/map_store.py``) is the loop closer's keyframes, descriptors,
-pose graph and images, plus the point map. The services follow ``~/save``: the path is a
+pose graph and images, plus the point map. The loaded map, its mode and what was asked of it
+belong to the mapping back end (``engine/mapping/backend.py``); this file is its ROS side: the
+services, ``/initialpose``, the parameters, and the point map and frames of a save. Every
+callback is guarded (``callback_guard.py``). The services follow ``~/save``: the path is a
 parameter and the call is a ``std_srvs/Trigger`` answered with ``success`` and the folder or
 the reason (no message package of the node's dependencies has a service that takes a path
 and answers a reason):
@@ -25,12 +28,15 @@ and answers a reason):
   running one is replaced, and a refused one leaves everything as it was;
 - ``~/localize_in_map`` (``nav_msgs/SetMap``; its ``map`` is ignored) searches again, with
   ``initial_pose`` as a hint when its frame is set: only map keyframes within three standard
-  deviations (at least :data:`MIN_HINT_RADIUS`) of it are candidates for the first match.
+  deviations (at least :data:`MIN_HINT_RADIUS`) of it are candidates for the first match;
+- ``/initialpose`` (RViz's "2D Pose Estimate") does the same; the pose must be in
+  ``frames.map_frame``.
 
 At start a ``map.load_path`` that is refused is logged with the reason and the node runs
-without a map (``map_state`` ``none`` and ``map_error`` in the ``loop`` status). The processed
-image size of a map loaded before the first frame is checked when the first loop closer starts
-(the first keyframe); a mismatch drops the map with the reason.
+without a map (``map_state`` ``none`` and ``map_error`` in the ``loop`` status; with
+``map.mode`` ``localization`` it stays not localized: ``refused``, nothing in ``map``). The
+processed image size of a map loaded before the first frame is checked when the first loop
+closer starts (the first keyframe); a mismatch drops the map with the reason.
 
 Frames: a map is published where it was made. It keeps ``frame_from_graph``, the mapping run's
 ``T_odom_world`` anchor (``odom_frames.py``): the loaded graph's frame is carried into ROS
@@ -39,13 +45,12 @@ Frames: a map is published where it was made. It keeps ``frame_from_graph``, the
 
 from __future__ import annotations
 
-import threading
-from typing import Any
+from typing import Any, Callable
 
 from geometry_msgs.msg import PoseWithCovarianceStamped
 from lingbot_map_ros.config import MetricConfig
 from lingbot_map_ros.engine.loop.map_format import MapExpectation, MapSnapshot, model_hash
-from lingbot_map_ros.engine.loop.map_store import load_map, save_map
+from lingbot_map_ros.engine.mapping.backend import MappingBackend
 from lingbot_map_ros.ros.parameters.save_directory import resolve_directory
 from lingbot_map_ros.ros.publishers.callback_guard import (bounded, guard_service, guard_timer,
                                                            log_outcome)
@@ -64,7 +69,7 @@ MAP_KEYS = ('map_state', 'map_mode', 'map_keyframes', 'map_path', 'map_error', '
 
 
 class MapReuse:
-    """The map services and the loaded map the loop closer starts from (module docstring)."""
+    """The map services of the node; the map itself is the back end's (module docstring)."""
 
     def __init__(self, node: Any, values: dict[str, Any], session: Any, loop_output: Any,
                  map_output: Any, outputs: Any) -> None:
@@ -74,28 +79,19 @@ class MapReuse:
             node: the rclpy node (its ``map.*`` parameters are read at each call).
             values: parameter values at start.
             session: the node's ``RolloverSession`` (engine weights, processed image size).
-            loop_output: the node's ``LoopOutput`` (its feed starts every loop closer).
+            loop_output: the node's ``LoopOutput`` (its feed holds the mapping back end).
             map_output: the node's ``MapOutput`` (the point map), or None.
             outputs: the node's ``Outputs`` (the odom anchor of the running session).
         """
         self._frames = outputs.frames
         self._node = node
         self._session = session
-        self._loop = loop_output
+        self._feed = loop_output.feed
+        self._backend: MappingBackend = loop_output.feed.backend
+        self._map_from_odom: Callable[[], np.ndarray] = loop_output.map_from_odom
         self._points = map_output
         self._metric = MetricConfig.from_flat(values).enabled
-        self._lock = threading.Lock()
-        self._map: MapSnapshot | None = None
-        self._mode = 'mapping'
-        self._path = ''
-        self._error = ''
-        self._hint: tuple[np.ndarray, float] | None = None
-        self._restart = False
-        self._matches = int(values['map.localize_matches'])
         self._map_frame = values['frames.map_frame']
-        self._refused = False
-        """A map to localize in was refused and none runs: nothing is published in map."""
-        loop_output.feed.map_source = self
         if map_output is not None:  # ~/map in map, from anchored pieces, with loop closure
             map_output.follow(loop_output)
         group = MutuallyExclusiveCallbackGroup()  # one map operation at a time
@@ -117,74 +113,10 @@ class MapReuse:
             log_outcome(log, ok, message if ok else f'{message}; starting without a map')
 
     def destroy(self) -> None:
-        """Remove the services."""
+        """Remove the services and the subscription."""
         for service in self._services:
             self._node.destroy_service(service)
         self._node.destroy_subscription(self._initial_pose)
-        self._loop.feed.map_source = None
-
-    # -- what the loop feed and outputs ask (inference thread) ----------------------------
-
-    def seed_for(self, session: Any) -> dict[str, Any]:
-        """Return the LoopCloser arguments of the loaded map ({} without one).
-
-        The map's image size is checked here against the session's (known from its first
-        frame on); a map of another size is dropped with the reason.
-        """
-        with self._lock:
-            loaded, mode, hint, matches = self._map, self._mode, self._hint, self._matches
-        if loaded is None:
-            return {}
-        size = session.session.stats().image_size_hw
-        if size is not None and tuple(size) != tuple(loaded.image_size_hw):
-            reason = (f'map {self._path} was made at image size {list(loaded.image_size_hw)}; '
-                      f'this camera gives {list(size)}: map dropped')
-            self._node.get_logger().error(reason)
-            with self._lock:
-                self._map, self._error = None, reason
-                self._refused = mode == 'localization'
-            return {}
-        return {'seed': loaded.graph, 'mode': mode, 'hint': hint, 'min_matches': matches}
-
-    def take_restart(self) -> bool:
-        """Return True once after a load or a localization request (the closer restarts)."""
-        with self._lock:
-            restart, self._restart = self._restart, False
-        return restart
-
-    def publishing(self, closer: Any) -> bool:
-        """Return whether the map outputs are published: localized in the loaded map.
-
-        Without a map the run is its own map (True), unless a map to localize in was refused:
-        then nothing is published in ``map`` (an unrelated frame would mislead).
-        """
-        with self._lock:
-            if self._map is None:
-                return not self._refused
-            if self._restart:
-                return False
-        return closer is not None and closer.map_state == 'localized'
-
-    def frame_from_graph(self, anchor: np.ndarray) -> np.ndarray:
-        """ROS ``map`` from the graph's frame: the loaded map's, else the run's ``anchor``."""
-        with self._lock:
-            return anchor if self._map is None else self._map.frame_from_graph
-
-    def status_values(self, closer: Any) -> dict[str, Any]:
-        """Return the map's keys of the ``loop`` status (:data:`MAP_KEYS`)."""
-        with self._lock:
-            loaded, mode, path, error = self._map, self._mode, self._path, self._error
-            restart, refused, needed = self._restart, self._refused, self._matches
-        state = 'refused' if refused else 'none'
-        matches = None
-        if loaded is not None:
-            state = closer.map_state if closer is not None and not restart else 'searching'
-            found = closer.stats()['map_matches'] if closer is not None and not restart else 0
-            matches = f'{found}/{needed}'
-        return {'map_state': state, 'map_mode': mode,
-                'map_keyframes': loaded.graph.num_keyframes if loaded is not None else 0,
-                'map_path': path if loaded is not None else '', 'map_error': error,
-                'map_matches': matches}
 
     # -- loading and saving ---------------------------------------------------------------
 
@@ -202,25 +134,18 @@ class MapReuse:
         """
         if mode not in ('mapping', 'localization'):
             return False, f"map.mode={mode!r} must be 'mapping' or 'localization'"
-        feed = self._loop.feed
+        feed = self._feed
         if feed.state != 'running':
             return False, f'loop closure is {feed.state} ({feed.reason}): no map can be used'
         try:
             folder = resolve_directory(path)
             size = self._session.session.stats().image_size_hw
             expect = MapExpectation(model_hash(self._weights()), tuple(size) if size else None)
-            loaded = load_map(folder, expect)
+            loaded = self._backend.load(folder, expect, mode, matches)
         except Exception as exc:  # noqa: BLE001 - MapLoadError or any other: an answer
-            with self._lock:
-                self._error = bounded(f'map {path!r} refused: {exc}')
-                if self._map is None and mode == 'localization':
-                    self._refused = True
-                return False, self._error
-        with self._lock:
-            self._map, self._mode, self._path, self._error = loaded, mode, str(folder), ''
-            self._hint, self._restart, self._refused = None, True, False
-            if matches is not None:
-                self._matches = int(matches)
+            reason = bounded(f'map {path!r} refused: {exc}')
+            self._backend.refuse(reason)
+            return False, reason
         graph = loaded.graph
         return True, (f'loaded {folder}: {graph.num_keyframes} keyframes, '
                       f'{len(graph.edges_ij)} edges, {len(loaded.points_xyz)} points; '
@@ -236,7 +161,7 @@ class MapReuse:
             folder = resolve_directory(path) if path else \
                 resolve_directory(self._param('output.directory')) / 'map'
             snapshot = self._snapshot()
-            save_map(folder, snapshot)
+            self._backend.save(folder, snapshot)
         except Exception as exc:  # noqa: BLE001 - a failed save is an answer, never a raise
             return False, bounded(f'save_map failed: {exc}')
         graph = snapshot.graph
@@ -244,20 +169,16 @@ class MapReuse:
                       f'edges, {len(graph.images)} images, {len(snapshot.points_xyz)} points)')
 
     def _snapshot(self) -> MapSnapshot:
-        feed = self._loop.feed
-        closer = feed.closer
-        with self._lock:
-            loaded, mode = self._map, self._mode
-        if closer is None or (loaded is not None and mode == 'localization'):
-            if loaded is None:
-                raise RuntimeError('no keyframes yet (loop closure off or no frame)')
+        graph, loaded = self._backend.graph_snapshot(SNAPSHOT_TIMEOUT_S)
+        if graph is None:
+            raise RuntimeError('no keyframes yet (loop closure off or no frame)')
+        if loaded is not None and graph is loaded.graph:  # localization: the map unchanged
             return loaded
-        graph = closer.snapshot(SNAPSHOT_TIMEOUT_S)
         frames = self._frames
         if loaded is None and not frames.anchored:
             raise RuntimeError('no keyframes yet')
         frame = loaded.frame_from_graph if loaded is not None else frames.odom_from_world()
-        xyz, rgb = self._map_points(loaded, closer)
+        xyz, rgb = self._map_points(loaded, self._backend.closer)
         size = self._session.session.stats().image_size_hw
         if size is None:
             raise RuntimeError('no frame processed yet (the image size is unknown)')
@@ -274,10 +195,10 @@ class MapReuse:
         into map by the latest TF map -> odom.
         """
         parts = [] if loaded is None else [(loaded.points_xyz, loaded.points_rgb)]
-        tied = loaded is None or closer.map_state == 'localized'
+        tied = loaded is None or (closer is not None and closer.map_state == 'localized')
         if self._points is not None and tied:
             points = self._points.snapshot()
-            transform = np.eye(4) if self._points.in_map_frame else self._loop.map_from_odom()
+            transform = np.eye(4) if self._points.in_map_frame else self._map_from_odom()
             xyz = points.xyz @ transform[:3, :3].T + transform[:3, 3]
             parts.append((xyz.astype(np.float32), np.asarray(points.rgb, np.uint8)))
         if not parts:
@@ -324,14 +245,15 @@ class MapReuse:
         """Search the loaded map again, near ``pose`` when its frame is set; False: refused."""
         log = self._node.get_logger()
         hint, reason = self._hint_of(pose)
+        if not reason:
+            try:
+                self._backend.localize(hint, int(self._param('map.localize_matches')))
+            except RuntimeError as exc:  # no map loaded meanwhile
+                reason = str(exc)
         if reason:
-            with self._lock:
-                self._error = bounded(f'{source} refused: {reason}')
+            self._backend.refuse(bounded(f'{source} refused: {reason}'))
             log.error(f'{source}: {reason}')
             return False
-        with self._lock:
-            self._hint, self._restart, self._error = hint, True, ''
-            self._matches = int(self._param('map.localize_matches'))
         log.info(f'{source}: searching' + (
             f' within {hint[1]:.2f} of ({hint[0][0]:.2f}, {hint[0][1]:.2f}, '
             f'{hint[0][2]:.2f}) in the map graph' if hint else ''))
@@ -343,8 +265,7 @@ class MapReuse:
         A pose without a frame is no hint; one in another frame than ``frames.map_frame`` is
         refused. The hint is in the loaded map's graph frame.
         """
-        with self._lock:
-            loaded = self._map
+        loaded = self._backend.loaded
         if loaded is None:
             return None, 'no map loaded (set map.load_path, call ~/load_map)'
         frame = pose.header.frame_id
