@@ -28,6 +28,7 @@ import itertools
 import math
 from pathlib import Path
 import sys
+import threading
 
 from lingbot_map_ros.ros.publishers.callback_guard import guard_service, guard_timer, MAX_ECHO
 from nav_msgs.srv import SetMap
@@ -37,6 +38,7 @@ import pytest
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from rosgraph_msgs.msg import Clock
+from std_msgs.msg import String
 from std_srvs.srv import Trigger
 from test_loop_node import drifting, feed_route, settled, start
 
@@ -193,5 +195,38 @@ def test_map_path_follows_the_graph_after_sim_clock_stops(graph, tmp_path) -> No
                 len(rec.last('map_path').poses) == keyframes)
     wait_for(path_complete, _TIMEOUT_S, '~/map_path with every keyframe while /clock stands still')
     assert node.get_clock().now().nanoseconds == 2_000_000_000  # the clock never moved
+    graph.remove(probe)
+    graph.remove(node)
+
+
+def test_a_long_save_holds_no_executor_thread_and_reports_progress(graph, tmp_path) -> None:
+    truth = route(LAP, lap_offset=0.1)
+    node, probe, rec, verifier, _ = start(graph, Places(truth, LAP), drifting(truth), truth,
+                                          **{'map.save_path': str(tmp_path / 'map')})
+    jobs: list[str] = []
+    probe.create_subscription(String, 'lingbot_map/map_job', lambda m: jobs.append(m.data),
+                              QoSProfile(depth=10,
+                                         durability=DurabilityPolicy.TRANSIENT_LOCAL))
+    verifier.gate = threading.Event()
+    try:
+        feed_route(probe, 2 * LAP)
+        wait_for(lambda: verifier.calls, _TIMEOUT_S, 'a verification (held by the gate)')
+        # The save waits for the closer's worker, which waits on the gate.
+        client = probe.create_client(Trigger, 'lingbot_map/save_map')
+        wait_for(lambda: client.wait_for_service(timeout_sec=0.1), _TIMEOUT_S, 'save_map')
+        pending = client.call_async(Trigger.Request())
+        wait_for(lambda: '~/save_map: running' in jobs, _TIMEOUT_S, 'the job running')
+        # Meanwhile the map services' group and the executor answer other calls.
+        refused = _call(probe, 'localize_in_map', srv=SetMap)
+        assert refused.success is False and not pending.done()
+        # A reset closes the run's graph: the waiting save is answered with the reason.
+        assert _call(probe, 'reset').success is True
+        wait_for(pending.done, _TIMEOUT_S, 'the save answer')
+        answer = pending.result()
+        assert not answer.success and 'closed before the snapshot' in answer.message
+    finally:
+        verifier.gate.set()
+    wait_for(lambda: jobs and jobs[-1] != '~/save_map: running', _TIMEOUT_S, 'the job end')
+    assert jobs[-1] == f'~/save_map: refused: {answer.message}', jobs
     graph.remove(probe)
     graph.remove(node)

@@ -249,7 +249,11 @@ class MappingBackend:
         closer = self._closer
         if closer is None or (loaded is not None and mode == 'localization'):
             return (loaded.graph if loaded is not None else None), loaded
-        return closer.snapshot(timeout_s), loaded
+        try:
+            return closer.snapshot(timeout_s), loaded
+        except TimeoutError as exc:
+            raise TimeoutError(f'the loop closer stayed busy for {timeout_s:.0f} s (a '
+                               'verification); try again') from exc
 
     @staticmethod
     def save(folder: str | Path, snapshot: MapSnapshot) -> Path:

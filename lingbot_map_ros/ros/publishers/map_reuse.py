@@ -23,6 +23,10 @@ the reason (no message package of the node's dependencies has a service that tak
 and answers a reason):
 
 - ``~/save_map`` writes into ``map.save_path`` (``''``: ``<output.directory>/map``);
+  it and ``~/load_map`` run on a thread of their own, one at a time, and answer when done
+  without holding an executor thread (``callback_guard.guard_job``); ``~/map_job`` (latched
+  ``std_msgs/String``) says ``<service>: running`` and then ``done`` or ``refused`` with the
+  answer;
 - ``~/load_map`` reads ``map.load_path`` with ``map.mode``; the map is validated completely
   (version, checksums, model hash, image size when a frame has set it, bounds) before the
   running one is replaced, and a refused one leaves everything as it was;
@@ -45,6 +49,7 @@ Frames: a map is published where it was made. It keeps ``frame_from_graph``, the
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 from geometry_msgs.msg import PoseWithCovarianceStamped
@@ -52,12 +57,14 @@ from lingbot_map_ros.config import MetricConfig
 from lingbot_map_ros.engine.loop.map_format import MapExpectation, MapSnapshot, model_hash
 from lingbot_map_ros.engine.mapping.backend import MappingBackend
 from lingbot_map_ros.ros.parameters.save_directory import resolve_directory
-from lingbot_map_ros.ros.publishers.callback_guard import (bounded, guard_service, guard_timer,
-                                                           log_outcome)
+from lingbot_map_ros.ros.publishers.callback_guard import (bounded, guard_job, guard_service,
+                                                           guard_timer, log_outcome)
 from lingbot_map_ros.ros.publishers.service_qos import service_qos
 from nav_msgs.srv import SetMap
 import numpy as np
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.qos import DurabilityPolicy, QoSProfile
+from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 MIN_HINT_RADIUS = 1.0
@@ -94,14 +101,24 @@ class MapReuse:
         self._map_frame = values['frames.map_frame']
         if map_output is not None:  # ~/map in map, from anchored pieces, with loop closure
             map_output.follow(loop_output)
-        group = MutuallyExclusiveCallbackGroup()  # one map operation at a time
+        # The jobs are coroutines that hold their group until they end: a reentrant group (the
+        # jobs' lock keeps one at a time), the rest in a group of their own.
+        jobs_group, group = ReentrantCallbackGroup(), MutuallyExclusiveCallbackGroup()
         log = node.get_logger()
+        self._job_pub = node.create_publisher(
+            String, '~/map_job', QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        jobs = threading.Lock()  # one save or load at a time
+
+        def job(name: str, work: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+            return guard_job(log, name, work, lambda: node.executor, jobs, self._progress)
         self._services = [
-            node.create_service(srv, name, guard_service(log, name, callback),
-                                qos_profile=service_qos(), callback_group=group)
-            for srv, name, callback in ((Trigger, '~/save_map', self._on_save),
-                                        (Trigger, '~/load_map', self._on_load),
-                                        (SetMap, '~/localize_in_map', self._on_localize))]
+            node.create_service(Trigger, '~/save_map', job('~/save_map', self._on_save),
+                                qos_profile=service_qos(), callback_group=jobs_group),
+            node.create_service(Trigger, '~/load_map', job('~/load_map', self._on_load),
+                                qos_profile=service_qos(), callback_group=jobs_group),
+            node.create_service(SetMap, '~/localize_in_map',
+                                guard_service(log, '~/localize_in_map', self._on_localize),
+                                qos_profile=service_qos(), callback_group=group)]
         # RViz's "2D Pose Estimate" (and nav2's initial pose) seed a search, as
         # ~/localize_in_map does; the global name is what those tools publish on.
         self._initial_pose = node.create_subscription(
@@ -117,6 +134,11 @@ class MapReuse:
         for service in self._services:
             self._node.destroy_service(service)
         self._node.destroy_subscription(self._initial_pose)
+        self._node.destroy_publisher(self._job_pub)
+
+    def _progress(self, text: str) -> None:
+        """Publish a map job's progress on ``~/map_job`` (latched)."""
+        self._job_pub.publish(String(data=text))
 
     # -- loading and saving ---------------------------------------------------------------
 
@@ -163,7 +185,7 @@ class MapReuse:
             snapshot = self._snapshot()
             self._backend.save(folder, snapshot)
         except Exception as exc:  # noqa: BLE001 - a failed save is an answer, never a raise
-            return False, bounded(f'save_map failed: {exc}')
+            return False, bounded(f'save_map failed: {exc or type(exc).__name__}')
         graph = snapshot.graph
         return True, (f'{folder} ({graph.num_keyframes} keyframes, {len(graph.edges_ij)} '
                       f'edges, {len(graph.images)} images, {len(snapshot.points_xyz)} points)')
