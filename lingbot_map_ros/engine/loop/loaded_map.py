@@ -22,7 +22,10 @@ map only, get no graph node, and ``map_from_odom`` stays the identity. Each acce
 ``map.localize_matches`` of them agree (:func:`agree`: where they put the latest keyframe, its
 orientation and scale), so one wrong match, however confident, cannot place the robot: it
 stays a lone proposal, and when the agreeing ones tie the run it is recorded as rejected
-(``inconsistent``). At the tie every kept-aside keyframe joins the graph: the first by a *join*
+(``inconsistent``). After the tie, :data:`REFUTE_AFTER` verified matches with the map in a row
+that the graph rejects refute it (:meth:`LoadedMap.judge`): the state becomes ``lost`` and the
+owner (``engine/mapping/backend.py``) starts a new search, so a wrong tie does not lock the run
+out of the map. At the tie every kept-aside keyframe joins the graph: the first by a *join*
 edge from the newest agreeing match's c (the match carried back along the odometry, with a
 weight of :data:`JOIN_WEIGHT` times the match's, so that it only places the node and the loop
 edges that follow decide), the rest by their odometry edges, then every agreeing match as a
@@ -64,6 +67,9 @@ AGREE_DEG = 10.0
 """... turned by at most this many degrees ..."""
 AGREE_SCALE = 0.2
 """... and scaled alike within this share."""
+REFUTE_AFTER = 3
+"""Consecutive verified map matches the graph rejects after the tie that refute it (the run
+is then 'lost' and searches again), at least ``map.localize_matches``."""
 MAX_PROPOSALS = 32
 """Latest proposals kept while searching (older ones have drifted with the odometry)."""
 
@@ -115,6 +121,8 @@ class LoadedMap:
         if int(min_matches) < 1:
             raise ValueError(f'min_matches={min_matches} must be >= 1')
         self.min_matches = int(min_matches)
+        self.disagreements = 0
+        """Verified map matches the graph rejected in a row since the tie."""
         self.proposals: list[Match] = []
         """Accepted matches not yet tied, oldest first (at most :data:`MAX_PROPOSALS`)."""
         if hint is not None:
@@ -154,6 +162,11 @@ class LoadedMap:
         group = [m for m in self.proposals
                  if agree(m.alignment, alignment, query.odom_pose, self.tolerance)]
         return group if len(group) >= self.min_matches else []
+
+    def judge(self, accepted: bool) -> bool:
+        """Count a verified map match after the tie; return True once the tie is refuted."""
+        self.disagreements = 0 if accepted else self.disagreements + 1
+        return self.disagreements >= max(REFUTE_AFTER, self.min_matches)
 
     @property
     def best_agreement(self) -> int:

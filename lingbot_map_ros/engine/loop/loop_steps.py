@@ -288,6 +288,11 @@ class LoopSteps:
             self._estimate.count('verification_errors')
             return False
         elapsed_ms = 1e3 * (time.perf_counter() - start)
+        if self._map is not None and candidate.index < self._offset and \
+                self._map.judge(outcome.accepted) and self._estimate.map_state == 'localized':
+            logger.warning('the tie to the loaded map is refuted: %d map matches in a row '
+                           'disagree with it; searching again', self._map.disagreements)
+            self._estimate.lose()
         if not outcome.accepted:
             self._estimate.timed(elapsed_ms)
             self._record(LoopEdgeInfo(query.index, candidate.index, False, 'residual',

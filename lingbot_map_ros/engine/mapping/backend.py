@@ -140,6 +140,10 @@ class MappingBackend:
         """
         if self.take_restart():
             self.reset()  # a map was loaded or a localization asked for: a new closer
+        elif self._closer is not None and self._closer.map_state == 'lost':
+            logger.warning('localization lost (later matches refuted the tie): searching '
+                           'the loaded map again')
+            self.reset()  # the tie was refuted: search the map again
         self.start(image_size_hw)
         record = KeyframeRecord(index=self._next_index, stamp_ns=int(stamp_ns),
                                 odom_pose=np.asarray(odom_pose, np.float64),

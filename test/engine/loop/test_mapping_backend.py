@@ -20,12 +20,14 @@ localizes; refused maps and requests leave honest states.
 Run: ``pytest test/engine/loop/test_mapping_backend.py`` (CPU, needs gtsam; a few seconds).
 """
 
+from dataclasses import replace
 from pathlib import Path
 
+from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop.map_format import MapExpectation, MapSnapshot
 from lingbot_map_ros.engine.mapping import MappingBackend
 from lingbot_map_ros.loop_config import LoopConfig
-from loop_scenes import drifting_route, LandmarkVerifier, Places, ReplayPlaces
+from loop_scenes import drifting_route, LandmarkVerifier, Places, ReplayPlaces, rotation
 import numpy as np
 import pytest
 
@@ -118,3 +120,60 @@ def test_a_map_of_another_image_size_is_dropped_with_the_reason(mapped) -> None:
         backend.close()
     assert status['map_state'] == 'refused' and 'image size [48, 64]' in status['map_error']
     assert not backend.published()
+
+
+class _WrongFirst:
+    """The oracle, its first accepted answer 1 unit and 30 deg off (a confident wrong match)."""
+
+    def __init__(self, verifier: LandmarkVerifier) -> None:
+        """Wrap ``verifier``."""
+        self._verifier = verifier
+        self.wrong = None
+
+    def verify(self, query, candidate):
+        """Answer as the oracle does, the first accepted pair made wrong."""
+        result = self._verifier.verify(query, candidate)
+        if result.accepted and self.wrong is None:
+            self.wrong = (query.index, candidate.index)
+            error = sim3.make(rotation([0.0, 0.0, 1.0], np.radians(30.0)),
+                              np.array([1.0, 0.0, 0.0]))
+            result = replace(result, relative=error @ result.relative)
+        return result
+
+
+def test_a_wrong_tie_is_refuted_by_later_matches_and_the_search_starts_again(mapped) -> None:
+    folder, truth, _ = mapped
+    backend = MappingBackend(CONFIG, paced=False, localize_matches=1)  # the first match ties
+    loaded = backend.load(folder, EXPECT, 'localization')
+    num_map = loaded.graph.num_keyframes
+    places = ReplayPlaces(truth, LAP, num_map, START)
+    live = [truth[(START + k) % LAP] for k in range(LAP)]
+    first = [0]  # the route keyframe of the running closer's first live keyframe
+    wrong = _WrongFirst(LandmarkVerifier(
+        lambda n: truth[n] if n < num_map else live[first[0] + n - num_map], places))
+    backend.use_verifier(wrong)
+    rng = np.random.default_rng(5)
+    states, closers = [], set()
+    try:
+        for k in range(LAP):
+            if backend.closer is not None and backend.closer.map_state == 'lost':
+                first[0] = k  # this keyframe starts the new search: the oracle follows
+                places.start = START + k
+            descriptor = places.descriptors[(START + k) % LAP] + \
+                rng.normal(scale=0.02, size=places.descriptors.shape[1])
+            backend.observe((k + 1) * 10**8, live[k], descriptor, _JPEG, EXPECT.image_size_hw)
+            assert backend.closer.wait_idle(60.0)
+            closers.add(id(backend.closer))
+            states.append(backend.closer.map_state)
+        closer = backend.closer
+        first_live = num_map  # the new closer's live keyframes are numbered from the map on
+        poses = closer.corrected_poses()[first_live:]
+        truth_live = np.stack(live[first[0]:])  # the new search's live keyframes
+        error = np.linalg.norm(poses[:, :3, 3] - truth_live[:len(poses), :3, 3], axis=1)
+        published = backend.published()
+    finally:
+        backend.close()
+    assert wrong.wrong is not None
+    assert 'lost' in states and len(closers) == 2  # refuted once, one new search
+    assert states[-1] == 'localized' and published
+    assert len(poses) and error.mean() <= 0.1, error
