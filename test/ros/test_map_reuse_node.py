@@ -344,19 +344,23 @@ def test_a_wrong_first_match_then_true_ones_localizes_and_says_so(graph, mapped)
     wait_for(lambda: flags == [False], _TIMEOUT_S, '~/localized false while searching')
     feed_route(probe, 3)
     wait_for(lambda: rec.count('odometry') >= 3, _TIMEOUT_S, 'the first frames')
-    closer = node.core.pipeline.loop_output.feed.closer
-    seen = []
+    output = node.core.pipeline.loop_output
+    closer = output.feed.closer
+    seen, held = [], []
     for k in range(3, LIVE):
         _publish_frame(probe, k)
         wait_for(lambda: rec.count('odometry') >= k + 1, _TIMEOUT_S, f'frame {k}')
-        feed = node.core.pipeline.loop_output.feed
-        wait_for(lambda: len(feed.stamps) >= k + 1, _TIMEOUT_S, f'keyframe {k} fed')
+        wait_for(lambda: len(output.feed.stamps) >= k + 1, _TIMEOUT_S, f'keyframe {k} fed')
         assert closer.wait_idle(_TIMEOUT_S)
         seen.append((closer.map_state, closer.stats()['map_matches']))
+        held.append(output.map_from_odom())
     assert wrong.wrong is not None, 'no match was made wrong: the test would prove nothing'
     assert closer.map_state == 'localized'
     first = next(i for i, (state, _) in enumerate(seen) if state == 'localized')
     assert all(matches < 3 for _, matches in seen[:first])  # never localized on fewer
+    # map -> odom held (identity since the start in the map) while searching, then one jump.
+    assert all(np.array_equal(m, np.eye(4)) for m in held[:first])
+    assert not np.allclose(held[-1], np.eye(4), atol=1e-3)
     edges = {(e.query, e.candidate): e for e in closer.loop_edges()}
     assert edges[wrong.wrong].reason == 'inconsistent' and not edges[wrong.wrong].accepted
     wait_for(lambda: flags == [False, True], _TIMEOUT_S, '~/localized true once')
