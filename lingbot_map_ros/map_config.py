@@ -57,6 +57,10 @@ class MapConfig:
     mode: Literal['mapping', 'localization'] = 'mapping'
     """With a loaded map: 'localization' finds the robot in it and never grows it, 'mapping'
     joins the new keyframes to it once a first match ties the run to it (from the next load)."""
+    localize_matches: int = 3
+    """With a loaded map: verified matches that must agree (where they put the robot) before
+    the run is localized in it; one wrong match alone never places the robot (from the next
+    load or ~/localize_in_map)."""
 
     def __post_init__(self) -> None:
         if self.mode not in ('mapping', 'localization'):
@@ -72,6 +76,8 @@ class MapConfig:
             raise ValueError(f'map.pixel_stride={self.pixel_stride} must be >= 1')
         if not self.period_s > 0:
             raise ValueError(f'map.period_s={self.period_s} must be > 0')
+        if not 1 <= self.localize_matches <= 100:
+            raise ValueError(f'map.localize_matches={self.localize_matches} must be in [1, 100]')
 
     @classmethod
     def from_flat(cls, values: dict[str, Any]) -> 'MapConfig':

@@ -13,11 +13,12 @@
 # limitations under the License.
 """Loop closure in the replay (``lingbot_map_replay run --loop-closure``): the map trajectory.
 
-:class:`LoopReplay` feeds each keyframe's prediction to a
-:class:`~lingbot_map_ros.engine.loop.loop_closer.LoopCloser` and, unlike the node, waits for
-the closer after each keyframe, so the replay stays deterministic (every candidate is verified
-before the next frame). At the end every frame's pose in ``map`` is the latest keyframe at or
-before it, as finally corrected, moved by the frame's odometry since that keyframe:
+:class:`LoopReplay` feeds each keyframe's prediction to the node's mapping back end
+(:class:`~lingbot_map_ros.engine.mapping.backend.MappingBackend`, the same assembly) and, unlike
+the node, waits for the closer after each keyframe, so the replay stays deterministic (every
+candidate is verified before the next frame). At the end every frame's pose in ``map`` is the
+latest keyframe at or before it, as finally corrected, moved by the frame's odometry since that
+keyframe:
 ``M_f = M_k @ inv(O_k) @ O_f``; :meth:`LoopReplay.keyframe_poses` gives the keyframes' own
 (``tools/replay_map.py`` places the ``--ply`` map's pieces by them). A session reset (a new
 ``odom``) closes the graph of its segment and starts a new one. The verifier is the model's
@@ -32,8 +33,8 @@ from typing import Any
 from lingbot_map_ros.config import LoopConfig
 from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop.image_store import network_rgb
-from lingbot_map_ros.engine.loop.loop_closer import LoopCloser
-from lingbot_map_ros.engine.loop.verification import KeyframeRecord, Verifier
+from lingbot_map_ros.engine.loop.verification import Verifier
+from lingbot_map_ros.engine.mapping.backend import MappingBackend
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 import numpy as np
 
@@ -61,19 +62,20 @@ class LoopReplay:
         """
         self._session = session
         self._config = config
-        self._scale_fixed = scale_fixed
-        self._given = verifier
         if hasattr(session.session, 'place_descriptors'):
             session.session.place_descriptors = True
-        self._closer: LoopCloser | None = None
-        self._verifier: Any = None
+        self._backend = MappingBackend(config, scale_fixed=scale_fixed,
+                                       engine=getattr(session.session, 'engine', None),
+                                       paced=False)
+        if verifier is not None:
+            self._backend.use_verifier(verifier)
         self._done: list[np.ndarray] = []
         """Map poses of the frames of finished segments."""
         self._frames: list[tuple[np.ndarray, int]] = []
         """This segment's frames: (odometry c2w, latest keyframe number or -1)."""
         self._odometry_kf: list[np.ndarray] = []
         self._stats: list[dict[str, Any]] = []
-        self._start()
+        self._backend.start()
 
     def add(self, pred: FramePrediction) -> None:
         """Take one prediction (in output order); keyframes go to the closer and are waited for.
@@ -90,17 +92,16 @@ class LoopReplay:
             rgb = None
             if self._config.image_store_bytes > 0:
                 rgb = network_rgb(pred.network_input)
-            self._closer.add_keyframe(KeyframeRecord(index, pred.stamp_ns, c2w,
-                                                     np.asarray(descriptor, np.float32)), rgb)
+            self._backend.observe(pred.stamp_ns, c2w, descriptor, rgb)
             self._odometry_kf.append(c2w)
-            if not self._closer.wait_idle(WAIT_S):
+            if not self._backend.closer.wait_idle(WAIT_S):
                 raise RuntimeError(f'loop closure did not finish keyframe {index} in {WAIT_S} s')
         self._frames.append((c2w, len(self._odometry_kf) - 1))
 
     def reset(self) -> None:
         """End the segment (a session reset): its map poses are final; a new graph starts."""
         self._finish_segment()
-        self._start()
+        self._backend.start()
 
     @property
     def num_keyframes(self) -> int:
@@ -129,26 +130,11 @@ class LoopReplay:
 
     def close(self) -> None:
         """Stop the closer and the model's verifier."""
-        if self._closer is not None:
-            self._closer.close()
-            self._closer = None
-        if self._verifier is not None:
-            self._verifier.close()
-            self._verifier = None
+        self._backend.close()
 
-    def _start(self) -> None:
-        verifier = self._given
-        if verifier is None:
-            from lingbot_map_ros.engine.loop.model_verifier import ModelVerifier, VerifierConfig
-            cfg = self._config
-            self._verifier = verifier = ModelVerifier(
-                self._session.session.engine,
-                VerifierConfig(frames_per_side=cfg.verify_frames,
-                               min_inlier_fraction=min(cfg.min_inlier_fraction, 0.999),
-                               inlier_threshold=cfg.inlier_threshold,
-                               scale_fixed=self._scale_fixed),
-                lookup=lambda i: self._closer.lookup(i))
-        self._closer = LoopCloser(verifier, self._config, scale_fixed=self._scale_fixed)
+    @property
+    def _closer(self) -> Any:
+        return self._backend.closer
 
     def _segment_poses(self) -> list[np.ndarray]:
         if not self._frames:
@@ -166,11 +152,13 @@ class LoopReplay:
         self._done += self._segment_poses()
         if self._closer is not None:
             self._stats.append(self._public(self._closer.stats()))
-        self.close()
+        self._backend.reset()
         self._frames, self._odometry_kf = [], []
 
     @staticmethod
     def _public(stats: dict[str, Any]) -> dict[str, Any]:
-        out = {k: v for k, v in stats.items() if k != 'map_from_odom'}
+        # JSON has no NaN: a value not known yet (no optimisation) is null.
+        out = {k: (None if isinstance(v, float) and not np.isfinite(v) else v)
+               for k, v in stats.items() if k != 'map_from_odom'}
         out['map_from_odom'] = np.asarray(stats['map_from_odom']).round(9).tolist()
         return out

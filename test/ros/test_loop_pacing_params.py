@@ -49,16 +49,16 @@ def test_the_feed_paces_its_verifier_by_the_parameter():
     # The feed reads only these of the node's session at start (no engine: no pool to size).
     session = SimpleNamespace(session=SimpleNamespace(place_descriptors=False))
     feed = LoopFeed(session, values, rclpy.logging.get_logger('test_verify_pacing'))
-    assert feed.frame_pace.every_n_frames == 3
+    assert feed.backend.frame_pace.every_n_frames == 3
     frame = SimpleNamespace(is_keyframe=False)
     feed.feed(frame)
-    assert feed.frame_pace.frames == 1 and feed.frame_pace.pending
+    assert feed.backend.frame_pace.frames == 1 and feed.backend.frame_pace.pending
     feed.pace()  # the worker's first unit: due, no wait
     for expected in (1, 2, 3):
-        assert not feed.frame_pace.pending
+        assert not feed.backend.frame_pace.pending
         feed.feed(frame)  # never waits for the verifier
-        assert feed.frame_pace.frames == 1 + expected
-    assert feed.frame_pace.pending
+        assert feed.backend.frame_pace.frames == 1 + expected
+    assert feed.backend.frame_pace.pending
     feed.close()
     with pytest.raises(ValueError, match='loop.verify_unit_interval=0'):
         LoopFeed(session, {**values, 'loop.verify_unit_interval': 0},

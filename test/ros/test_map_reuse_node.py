@@ -25,6 +25,7 @@ Run: ``pytest test/ros/test_map_reuse_node.py`` (needs gtsam; about a minute on 
 ``rostest``).
 """
 
+from dataclasses import replace
 import itertools
 import json
 from pathlib import Path
@@ -32,18 +33,23 @@ import shutil
 import sys
 import threading
 
+from geometry_msgs.msg import PoseWithCovarianceStamped
+from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop.map_format import seal_metadata
 from lingbot_map_ros.engine.loop.map_store import load_map
 from nav_msgs.srv import SetMap
 from node_harness import Graph, image_msg, stamp_ns, wait_for, wait_status
 import numpy as np
 import pytest
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import Bool
 from std_srvs.srv import Trigger
 from test_loop_node import drifting, feed_route, start
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'engine'))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'engine' / 'loop'))
-from loop_scenes import LandmarkVerifier, Places, ReplayPlaces, route  # noqa: E402,I100,I202
+from loop_scenes import (LandmarkVerifier, Places, ReplayPlaces, rotation,  # noqa: E402,I100,I202
+                         route)
 from oracle_model import frame_image  # noqa: E402,I100,I202
 
 pytest.importorskip('gtsam')
@@ -300,3 +306,121 @@ def test_mapping_into_the_loaded_map_saves_both_runs(graph, mapped, tmp_path) ->
              _TIMEOUT_S, 'the map path of both runs')
     path = rec.last('map_path')
     assert [stamp_ns(p) for p in path.poses] == both.graph.stamps_ns.tolist()
+
+
+class _WrongFirst:
+    """The two-run verifier whose first accepted answer is 1 map unit and 30 deg off."""
+
+    def __init__(self, verifier) -> None:
+        """Wrap ``verifier``."""
+        self._verifier = verifier
+        self.wrong = None
+        self.calls = verifier.calls
+
+    def verify(self, query, candidate):
+        """Answer as the oracle does, the first accepted pair made wrong."""
+        result = self._verifier.verify(query, candidate)
+        if result.accepted and self.wrong is None:
+            self.wrong = (query.index, candidate.index)
+            error = sim3.make(rotation([0.0, 0.0, 1.0], np.radians(30.0)),
+                              np.array([1.0, 0.0, 0.0]))
+            result = replace(result, relative=error @ result.relative)
+        return result
+
+
+def _localized_flags(probe) -> list[bool]:
+    got: list[bool] = []
+    latched = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    probe.create_subscription(Bool, 'lingbot_map/localized', lambda m: got.append(m.data),
+                              latched)
+    return got
+
+
+def test_a_wrong_first_match_then_true_ones_localizes_and_says_so(graph, mapped) -> None:
+    node, probe, rec, verifier = _second_node(graph, mapped)
+    wrong = _WrongFirst(verifier)
+    node.core.pipeline.loop_output.feed.use_verifier(wrong)
+    flags = _localized_flags(probe)
+    wait_for(lambda: flags == [False], _TIMEOUT_S, '~/localized false while searching')
+    feed_route(probe, 3)
+    wait_for(lambda: rec.count('odometry') >= 3, _TIMEOUT_S, 'the first frames')
+    output = node.core.pipeline.loop_output
+    closer = output.feed.closer
+    seen, held = [], []
+    for k in range(3, LIVE):
+        _publish_frame(probe, k)
+        wait_for(lambda: rec.count('odometry') >= k + 1, _TIMEOUT_S, f'frame {k}')
+        wait_for(lambda: len(output.feed.stamps) >= k + 1, _TIMEOUT_S, f'keyframe {k} fed')
+        assert closer.wait_idle(_TIMEOUT_S)
+        seen.append((closer.map_state, closer.stats()['map_matches']))
+        held.append(output.map_from_odom())
+    assert wrong.wrong is not None, 'no match was made wrong: the test would prove nothing'
+    assert closer.map_state == 'localized'
+    first = next(i for i, (state, _) in enumerate(seen) if state == 'localized')
+    assert all(matches < 3 for _, matches in seen[:first])  # never localized on fewer
+    # map -> odom held (identity since the start in the map) while searching, then one jump.
+    assert all(np.array_equal(m, np.eye(4)) for m in held[:first])
+    assert not np.allclose(held[-1], np.eye(4), atol=1e-3)
+    edges = {(e.query, e.candidate): e for e in closer.loop_edges()}
+    assert edges[wrong.wrong].reason == 'inconsistent' and not edges[wrong.wrong].accepted
+    wait_for(lambda: flags == [False, True], _TIMEOUT_S, '~/localized true once')
+    _, _, values = wait_status(probe, node, 'loop',
+                               lambda lv, m, v: v.get('localized') == 'true', 'localized')
+    assert values['map_state'] == 'localized' and values['map_matches'] == '3/3'
+    assert 'inconsistent' in values['last_rejection'] or values['last_rejection'] != 'none'
+    # The live keyframes sit where the map has their places (the wrong match pulled nothing).
+    loaded = load_map(mapped['folder'])
+    scale = mapped['units'] * 3.0
+    live = closer.corrected_poses()[NUM:, :3, 3]
+    centres = loaded.graph.poses[[(START + k) % LAP for k in range(LIVE)]][:, :3, 3]
+    error = np.linalg.norm(live[first + 3:] - centres[first + 3:], axis=1)
+    assert np.median(error) <= 0.05 * scale, (error, scale)
+    graph.remove(probe)
+    graph.remove(node)
+
+
+def test_a_refused_map_leaves_nothing_in_map(graph, mapped, tmp_path) -> None:
+    bad = _hostile(mapped['folder'], tmp_path, 'truncated')
+    node, probe, rec, _ = _second_node(graph, {**mapped, 'folder': bad})
+    flags = _localized_flags(probe)
+    feed_route(probe, 6)
+    wait_for(lambda: rec.count('odometry') >= 6, _TIMEOUT_S, 'six frames')
+    level, message, values = wait_status(
+        probe, node, 'loop', lambda lv, m, v: v.get('map_state') == 'refused', 'refused')
+    assert values['localized'] == 'false' and 'truncated' in values['map_error']
+    assert message.startswith('not localized: ') and level == b'\x01'  # WARN
+    assert rec.count('map_pose') == 0 and rec.count('map_path') == 0
+    wait_for(lambda: flags == [False], _TIMEOUT_S, '~/localized false')
+    graph.remove(probe)
+    graph.remove(node)
+
+
+def test_initialpose_seeds_the_search_near_it(graph, mapped) -> None:
+    node, probe, rec, verifier = _second_node(graph, mapped)
+    loaded = load_map(mapped['folder'])
+    far = (START + LAP // 2) % LAP  # across the route from the replay's start
+    frame = loaded.frame_from_graph
+    position = frame[:3, :3] @ loaded.graph.poses[far][:3, 3] + frame[:3, 3]
+    msg = PoseWithCovarianceStamped()
+    msg.header.frame_id = 'odom'  # not the map frame: refused, with the reason
+    pub = probe.create_publisher(PoseWithCovarianceStamped, '/initialpose', 10)
+    wait_for(lambda: pub.get_subscription_count() > 0, _TIMEOUT_S, '/initialpose subscriber')
+    pub.publish(msg)
+    wait_status(probe, node, 'loop', lambda lv, m, v: "frame 'odom'" in v.get('map_error', ''),
+                'the refusal of a pose in odom')
+    msg.header.frame_id = 'map'
+    p = msg.pose.pose.position
+    p.x, p.y, p.z = (float(v) for v in position)
+    pub.publish(msg)
+    wait_status(probe, node, 'loop', lambda lv, m, v: v.get('map_error') == '',
+                'the hint taken')
+    feed_route(probe, 6)
+    wait_for(lambda: rec.count('odometry') >= 6, _TIMEOUT_S, 'six frames')
+    closer = node.core.pipeline.loop_output.feed.closer
+    assert closer.wait_idle(_TIMEOUT_S)
+    # Only map keyframes near the far hint are candidates: the replay's start is not.
+    assert closer.map_state == 'searching' and verifier.calls == []
+    assert rec.count('map_pose') == 0
+    graph.remove(probe)
+    graph.remove(node)

@@ -21,16 +21,19 @@ The frame thread only calls non-blocking methods: :meth:`LoopCloser.add_keyframe
 steps themselves, single-threaded: ``loop_steps.py``):
 
 1. every queued keyframe: its odometry edge into the pose graph, a search of the place index
-   for earlier keyframes, then its descriptor into the index and its JPEG into the store. The
-   best candidate goes to a slot of one: a newer one replaces a waiting older one (counted
-   ``replaced``), so at most one verification is pending and one runs;
-2. when no keyframe waits: the slot's candidate is verified (:class:`Verifier`, e.g. the
-   model's joint pass); an accepted one becomes a robust loop edge, and the graph either keeps
-   it (the trajectory is corrected, ``map_from_odom`` moves) or rejects it (residual gate).
+   for earlier keyframes, then its descriptor into the index and its JPEG into the store. Its
+   candidates (up to ``loop.candidates``, less near-duplicates of rejected pairs) join the
+   waiting list, which keeps the ``loop.candidates`` best by score: a waiting older one that
+   falls out is counted ``replaced``;
+2. when no keyframe waits: the best waiting candidate is verified (:class:`Verifier`, e.g. the
+   model's joint pass), one per turn, so the checks are spread over the following keyframes
+   and one runs at a time; an accepted one becomes a robust loop edge, and the graph either
+   keeps it (the trajectory is corrected, ``map_from_odom`` moves) or rejects it (residual
+   gate). Once a keyframe has a loop its other waiting candidates are dropped.
 
 With a loaded map (``seed``, ``loaded_map.py``) the worker first puts the map's keyframes into
 the graph and the index; live keyframes are numbered after them and searched against the map
-until a first accepted match ties the run to it (``map_state``: ``searching``, then
+until ``min_matches`` agreeing matches tie the run to it (``map_state``: ``searching``, then
 ``localized``). :meth:`LoopCloser.snapshot` hands a consistent copy of keyframes and graph to
 another thread for ``map_store.save_map``: the worker takes it between two keyframes.
 
@@ -67,8 +70,8 @@ class LoopCloser:
 
     def __init__(self, verifier: Verifier, config: LoopConfig, *, scale_fixed: bool = False,
                  use_faiss: bool = True, seed: KeyframeGraph | None = None,
-                 mode: MapMode = 'mapping', hint: tuple[np.ndarray, float] | None = None
-                 ) -> None:
+                 mode: MapMode = 'mapping', hint: tuple[np.ndarray, float] | None = None,
+                 min_matches: int = 1) -> None:
         """Build the graph, index and store and start the worker.
 
         Args:
@@ -81,6 +84,7 @@ class LoopCloser:
             mode: with a map, 'localization' (the map is not grown) or 'mapping'.
             hint: with a map, (position [3] in its frame, radius): the first match is
                 searched among the map keyframes within the radius only.
+            min_matches: with a map, agreeing matches that tie the run to it (``loaded_map.py``).
 
         Raises:
             ImportError: gtsam is not installed.
@@ -88,12 +92,14 @@ class LoopCloser:
         """
         if seed is None and mode != 'mapping':
             raise ValueError(f'mode {mode!r} needs a loaded map')
-        loaded = LoadedMap(seed, mode, hint) if seed is not None else None
+        loaded = LoadedMap(seed, mode, hint, min_matches) if seed is not None else None
         self._offset = loaded.num_keyframes if loaded is not None else 0
         self._cond = threading.Condition()
         self._incoming: collections.deque[tuple[KeyframeRecord, np.ndarray | None]] = \
             collections.deque()
-        self._pending: tuple[KeyframeRecord, PlaceCandidate] | None = None
+        self._pending: list[tuple[KeyframeRecord, PlaceCandidate]] = []
+        """Candidates waiting for a check, best score first (at most ``loop.candidates``)."""
+        self._capacity = config.candidates
         self._busy = loaded is not None  # until the worker has seeded the map
         self._closed = False
         self._requests: list[Future] = []
@@ -189,7 +195,7 @@ class LoopCloser:
         """
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            while self._incoming or self._pending is not None or self._busy:
+            while self._incoming or self._pending or self._busy:
                 left = deadline - time.monotonic()
                 if left <= 0 or self._closed:
                     return False
@@ -247,16 +253,13 @@ class LoopCloser:
                 self._cond.notify_all()
         while True:
             with self._cond:
-                while not (self._closed or self._incoming or self._pending is not None
-                           or self._requests):
+                while not (self._closed or self._incoming or self._pending or self._requests):
                     self._cond.wait()
                 if self._closed:
                     return
                 batch = list(self._incoming)
                 self._incoming.clear()
-                job = self._pending if not batch else None
-                if job is not None:
-                    self._pending = None
+                job = self._pending.pop(0) if not batch and self._pending else None
                 requests, self._requests = self._requests, []
                 self._busy = True
             try:
@@ -264,8 +267,8 @@ class LoopCloser:
                     self._add(record, rgb)
                 for future in requests:
                     _answer(future, self._steps.snapshot)
-                if job is not None:
-                    self._steps.verify(*job)
+                if job is not None and self._steps.verify(*job):
+                    self._drop_query(job[0].index)
             except Exception:  # noqa: BLE001 - the worker must outlive any one failure
                 logger.exception('loop closure: unexpected error (counted, continuing)')
                 self._estimate.count('errors')
@@ -275,14 +278,23 @@ class LoopCloser:
                     self._cond.notify_all()
 
     def _add(self, record: KeyframeRecord, rgb: np.ndarray | None) -> None:
-        """One keyframe's steps; its best candidate takes the slot (a waiting one is replaced)."""
-        job = self._steps.add(record, rgb)
-        if job is None:
+        """One keyframe's steps; its candidates join the waiting list (the best are kept)."""
+        jobs = self._steps.add(record, rgb)
+        if not jobs:
             return
         with self._cond:
-            if self._pending is not None:
-                self._estimate.count('replaced')
-            self._pending = job
+            waiting = sorted(self._pending + jobs, key=lambda job: -job[1].score)
+            kept = waiting[:self._capacity]
+            kept_ids = {id(job) for job in kept}
+            dropped = sum(1 for job in self._pending if id(job) not in kept_ids)
+            if dropped:
+                self._estimate.count('replaced', dropped)
+            self._pending = kept
+
+    def _drop_query(self, query: int) -> None:
+        """Forget the waiting candidates of a keyframe that has its loop."""
+        with self._cond:
+            self._pending = [job for job in self._pending if job[0].index != query]
 
 
 def _answer(future: Future, make: Any) -> None:

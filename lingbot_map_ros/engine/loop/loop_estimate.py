@@ -32,7 +32,7 @@ from lingbot_map_ros.engine import sim3
 import numpy as np
 
 COUNTS = ('candidates', 'replaced', 'verified', 'accepted', 'rejected_verification',
-          'rejected_graph', 'verification_errors', 'errors')
+          'rejected_graph', 'verification_errors', 'errors', 'skipped')
 """The counters, in the order ``LoopCloser.stats`` gives them."""
 
 
@@ -113,7 +113,7 @@ class LoopEstimate:
 
     @property
     def map_state(self) -> str:
-        """'none', 'searching', 'localized' or 'failed' (a loaded map that was not seeded)."""
+        """'none', 'searching', 'localized', 'lost' (the tie refuted) or 'failed' (not seeded)."""
         with self._lock:
             return self._map_state
 
@@ -141,6 +141,11 @@ class LoopEstimate:
         with self._lock:
             self._edges.append(info)
             self._counts[key] += 1
+
+    def lose(self) -> None:
+        """Mark the tie to the loaded map refuted by later matches: the state becomes 'lost'."""
+        with self._lock:
+            self._map_state = 'lost'
 
     def seed_failed(self) -> None:
         """Count the loaded map that could not be seeded; the state becomes 'failed'."""

@@ -22,14 +22,19 @@ under its lock); the steps themselves take no lock:
 - :meth:`LoopSteps.add`: one keyframe: its odometry edge into the pose graph
   (:class:`PoseGraph`), a search of the place index for earlier keyframes
   (:class:`PlaceIndex`), then its descriptor into the index and its JPEG into the store
-  (:class:`ImageStore`); it returns the best candidate;
+  (:class:`ImageStore`); it returns the candidates to verify, best first: up to
+  ``loop.candidates`` above ``loop.min_score``, less those near a pair already rejected
+  (:meth:`LoopSteps.add`: a look-alike place that was refused for the previous keyframes is not
+  tried again for the next ones, so it cannot take every check);
 - :meth:`LoopSteps.verify`: a candidate through the :class:`Verifier`; an accepted one becomes
   a robust loop edge that the graph keeps (the trajectory is corrected) or rejects (residual
-  gate); with a loaded map not yet tied to the run, the first accepted match ties them.
+  gate); with a loaded map not yet tied to the run, accepted matches are proposals and enough
+  agreeing ones tie them (``loaded_map.py``).
 """
 
 from __future__ import annotations
 
+import collections
 from dataclasses import replace
 import logging
 import time
@@ -49,6 +54,8 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
+_REJECTED_KEPT = 64
+"""Latest rejected pairs remembered to skip their near-duplicates (a bounded memory)."""
 _MIN_STEP = 1e-3
 """Floor of an odometry edge's translation standard deviation (pose units): a still camera's
 zero step must not become an infinitely certain edge."""
@@ -73,6 +80,9 @@ class LoopSteps:
         self._index = PlaceIndex(use_faiss=use_faiss)
         self._images = ImageStore(config.image_store_bytes, config.image_folder or None)
         self._records: dict[int, KeyframeRecord] = {}
+        self._rejected: collections.deque[tuple[int, int]] = collections.deque(
+            maxlen=_REJECTED_KEPT)
+        """(query, candidate) of the latest pairs refused by the verifier or the graph."""
 
     @property
     def descriptor_dim(self) -> int | None:
@@ -86,7 +96,11 @@ class LoopSteps:
     def stats(self) -> dict[str, Any]:
         """Return the map mode, the loaded map's keyframes, the index backend, the images."""
         return {'map_mode': self._map.mode if self._map is not None else 'mapping',
-                'map_keyframes': self._offset, 'index_backend': self._index.backend,
+                'map_keyframes': self._offset,
+                'map_matches': (0 if self._map is None else
+                                self._map.min_matches if self._map.tied else
+                                self._map.best_agreement),
+                'index_backend': self._index.backend,
                 'images_stored': len(self._images), 'image_bytes': self._images.num_bytes}
 
     def close(self) -> None:
@@ -137,33 +151,49 @@ class LoopSteps:
         logger.info('loaded map seeded: %d keyframes, %d edges, mode %s', len(poses),
                     len(self._graph.edges()), self._map.mode)
 
-    def _tie(self, query: KeyframeRecord, candidate: KeyframeRecord, result: Verification,
-             found: PlaceCandidate) -> None:
-        """Join the live run to the map's graph by the first accepted match."""
+    def _propose(self, query: KeyframeRecord, candidate: KeyframeRecord,
+                 result: Verification, found: PlaceCandidate) -> None:
+        """Keep an accepted match with the loaded map; tie the run once enough agree."""
+        group = self._map.propose(self._graph, query, candidate, result, found.score)
+        if not group:
+            logger.info('map match %d -> %d kept (%d of %d agreeing so far)', query.index,
+                        candidate.index, self._map.best_agreement, self._map.min_matches)
+            return
+        others = [m for m in self._map.proposals if all(m is not g for g in group)]
         start = time.perf_counter()
-        outcome = self._map.join(self._graph, self._index, query, candidate, result,
-                                 self._odometry_information)
+        outcomes = self._map.join(self._graph, self._index, group, self._odometry_information)
         elapsed_ms = 1e3 * (time.perf_counter() - start)
         poses = list(self._graph.poses())
         last = len(poses) - 1
         self._estimate.correct(poses, last, self._records[last].odom_pose,
                                self._graph.covariance(last), elapsed_ms, map_state='localized')
-        self._record(LoopEdgeInfo(query.index, candidate.index, True, 'ok', found.score,
-                                  outcome.residual), 'accepted')
-        logger.info('localized in the loaded map: keyframe %d matches map keyframe %d '
-                    '(score %.3f)', query.index, candidate.index, found.score)
+        for match in others:  # proposals that disagree with the tie: wrong matches
+            self._record(LoopEdgeInfo(match.query.index, match.candidate.index, False,
+                                      'inconsistent', match.score, float('nan')),
+                         'rejected_graph')
+        for match, outcome in zip(group, outcomes):
+            self._record(LoopEdgeInfo(match.query.index, match.candidate.index,
+                                      outcome.accepted, 'ok' if outcome.accepted else 'residual',
+                                      match.score, outcome.residual),
+                         'accepted' if outcome.accepted else 'rejected_graph')
+        logger.info('localized in the loaded map: %d agreeing matches, the newest keyframe %d '
+                    'with map keyframe %d (score %.3f); %d disagreeing dropped', len(group),
+                    query.index, candidate.index, found.score, len(others))
 
     def add(self, record: KeyframeRecord, rgb: np.ndarray | None
-            ) -> tuple[KeyframeRecord, PlaceCandidate] | None:
+            ) -> list[tuple[KeyframeRecord, PlaceCandidate]]:
         """Graph node, retrieval, index, image store for one keyframe.
 
         Returns:
-            The keyframe and its best candidate, to verify; None without a candidate.
+            (the keyframe, a candidate) to verify, best candidate first: the
+            ``loop.candidates`` best above ``loop.min_score``, chosen among the keyframes that
+            are not within ``loop.separation`` of a candidate already rejected for a query
+            within ``loop.separation`` of this one (those are counted ``skipped``).
         """
         n = record.index
         if self._estimate.map_state == 'failed':  # no graph to put it in (counted, see the log)
             self._estimate.count('errors')
-            return None
+            return []
         untied = self._map is not None and not self._map.tied
         map_only = self._map is not None and self._map.map_only
         if untied:
@@ -176,10 +206,18 @@ class LoopSteps:
             self._graph.add_node(record.odom_pose, PoseGraphEdge(
                 n - 1, n, measured, self._odometry_information(measured), 'odometry'))
         cfg = self._config
+        skipped: list[int] = []
+
+        def skip(candidate: int) -> bool:
+            if self._near_rejected(n, candidate):
+                skipped.append(candidate)
+                return True
+            return False
         found = self._index.search(record.descriptor, n, k=cfg.candidates,
                                    min_score=cfg.min_score,
                                    exclude_recent=0 if map_only else cfg.exclude_recent,
-                                   separation=cfg.separation)
+                                   separation=cfg.separation,
+                                   skip=skip if self._rejected else None)
         if untied:
             found = self._map.near_hint(found)
         if not map_only:
@@ -194,7 +232,15 @@ class LoopSteps:
         else:
             corrected, covariance = self._graph.pose(n), self._graph.covariance(n)
         self._estimate.add_keyframe(corrected, covariance, record.odom_pose, len(found))
-        return (self._records[n], found[0]) if found else None
+        if skipped:
+            self._estimate.count('skipped', len(skipped))
+        return [(self._records[n], c) for c in found]
+
+    def _near_rejected(self, query: int, candidate: int) -> bool:
+        """Return whether (query, candidate) is a near-duplicate of a rejected pair."""
+        near = self._config.separation
+        return any(abs(query - q) <= near and abs(candidate - c) <= near
+                   for q, c in self._rejected)
 
     def _odometry_information(self, measured: np.ndarray) -> np.ndarray:
         cfg = self._config
@@ -203,8 +249,12 @@ class LoopSteps:
         sigmas = [sigma_t] * 3 + [cfg.odometry_rotation_sigma] * 3 + [cfg.odometry_scale_sigma]
         return np.diag(1.0 / np.square(sigmas))
 
-    def verify(self, query: KeyframeRecord, found: PlaceCandidate) -> None:
-        """Verify one candidate and put an accepted one into the graph."""
+    def verify(self, query: KeyframeRecord, found: PlaceCandidate) -> bool:
+        """Verify one candidate and put an accepted one into the graph.
+
+        Returns:
+            Whether the pair was accepted (the query's other candidates need no check).
+        """
         candidate = self._records[found.index]
         try:
             result = self._verifier.verify(replace(query, image=self.image(query.index)),
@@ -216,15 +266,15 @@ class LoopSteps:
             logger.warning('loop verification %d -> %d failed: %s', query.index,
                            candidate.index, exc)
             self._estimate.count('verification_errors')
-            return
+            return False
         self._estimate.count('verified')
         if not result.accepted:
             self._record(LoopEdgeInfo(query.index, candidate.index, False, result.reason,
                                       found.score, float('nan')), 'rejected_verification')
-            return
+            return False
         if self._map is not None and not self._map.tied:
-            self._tie(query, candidate, result, found)
-            return
+            self._propose(query, candidate, result, found)
+            return True
         edge = PoseGraphEdge(candidate.index, query.index, result.relative, result.information,
                              'loop')
         last = self._graph.num_nodes - 1
@@ -236,13 +286,18 @@ class LoopSteps:
             logger.warning('loop %d -> %d refused by the graph: %s', query.index,
                            candidate.index, exc)
             self._estimate.count('verification_errors')
-            return
+            return False
         elapsed_ms = 1e3 * (time.perf_counter() - start)
+        if self._map is not None and candidate.index < self._offset and \
+                self._map.judge(outcome.accepted) and self._estimate.map_state == 'localized':
+            logger.warning('the tie to the loaded map is refuted: %d map matches in a row '
+                           'disagree with it; searching again', self._map.disagreements)
+            self._estimate.lose()
         if not outcome.accepted:
             self._estimate.timed(elapsed_ms)
             self._record(LoopEdgeInfo(query.index, candidate.index, False, 'residual',
                                       found.score, outcome.residual), 'rejected_graph')
-            return
+            return False
         poses = list(self._graph.poses())
         after = poses[last]
         moved = float(np.linalg.norm(after[:3, 3] - before[:3, 3]))
@@ -255,6 +310,9 @@ class LoopSteps:
         logger.info('loop closed: keyframe %d -> %d (score %.3f, residual %.2f), '
                     'correction %.3f m %.2f deg', query.index, candidate.index, found.score,
                     outcome.residual, moved, turned)
+        return True
 
     def _record(self, info: LoopEdgeInfo, count: str) -> None:
+        if not info.accepted:
+            self._rejected.append((info.query, info.candidate))
         self._estimate.record(info, count)

@@ -25,12 +25,15 @@ Memory: ``4 * D`` bytes per keyframe (4 KiB for D = 1024).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from lingbot_map_ros.engine.loop.dependencies import faiss_or_none
 import numpy as np
 
 _OVERFETCH = 4
 """Extra neighbours fetched per wanted candidate, to survive the suppression of neighbours."""
+_SKIP_FETCH = 32
+"""Extra neighbours fetched when a ``skip`` test may leave some out."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,8 @@ class PlaceIndex:
         self._ids.append(int(index))
 
     def search(self, descriptor: np.ndarray, query_index: int, *, k: int, min_score: float,
-               exclude_recent: int, separation: int) -> list[PlaceCandidate]:
+               exclude_recent: int, separation: int,
+               skip: Callable[[int], bool] | None = None) -> list[PlaceCandidate]:
         """Best earlier keyframes for a query, best first.
 
         Args:
@@ -125,6 +129,9 @@ class PlaceIndex:
             exclude_recent: number of most recent keyframes left out (>= 0).
             separation: a candidate within this many keyframe numbers of a better one is
                 left out (near-duplicates of one visit; 0 keeps them).
+            skip: a keyframe number for which it returns True is never a candidate (e.g. a
+                near-duplicate of a pair already refused); the ``k`` best are chosen among
+                the rest.
 
         Returns:
             Up to ``k`` candidates; empty when none qualifies or nothing is indexed.
@@ -141,13 +148,16 @@ class PlaceIndex:
         cutoff = int(np.searchsorted(self._ids, query_index - exclude_recent, side='right'))
         if cutoff == 0:
             return []
-        fetch = min(cutoff, k * (_OVERFETCH + 2 * separation))
+        fetch = min(cutoff, k * (_OVERFETCH + 2 * separation) +
+                    (_SKIP_FETCH if skip is not None else 0))
         positions, scores = self._nearest(query, cutoff, fetch)
         chosen: list[PlaceCandidate] = []
         for pos, score in zip(positions, scores):
             if score < min_score or len(chosen) == k:
                 break
             index = self._ids[pos]
+            if skip is not None and skip(index):
+                continue
             if all(abs(index - c.index) > separation for c in chosen):
                 chosen.append(PlaceCandidate(index, float(score)))
         return chosen

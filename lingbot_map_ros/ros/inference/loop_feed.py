@@ -11,15 +11,15 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""From the node's predictions to the loop closer: keyframe records, the verifier, the state.
+"""From the node's predictions to the mapping back end: keyframe records and the state.
 
-:class:`LoopFeed` owns the :class:`~lingbot_map_ros.engine.loop.loop_closer.LoopCloser` of a
-single-camera node. On the inference thread, :meth:`LoopFeed.feed` turns each keyframe's
-prediction into a record (its continuous pose, its place descriptor, its processed image) and
-queues it; nothing waits for the closer. The verifier is the model's
-(:class:`~lingbot_map_ros.engine.loop.model_verifier.ModelVerifier`, on a scratch stream of the
-node's engine, paced to one unit beside at most one frame in ``loop.verify_unit_interval``),
-or one given by a test.
+:class:`LoopFeed` holds the :class:`~lingbot_map_ros.engine.mapping.backend.MappingBackend` of a
+single-camera node (built once here, from the ``loop.*`` and ``map.*`` configs and the
+session's engine). On the inference thread, :meth:`LoopFeed.feed` turns each keyframe's
+prediction into an observation (its continuous pose, its place descriptor, its processed image);
+nothing waits for the back end. The verifier is the model's (on a scratch stream of the node's
+engine, paced to one unit beside at most one frame in ``loop.verify_unit_interval``), or one
+given by a test.
 
 States (the ``loop`` diagnostic status): ``off`` (``loop.enable`` false), ``unavailable`` (gtsam
 missing, no depth head for the verifier, or predictions without place descriptors;
@@ -30,16 +30,14 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from lingbot_map_ros.config import LoopConfig, MetricConfig, section_from_flat
+from lingbot_map_ros.config import LoopConfig, MapConfig, MetricConfig, section_from_flat
 from lingbot_map_ros.engine.loop.dependencies import missing
-from lingbot_map_ros.engine.loop.frame_pace import FramePace
 from lingbot_map_ros.engine.loop.image_store import network_rgb
-from lingbot_map_ros.engine.loop.verification import KeyframeRecord, Verifier
+from lingbot_map_ros.engine.loop.loop_closer import LoopCloser
+from lingbot_map_ros.engine.loop.verification import Verifier
+from lingbot_map_ros.engine.mapping.backend import MappingBackend
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 import numpy as np
-
-PACE_TIMEOUT_S = 0.2
-"""Longest wait of a verification unit for the next frame (frames may stop coming)."""
 
 
 def descriptor_of_prediction(pred: FramePrediction) -> np.ndarray | None:
@@ -48,10 +46,10 @@ def descriptor_of_prediction(pred: FramePrediction) -> np.ndarray | None:
 
 
 class LoopFeed:
-    """Keyframes of one camera into a LoopCloser (module docstring)."""
+    """Keyframes of one camera into its mapping back end (module docstring)."""
 
     def __init__(self, session: Any, values: dict[str, Any], logger: Any) -> None:
-        """Read ``loop.*`` and start the closer when loop closure can run.
+        """Read ``loop.*`` and ``map.*`` and build the back end when loop closure can run.
 
         Args:
             session: the node's ``RolloverSession`` (its engine runs the verification).
@@ -64,22 +62,16 @@ class LoopFeed:
         self.config: LoopConfig = section_from_flat(LoopConfig, 'loop', values)
         self._session = session
         self._log = logger
-        self._scale_fixed = MetricConfig.from_flat(values).enabled
         self.descriptor_of: Callable[[FramePrediction], np.ndarray | None] = \
             descriptor_of_prediction
         """Where a keyframe's descriptor comes from (the prediction's; tests give an oracle)."""
-        self._verifier: Verifier | None = None
-        self._owns_verifier = False
-        self._closer: Any = None
-        self.map_source: Any = None
-        """The loaded map every closer starts from (``map_reuse.MapReuse``), or None."""
-        self._next_index = 0
-        self.stamps: list[int] = []
-        """Stamp (ns) of each fed keyframe, by keyframe number."""
+        self.backend = MappingBackend(
+            self.config, scale_fixed=MetricConfig.from_flat(values).enabled,
+            engine=getattr(session.session, 'engine', None),
+            localize_matches=MapConfig.from_flat(values).localize_matches)
+        """The mapping back end: closer, verifier, pacing, loaded map, store."""
         self.num_dropped = 0
         """Keyframes the closer refused (malformed pose or descriptor)."""
-        self.frame_pace = FramePace(PACE_TIMEOUT_S, self.config.verify_unit_interval)
-        """Served frames, and when the verification's next unit may run (:meth:`pace`)."""
         self.state, self.reason = 'off', 'loop.enable is false'
         if not self.config.enable:
             return
@@ -97,99 +89,62 @@ class LoopFeed:
         self.state, self.reason = 'running', 'waiting for keyframes'
 
     @property
-    def closer(self) -> Any:
+    def closer(self) -> LoopCloser | None:
         """Return the running LoopCloser, or None."""
-        return self._closer
+        return self.backend.closer
+
+    @property
+    def stamps(self) -> list[int]:
+        """Stamp (ns) of each fed keyframe of the running graph, by keyframe number."""
+        return self.backend.stamps
 
     def use_verifier(self, verifier: Verifier) -> None:
         """Verify with ``verifier`` instead of the model (before the first keyframe)."""
-        self._verifier = verifier
-        self._owns_verifier = False
+        self.backend.use_verifier(verifier)
 
     def feed(self, pred: FramePrediction) -> None:
         """Queue a keyframe's record (non-keyframes only pace the verification)."""
-        self.frame_pace.tick()
-        if self.map_source is not None and self.map_source.take_restart():
-            self.reset()  # a map was loaded or a localization asked for: a new closer
+        self.backend.tick()
         if self.state != 'running' or not pred.is_keyframe:
             return
         descriptor = self.descriptor_of(pred)
         if descriptor is None:
             self._unavailable('the predictions carry no place descriptor')
             return
-        if self._closer is None and not self._start():
-            return
-        record = KeyframeRecord(index=self._next_index, stamp_ns=pred.stamp_ns,
-                                odom_pose=np.asarray(pred.c2w, np.float64),
-                                descriptor=np.asarray(descriptor, np.float32))
         rgb = network_rgb(pred.network_input) if self.config.image_store_bytes > 0 else None
+        size = self._session.session.stats().image_size_hw
         try:
-            self._closer.add_keyframe(record, rgb)
+            self.backend.observe(pred.stamp_ns, pred.c2w, descriptor, rgb,
+                                 tuple(size) if size is not None else None)
+        except ImportError as exc:
+            self._unavailable(str(exc))
+            return
         except ValueError as exc:
+            if self.backend.closer is None:  # the closer could not start: a setting
+                self._unavailable(str(exc))
+                return
             self.num_dropped += 1
             self._log.warning(f'keyframe not indexed for loop closure: {exc}',
                               throttle_duration_sec=10.0)
             return
-        self._next_index += 1
-        self.stamps.append(pred.stamp_ns)
         self.reason = 'ok'
 
     def pace(self) -> None:
-        """Wait until ``loop.verify_unit_interval`` frames passed since the last unit.
-
-        Called by the verifier's worker before each unit; without frames for
-        :data:`PACE_TIMEOUT_S` (a stopped camera) the unit runs anyway.
-        """
-        self.frame_pace()
+        """Wait until ``loop.verify_unit_interval`` frames passed since the last unit."""
+        self.backend.pace()
 
     def reset(self) -> None:
         """Forget the run (a session reset starts a new odom, so a new graph)."""
-        self._stop()
-        self._next_index = 0
-        self.stamps = []
+        self.backend.reset()
         if self.state == 'running':
             self.reason = 'waiting for keyframes'
 
     def close(self) -> None:
         """Stop the closer and the verifier."""
-        self._stop()
-
-    def _start(self) -> bool:
-        from lingbot_map_ros.engine.loop.loop_closer import LoopCloser
-        verifier = self._verifier
-        try:
-            if verifier is None:
-                verifier = self._model_verifier()
-            seed = self.map_source.seed_for(self._session) if self.map_source else {}
-            self._closer = LoopCloser(verifier, self.config, scale_fixed=self._scale_fixed,
-                                      **seed)
-        except (ImportError, ValueError) as exc:
-            self._unavailable(str(exc))
-            return False
-        return True
-
-    def _model_verifier(self) -> Verifier:
-        from lingbot_map_ros.engine.loop.model_verifier import ModelVerifier, VerifierConfig
-        cfg = self.config
-        config = VerifierConfig(frames_per_side=cfg.verify_frames,
-                                min_inlier_fraction=min(cfg.min_inlier_fraction, 0.999),
-                                inlier_threshold=cfg.inlier_threshold,
-                                scale_fixed=self._scale_fixed)
-        self._verifier = ModelVerifier(self._session.session.engine, config,
-                                       lookup=lambda i: self._closer.lookup(i), pace=self.pace)
-        self._owns_verifier = True
-        return self._verifier
-
-    def _stop(self) -> None:
-        if self._closer is not None:
-            self._closer.close()
-            self._closer = None
-        if self._owns_verifier:
-            self._verifier.close()
-            self._verifier, self._owns_verifier = None, False
+        self.backend.close()
 
     def _unavailable(self, reason: str) -> None:
         if self.state != 'unavailable':
             self._log.warning(f'loop closure unavailable: {reason}')
         self.state, self.reason = 'unavailable', reason
-        self._stop()
+        self.backend.close()

@@ -13,10 +13,11 @@
 # limitations under the License.
 """``~/reset`` and ``/diagnostics`` of a configured node.
 
-Both have their own callback groups, so they answer while a frame is being processed. The
-diagnostics timer runs on the steady clock: with ``use_sim_time`` a paused bag freezes ROS time,
-and diagnostics must still report (that is when STALE matters). The statuses themselves are
-rendered by :mod:`~lingbot_map_ros.ros.publishers.diagnostics`,
+Both callbacks are guarded (``callback_guard.py``): an unexpected exception is answered or
+logged and the node lives. Both have their own callback groups, so they answer while a frame
+is being processed. The diagnostics timer runs on the steady clock: with ``use_sim_time`` a
+paused bag freezes ROS time, and diagnostics must still report (that is when STALE matters).
+The statuses themselves are rendered by :mod:`~lingbot_map_ros.ros.publishers.diagnostics`,
 :mod:`~lingbot_map_ros.ros.publishers.stall_watch` and
 :mod:`~lingbot_map_ros.ros.publishers.odometry_status`.
 """
@@ -28,6 +29,7 @@ from typing import Any, Callable
 from diagnostic_msgs.msg import DiagnosticArray
 from lingbot_map_ros.ros.inference.frame_pipeline import FramePipeline
 from lingbot_map_ros.ros.publishers import diagnostics, stall_watch
+from lingbot_map_ros.ros.publishers.callback_guard import guard_service, guard_timer
 from lingbot_map_ros.ros.publishers.odometry_status import odometry_status
 from lingbot_map_ros.ros.publishers.service_qos import service_qos
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -58,7 +60,9 @@ class NodeServices:
         self._topic = topic
         self._queue_length = queue_length
         self.reset_wait_s = RESET_WAIT_S
-        self._reset_srv = node.create_service(Trigger, '~/reset', self._on_reset,
+        log = node.get_logger()
+        self._reset_srv = node.create_service(Trigger, '~/reset',
+                                              guard_service(log, '~/reset', self._on_reset),
                                               qos_profile=service_qos(),
                                               callback_group=MutuallyExclusiveCallbackGroup())
         self._pub = node.create_publisher(DiagnosticArray, '/diagnostics', 10)
@@ -79,7 +83,9 @@ class NodeServices:
         self._node.destroy_service(self._reset_srv)
 
     def _create_timer(self) -> Any:
-        return self._node.create_timer(self._values['diagnostics.period_s'], self._publish,
+        return self._node.create_timer(self._values['diagnostics.period_s'],
+                                       guard_timer(self._node.get_logger(), 'diagnostics',
+                                                   self._publish),
                                        callback_group=self._group,
                                        clock=Clock(clock_type=ClockType.STEADY_TIME))
 
@@ -107,11 +113,7 @@ class NodeServices:
     def _publish(self) -> None:
         if self._pipeline.cameras is None:  # cleaned up under this timer callback
             return
-        try:
-            self._pub.publish(self.diagnostics())
-        except Exception as exc:  # noqa: BLE001 - diagnostics must not stop the node
-            self._node.get_logger().error(f'diagnostics failed: {exc}',
-                                          throttle_duration_sec=10.0)
+        self._pub.publish(self.diagnostics())
 
     def diagnostics(self) -> DiagnosticArray:
         """Return this period's statuses: input, engine (with the stall mark), cache, odometry.

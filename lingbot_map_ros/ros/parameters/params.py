@@ -57,7 +57,8 @@ MIN_VOXEL_SIZE, MAX_VOXEL_SIZE = 1e-6, 1e6
 MAP_SECTION = 'map'
 LIVE_MAP_PARAMS: frozenset[str] = frozenset({'map.enable', 'map.confidence_percentile',
                                              'map.min_confidence', 'map.pixel_stride',
-                                             'map.load_path', 'map.save_path', 'map.mode'})
+                                             'map.load_path', 'map.save_path', 'map.mode',
+                                             'map.localize_matches'})
 """``map.*`` parameters that take effect with the next keyframe (``map.load_path``,
 ``map.save_path``, ``map.mode``: with the next ``~/load_map`` or ``~/save_map``); the others
 size the map."""
@@ -138,6 +139,7 @@ _INT_RANGES: dict[str, tuple[int, int, int]] = {
     'stream.overlap_keyframes': (1, 1_000_000, 0),
     'map.max_points': (1, 1_000_000_000, 0),
     'map.pixel_stride': (1, 64, 0),
+    'map.localize_matches': (1, 100, 0),
     'grid.max_cells': (1, 100_000_000, 0),
     'metric.settle_keyframes': (1, 1_000_000, 0),
     'loop.candidates': (1, 100, 0),

@@ -25,7 +25,8 @@ says (a scale correction cannot be a TF, so it is anchored at the current pose).
 ``~/odometry`` and ``odom -> base_link`` are not touched. ``~/map_pose`` carries the latest
 keyframe's marginal covariance rotated into ``map`` (translation in odom units, rotation in
 radians). ``~/map_path`` (all corrected keyframes) and ``~/loop_closures`` are republished by a
-timer (:data:`GRAPH_PERIOD_S`) when the graph has changed, off the inference thread.
+timer (:data:`GRAPH_PERIOD_S`, steady time: it runs on when a replay's ``/clock`` stops) when the
+graph has changed, off the inference thread.
 """
 
 from __future__ import annotations
@@ -37,16 +38,19 @@ from diagnostic_msgs.msg import DiagnosticStatus
 from geometry_msgs.msg import Point, PoseStamped, PoseWithCovarianceStamped, TransformStamped
 from lingbot_map_ros.config import LoopConfig
 from lingbot_map_ros.engine import sim3
+from lingbot_map_ros.engine.mapping.backend import MappingBackend
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.ros.parameters.node_options import NodeOptions
 from lingbot_map_ros.ros.publishers import diagnostics
+from lingbot_map_ros.ros.publishers.callback_guard import guard_timer
 from lingbot_map_ros.ros.publishers.map_reuse import MAP_KEYS
 from lingbot_map_ros.ros.publishers.outputs import UNKNOWN_VARIANCE
 from nav_msgs.msg import Path
 import numpy as np
+from rclpy.clock import Clock, ClockType
 from rclpy.qos import DurabilityPolicy, QoSProfile
-from std_msgs.msg import ColorRGBA
+from std_msgs.msg import Bool, ColorRGBA
 from visualization_msgs.msg import Marker, MarkerArray
 
 try:  # tf2_ros comes with a ROS install, not with the PyPI wheels.
@@ -59,12 +63,13 @@ LOOP_KEYS: tuple[str, ...] = (
     'accepted', 'rejected', 'rejected_verification', 'rejected_graph', 'verification_errors',
     'dropped_keyframes', 'last_correction_m', 'last_correction_deg', 'optimisation_ms',
     'map_to_odom.x', 'map_to_odom.y', 'map_to_odom.z', 'map_to_odom.yaw_deg',
-    'map_to_odom.scale', 'index_backend', 'images_stored', 'image_bytes') + MAP_KEYS
+    'map_to_odom.scale', 'index_backend', 'images_stored', 'image_bytes',
+    'last_rejection', 'skipped', 'localized') + MAP_KEYS
 """Keys of the ``loop`` status, in order, in every state."""
 
 _COUNTS = ('keyframes', 'queued', 'candidates', 'replaced', 'verified', 'accepted',
            'rejected_verification', 'rejected_graph', 'verification_errors', 'images_stored',
-           'image_bytes')
+           'image_bytes', 'skipped')
 GRAPH_PERIOD_S = 0.25
 """Period of the check that republishes ``~/map_path`` and ``~/loop_closures``."""
 _ACCEPTED = ColorRGBA(r=0.1, g=0.9, b=0.2, a=1.0)
@@ -78,8 +83,8 @@ class KeyframeFeed(Protocol):
     state: str
     """``off``, ``unavailable`` or ``running`` (the ``loop`` status)."""
     reason: str
-    map_source: Any
-    """The loaded map (``map_reuse.MapReuse``), or None."""
+    backend: MappingBackend
+    """The mapping back end (the closer, the loaded map)."""
     stamps: list[int]
     """Stamp (ns) of each fed keyframe."""
     num_dropped: int
@@ -96,6 +101,14 @@ class KeyframeFeed(Protocol):
 
     def close(self) -> None:
         """Stop the closer and the verifier."""
+
+
+def _last_rejection(edges: list) -> str:
+    """Return the latest rejected pair and why (the verifier's reason or the graph's), or none."""
+    for edge in reversed(edges):
+        if not edge.accepted:
+            return f'{edge.query} -> {edge.candidate}: {edge.reason}'
+    return 'none'
 
 
 def rigid(pose: np.ndarray) -> np.ndarray:
@@ -130,12 +143,19 @@ class LoopOutput:
                                                QoSProfile(depth=10))
         self._path_pub = node.create_publisher(Path, '~/map_path', latched)
         self._marker_pub = node.create_publisher(MarkerArray, '~/loop_closures', latched)
+        self._localized_pub = node.create_publisher(Bool, '~/localized', latched)
+        self._localized: bool | None = None
+        """The last ``~/localized`` published (None before the first)."""
         self._published = (-1, -1, -1)
         self._map_from_odom = np.eye(4)
         self._lock = threading.Lock()
         self._anchor: tuple[np.ndarray, np.ndarray] | None = None
         """(``T_odom_world``, ``inv(mount)``) of the latest frame, for the timer."""
-        self._timer = node.create_timer(GRAPH_PERIOD_S, self._refresh) if active else None
+        # Steady time: under use_sim_time a bag that stops stops /clock, and the path and the
+        # markers must still follow the graph (the worker finishes its queue after the bag).
+        self._timer = node.create_timer(
+            GRAPH_PERIOD_S, guard_timer(node.get_logger(), 'map path', self._refresh),
+            clock=Clock(clock_type=ClockType.STEADY_TIME)) if active else None
 
     @property
     def feed(self) -> KeyframeFeed:
@@ -189,25 +209,44 @@ class LoopOutput:
         """Return (ROS ``map`` from the graph's frame, the closer), or None (nothing in map)."""
         if not self._map_frame or self._feed.state == 'off' or not self._outputs.frames.anchored:
             return None
-        closer, source = self._feed.closer, self._feed.map_source
-        if source is not None and not source.publishing(closer):
+        closer, backend = self._feed.closer, self._feed.backend
+        if not backend.published():
             return None
         anchor = self._outputs.frames.odom_from_world()
-        return (source.frame_from_graph(anchor) if source is not None else anchor), closer
+        return backend.frame_from_graph(anchor), closer
+
+    def localized(self) -> bool:
+        """Return whether poses are published in ``map`` (``~/localized``).
+
+        Loop closure runs and, with a loaded map, the run is tied to it (``map_reuse.py``);
+        False while searching or after a map to localize in was refused.
+        """
+        feed = self._feed
+        if not self._map_frame or feed.state != 'running':
+            return False
+        return feed.backend.published()
 
     def publish(self, pred: FramePrediction, camera_frame: str, opts: NodeOptions) -> None:
         """Feed a keyframe to the closer; publish TF map -> odom and ``~/map_pose``."""
         self._feed.feed(pred)
+        self._publish_localized()
         if not self._map_frame or self._feed.state == 'off' or not self._outputs.frames.anchored:
             return
         closer = self._feed.closer
-        source = self._feed.map_source
-        if source is not None and not source.publishing(closer):
-            return  # a loaded map: nothing in map until localized in it (map_reuse.py)
+        backend = self._feed.backend
+        if not backend.published():
+            # A loaded map: nothing in map until localized in it (map_reuse.py); TF map ->
+            # odom stays where it was (a tf listener keeps working), then jumps once.
+            if self._tf is not None:
+                header = PoseStamped().header
+                header.frame_id = self._map_frame
+                conversions.fill_stamp(header.stamp, pred.stamp_ns)
+                self._publish_tf(header)
+            return
         world_to_map = closer.map_from_odom() if closer is not None else np.eye(4)
         anchor = self._outputs.frames.odom_from_world()
         # ROS map from the graph's frame: this run's anchor, or the loaded map's own.
-        map_anchor = source.frame_from_graph(anchor) if source is not None else anchor
+        map_anchor = backend.frame_from_graph(anchor)
         mount_inv = sim3.inverse(self._outputs.frames.mount)
         base_in_odom = anchor @ pred.c2w @ mount_inv
         camera_in_map = map_anchor @ world_to_map @ pred.c2w
@@ -238,7 +277,7 @@ class LoopOutput:
         if self._timer is not None:
             self._node.destroy_timer(self._timer)
         self._feed.close()
-        for pub in (self._pose_pub, self._path_pub, self._marker_pub):
+        for pub in (self._pose_pub, self._path_pub, self._marker_pub, self._localized_pub):
             self._node.destroy_publisher(pub)
         if self._tf is not None:
             self._node.destroy_publisher(self._tf.pub_tf)
@@ -254,17 +293,20 @@ class LoopOutput:
         stats = closer.stats() if closer is not None else {}
         values: dict[str, Any] = dict.fromkeys(LOOP_KEYS)
         values.update(state=feed.state, reason=feed.reason, map_frame=self._map_frame or 'none',
-                      dropped_keyframes=feed.num_dropped)
-        if feed.map_source is not None:
-            values.update(feed.map_source.status_values(closer))
-            if values['map_state'] == 'searching' and feed.state == 'running':
-                values['state'] = 'searching'
+                      dropped_keyframes=feed.num_dropped,
+                      localized='true' if self.localized() else 'false')
+        values.update(feed.backend.map_status())
+        if values['map_state'] == 'searching' and feed.state == 'running':
+            values['state'] = 'searching'
         if stats:
             values.update({k: stats[k] for k in _COUNTS})
             values['rejected'] = stats['rejected_verification'] + stats['rejected_graph']
             for key in ('last_correction_m', 'last_correction_deg', 'optimisation_ms',
                         'index_backend'):
                 values[key] = stats[key]
+            if not np.isfinite(values['optimisation_ms']):  # none yet: n/a, never 'nan'
+                values['optimisation_ms'] = None
+            values['last_rejection'] = _last_rejection(closer.loop_edges())
         m = self._map_from_odom
         values.update({'map_to_odom.x': m[0, 3], 'map_to_odom.y': m[1, 3],
                        'map_to_odom.z': m[2, 3],
@@ -277,10 +319,23 @@ class LoopOutput:
         elif stats and (stats['verification_errors'] or stats['errors']):
             level, message = DiagnosticStatus.WARN, 'verification errors (see the log)'
         elif values['state'] == 'searching':
-            message = f"searching in the map {values['map_path']}"
+            message = (f"searching in the map {values['map_path']} "
+                       f"({values['map_matches']} agreeing matches)")
+        elif values.get('map_state') == 'refused':
+            level = DiagnosticStatus.WARN
+            message = f"not localized: {values['map_error']}"
         elif feed.state == 'running':
             message = f"running: {values['accepted']} loops closed" if stats else 'running'
         return diagnostics.status(f'{node_name}: loop', level, message, node_name, values)
+
+    def _publish_localized(self) -> None:
+        """Publish ``~/localized`` (latched) when it changed."""
+        now = self.localized()
+        with self._lock:
+            if now == self._localized:
+                return
+            self._localized = now
+        self._localized_pub.publish(Bool(data=now))
 
     def _publish_tf(self, header: Any) -> None:
         tf = TransformStamped(header=header, child_frame_id=self._odom_frame)
@@ -307,20 +362,17 @@ class LoopOutput:
 
     def _refresh(self) -> None:
         """Timer: republish the path and markers when the graph or its edges changed."""
-        try:
-            with self._lock:
-                closer, anchor = self._feed.closer, self._anchor
-                if closer is None or anchor is None:
-                    return
-                edges = closer.loop_edges()
-                key = (closer.stats()['keyframes'], closer.version, len(edges))
-                if key == self._published:
-                    return
-                self._published = key
-            self._publish_graph(closer.corrected_poses(), edges, *anchor)
-        except Exception as exc:  # noqa: BLE001 - a timer must not stop the node
-            self._node.get_logger().error(f'map path not published: {exc}',
-                                          throttle_duration_sec=10.0)
+        self._publish_localized()
+        with self._lock:
+            closer, anchor = self._feed.closer, self._anchor
+            if closer is None or anchor is None:
+                return
+            edges = closer.loop_edges()
+            key = (closer.stats()['keyframes'], closer.version, len(edges))
+            if key == self._published:
+                return
+            self._published = key
+        self._publish_graph(closer.corrected_poses(), edges, *anchor)
 
     def _publish_graph(self, poses: np.ndarray, edges: list, anchor: np.ndarray,
                        mount_inv: np.ndarray) -> None:

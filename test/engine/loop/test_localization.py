@@ -283,3 +283,60 @@ def test_a_map_the_graph_cannot_take_fails_loudly_and_drops_nothing_silently(sav
     finally:
         closer.close()
     assert stats['map_state'] == 'failed' and stats['errors'] == 2, stats
+
+
+class _WrongFirst:
+    """The oracle verifier, its first accepted answer 1 unit and 30 deg off.
+
+    A confident wrong match; every later answer is true.
+    """
+
+    def __init__(self, verifier: LandmarkVerifier) -> None:
+        """Wrap ``verifier``."""
+        self._verifier = verifier
+        self.wrong: tuple[int, int] | None = None
+
+    def verify(self, query: KeyframeRecord, candidate: KeyframeRecord):
+        """Answer as the oracle does, the first accepted pair made wrong."""
+        result = self._verifier.verify(query, candidate)
+        if result.accepted and self.wrong is None:
+            self.wrong = (query.index, candidate.index)
+            error = sim3.make(rotation([0.0, 0.0, 1.0], np.radians(30.0)),
+                              np.array([1.0, 0.0, 0.0]))
+            result = replace(result, relative=error @ result.relative)
+        return result
+
+
+def test_a_wrong_first_match_does_not_localize_and_the_true_ones_do(saved_map) -> None:
+    folder, truth = saved_map
+    loaded = load_map(folder, EXPECT)
+    num_map = loaded.graph.num_keyframes
+    live_truth, odometry = _live_run(truth)
+    places = ReplayPlaces(truth, LAP, num_map, START)
+    oracle = LandmarkVerifier(lambda n: truth[n] if n < num_map else live_truth[n - num_map],
+                              places)
+    verifier = _WrongFirst(oracle)
+    closer = LoopCloser(verifier, CONFIG, seed=loaded.graph, mode='localization',
+                        min_matches=3)
+    rng = np.random.default_rng(11)
+    states = []
+    try:
+        for k in range(LIVE):
+            closer.add_keyframe(_record(k, odometry[k], places.descriptor(num_map + k, rng)))
+            assert closer.wait_idle(60.0)
+            states.append((closer.map_state, closer.stats()['map_matches']))
+        corrected = closer.corrected_poses()
+        edges = closer.loop_edges()
+    finally:
+        closer.close()
+    assert verifier.wrong is not None
+    # Searching until three matches agree: the wrong one never counted as localized.
+    first = next(k for k, (state, _) in enumerate(states) if state == 'localized')
+    assert all(state == 'searching' and matches < 3 for state, matches in states[:first])
+    assert all(state == 'localized' for state, _ in states[first:])
+    # The wrong match was dropped as inconsistent; the agreeing ones are loop edges.
+    wrong = [e for e in edges if (e.query, e.candidate) == verifier.wrong]
+    assert len(wrong) == 1 and not wrong[0].accepted and wrong[0].reason == 'inconsistent'
+    assert sum(e.accepted for e in edges) >= 3
+    error = _position_error(corrected[num_map:], live_truth)
+    assert error.mean() <= MAX_ERROR, error

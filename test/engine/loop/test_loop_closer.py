@@ -156,3 +156,59 @@ def test_bad_records_are_refused_at_the_call() -> None:
         closer.close()
     with pytest.raises(RuntimeError, match='closed'):
         closer.add_keyframe(_record(1, odometry, places))
+
+
+class _Visits(Places):
+    """Places seen for ``per_visit`` consecutive keyframes each (a visit), ``num`` a lap."""
+
+    def __init__(self, truth: np.ndarray, num: int, per_visit: int, twins: dict[int, int]
+                 ) -> None:
+        """Place p's landmarks stand before the first lap's keyframe ``per_visit * p``."""
+        super().__init__(truth[::per_visit][:num], num, twins=twins)
+        self._per_visit = per_visit
+
+    def place(self, keyframe: int) -> int:
+        """Return the place of keyframe ``keyframe``."""
+        return (keyframe // self._per_visit) % self.num_per_lap
+
+
+def _look_alike_run(candidates: int) -> tuple[list, _Visits, int]:
+    """Two laps of 30 places, 3 keyframes a visit; 5 places look the same (one descriptor).
+
+    Returns the verified pairs, the places and the keyframes of a lap.
+    """
+    num, per_visit = 30, 3
+    alike = (2, 8, 14, 20, 26)
+    truth, odometry, _ = drifting_route(num * per_visit, lap_offset=0.1)
+    places = _Visits(truth, num, per_visit, {p: alike[0] for p in alike[1:]})
+    verifier = LandmarkVerifier(lambda k: truth[k], places)
+    config = LoopConfig(**{**CONFIG.__dict__, 'candidates': candidates})
+    closer = LoopCloser(verifier, config)
+    try:
+        _run(closer, odometry, places)
+        return closer.loop_edges(), places, num * per_visit
+    finally:
+        closer.close()
+
+
+def test_look_alike_places_cannot_hide_the_true_loops() -> None:
+    edges, places, lap = _look_alike_run(CONFIG.candidates)
+    alike = {2, 8, 14, 20, 26}
+    # The look-alikes did outrank the truth: wrong pairs were tried first and refused.
+    wrong = [e for e in edges if places.place(e.query) != places.place(e.candidate)]
+    assert wrong and not any(e.accepted for e in wrong)
+    assert {places.place(e.query) for e in wrong} <= alike
+    # Every place of the second lap closed its true loop, the look-alike ones included.
+    closed = {places.place(e.query) for e in edges
+              if e.accepted and e.query >= lap and places.place(e.query) ==
+              places.place(e.candidate)}
+    assert closed == set(range(30)), sorted(set(range(30)) - closed)
+
+
+def test_verifying_only_the_best_candidate_misses_look_alike_loops() -> None:
+    """The same route with one candidate a keyframe: the test above would fail without more."""
+    edges, places, lap = _look_alike_run(1)
+    closed = {places.place(e.query) for e in edges
+              if e.accepted and e.query >= lap and places.place(e.query) ==
+              places.place(e.candidate)}
+    assert not {2, 8, 14, 20, 26} <= closed
