@@ -101,7 +101,8 @@ class LoopSteps:
                                 self._map.min_matches if self._map.tied else
                                 self._map.best_agreement),
                 'index_backend': self._index.backend,
-                'images_stored': len(self._images), 'image_bytes': self._images.num_bytes}
+                'images_stored': len(self._images), 'image_bytes': self._images.num_bytes,
+                'graph_recoveries': self._graph.stats()['recoveries']}
 
     def close(self) -> None:
         """Drop the stored images (a folder store removes its files)."""
@@ -173,7 +174,7 @@ class LoopSteps:
                          'rejected_graph')
         for match, outcome in zip(group, outcomes):
             self._record(LoopEdgeInfo(match.query.index, match.candidate.index,
-                                      outcome.accepted, 'ok' if outcome.accepted else 'residual',
+                                      outcome.accepted, 'ok' if outcome.accepted else outcome.reason,
                                       match.score, outcome.residual),
                          'accepted' if outcome.accepted else 'rejected_graph')
         logger.info('localized in the loaded map: %d agreeing matches, the newest keyframe %d '
@@ -295,7 +296,7 @@ class LoopSteps:
             self._estimate.lose()
         if not outcome.accepted:
             self._estimate.timed(elapsed_ms)
-            self._record(LoopEdgeInfo(query.index, candidate.index, False, 'residual',
+            self._record(LoopEdgeInfo(query.index, candidate.index, False, outcome.reason,
                                       found.score, outcome.residual), 'rejected_graph')
             return False
         poses = list(self._graph.poses())

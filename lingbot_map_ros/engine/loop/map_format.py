@@ -68,6 +68,9 @@ METADATA_SHA256 = 'metadata_sha256'
 """The metadata's key holding the sha256 of the rest of it (:func:`seal_metadata`)."""
 IMAGE_FOLDER = 'images'
 PLY = 'map.ply'
+OPTIONAL_FILES = ('grid.yaml', 'grid.pgm')
+"""Files a map may hold beside the required ones (listed and checksummed like them): the
+occupancy grid as nav2's map_server reads it, written by ``~/save_map`` when ``~/grid`` runs."""
 KIND_CODES = {'odometry': 0, 'loop': 1}
 """Edge kind -> its ``edges_kind.npy`` code."""
 KIND_NAMES = {code: name for name, code in KIND_CODES.items()}
@@ -291,6 +294,9 @@ class MapSnapshot:
     identity: ModelIdentity | None = None
     """The model and cache settings it was made with (a loaded map: what its metadata records;
     None: not recorded)."""
+    extra_files: dict[str, bytes] = field(default_factory=dict)
+    """Optional files by name (:data:`OPTIONAL_FILES` only), written and checksummed with the
+    rest (the occupancy grid's map-server YAML and PGM)."""
 
 
 def rigid_frame(matrix: np.ndarray) -> np.ndarray:

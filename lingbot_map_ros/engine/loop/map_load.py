@@ -230,9 +230,12 @@ def _check_files(meta: dict[str, Any], counts: dict[str, int], limits: fmt.MapLi
     if missing:
         raise MapLoadError(f'{fmt.METADATA} lists no {missing[0]}')
     images = {name for name in files if name.startswith(fmt.IMAGE_FOLDER + '/')}
-    if len(images) != counts['images'] or len(files) != len(needed) + len(images):
+    optional = set(files) & set(fmt.OPTIONAL_FILES)
+    if len(images) != counts['images'] or \
+            len(files) != len(needed) + len(images) + len(optional):
         raise MapLoadError(f'{fmt.METADATA} lists {len(files)} files: expected the '
-                           f'{len(needed)} arrays and PLY and {counts["images"]} images')
+                           f'{len(needed)} arrays and PLY, {counts["images"]} images and '
+                           f'optionally {", ".join(fmt.OPTIONAL_FILES)}')
     total = 0
     for name, entry in files.items():
         if len(name) > fmt.MAX_TEXT_CHARS or not _NAME.match(name) or '..' in name or \
@@ -405,6 +408,7 @@ def _snapshot(meta: dict[str, Any], counts: dict[str, int], data: dict[str, byte
             raise ValueError(f'{fmt.image_name(index)}: missing or not a JPEG')
         images[index] = jpeg
     xyz, rgb = _points(data[fmt.PLY], counts['points'])
+    extra = {name: data[name] for name in fmt.OPTIONAL_FILES if name in data}
     graph = fmt.KeyframeGraph(stamps_ns=stamps, poses=poses, descriptors=descriptors,
                               edges_ij=ij, edges_kind=kinds, measurements=measurements,
                               informations=informations, images=images)
@@ -413,7 +417,7 @@ def _snapshot(meta: dict[str, Any], counts: dict[str, int], data: dict[str, byte
                    intrinsics_source=meta['intrinsics_source'], metric=meta['metric'],
                    points_xyz=xyz, points_rgb=rgb, created_utc=meta['created_utc'],
                    frame_from_graph=_frame(meta['frame_from_graph']),
-                   identity=meta.get('identity'))
+                   identity=meta.get('identity'), extra_files=extra)
 
 
 def _check_sim3(matrices: np.ndarray, name: str, what: str) -> None:

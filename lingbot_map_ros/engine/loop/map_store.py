@@ -249,6 +249,11 @@ def _write_folder(folder: Path, snapshot: fmt.MapSnapshot, durable: bool,
         out = io.BytesIO()
         np.save(out, np.ascontiguousarray(array), allow_pickle=False)
         put(f'{name}.npy', out.getvalue())
+    for name, data in sorted(snapshot.extra_files.items()):
+        if name not in fmt.OPTIONAL_FILES:
+            raise ValueError(f'{fmt.shown(name)} is not a file a map may hold '
+                             f'({", ".join(fmt.OPTIONAL_FILES)})')
+        put(name, bytes(data))
     (folder / fmt.IMAGE_FOLDER).mkdir()
     for index in image_ids.tolist():
         put(fmt.image_name(index), bytes(graph.images[index]))

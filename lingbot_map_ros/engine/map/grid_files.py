@@ -59,12 +59,23 @@ def write_map_server(stem: str | os.PathLike, view: GridView) -> tuple[Path, Pat
         OSError: the files cannot be written.
     """
     stem = Path(stem)
-    pgm, meta = stem.with_suffix('.pgm'), stem.with_suffix('.yaml')
+    paths = []
+    for name, data in map_server_files(stem.name, view).items():
+        path = stem.with_name(name)
+        path.write_bytes(data)
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def map_server_files(stem: str, view: GridView) -> dict[str, bytes]:
+    """Return the map-server files of a grid by name: ``<stem>.yaml`` first, then ``<stem>.pgm``.
+
+    The bytes :func:`write_map_server` writes; a saved keyframe map holds them too.
+    """
     pixels = grid_pixels(view)
     header = f'P5\n# lingbot_map ~/grid\n{view.width} {view.height}\n255\n'.encode('ascii')
-    pgm.write_bytes(header + pixels.tobytes())
-    meta.write_text(yaml.safe_dump({
-        'image': pgm.name, 'mode': 'trinary', 'resolution': float(view.resolution),
+    meta = yaml.safe_dump({
+        'image': f'{stem}.pgm', 'mode': 'trinary', 'resolution': float(view.resolution),
         'origin': [float(view.origin_x), float(view.origin_y), 0.0], 'negate': 0,
-        'occupied_thresh': OCCUPIED_THRESH, 'free_thresh': FREE_THRESH}, sort_keys=False))
-    return meta, pgm
+        'occupied_thresh': OCCUPIED_THRESH, 'free_thresh': FREE_THRESH}, sort_keys=False)
+    return {f'{stem}.yaml': meta.encode('utf-8'), f'{stem}.pgm': header + pixels.tobytes()}

@@ -32,7 +32,7 @@ from typing import Any
 
 from lingbot_map_ros.config import GridConfig, MapConfig
 from lingbot_map_ros.engine.map.grid_cells import GridView
-from lingbot_map_ros.engine.map.grid_files import write_map_server
+from lingbot_map_ros.engine.map.grid_files import map_server_files, write_map_server
 from lingbot_map_ros.engine.map.occupancy_grid import camera_points, OccupancyGrid
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 from lingbot_map_ros.ros.messages import conversions
@@ -166,3 +166,8 @@ class GridOutput:
         """
         self.grid.update()
         return write_map_server(Path(folder) / GRID_FILE_STEM, self.grid.view())
+
+    def files(self) -> dict[str, bytes]:
+        """Return the grid's map-server files by name (``grid.yaml``, ``grid.pgm``), up to date."""
+        self.grid.update()
+        return map_server_files(GRID_FILE_STEM, self.grid.view())

@@ -337,6 +337,10 @@ class MapOutput:
         """Write ``~/grid`` as map-server files into ``folder``; None without a grid."""
         return None if self.grid is None else self.grid.save(folder)
 
+    def grid_files(self) -> dict[str, bytes]:
+        """Return ``~/grid``'s map-server files by name for a saved map; empty without a grid."""
+        return {} if self.grid is None else self.grid.files()
+
     def clear(self) -> int:
         """Start a new map (session reset); returns the map points removed."""
         removed = self._map.clear()

@@ -54,7 +54,9 @@ from typing import Any, Callable
 
 from geometry_msgs.msg import PoseWithCovarianceStamped
 from lingbot_map_ros.config import MetricConfig
-from lingbot_map_ros.engine.loop.map_format import MapExpectation, MapSnapshot, model_hash
+from lingbot_map_ros.engine.loop.map_format import (MapExpectation, MapSnapshot, model_hash,
+                                                    ModelIdentity)
+from lingbot_map_ros.engine.loop.map_store import remove_stale_saves
 from lingbot_map_ros.engine.mapping.backend import MappingBackend
 from lingbot_map_ros.ros.parameters.save_directory import resolve_directory
 from lingbot_map_ros.ros.publishers.callback_guard import (bounded, guard_job, guard_service,
@@ -124,6 +126,7 @@ class MapReuse:
         self._initial_pose = node.create_subscription(
             PoseWithCovarianceStamped, '/initialpose',
             guard_timer(log, '/initialpose', self._on_initial_pose), 10, callback_group=group)
+        self._clean_stale_saves(values)
         path = values['map.load_path']
         if path:
             ok, message = self.load(path, values['map.mode'])
@@ -135,6 +138,19 @@ class MapReuse:
             self._node.destroy_service(service)
         self._node.destroy_subscription(self._initial_pose)
         self._node.destroy_publisher(self._job_pub)
+
+    def _clean_stale_saves(self, values: dict[str, Any]) -> None:
+        """Remove what saves killed in an earlier run left beside the save folder."""
+        try:
+            path = values['map.save_path']
+            folder = resolve_directory(path) if path else \
+                resolve_directory(values['output.directory']) / 'map'
+            removed = remove_stale_saves(folder)
+        except (OSError, ValueError):
+            return  # the save itself reports a bad folder, with its reason
+        if removed:
+            self._node.get_logger().info(
+                f'removed {len(removed)} unfinished map save(s) beside {folder}')
 
     def _progress(self, text: str) -> None:
         """Publish a map job's progress on ``~/map_job`` (latched)."""
@@ -162,7 +178,8 @@ class MapReuse:
         try:
             folder = resolve_directory(path)
             size = self._session.session.stats().image_size_hw
-            expect = MapExpectation(model_hash(self._weights()), tuple(size) if size else None)
+            expect = MapExpectation(model_hash(self._weights()), tuple(size) if size else None,
+                                    identity=self._identity())
             loaded = self._backend.load(folder, expect, mode, matches)
         except Exception as exc:  # noqa: BLE001 - MapLoadError or any other: an answer
             reason = bounded(f'map {path!r} refused: {exc}')
@@ -207,7 +224,8 @@ class MapReuse:
         return MapSnapshot(graph=graph, model_hash=model_hash(self._weights()),
                            image_size_hw=tuple(size), intrinsics_source='model',
                            metric=self._metric, points_xyz=xyz, points_rgb=rgb,
-                           frame_from_graph=frame)
+                           frame_from_graph=frame, identity=self._identity(),
+                           extra_files=self._points.grid_files() if self._points else {})
 
     def _map_points(self, loaded: MapSnapshot | None, closer: Any
                     ) -> tuple[np.ndarray, np.ndarray]:
@@ -230,6 +248,9 @@ class MapReuse:
 
     def _weights(self) -> str:
         return str(self._session.session.engine.weights)
+
+    def _identity(self) -> ModelIdentity:
+        return ModelIdentity.of(self._session.session.engine.config)
 
     # -- services -------------------------------------------------------------------------
 
