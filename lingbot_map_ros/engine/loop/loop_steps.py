@@ -173,9 +173,9 @@ class LoopSteps:
                                       'inconsistent', match.score, float('nan')),
                          'rejected_graph')
         for match, outcome in zip(group, outcomes):
+            verdict = 'ok' if outcome.accepted else outcome.reason
             self._record(LoopEdgeInfo(match.query.index, match.candidate.index,
-                                      outcome.accepted, 'ok' if outcome.accepted else outcome.reason,
-                                      match.score, outcome.residual),
+                                      outcome.accepted, verdict, match.score, outcome.residual),
                          'accepted' if outcome.accepted else 'rejected_graph')
         logger.info('localized in the loaded map: %d agreeing matches, the newest keyframe %d '
                     'with map keyframe %d (score %.3f); %d disagreeing dropped', len(group),
