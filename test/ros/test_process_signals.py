@@ -105,3 +105,27 @@ def test_a_start_up_error_the_signal_caused_is_the_shutdown_not_a_fatal_start():
     assert lines == ['bad parameter -> 1', 'half-made -> shutdown SIGTERM'], done.stdout
     assert 'cannot start: model.preset: no such preset' in done.stderr
     assert 'cannot start: list.remove' not in done.stderr and 'Traceback' not in done.stderr
+
+
+def test_finish_after_a_signal_ignores_further_ones_and_without_one_restores():
+    # The interpreter's exit resets Python handlers to the default (a second Ctrl-C would kill
+    # the exiting process by the signal); "ignore" survives it.
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    quiet = ProcessSignals()
+    quiet.install()
+    quiet.finish()
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+    stopped = ProcessSignals()
+    stopped.install()
+    stopped.running()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100_000):
+            pass
+        assert stopped.requested
+        stopped.finish()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)

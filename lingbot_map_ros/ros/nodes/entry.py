@@ -16,7 +16,7 @@
 Importing the node pulls in torch (1.5 s, more on a loaded machine). The SIGINT/SIGTERM handlers
 of :mod:`~lingbot_map_ros.ros.nodes.process_signals` go in before that import, so a Ctrl-C or a
 ``kill`` at any moment of the start-up ends the process quietly with status 0, as one while
-spinning does. This module imports nothing heavy itself.
+spinning does; further signals while it stops and exits are ignored. This module imports nothing heavy itself.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def run(args: list[str] | None, exe: str, module: str, class_name: str) -> int:
     except ShutdownRequested:
         return 0  # during start-up: nothing ran yet that needs more than the finally blocks
     finally:
-        signals.uninstall()
+        signals.finish()  # after a signal: further ones ignored while the process exits
 
 
 if __name__ == '__main__':

@@ -28,8 +28,13 @@ Two phases:
 - **running** (after :meth:`ProcessSignals.running`): a signal only sets a flag; the main thread
   polls it between executor turns and stops the node in order.
 
-Further signals while stopping are ignored: the stop is bounded already (ros2 launch's SIGTERM
-five seconds after its SIGINT finds the process gone).
+Further signals while stopping are ignored, up to the end of the process: the stop is bounded
+already (ros2 launch's SIGTERM five seconds after its SIGINT finds the process gone), and a
+second Ctrl-C changes nothing of it. After the node has stopped, :meth:`ProcessSignals.finish`
+sets SIGINT and SIGTERM to "ignore" (``SIG_IGN``) rather than giving back the previous handlers:
+the interpreter's exit resets Python-level handlers to the system default, and the exit of a
+process that has loaded torch and DDS takes about a second, in which a second signal would
+otherwise kill the process by the signal (status -2) instead of its clean status 0.
 
 This module imports nothing heavy, so the handlers are in place within a fraction of a second
 of the process start.
@@ -80,6 +85,20 @@ class ProcessSignals:
         """Restore the handlers that were in place before :meth:`install`."""
         for sig, handler in self._saved.items():
             signal.signal(sig, handler)
+        self._saved.clear()
+
+    def finish(self) -> None:
+        """End of the run: what follows the handlers depends on whether a signal stopped it.
+
+        After a SIGINT/SIGTERM the process is exiting: both signals are ignored from here to its
+        end (see the module docstring). Without one (an embedding program's run that ended, a
+        start-up error), the handlers in place before :meth:`install` come back.
+        """
+        if not self._requested.is_set():
+            self.uninstall()
+            return
+        for sig in self._saved:
+            signal.signal(sig, signal.SIG_IGN)
         self._saved.clear()
 
     def running(self) -> None:
