@@ -59,7 +59,7 @@ def test_right_types_other_nodes_and_unknown_names_pass(rule):
     assert cli_params.type_problem(['exe', '--ros-args', '-p', rule], 'lingbot_map') is None
 
 
-_RUN = '''
+_RUN = """
 import sys
 from pathlib import Path
 from lingbot_map_ros.ros.nodes import node_process
@@ -77,7 +77,7 @@ for rule in sys.argv[1:]:
     rc = node_process.run(['node', '--ros-args', '--params-file', yaml, '-p', rule],
                           NeverBuilt, 'node', signals)
     print('rc', rc, flush=True)
-'''
+"""
 
 
 def test_the_node_process_refuses_a_wrong_typed_p_that_the_params_file_shadows():
