@@ -30,7 +30,7 @@ from rcl_interfaces.msg import Log
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import CompressedImage
+from sensor_msgs.msg import CompressedImage, Image
 
 pytestmark = pytest.mark.rostest
 _ns = itertools.count()
@@ -105,6 +105,28 @@ def test_the_watch_warns_once_per_silent_input_after_the_deadline(graph):
         assert watch.check() == []  # once
     finally:
         watch.destroy()
+
+
+def test_the_hint_never_offers_the_nodes_own_subscriptions(graph):
+    # A colour input and a depth input, both silent: the depth subscription is an image topic
+    # in the graph, but remapping the colour input onto it would be wrong.
+    node = graph.add(Node(f'watch_own_{next(_ns)}', namespace='/own', context=graph.context))
+    node.create_subscription(Image, '/own/camera/image_raw', lambda _: None, 1)
+    node.create_subscription(Image, '/own/camera/depth/image_raw', lambda _: None, 1)
+    other = graph.add(Node(f'other_cam_{next(_ns)}', namespace='/own', context=graph.context))
+    other.create_publisher(Image, '/own/camera2/image_raw', 1)
+    wait_for(lambda: any(n == '/own/camera2/image_raw'
+                         for n, _ in node.get_topic_names_and_types()), 30.0, 'the camera')
+    clock = [0.0]
+    watch = InputWatch(node, [WatchedInput('image', '/own/camera/image_raw', lambda: 0, '')],
+                       1.0, now=lambda: clock[0])
+    clock[0] = 2.0
+    try:
+        (warning,) = watch.check()
+    finally:
+        watch.destroy()
+    assert '/own/camera2/image_raw [Image]' in warning
+    assert '/own/camera/depth/image_raw' not in warning, warning
 
 
 def test_zero_turns_the_watch_off(graph):

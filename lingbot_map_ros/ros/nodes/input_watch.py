@@ -18,7 +18,8 @@ camera's image and camera_info, the depth image with ``metric.source: depth``, t
 and the attention backend in use (``auto`` resolved). Then :class:`InputWatch` checks, on a
 steady clock (a stopped ``/clock`` does not stop it), whether anything has arrived on each
 expected input; one still silent after ``diagnostics.no_input_warn_s`` gets one WARN naming the
-topic, its publishers and the image topics the ROS graph does have, since a wrong remap or a
+topic, its publishers and the image topics the ROS graph does have (not the node's own outputs
+nor its other inputs), since a wrong remap or a
 compressed stream into a raw subscription otherwise shows only in ``/diagnostics``.
 camera_info is optional (only compared with the estimate) and is not watched.
 """
@@ -145,10 +146,13 @@ class InputWatch:
 
     def _warning(self, watched: WatchedInput) -> str:
         own = self._node.get_fully_qualified_name().rstrip('/') + '/'  # our ~/depth/image
+        # The node's own inputs (a depth subscription waiting on its camera) are no candidate.
+        subscribed = {name for name, _ in self._node.get_subscriber_names_and_types_by_node(
+            self._node.get_name(), self._node.get_namespace())}
         images = [f"{name} [{', '.join(t.rpartition('/')[2] for t in types)}]"
                   for name, types in self._node.get_topic_names_and_types()
                   if any(t in IMAGE_TYPES for t in types) and name != watched.topic
-                  and not name.startswith(own)]
+                  and not name.startswith(own) and name not in subscribed]
         publishers = self._node.count_publishers(watched.topic)
         why = (f'{publishers} publisher(s) on it but nothing arrived: check the QoS '
                '(input.qos.reliability) and the message type' if publishers else
