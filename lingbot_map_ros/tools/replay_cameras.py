@@ -38,7 +38,6 @@ written is logged, and so is a camera whose alignment to the primary is degenera
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ from lingbot_map_ros.engine.cameras.camera_rig import CameraRig
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.ros.publishers.odom_frames import OdomFrames
-from lingbot_map_ros.tools import bag_io, trajectory
+from lingbot_map_ros.tools import bag_io, strict_json, trajectory
 from lingbot_map_ros.tools.offline import make_session, OfflineRunner, RunOptions
 import numpy as np
 
@@ -148,8 +147,7 @@ def run_cameras(bag: str, cameras: dict[str, str], values: dict[str, Any],
         if gt:
             _compare(out, fused, gt, result)
     out.mkdir(parents=True, exist_ok=True)
-    (out / 'summary.json').write_text(json.dumps(result, indent=2, default=str) + '\n',
-                                      encoding='utf-8')
+    strict_json.write(out / 'summary.json', result)
     _log_outputs(states, summaries, out)
     _LOG.info('fused odometry: %d poses, %d source switches', result['fused_poses'],
               result['switches'])
@@ -198,8 +196,7 @@ def run_camera(reader: Any, bag: str, name: str, topic: str, session: StreamingS
     else:
         write_trajectory(out, bag, runner, summary, options.map_axes, gt)
     out.mkdir(parents=True, exist_ok=True)
-    (out / 'summary.json').write_text(json.dumps(summary, indent=2, default=str) + '\n',
-                                      encoding='utf-8')
+    strict_json.write(out / 'summary.json', summary)
     log_summary(summary, out)
     return runner, summary
 
