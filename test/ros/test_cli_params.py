@@ -90,3 +90,38 @@ def test_the_node_process_refuses_a_wrong_typed_p_that_the_params_file_shadows()
                       ('stream.keyframe_interval', 'string')]:
         assert f'cannot start: -p {name}:=' in done.stderr
         assert f'{name} takes an integer, not a {got}' in done.stderr
+
+
+def _params_file(tmp_path, name, top_key):
+    path = tmp_path / name
+    path.write_text(f'{top_key}:\n  ros__parameters:\n    weights: /w.pt\n', encoding='utf-8')
+    return str(path)
+
+
+def test_a_params_file_without_a_section_for_the_node_is_named_with_the_key_it_needs(tmp_path):
+    wrong = _params_file(tmp_path, 'wrong.yaml', 'lingbot_map_node')
+    (problem,) = cli_params.params_file_problems(
+        ['exe', '--ros-args', '--params-file', wrong], 'lingbot_map')
+    assert problem.startswith(f'--params-file {wrong}: no section for this node')
+    assert "its top keys are 'lingbot_map_node'" in problem
+    assert "the node 'lingbot_map' reads 'lingbot_map:'" in problem
+    # A remapped node name is the one looked for.
+    (renamed,) = cli_params.params_file_problems(
+        ['exe', '--ros-args', '-r', '__node:=mapper', '--params-file', wrong], 'lingbot_map')
+    assert "the node 'mapper' reads 'mapper:'" in renamed
+
+
+@pytest.mark.parametrize('top_key', ['lingbot_map', '/lingbot_map', '/robot/lingbot_map',
+                                     '/**', '"**"', '/*/lingbot_map', '/**/lingbot_map'])
+def test_a_section_that_can_name_the_node_passes(tmp_path, top_key):
+    path = _params_file(tmp_path, 'ok.yaml', top_key)
+    assert cli_params.params_file_problems(
+        ['exe', '--ros-args', '--params-file', path], 'lingbot_map') == []
+
+
+def test_an_unreadable_params_file_is_left_to_rcl(tmp_path):
+    bad = tmp_path / 'bad.yaml'
+    bad.write_text('a: [unclosed\n', encoding='utf-8')
+    argv = ['exe', '--ros-args', '--params-file', str(bad), '--params-file',
+            str(tmp_path / 'none.yaml')]
+    assert cli_params.params_file_problems(argv, 'lingbot_map') == []

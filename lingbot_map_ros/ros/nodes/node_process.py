@@ -83,6 +83,9 @@ def run(args: list[str] | None, node_class: type, exe: str, signals: ProcessSign
     if cli_help.wants_help(sys.argv[1:] if args is None else args[1:]):
         print(cli_help.help_text(exe, sys.modules[node_class.__module__].__doc__))
         return 0
+    for ignored in cli_params.params_file_problems(sys.argv if args is None else args,
+                                                   NODE_NAME):
+        rclpy.logging.get_logger(NODE_NAME).warning(ignored)
     problem = cli_params.type_problem(sys.argv if args is None else args, NODE_NAME)
     if problem:  # rcl would drop it silently where a --params-file sets the name too
         _fatal(problem)

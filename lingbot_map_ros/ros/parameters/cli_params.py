@@ -19,6 +19,11 @@ file's 3. Without a file, rclpy refuses it. Both executables check the command l
 before ``rclpy.init``, so either way the node refuses to start with the parameter's name and
 the type it takes, as it does for a YAML value of the wrong type.
 
+A ``--params-file`` none of whose top keys can name this node (``lingbot_map_node:`` for a node
+named ``lingbot_map``) is ignored by rcl without a word, and the node then fails on what it
+lacks ("weights is empty"); :func:`params_file_problems` names the keys it found and the one the
+node reads, for a WARN before that.
+
 The value's type is read as rcl reads it (a YAML scalar): ``true``/``false`` (``yes``, ``on``...)
 a bool, digits an integer, a number with a point or an exponent a double, anything else (or
 quoted) a string; ``[a, b]`` an array of one element type.
@@ -26,10 +31,12 @@ quoted) a string; ``[a, b]`` an array of one element type.
 
 from __future__ import annotations
 
+from pathlib import Path
 import re
 from typing import Any, Iterator
 
 from lingbot_map_ros.ros.parameters.params import all_specs
+import yaml
 
 _BOOL_WORDS = {w for word in ('true', 'false', 'yes', 'no', 'on', 'off')
                for w in (word, word.capitalize(), word.upper())}
@@ -129,3 +136,53 @@ def _example(default: Any) -> str:
     if isinstance(default, (list, tuple)):
         return '[' + ', '.join(str(v) for v in default) + ']'
     return str(default) if default != '' else "'text'"
+
+
+def params_files(argv: list[str]) -> list[str]:
+    """Return the ``--params-file`` arguments inside ``--ros-args`` sections of ``argv``."""
+    files, in_ros_args, words = [], False, iter(argv)
+    for word in words:
+        if word == '--ros-args':
+            in_ros_args = True
+        elif word == '--':
+            in_ros_args = False
+        elif in_ros_args and word == '--params-file':
+            files.append(next(words, ''))
+    return files
+
+
+def _node_name(argv: list[str], default: str) -> str:
+    """Return the node's name after a ``-r __node:=NAME`` (or ``__name``) remap, if any."""
+    name, words = default, iter(argv)
+    for word in words:
+        if word in ('-r', '--remap'):
+            target, _, value = next(words, '').partition(':=')
+            if target in ('__node', '__name') and value:
+                name = value
+    return name
+
+
+def params_file_problems(argv: list[str], node_name: str) -> list[str]:
+    """Return, per ``--params-file`` with no section for the node, why it is ignored.
+
+    A key names the node when its last part is the node's name or a wildcard (``/**``,
+    ``/*/lingbot_map``); namespaces are not judged (rcl does, more strictly). A file that
+    cannot be read or parsed is left to rcl, which refuses it with its own message.
+    """
+    name = _node_name(argv, node_name)
+    problems = []
+    for path in params_files(argv):
+        try:
+            doc = yaml.safe_load(Path(path).read_text(encoding='utf-8'))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        if not isinstance(doc, dict) or not doc:
+            continue
+        keys = [str(key) for key in doc]
+        if any(key.rstrip('/').rsplit('/', 1)[-1] in (name, '*', '**') for key in keys):
+            continue
+        shown = ', '.join(f"'{key}'" for key in keys[:5]) + (', ...' if len(keys) > 5 else '')
+        problems.append(f'--params-file {path}: no section for this node, so rcl ignores the '
+                        f"file: its top keys are {shown}; the node '{name}' reads '{name}:' "
+                        "(or '/**:' for every node), with 'ros__parameters:' under it")
+    return problems
