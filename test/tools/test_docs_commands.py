@@ -201,3 +201,14 @@ def test_the_cpu_bag_commands_of_tools_md_run_as_written(tmp_path):
             assert (out / 'trajectory.tum').is_file() and (out / 'summary.json').is_file()
             if '--gt' in argv:
                 assert 'APE rmse' in result.stderr, result.stderr[-2000:]
+
+
+def test_bags_made_by_the_docs_commands_land_in_an_ignored_folder():
+    # A new user copying the commands must not leave bags in the repository's root.
+    ignored = {line.strip().strip('/') for line in (ROOT / '.gitignore').read_text().splitlines()
+               if line.startswith('/') and line.rstrip().endswith('/')}
+    made = [argv[argv.index('--out') + 1] for _, argv in OURS
+            if argv[:2] == ['lingbot_map_replay', 'make-bag'] and '--out' in argv]
+    assert len(made) >= 5, made
+    outside = [path for path in made if Path(path).parts[0] not in ignored]
+    assert outside == [], (outside, sorted(ignored))
