@@ -212,3 +212,15 @@ def test_bags_made_by_the_docs_commands_land_in_an_ignored_folder():
     assert len(made) >= 5, made
     outside = [path for path in made if Path(path).parts[0] not in ignored]
     assert outside == [], (outside, sorted(ignored))
+
+
+def test_the_docs_spell_each_parameter_choice_as_the_code_does():
+    # 'map.mode: localization': prose that says "localisation" leads users to a refused value.
+    choices = {c for spec in params.all_specs() for c in spec.choices or ()
+               if isinstance(c, str) and 'iz' in c}
+    variants = {c.replace('iz', 'is') for c in choices}
+    assert 'localisation' in variants
+    for path in DOCS:
+        text = path.read_text(encoding='utf-8').lower()
+        found = sorted(v for v in variants if v in text)
+        assert found == [], (path.name, found)
