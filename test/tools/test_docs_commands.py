@@ -224,3 +224,13 @@ def test_the_docs_spell_each_parameter_choice_as_the_code_does():
         text = path.read_text(encoding='utf-8').lower()
         found = sorted(v for v in variants if v in text)
         assert found == [], (path.name, found)
+
+
+def test_the_pypi_route_activates_the_venv_before_its_console_scripts():
+    readme = (ROOT / 'README.md').read_text(encoding='utf-8')
+    start = readme.index('### With the PyPI wheels')
+    section = readme[start:readme.find('\n## ', start)]
+    activate = section.find('source .venv/bin/activate')
+    first_script = section.find('\n  lingbot_map_')  # the first command of the section's blocks
+    assert 0 <= activate < first_script, 'activate .venv before the console scripts'
+    assert '. scripts/ros_env.sh .venv' in section
