@@ -18,6 +18,8 @@ Run: ``pytest test/ros/test_cli_help.py`` (instant).
 
 from pathlib import Path
 import re
+import subprocess
+import sys
 
 from lingbot_map_ros.ros.nodes import lifecycle_node, node
 from lingbot_map_ros.ros.parameters import cli_help, interface, params
@@ -73,3 +75,17 @@ def test_help_descriptions_state_the_defaults_the_table_has(capsys):
     line = next(x for x in out.splitlines() if x.startswith(f'  {spec.name} = '))
     assert line.startswith(f'  {spec.name} = {spec.default}: ')
     assert f'at the default {spec.default})' in line
+
+
+def test_help_into_a_pipe_closed_early_ends_quietly():
+    # `lingbot_map_node --help | head -3`: here the reader is gone before the first byte.
+    proc = subprocess.Popen([sys.executable, '-m', 'lingbot_map_ros.ros.nodes.entry', '--help'],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    try:
+        stderr = proc.stderr.read()
+        assert proc.wait(timeout=300.0) == 0, stderr
+    finally:
+        proc.kill()
+        proc.stderr.close()
+    assert 'Traceback' not in stderr and 'BrokenPipe' not in stderr, stderr

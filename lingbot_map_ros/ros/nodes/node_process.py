@@ -81,7 +81,11 @@ def run(args: list[str] | None, node_class: type, exe: str, signals: ProcessSign
         ShutdownRequested: a signal during start-up (the caller exits with 0).
     """
     if cli_help.wants_help(sys.argv[1:] if args is None else args[1:]):
-        print(cli_help.help_text(exe, sys.modules[node_class.__module__].__doc__))
+        try:
+            print(cli_help.help_text(exe, sys.modules[node_class.__module__].__doc__),
+                  flush=True)
+        except BrokenPipeError:  # `--help | head`: the reader has gone; not an error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     for ignored in cli_params.params_file_problems(sys.argv if args is None else args,
                                                    NODE_NAME):
