@@ -85,9 +85,11 @@ ENDPOINTS = (
              "write the trajectory and ~/map's cloud under output.directory"),
     Endpoint('service', '~/save_map', 'std_srvs/Trigger',
              'write the keyframe map (for reuse) into map.save_path'),
-    Endpoint('service', '~/load_map', 'std_srvs/Trigger', 'load the map of map.load_path'),
+    Endpoint('service', '~/load_map', 'std_srvs/Trigger',
+             'load the map of map.load_path (map.mode: mapping or localization)'),
     Endpoint('service', '~/localize_in_map', 'nav_msgs/SetMap',
-             'load a map and localize in it (map.mode localization)'),
+             'search the loaded map again for the robot (initial_pose a hint when its '
+             'header.frame_id is set; the map it carries is ignored)'),
 )
 """Every topic and service of one camera's node, all features on."""
 
