@@ -42,7 +42,7 @@ class LoopConfig:
     verify_unit_interval: int = 3
     """A unit of the verification pass runs beside at most one frame in this many: the check's
     model work costs each frame 1/N of a unit on average, and a check takes N times as many
-    frames (33 units with the official model: 65 frames from first to last at 2)."""
+    frames (33 units with the official model: 97 frames from first to last at the default 3)."""
     min_inlier_fraction: float = 0.3
     """Least share of confident points that agree after the verified relative pose."""
     inlier_threshold: float = 0.05

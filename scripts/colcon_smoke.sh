@@ -20,7 +20,8 @@ for f in "$node_exe" "${node_exe%/*}/lingbot_map_lifecycle_node" "$share/package
          "$share/config/lingbot_map.yaml"; do
   [ -e "$f" ] || { echo "colcon install is missing $f"; exit 1; }
 done
-export ROS_DOMAIN_ID="${ROS_DOMAIN_ID:-$(( (RANDOM % 100) + 100 ))}"
+export ROS_DOMAIN_ID="${ROS_DOMAIN_ID:-$(( (RANDOM % 101) + 1 ))}"
+export ROS_AUTOMATIC_DISCOVERY_RANGE="${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}"
 # The installed script runs with the venv's python (it carries torch and the ROS wheels).
 PYTHONPATH="$ws/install/lingbot_map_ros/lib/python3.11/site-packages:${PYTHONPATH:-}" \
   timeout -s INT 40 "$venv/bin/python" "$node_exe" --ros-args \

@@ -8,7 +8,10 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$("$root/scripts/bootstrap.sh" | tail -n 1)"
 cd "$root"
-export ROS_DOMAIN_ID="${ROS_DOMAIN_ID:-$(( (RANDOM % 100) + 100 ))}"
+# A domain of its own within ROS 2's safe range on Linux (0-101), and discovery kept on this
+# host: the demo's player and node talk to each other only.
+export ROS_DOMAIN_ID="${ROS_DOMAIN_ID:-$(( (RANDOM % 101) + 1 ))}"
+export ROS_AUTOMATIC_DISCOVERY_RANGE="${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}"
 args=("$@")
 [[ " $* " == *" --out "* ]] || args=(--out demo_out "${args[@]}")
 exec "$venv/bin/lingbot_map_demo" "${args[@]}"

@@ -7,8 +7,10 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-# A private DDS domain so parallel runs on one machine do not see each other's test nodes.
-export ROS_DOMAIN_ID="${ROS_DOMAIN_ID:-$(( (RANDOM % 100) + 100 ))}"
+# A private DDS domain so parallel runs on one machine do not see each other's test nodes,
+# within ROS 2's safe range on Linux (0-101; 0 left to whatever else runs unset).
+export ROS_DOMAIN_ID="${ROS_DOMAIN_ID:-$(( (RANDOM % 101) + 1 ))}"
+export ROS_AUTOMATIC_DISCOVERY_RANGE="${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}"
 # What Jazzy runs again: everything that touches rclpy or the launch file.
 jazzy_paths=(test/ros test/tools/test_player.py test/tools/test_replay.py
              test/tools/test_end_to_end.py)

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-import json
 import logging
 import os
 from pathlib import Path
@@ -52,7 +51,7 @@ from lingbot_map_ros.engine.image.geometry import quaternion_to_rotation
 from lingbot_map_ros.engine.map.ply import write_ply
 from lingbot_map_ros.ros.messages.conversions import map_axes_transform, stamp_to_ns
 from lingbot_map_ros.ros.parameters.cli_help import plain
-from lingbot_map_ros.tools import bag_io, trajectory
+from lingbot_map_ros.tools import bag_io, strict_json, trajectory
 from lingbot_map_ros.tools.config_files import find_config
 from lingbot_map_ros.tools.make_bag import BagSpec, write_synthetic
 from lingbot_map_ros.tools.map_plot import ground_truth_map, plot_map
@@ -295,7 +294,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
                'trajectory': str(tum), 'plot': str(png), 'node_log': str(node.log_path),
                'evaluation': trajectory.evaluate(tum, gt),
                'map_picture': str(write_map_picture(out, seq, values, map_axes))}
-    (out / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n', encoding='utf-8')
+    strict_json.write(out / 'summary.json', summary)
     return summary
 
 

@@ -38,7 +38,6 @@ written is logged, and so is a camera whose alignment to the primary is degenera
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ from lingbot_map_ros.engine.cameras.camera_rig import CameraRig
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.ros.publishers.odom_frames import OdomFrames
-from lingbot_map_ros.tools import bag_io, trajectory
+from lingbot_map_ros.tools import bag_io, strict_json, trajectory
 from lingbot_map_ros.tools.offline import make_session, OfflineRunner, RunOptions
 import numpy as np
 
@@ -104,7 +103,8 @@ def run_cameras(bag: str, cameras: dict[str, str], values: dict[str, Any],
         alignment (:func:`exit_code` reads either).
 
     Raises:
-        BagError: a topic is missing or not an image topic.
+        BagError: a topic is missing or not an image topic (checked before the model is
+            built).
         ValueError: bad parameters (cameras, mountings) or a bad engine value.
     """
     names = list(cameras)
@@ -119,6 +119,10 @@ def run_cameras(bag: str, cameras: dict[str, str], values: dict[str, Any],
               for n in names}
     # Checks the mountings first; the one camera's base pose is not written (no fusion).
     frames = {} if solo else {n: OdomFrames(m) for n, m in mounts.items()}
+    # The topics before the model: a typo must not cost the weights' load (a minute at 4.6 GB).
+    with bag_io.open_bag(bag) as reader:
+        for topic in cameras.values():
+            camera_topics(reader, topic, options)
     sessions = make_sessions(values, names)
     summaries, runners = {}, {}
     with bag_io.open_bag(bag) as reader:
@@ -148,8 +152,7 @@ def run_cameras(bag: str, cameras: dict[str, str], values: dict[str, Any],
         if gt:
             _compare(out, fused, gt, result)
     out.mkdir(parents=True, exist_ok=True)
-    (out / 'summary.json').write_text(json.dumps(result, indent=2, default=str) + '\n',
-                                      encoding='utf-8')
+    strict_json.write(out / 'summary.json', result)
     _log_outputs(states, summaries, out)
     _LOG.info('fused odometry: %d poses, %d source switches', result['fused_poses'],
               result['switches'])
@@ -176,16 +179,7 @@ def run_camera(reader: Any, bag: str, name: str, topic: str, session: StreamingS
         BagError: the topic (or the depth topic) is missing or not an image topic.
         ValueError: ``metric.source: depth`` without a depth topic.
     """
-    depth = None
-    if options.metric.enabled:
-        if not options.depth_topic:
-            raise ValueError("metric.source is 'depth': name the depth topic with "
-                             '--depth-topic')
-        try:  # checked first: a missing one is not a reason to ask for --topic
-            depth = bag_io.require_topic(reader, options.depth_topic, (bag_io.IMAGE_TYPE,))
-        except bag_io.BagError as exc:
-            raise bag_io.BagError(f'--depth-topic: {exc}') from None
-    info = pick_topic(reader, topic or None, options.depth_topic)
+    info, depth = camera_topics(reader, topic, options)
     topics = [info.name] + ([depth.name] if depth is not None else [])
     runner = OfflineRunner(session, options, out)
     summary = runner.run(bag_io.read_raw(reader, topics), info.num_messages)
@@ -198,8 +192,7 @@ def run_camera(reader: Any, bag: str, name: str, topic: str, session: StreamingS
     else:
         write_trajectory(out, bag, runner, summary, options.map_axes, gt)
     out.mkdir(parents=True, exist_ok=True)
-    (out / 'summary.json').write_text(json.dumps(summary, indent=2, default=str) + '\n',
-                                      encoding='utf-8')
+    strict_json.write(out / 'summary.json', summary)
     log_summary(summary, out)
     return runner, summary
 
@@ -232,6 +225,26 @@ def _log_outputs(states: list[Any], summaries: dict[str, Any], out: Path) -> Non
     for name in names:
         if (out / name).exists():
             _LOG.info('wrote %s', out / name)
+
+
+def camera_topics(reader: Any, topic: str, options: RunOptions
+                  ) -> tuple[bag_io.TopicInfo, bag_io.TopicInfo | None]:
+    """Return one camera's image topic and depth topic (None without metric depth).
+
+    Raises:
+        BagError: the topic (or the depth topic) is missing or not an image topic.
+        ValueError: ``metric.source: depth`` without a depth topic.
+    """
+    depth = None
+    if options.metric.enabled:
+        if not options.depth_topic:
+            raise ValueError("metric.source is 'depth': name the depth topic with "
+                             '--depth-topic')
+        try:  # checked first: a missing one is not a reason to ask for --topic
+            depth = bag_io.require_topic(reader, options.depth_topic, (bag_io.IMAGE_TYPE,))
+        except bag_io.BagError as exc:
+            raise bag_io.BagError(f'--depth-topic: {exc}') from None
+    return pick_topic(reader, topic or None, options.depth_topic), depth
 
 
 def pick_topic(reader: Any, topic: str | None, depth_topic: str = '') -> bag_io.TopicInfo:

@@ -24,7 +24,8 @@ import random
 import pytest
 import torch
 
-os.environ.setdefault('ROS_DOMAIN_ID', str(random.randint(100, 199)))
+# Within ROS 2's safe range on Linux (0-101); 0, the default, is left to anything run unset.
+os.environ.setdefault('ROS_DOMAIN_ID', str(random.randint(1, 101)))
 # Keep discovery on this host (Kilted name; ROS_LOCALHOST_ONLY is the older spelling).
 os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
 

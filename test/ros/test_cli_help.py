@@ -16,9 +16,16 @@
 Run: ``pytest test/ros/test_cli_help.py`` (instant).
 """
 
+from pathlib import Path
+import re
+import subprocess
+import sys
+
 from lingbot_map_ros.ros.nodes import lifecycle_node, node
-from lingbot_map_ros.ros.parameters import cli_help, params
+from lingbot_map_ros.ros.parameters import cli_help, interface, params
 import pytest
+
+_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize('main, exe', [(node.main, 'lingbot_map_node'),
@@ -38,3 +45,47 @@ def test_help_is_only_recognised_before_ros_args():
     assert cli_help.wants_help(['--help', '--ros-args', '-p', 'seed:=1'])
     assert not cli_help.wants_help(['--ros-args', '-r', '__node:=--help'])
     assert not cli_help.wants_help([])
+
+
+@pytest.mark.parametrize('main, exe', [(node.main, 'lingbot_map_node'),
+                                       (lifecycle_node.main, 'lingbot_map_lifecycle_node')])
+def test_help_lists_the_nodes_interface_table_and_no_broken_reference(main, exe, capsys):
+    # The table is the node's (test_ros_interface.py holds it to a running node).
+    assert main([exe, '--help']) == 0
+    out = capsys.readouterr().out
+    head = out.split('Parameters (name')[0]
+    for endpoint in interface.ENDPOINTS:
+        assert f'  {endpoint.name} ({endpoint.type}): ' in head, endpoint
+    for frames, _ in interface.TRANSFORMS:
+        assert f'  {frames}: ' in head
+    # Every file or page the text points to exists (a module reference reads as its file).
+    for path in re.findall(r'(?:lingbot_map_ros|docs)/[\w/]+\.(?:py|md)', out):
+        assert (_ROOT / path).is_file(), path
+    # References rendered as bare module names, as the help once had them.
+    for broken in ('depth_input).', '(map_output)', 'Parameters: params.', 'those of node;',
+                   '(worker)', '(node_process)'):
+        assert broken not in head, broken
+
+
+def test_help_descriptions_state_the_defaults_the_table_has(capsys):
+    # loop.verify_unit_interval's example was worked at 2 while the default is 3.
+    assert node.main(['lingbot_map_node', '--help']) == 0
+    out = capsys.readouterr().out
+    spec = next(s for s in params.all_specs() if s.name == 'loop.verify_unit_interval')
+    line = next(x for x in out.splitlines() if x.startswith(f'  {spec.name} = '))
+    assert line.startswith(f'  {spec.name} = {spec.default}: ')
+    assert f'at the default {spec.default})' in line
+
+
+def test_help_into_a_pipe_closed_early_ends_quietly():
+    # `lingbot_map_node --help | head -3`: here the reader is gone before the first byte.
+    proc = subprocess.Popen([sys.executable, '-m', 'lingbot_map_ros.ros.nodes.entry', '--help'],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    try:
+        stderr = proc.stderr.read()
+        assert proc.wait(timeout=300.0) == 0, stderr
+    finally:
+        proc.kill()
+        proc.stderr.close()
+    assert 'Traceback' not in stderr and 'BrokenPipe' not in stderr, stderr

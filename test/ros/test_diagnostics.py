@@ -85,6 +85,46 @@ def test_drops_warn_once_per_period_except_live_overflow():
     assert values(status)['drops_total'] == '4'
 
 
+def test_last_problem_stays_the_latest_after_the_period_of_the_drops():
+    # 284 refused frames, then clean periods: the input status keeps saying why (the level is
+    # OK again), and the engine status keeps its own kind of problem apart.
+    stats = NodeStats()
+    stats.count_received()
+    stats.count_drop('stamp_out_of_order', 'stamp 5.0 s is not newer than 6.0 s', num=284)
+    assert diagnostics.input_status('n', stats.roll(), INFO, 5.0).level == WARN
+    stats.count_received()
+    report = stats.roll()
+    status = diagnostics.input_status('n', report, INFO, 5.0)
+    assert status.level == OK
+    assert values(status)['last_problem'] == \
+        'dropped (stamp_out_of_order): stamp 5.0 s is not newer than 6.0 s'
+    assert values(diagnostics.engine_status('n', report, SESSION, 8))['last_problem'] == 'none'
+    stats.count_error('RuntimeError: boom')
+    stats.roll()
+    report = stats.roll()
+    assert values(diagnostics.engine_status('n', report, SESSION, 8))['last_problem'] == \
+        'engine error: RuntimeError: boom'
+    assert values(diagnostics.input_status('n', report, INFO, 5.0))['last_problem'] == \
+        'dropped (stamp_out_of_order): stamp 5.0 s is not newer than 6.0 s'
+
+
+def test_latency_is_the_last_period_with_frames_not_0_in_a_quiet_one():
+    stats = NodeStats()
+    assert values(diagnostics.engine_status('n', stats.roll(), SESSION, 8))[
+        'latency_mean_ms'] == 'n/a'  # nothing published yet: unknown, not 0
+    for i in range(120):
+        stats.count_output(10.0 + i, 5.0)
+    first = values(diagnostics.engine_status('n', stats.roll(), SESSION, 8))
+    quiet = values(diagnostics.engine_status('n', stats.roll(), SESSION, 8))
+    for v in (first, quiet):
+        assert float(v['latency_mean_ms']) == pytest.approx(69.5, abs=1e-3)
+        assert float(v['latency_max_ms']) == pytest.approx(129.0)
+        assert float(v['inference_mean_ms']) == pytest.approx(5.0)
+    stats.count_output(7.0, None)
+    v = values(diagnostics.engine_status('n', stats.roll(), SESSION, 8))
+    assert float(v['latency_mean_ms']) == pytest.approx(7.0) and v['inference_mean_ms'] == 'n/a'
+
+
 def test_engine_levels_and_latency():
     stats = NodeStats()
     buffering = replace(FRESH, frames_in=2, pending_frames=2)

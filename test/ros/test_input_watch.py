@@ -20,6 +20,7 @@ a timer fires. Run: ``pytest test/ros/test_input_watch.py`` (~15 s: one tiny CPU
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import threading
 
@@ -30,7 +31,7 @@ from rcl_interfaces.msg import Log
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import CompressedImage
+from sensor_msgs.msg import CompressedImage, Image
 
 pytestmark = pytest.mark.rostest
 _ns = itertools.count()
@@ -81,6 +82,7 @@ def test_a_silent_remapped_input_gets_one_warning_naming_the_compressed_topic(gr
     assert f"image '{ns}/cam/image_raw', camera_info '{ns}/camera_info'" in start[0]
     assert 'metric: off (model units)' in start[0]
     assert 'backend sdpa' in start[0] and 'backend auto' not in start[0]
+    assert start[0].endswith('; loop closure: off (loop.enable is false)')  # the tiny preset's
     graph.remove(node)
     assert len(rosout.find(30, 'no image received')) == 1  # once per topic
 
@@ -105,6 +107,50 @@ def test_the_watch_warns_once_per_silent_input_after_the_deadline(graph):
         assert watch.check() == []  # once
     finally:
         watch.destroy()
+
+
+@pytest.mark.parametrize('values, expected', [
+    ({'loop.enable': True}, 'loop closure: on'),
+    ({'loop.enable': True, 'input.cameras': ['front', 'left']},
+     'loop closure: off (several cameras)')])
+def test_the_start_up_line_says_whether_loop_closure_runs(graph, values, expected):
+    from lingbot_map_ros.ros.nodes.node import LingbotMapNode
+    ns = f'/watch_{next(_ns)}'
+    rosout = Rosout(graph, f'{ns.strip("/")}.lingbot_map')
+    node = graph.add(LingbotMapNode(
+        context=graph.context, namespace=ns,
+        parameter_overrides=[Parameter(k, value=v) for k, v in {**TINY_CPU, **values}.items()]))
+    try:
+        (line,) = wait_for(lambda: rosout.find(20, 'listening on'), 60.0, 'the start-up line')
+        if expected.endswith(': on') and importlib.util.find_spec('gtsam') is None:
+            expected = 'loop closure: unavailable ('  # no gtsam: says so, and why
+            assert f'; {expected}' in line
+        else:
+            assert line.endswith(f'; {expected}')
+    finally:
+        graph.remove(node)
+
+
+def test_the_hint_never_offers_the_nodes_own_subscriptions(graph):
+    # A colour input and a depth input, both silent: the depth subscription is an image topic
+    # in the graph, but remapping the colour input onto it would be wrong.
+    node = graph.add(Node(f'watch_own_{next(_ns)}', namespace='/own', context=graph.context))
+    node.create_subscription(Image, '/own/camera/image_raw', lambda _: None, 1)
+    node.create_subscription(Image, '/own/camera/depth/image_raw', lambda _: None, 1)
+    other = graph.add(Node(f'other_cam_{next(_ns)}', namespace='/own', context=graph.context))
+    other.create_publisher(Image, '/own/camera2/image_raw', 1)
+    wait_for(lambda: any(n == '/own/camera2/image_raw'
+                         for n, _ in node.get_topic_names_and_types()), 30.0, 'the camera')
+    clock = [0.0]
+    watch = InputWatch(node, [WatchedInput('image', '/own/camera/image_raw', lambda: 0, '')],
+                       1.0, now=lambda: clock[0])
+    clock[0] = 2.0
+    try:
+        (warning,) = watch.check()
+    finally:
+        watch.destroy()
+    assert '/own/camera2/image_raw [Image]' in warning
+    assert '/own/camera/depth/image_raw' not in warning, warning
 
 
 def test_zero_turns_the_watch_off(graph):

@@ -38,20 +38,32 @@ def test_a_start_up_signal_raises_at_once(signals):
     assert signals.requested and signals.received == 'SIGTERM'
 
 
-def test_a_signal_inside_a_deferred_block_raises_only_at_its_end(signals):
-    reached_end = False
-    with pytest.raises(ShutdownRequested):
-        with signals.deferred():
-            os.kill(os.getpid(), signal.SIGINT)
-            for _ in range(100_000):  # the handler has run: nothing raised inside
-                pass
-            assert signals.requested
-            reached_end = True
-    assert reached_end and signals.received == 'SIGINT'
+_IMPORTING = """
+import os, signal, time
+from lingbot_map_ros.ros.nodes.process_signals import ProcessSignals
+
+signals = ProcessSignals()
+signals.install()
+try:
+    with signals.importing():
+        print('importing', flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30.0)  # an import of torch on a loaded machine: not waited for
+        print('import ended')
+finally:
+    print('finally ran')
+"""
 
 
-def test_a_deferred_block_without_a_signal_and_the_running_phase_raise_nothing(signals):
-    with signals.deferred():
+def test_a_signal_during_the_imports_ends_the_process_at_once_with_status_0():
+    done = subprocess.run([sys.executable, '-c', _IMPORTING], capture_output=True, text=True,
+                          timeout=20.0)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == ['importing'] and done.stderr == ''
+
+
+def test_an_importing_block_without_a_signal_and_the_running_phase_raise_nothing(signals):
+    with signals.importing():
         pass
     signals.running()
     os.kill(os.getpid(), signal.SIGINT)
@@ -105,3 +117,27 @@ def test_a_start_up_error_the_signal_caused_is_the_shutdown_not_a_fatal_start():
     assert lines == ['bad parameter -> 1', 'half-made -> shutdown SIGTERM'], done.stdout
     assert 'cannot start: model.preset: no such preset' in done.stderr
     assert 'cannot start: list.remove' not in done.stderr and 'Traceback' not in done.stderr
+
+
+def test_finish_after_a_signal_ignores_further_ones_and_without_one_restores():
+    # The interpreter's exit resets Python handlers to the default (a second Ctrl-C would kill
+    # the exiting process by the signal); "ignore" survives it.
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    quiet = ProcessSignals()
+    quiet.install()
+    quiet.finish()
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+    stopped = ProcessSignals()
+    stopped.install()
+    stopped.running()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100_000):
+            pass
+        assert stopped.requested
+        stopped.finish()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)

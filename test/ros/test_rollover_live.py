@@ -143,9 +143,11 @@ def _warm_up(runs):
         wait_status(probe, node, 'engine', lambda lvl, m, v: int(v['frames_out']) == _NS + _WARM,
                     'the warm-up frames out')
         # Paced, each frame meets an empty queue: its latency (received to published) is the
-        # worker's whole time for it. One sample per diagnostics period that served a frame.
-        samples += [float(v['latency_mean_ms']) for v in _engine_values(probe, node, first)
-                    if float(v['latency_mean_ms']) > 0.0]
+        # worker's whole time for it. One sample per diagnostics period that served a frame
+        # (a quiet period repeats the last one's figures).
+        shown = _engine_values(probe, node, first)
+        samples += [float(v['latency_mean_ms']) for before, v in zip(shown, shown[1:])
+                    if v['frames_out'] != before['frames_out']]
     return statistics.median(samples)
 
 

@@ -201,3 +201,36 @@ def test_the_cpu_bag_commands_of_tools_md_run_as_written(tmp_path):
             assert (out / 'trajectory.tum').is_file() and (out / 'summary.json').is_file()
             if '--gt' in argv:
                 assert 'APE rmse' in result.stderr, result.stderr[-2000:]
+
+
+def test_bags_made_by_the_docs_commands_land_in_an_ignored_folder():
+    # A new user copying the commands must not leave bags in the repository's root.
+    ignored = {line.strip().strip('/') for line in (ROOT / '.gitignore').read_text().splitlines()
+               if line.startswith('/') and line.rstrip().endswith('/')}
+    made = [argv[argv.index('--out') + 1] for _, argv in OURS
+            if argv[:2] == ['lingbot_map_replay', 'make-bag'] and '--out' in argv]
+    assert len(made) >= 5, made
+    outside = [path for path in made if Path(path).parts[0] not in ignored]
+    assert outside == [], (outside, sorted(ignored))
+
+
+def test_the_docs_spell_each_parameter_choice_as_the_code_does():
+    # 'map.mode: localization': prose that says "localisation" leads users to a refused value.
+    choices = {c for spec in params.all_specs() for c in spec.choices or ()
+               if isinstance(c, str) and 'iz' in c}
+    variants = {c.replace('iz', 'is') for c in choices}
+    assert 'localisation' in variants
+    for path in DOCS:
+        text = path.read_text(encoding='utf-8').lower()
+        found = sorted(v for v in variants if v in text)
+        assert found == [], (path.name, found)
+
+
+def test_the_pypi_route_activates_the_venv_before_its_console_scripts():
+    readme = (ROOT / 'README.md').read_text(encoding='utf-8')
+    start = readme.index('### With the PyPI wheels')
+    section = readme[start:readme.find('\n## ', start)]
+    activate = section.find('source .venv/bin/activate')
+    first_script = section.find('\n  lingbot_map_')  # the first command of the section's blocks
+    assert 0 <= activate < first_script, 'activate .venv before the console scripts'
+    assert '. scripts/ros_env.sh .venv' in section

@@ -121,6 +121,24 @@ def test_run_errors_exit_1_with_a_clear_message(synthetic, tmp_path, caplog):
     assert 'cache.no_such_key' in caplog.text
 
 
+def test_run_checks_the_topics_before_it_builds_the_model(synthetic, tmp_path, caplog):
+    # Weights that cannot load: building the model first would report them, not the typo.
+    bag, _ = synthetic
+    caplog.set_level(logging.ERROR)
+    bad_weights = ('--set', f'weights={tmp_path / "missing.pt"}', '--set',
+                   'allow_random_weights=false')
+    assert _run(bag, tmp_path / 'a', '--topic', '/camera/imag_raw', *bad_weights) == 1
+    assert "'/camera/imag_raw' is not in the bag" in caplog.text
+    assert 'missing.pt' not in caplog.text
+    caplog.clear()
+    assert _run(bag, tmp_path / 'b', '--depth-topic', '/camera/depth', *bad_weights) == 1
+    assert "--depth-topic: topic '/camera/depth' is not in the bag" in caplog.text
+    assert 'missing.pt' not in caplog.text
+    caplog.clear()
+    assert _run(bag, tmp_path / 'c', *bad_weights) == 1  # right topics: now the weights
+    assert 'missing.pt' in caplog.text
+
+
 def _image(value: int, stamp_ns: int, size=(48, 64), encoding='rgb8'):
     rng = np.random.default_rng(value)
     rgb = rng.integers(0, 255, (*size, 3), dtype=np.uint8)

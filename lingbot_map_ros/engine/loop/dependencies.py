@@ -22,6 +22,7 @@ exact matrix product.
 
 from __future__ import annotations
 
+import logging
 from types import ModuleType
 
 _INSTALL = 'pip install gtsam==4.3.0 faiss-cpu (or the [loop] extra of lingbot_map_ros)'
@@ -41,11 +42,21 @@ def require_gtsam() -> ModuleType:
 
 
 def faiss_or_none() -> ModuleType | None:
-    """Return the ``faiss`` module, or None when it is not installed."""
+    """Return the ``faiss`` module, or None when it is not installed.
+
+    faiss's loader logs at INFO which instruction set it tried and loaded ("Loading faiss with
+    AVX512 support", "Could not load library with AVX2 support due to: ..."): noise in every
+    tool that logs at INFO. Its logger is held at WARNING for the import only.
+    """
+    loader = logging.getLogger('faiss.loader')
+    level = loader.level
+    loader.setLevel(max(level, logging.WARNING))
     try:
         import faiss
     except ImportError:
         return None
+    finally:
+        loader.setLevel(level)
     return faiss
 
 

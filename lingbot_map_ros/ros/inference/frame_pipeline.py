@@ -151,6 +151,9 @@ class FramePipeline:
         refused = param_checks.check_pool(self.config, len(input_params.group_names(values)))
         if refused is not None:  # before any weight or page is allocated
             raise ValueError(refused)
+        surplus = param_checks.pool_surplus(self.config, len(input_params.group_names(values)))
+        if surplus is not None:
+            self._log.warning(surplus)
         sessions = make_sessions(values, self.config)
         self.session: RolloverSession | None = sessions[input_params.primary_camera(values)]
         self.cameras: CameraGroup | None = None

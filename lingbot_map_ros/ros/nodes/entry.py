@@ -15,8 +15,9 @@
 
 Importing the node pulls in torch (1.5 s, more on a loaded machine). The SIGINT/SIGTERM handlers
 of :mod:`~lingbot_map_ros.ros.nodes.process_signals` go in before that import, so a Ctrl-C or a
-``kill`` at any moment of the start-up ends the process quietly with status 0, as one while
-spinning does. This module imports nothing heavy itself.
+``kill`` at any moment of the start-up ends the process quietly with status 0 (during those
+imports at once), as one while spinning does; further signals while it stops and exits are
+ignored. This module imports nothing heavy itself.
 """
 
 from __future__ import annotations
@@ -52,14 +53,14 @@ def run(args: list[str] | None, exe: str, module: str, class_name: str) -> int:
     signals = ProcessSignals()
     signals.install()
     try:
-        with signals.deferred():  # torch and rclpy load native code: no exception inside
+        with signals.importing():  # a signal here ends the process at once (status 0)
             node_class = getattr(importlib.import_module(module), class_name)
             from lingbot_map_ros.ros.nodes import node_process
         return node_process.run(args, node_class, exe, signals)
     except ShutdownRequested:
         return 0  # during start-up: nothing ran yet that needs more than the finally blocks
     finally:
-        signals.uninstall()
+        signals.finish()  # after a signal: further ones ignored while the process exits
 
 
 if __name__ == '__main__':

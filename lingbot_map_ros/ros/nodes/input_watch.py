@@ -14,12 +14,13 @@
 """What the node listens to, said once at start, and a warning when an expected input stays silent.
 
 The start-up line names every input by its resolved name (namespace and remaps applied): each
-camera's image and camera_info, the depth image with ``metric.source: depth``, the metric mode
-and the attention backend in use (``auto`` resolved). Then :class:`InputWatch` checks, on a
-steady clock (a stopped ``/clock`` does not stop it), whether anything has arrived on each
-expected input; one still silent after ``diagnostics.no_input_warn_s`` gets one WARN naming the
-topic, its publishers and the image topics the ROS graph does have, since a wrong remap or a
-compressed stream into a raw subscription otherwise shows only in ``/diagnostics``.
+camera's image and camera_info, the depth image with ``metric.source: depth``, the metric mode,
+the attention backend in use (``auto`` resolved) and whether loop closure runs. Then
+:class:`InputWatch` checks, on a steady clock (a stopped ``/clock`` does not stop it), whether
+anything has arrived on each expected input; one still silent after
+``diagnostics.no_input_warn_s`` gets one WARN naming the topic, its publishers and the image
+topics the ROS graph does have (not the node's own outputs nor its other inputs), since a wrong
+remap or a compressed stream into a raw subscription otherwise shows only in ``/diagnostics``.
 camera_info is optional (only compared with the estimate) and is not watched.
 """
 
@@ -85,7 +86,21 @@ def startup_line(node: Any, values: dict[str, Any], pipeline: Any) -> str:
     return (f"listening on {inputs} ({values['input.transport']}, {values['input.queue_mode']} "
             f'mode, converter {"cv_bridge" if pipeline.has_bridge else "built-in"}); {metric}; '
             f'model {config.model.preset} on {config.stream.device}, backend '
-            f'{backend_in_use(pipeline)}, weights {pipeline.session.weights}')
+            f'{backend_in_use(pipeline)}, weights {pipeline.session.weights}; '
+            f'{loop_closure_state(pipeline)}')
+
+
+def loop_closure_state(pipeline: Any) -> str:
+    """Return ``loop closure: on`` / ``off`` (and why) / ``unavailable: <reason>``."""
+    loop = getattr(pipeline, 'loop_output', None)
+    if loop is None:
+        return 'loop closure: off (several cameras)'
+    state, reason = loop.feed.state, loop.feed.reason
+    if state == 'off':
+        return f'loop closure: off ({reason})'
+    if state == 'unavailable':
+        return f'loop closure: unavailable ({reason})'
+    return 'loop closure: on'
 
 
 def backend_in_use(pipeline: Any) -> str:
@@ -145,10 +160,13 @@ class InputWatch:
 
     def _warning(self, watched: WatchedInput) -> str:
         own = self._node.get_fully_qualified_name().rstrip('/') + '/'  # our ~/depth/image
+        # The node's own inputs (a depth subscription waiting on its camera) are no candidate.
+        subscribed = {name for name, _ in self._node.get_subscriber_names_and_types_by_node(
+            self._node.get_name(), self._node.get_namespace())}
         images = [f"{name} [{', '.join(t.rpartition('/')[2] for t in types)}]"
                   for name, types in self._node.get_topic_names_and_types()
                   if any(t in IMAGE_TYPES for t in types) and name != watched.topic
-                  and not name.startswith(own)]
+                  and not name.startswith(own) and name not in subscribed]
         publishers = self._node.count_publishers(watched.topic)
         why = (f'{publishers} publisher(s) on it but nothing arrived: check the QoS '
                '(input.qos.reliability) and the message type' if publishers else

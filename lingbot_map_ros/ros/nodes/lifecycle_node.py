@@ -18,7 +18,7 @@ step of the same name of :class:`~lingbot_map_ros.ros.nodes.node_core.LingbotMap
 
 - ``configure``: read the parameters, load the weights and warm the model up once with gray
   frames of ``stream.image_width`` (4:3), so the first camera frames are not the slow ones;
-  create the output publishers, ``/diagnostics`` and ``~/reset``.
+  create the output publishers, ``/diagnostics`` and the services.
 - ``activate``: subscribe to the image and camera_info topics and start the inference thread.
 - ``deactivate``: unsubscribe and stop the thread; a frame in progress gets 3 s, then finishes in
   the background. The map (cache) is kept: activating again continues the same session.
@@ -27,8 +27,10 @@ step of the same name of :class:`~lingbot_map_ros.ros.nodes.node_core.LingbotMap
   published, its memory is freed when it ends). ``shutdown`` does what is still needed of the
   above.
 
-Topics, parameters and frames are those of :mod:`~lingbot_map_ros.ros.nodes.node`; parameters can
-be set before ``configure``. The launch file starts this executable with ``lifecycle:=true``.
+Topics, services, transforms and parameters are those of ``lingbot_map_node`` (listed below):
+the publishers and services exist from ``configure``, the subscriptions from ``activate``;
+parameters can be set before ``configure``. The launch file starts this executable with
+``lifecycle:=true``.
 """
 
 from __future__ import annotations

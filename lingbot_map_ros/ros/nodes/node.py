@@ -13,16 +13,9 @@
 # limitations under the License.
 """``lingbot_map_node``: online camera mapping with the LingBot-Map streaming transformer.
 
-Subscribes (relative names, so namespaces and remaps work):
-    ``image`` (sensor_msgs/Image) or ``<image>/compressed`` (sensor_msgs/CompressedImage) with
-    ``input.transport: compressed``; ``camera_info`` (optional, only compared with the estimate);
-    ``depth`` (sensor_msgs/Image aligned to the image, with ``metric.source: depth``:
-    :mod:`~lingbot_map_ros.ros.inference.depth_input`).
-Publishes (private names), stamped with the input image's stamp:
-    ``~/pose``, ``~/odometry``, ``~/path``, ``~/depth/image`` + ``~/depth/camera_info``,
-    ``~/cloud``, ``~/map`` (:mod:`~lingbot_map_ros.ros.publishers.map_output`),
-    TF ``odom_frame -> base_frame`` (REP 105, docs/odometry.md), ``/diagnostics``.
-Services: ``~/reset``, ``~/save`` (std_srvs/Trigger).
+Its topics, services and transforms are the table of
+:mod:`~lingbot_map_ros.ros.parameters.interface` (``--help`` prints it;
+docs/ros_interface.md explains each).
 
 At start the node loads the weights, warms the model up once and starts listening: the
 ``configure`` and ``activate`` steps of
@@ -30,9 +23,8 @@ At start the node loads the weights, warms the model up once and starts listenin
 runs as transitions. Threads: the executor only queues messages; a worker thread runs inference
 (:mod:`~lingbot_map_ros.ros.inference.worker`). The reset service and the diagnostics timer have
 their own callback groups, so they answer while a frame is being processed. SIGINT/SIGTERM at any
-moment end the process with status 0 (:mod:`~lingbot_map_ros.ros.nodes.node_process`). Parameters:
-:mod:`~lingbot_map_ros.ros.parameters.params`. Frames and scale:
-:mod:`~lingbot_map_ros.ros.publishers.outputs`.
+moment end the process with status 0 (:mod:`~lingbot_map_ros.ros.nodes.node_process`).
+Parameters: docs/parameters.md (and below). Frames and scale: docs/odometry.md.
 """
 
 from __future__ import annotations

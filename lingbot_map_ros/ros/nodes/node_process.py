@@ -46,7 +46,7 @@ from typing import Any, Callable
 from lingbot_map_ros.engine.errors import WeightsError
 from lingbot_map_ros.ros.nodes.node_name import NODE_NAME
 from lingbot_map_ros.ros.nodes.process_signals import ProcessSignals, ShutdownRequested
-from lingbot_map_ros.ros.parameters import cli_help
+from lingbot_map_ros.ros.parameters import cli_help, cli_params
 import rclpy
 from rclpy.exceptions import ParameterException
 from rclpy.executors import MultiThreadedExecutor
@@ -81,8 +81,19 @@ def run(args: list[str] | None, node_class: type, exe: str, signals: ProcessSign
         ShutdownRequested: a signal during start-up (the caller exits with 0).
     """
     if cli_help.wants_help(sys.argv[1:] if args is None else args[1:]):
-        print(cli_help.help_text(exe, sys.modules[node_class.__module__].__doc__))
+        try:
+            print(cli_help.help_text(exe, sys.modules[node_class.__module__].__doc__),
+                  flush=True)
+        except BrokenPipeError:  # `--help | head`: the reader has gone; not an error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    for ignored in cli_params.params_file_problems(sys.argv if args is None else args,
+                                                   NODE_NAME):
+        rclpy.logging.get_logger(NODE_NAME).warning(ignored)
+    problem = cli_params.type_problem(sys.argv if args is None else args, NODE_NAME)
+    if problem:  # rcl would drop it silently where a --params-file sets the name too
+        _fatal(problem)
+        return 1
     # Explicit init/shutdown rather than `with rclpy.init()`, which only newer rclpy has
     # (Jazzy robots run this node too).
     try:

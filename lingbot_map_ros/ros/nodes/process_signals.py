@@ -20,16 +20,26 @@ process (``terminate called without an active exception``). The node processes t
 rclpy without its handlers and install these, which only decide *when* to stop; what stopping
 means is in :mod:`~lingbot_map_ros.ros.nodes.node_process`.
 
-Two phases:
+Three phases:
 
-- **start-up** (imports of torch and rclpy, loading the weights, the warm-up; all on the main
-  thread): the first signal raises :class:`ShutdownRequested` there, so start-up unwinds
-  through its ``finally`` blocks and the process exits with status 0;
+- **imports** (torch, rclpy and the node's modules, inside :meth:`ProcessSignals.importing`):
+  nothing has started yet that needs stopping, and an exception raised inside a C extension's
+  initialisation could abort the process; the first signal ends the process at once with
+  status 0 (``os._exit`` after flushing stdout and stderr). Waiting for the imports to end
+  instead costs up to the whole torch import (seconds; 18 s with two test suites at once);
+- **start-up** (loading the weights, the warm-up; all on the main thread): the first signal
+  raises :class:`ShutdownRequested` there, so start-up unwinds through its ``finally`` blocks
+  and the process exits with status 0;
 - **running** (after :meth:`ProcessSignals.running`): a signal only sets a flag; the main thread
   polls it between executor turns and stops the node in order.
 
-Further signals while stopping are ignored: the stop is bounded already (ros2 launch's SIGTERM
-five seconds after its SIGINT finds the process gone).
+Further signals while stopping are ignored, up to the end of the process: the stop is bounded
+already (ros2 launch's SIGTERM five seconds after its SIGINT finds the process gone), and a
+second Ctrl-C changes nothing of it. After the node has stopped, :meth:`ProcessSignals.finish`
+sets SIGINT and SIGTERM to "ignore" (``SIG_IGN``) rather than giving back the previous handlers:
+the interpreter's exit resets Python-level handlers to the system default, and the exit of a
+process that has loaded torch and DDS takes about a second, in which a second signal would
+otherwise kill the process by the signal (status -2) instead of its clean status 0.
 
 This module imports nothing heavy, so the handlers are in place within a fraction of a second
 of the process start.
@@ -38,7 +48,9 @@ of the process start.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
 from typing import Any, Iterator
 
@@ -60,7 +72,7 @@ class ProcessSignals:
         """Prepare (not install) the handlers, in the start-up phase."""
         self._requested = threading.Event()
         self._running = False
-        self._deferred = False
+        self._importing = False
         self._saved: dict[int, Any] = {}
         self.received: str | None = None
         """Name of the first signal received (``'SIGINT'``), None before."""
@@ -82,25 +94,36 @@ class ProcessSignals:
             signal.signal(sig, handler)
         self._saved.clear()
 
+    def finish(self) -> None:
+        """End of the run: what follows the handlers depends on whether a signal stopped it.
+
+        After a SIGINT/SIGTERM the process is exiting: both signals are ignored from here to its
+        end (see the module docstring). Without one (an embedding program's run that ended, a
+        start-up error), the handlers in place before :meth:`install` come back.
+        """
+        if not self._requested.is_set():
+            self.uninstall()
+            return
+        for sig in self._saved:
+            signal.signal(sig, signal.SIG_IGN)
+        self._saved.clear()
+
     def running(self) -> None:
         """End the start-up phase: from now on a signal only sets :attr:`requested`."""
         self._running = True
 
     @contextlib.contextmanager
-    def deferred(self) -> Iterator[None]:
-        """Hold a start-up signal's exception until the block ends (around native imports).
+    def importing(self) -> Iterator[None]:
+        """Mark the native imports: a signal inside this block ends the process at once.
 
-        An exception raised from a signal handler inside torch's or rclpy's import can land
-        in the middle of a C extension's initialisation and abort the process; within this
-        block the signal is only recorded, and :class:`ShutdownRequested` is raised at its end.
+        Exit status 0 through ``os._exit`` (see the module docstring); outside the main thread,
+        where no handler is installed, the block does nothing.
         """
-        self._deferred = True
+        self._importing = True
         try:
             yield
         finally:
-            self._deferred = False
-        if self._requested.is_set() and not self._running:
-            raise ShutdownRequested(self.received)
+            self._importing = False
 
     @property
     def requested(self) -> bool:
@@ -112,5 +135,17 @@ class ProcessSignals:
             return
         self.received = signal.Signals(signum).name
         self._requested.set()
-        if not self._running and not self._deferred:
+        if self._importing:
+            _exit_now()
+        if not self._running:
             raise ShutdownRequested(self.received)
+
+
+def _exit_now() -> None:
+    """End the process with status 0 at once, after flushing what is buffered."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more to flush
+            pass
+    os._exit(0)

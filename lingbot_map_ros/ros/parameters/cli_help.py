@@ -11,20 +11,24 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""``--help`` text: the node executables' usage and every parameter, without starting ROS.
+"""``--help`` text: the node executables' usage, interface and parameters, without starting ROS.
 
-:func:`plain` turns a docstring into terminal text (the Sphinx markup taken out); the tools'
-``--help`` uses it too.
+The interface (topics, services, transforms) is the node's own table,
+:mod:`~lingbot_map_ros.ros.parameters.interface`, and the parameters are the parameter table, so
+the help lists what the node has. :func:`plain` turns a docstring into terminal text (the
+Sphinx markup taken out); the tools' ``--help`` uses it too.
 """
 
 from __future__ import annotations
 
 import re
 
+from lingbot_map_ros.ros.parameters import interface
 from lingbot_map_ros.ros.parameters import params
 
 _ROLE = re.compile(r':(?:mod|class|func|meth|data|attr|exc|obj):`(~?)([^`]+)`')
 _LITERAL = re.compile(r'``([^`]+)``')
+_MODULE = re.compile(r':mod:`~?([^`]+)`')
 
 
 def plain(doc: str | None) -> str:
@@ -52,9 +56,20 @@ directly, e.g.:
   {exe} --ros-args --params-file config/lingbot_map.yaml -p weights:=/path/to/lingbot-map.pt \\
       -r image:=/camera/color/image_raw
 
-Parameters (name = default: description); python -m lingbot_map_ros.ros.parameters.params
-prints them as a Markdown table:
+{interface}
+
+Parameters (name = default: description; docs/parameters.md has them as a table, and
+python -m lingbot_map_ros.ros.parameters.params prints it):
 """
+
+
+def help_plain(doc: str | None) -> str:
+    """Return ``doc`` as :func:`plain` does, a module reference as its file (for users)."""
+
+    def path(match: re.Match) -> str:
+        return re.sub(r'\s+', '', match.group(1)).replace('.', '/') + '.py'
+
+    return plain(_MODULE.sub(path, doc or ''))
 
 
 def wants_help(argv: list[str]) -> bool:
@@ -65,7 +80,8 @@ def wants_help(argv: list[str]) -> bool:
 
 def help_text(exe: str, description: str) -> str:
     """Return the usage, ``description`` (the module docstring) and the parameter list."""
-    lines = [_USAGE.format(exe=exe, description=plain(description).strip())]
+    lines = [_USAGE.format(exe=exe, description=help_plain(description).strip(),
+                           interface='\n'.join(interface.help_lines()))]
     for spec in params.all_specs():
         lines.append(f'  {spec.name} = {spec.default!r}: {plain(spec.description)}')
     return '\n'.join(lines)

@@ -81,7 +81,7 @@ INPUT_PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec('frames.map_frame', 'map', 'Frame of the loop-closed outputs (~/map_pose, '
               '~/map_path, ~/loop_closures); map_frame -> odom_frame on TF (publish.map_tf) '
               "comes from the pose graph, or is a static identity without loop closure; '' "
-              'leaves map to a localisation node.', _RO),
+              'leaves map to a localization node.', _RO),
     ParamSpec('frames.camera_frame', '', 'Camera optical frame of the outputs; empty: the '
               'frame_id of each input image.', _RO),
     ParamSpec('input.cameras', (), 'Camera names; empty: one camera on image and camera_info. '

@@ -26,7 +26,9 @@ naming the parameter, or None.
 :func:`check_pool` refuses, at start, a page pool (``cache.pool_pages``, ``cache.streams``) that
 cannot pose every camera, or whose bytes exceed the device's memory: a pool too small for a
 stream's lease raised at the warm-up (or, at another image size, reset every frame), and a huge
-one allocated until the process was killed.
+one allocated until the process was killed. :func:`pool_surplus` says, for a warning at start,
+what a pool sized for more streams than the node opens costs (64 streams with one camera:
+gigabytes nothing uses).
 """
 
 from __future__ import annotations
@@ -270,3 +272,34 @@ def check_pool(config: EngineConfig, num_cameras: int,
                 f'({pool_bytes(config, one * num_cameras, size_hw) / 2**30:.2f} GiB); at most '
                 f'{fits} streams fit')
     return None
+
+
+def pool_surplus(config: EngineConfig, num_cameras: int) -> str | None:
+    """Return a warning when the pool holds more streams than the node opens, or None.
+
+    The node opens one stream per camera (a rollover's next session and a loop verification
+    use the headroom each stream's share already has), so ``cache.streams`` above the number
+    of cameras, or ``cache.pool_pages`` above what they need, is memory nothing uses.
+
+    Args:
+        config: the engine configuration (``cache.streams`` already raised to the cameras).
+        num_cameras: streams the node opens (1 with one camera).
+    """
+    one, pages, size_hw = pool_need(config, num_cameras)
+    cache = config.cache
+    if cache.pool_pages:
+        used = one * num_cameras
+        name = f'cache.pool_pages={cache.pool_pages}'
+    else:
+        page = (size_hw[0] // config.model.patch_size) * (size_hw[1] // config.model.patch_size)
+        used = pool_pages(dataclasses.replace(cache, streams=num_cameras), page)
+        name = f'cache.streams={cache.streams}'
+    if pages <= used:
+        return None
+    total, spare = pool_bytes(config, pages, size_hw), pool_bytes(config, pages - used, size_hw)
+    return (f'{name} sizes a KV page pool of {pages} pages = {total / 2**30:.2f} GiB at '
+            f'{size_hw[1]}x{size_hw[0]} on {config.stream.device}; this node opens '
+            f'{num_cameras} stream(s) (one per camera), which use {used} pages: '
+            f'{spare / 2**30:.2f} GiB is never used. Set '
+            + (f'cache.pool_pages to {used} or 0' if cache.pool_pages
+               else f'cache.streams to {num_cameras}'))

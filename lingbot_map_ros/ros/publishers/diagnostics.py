@@ -32,7 +32,10 @@ them as usual:
 
 Each status has the same keys in every state (before the first frame, while buffering, after a
 reset): a value that does not exist yet reads ``n/a``, every known drop and reset reason is
-listed with its count (0 included), and ``last_problem`` reads ``none`` in a period without one.
+listed with its count (0 included), and ``last_problem`` reads ``none`` until the first problem,
+then the latest one (the level says whether it happened in the period). Latencies are those of
+the last period that published frames (``n/a`` before the first), so a quiet period does not
+read 0.
 Monitors can then key on names without guarding against missing ones.
 
 The node publishes these itself rather than through ``diagnostic_updater``: the message on the
@@ -89,6 +92,10 @@ class PeriodReport:
     errors_total: int
     last_problem: str
     nonfinite_total: dict[str, int] = field(default_factory=dict)
+    last_drop: str = ''
+    """The latest input problem (a faulty drop) since start; '' before the first."""
+    last_engine_problem: str = ''
+    """The latest engine problem (an error or an automatic reset) since start."""
 
 
 @dataclass
@@ -103,8 +110,11 @@ class NodeStats:
     _resets: collections.Counter = field(default_factory=collections.Counter)
     _latency_ms: list = field(default_factory=list)
     _inference_ms: list = field(default_factory=list)
+    _shown_ms: tuple = ([], [])  # latency and inference of the last period with frames
     _last_input: float | None = None
     _last_problem: str = ''
+    _last_drop: str = ''
+    _last_engine_problem: str = ''
     _nonfinite: collections.Counter = field(default_factory=collections.Counter)
     _mark: dict = field(default_factory=dict)
     _mark_time: float = field(default_factory=time.monotonic)
@@ -127,7 +137,7 @@ class NodeStats:
         with self._lock:
             self._drops[reason.value] += num
             if detail and POLICY[reason].fault:
-                self._last_problem = f'dropped ({reason}): {detail}'
+                self._last_problem = self._last_drop = f'dropped ({reason}): {detail}'
 
     def count_reset(self, reason: Reason | str, detail: str = '') -> None:
         """Count a session reset (``manual`` or an automatic reason)."""
@@ -136,12 +146,13 @@ class NodeStats:
             self._resets[reason.value] += 1
             if POLICY[reason].fault:
                 self._last_problem = f'session reset ({reason}): {detail}'
+                self._last_engine_problem = self._last_problem
 
     def count_error(self, detail: str) -> None:
         """Count an unexpected engine error."""
         with self._lock:
             self._errors += 1
-            self._last_problem = f'engine error: {detail}'
+            self._last_problem = self._last_engine_problem = f'engine error: {detail}'
 
     def count_nonfinite(self, kind: str, num: int = 1) -> None:
         """Count ``num`` non-finite numbers kept off a topic (one of :data:`KNOWN_NONFINITE`)."""
@@ -165,6 +176,8 @@ class NodeStats:
         """Close the current period and return its report."""
         now = time.monotonic()
         with self._lock:
+            if self._latency_ms:
+                self._shown_ms = (self._latency_ms, self._inference_ms)
             mark = self._mark or {'received': 0, 'processed': 0, 'errors': 0,
                                   'drops': collections.Counter(),
                                   'resets': collections.Counter()}
@@ -175,12 +188,13 @@ class NodeStats:
                 drops=dict(self._drops - mark['drops']),
                 resets=dict(self._resets - mark['resets']),
                 errors=self._errors - mark['errors'],
-                latency_ms=self._latency_ms, inference_ms=self._inference_ms,
+                latency_ms=self._shown_ms[0], inference_ms=self._shown_ms[1],
                 seconds_since_input=None if self._last_input is None else now - self._last_input,
                 drops_total=dict(self._drops), resets_total=dict(self._resets),
                 received_total=self._received, processed_total=self._processed,
                 errors_total=self._errors, last_problem=self._last_problem,
-                nonfinite_total=dict(self._nonfinite))
+                nonfinite_total=dict(self._nonfinite), last_drop=self._last_drop,
+                last_engine_problem=self._last_engine_problem)
             self._mark = {'received': self._received, 'processed': self._processed,
                           'errors': self._errors, 'drops': collections.Counter(self._drops),
                           'resets': collections.Counter(self._resets)}
@@ -232,7 +246,7 @@ def input_status(node_name: str, report: PeriodReport, info: dict[str, Any],
                   received_total=report.received_total,
                   drops_total=sum(report.drops_total.values()))
     values.update(_counts('drops', KNOWN_DROPS, report.drops_total))
-    values['last_problem'] = 'none'
+    values['last_problem'] = report.last_drop or 'none'  # the latest, not the period's
     since = report.seconds_since_input
     if since is None:
         level, msg = STALE, f"no image received yet on '{info.get('topic', '?')}'"
@@ -241,7 +255,6 @@ def input_status(node_name: str, report: PeriodReport, info: dict[str, Any],
     elif faults:
         level = WARN
         msg = 'dropped ' + ', '.join(f'{v} {k}' for k, v in sorted(faults.items()))
-        values['last_problem'] = report.last_problem
     else:
         level, msg = OK, f'{values["input_rate_hz"]:.1f} Hz in, ' \
             f'{values["processed_rate_hz"]:.1f} Hz processed'
@@ -270,15 +283,15 @@ def engine_status(node_name: str, report: PeriodReport, session: SessionStats,
         values['backend'] = 'auto (resolved at the first frame)'
     values.update(_counts('fallbacks', FALLBACK_KINDS, session.fallbacks))
     for name, samples in (('latency', report.latency_ms), ('inference', report.inference_ms)):
-        values[f'{name}_mean_ms'] = sum(samples) / len(samples) if samples else 0.0
-        values[f'{name}_max_ms'] = max(samples) if samples else 0.0
+        values[f'{name}_mean_ms'] = sum(samples) / len(samples) if samples else None
+        values[f'{name}_max_ms'] = max(samples) if samples else None
     values.update(_counts('resets', KNOWN_RESETS, report.resets_total))
     values['errors_total'] = report.errors_total
     values.update(_counts('nonfinite', KNOWN_NONFINITE, report.nonfinite_total))
-    values['last_problem'] = 'none'
+    values['last_problem'] = report.last_engine_problem or 'none'  # the latest
     auto = {k: v for k, v in report.resets.items() if POLICY[Reason(k)].fault}
     if report.errors:
-        level, msg = ERROR, f'{report.errors} engine error(s): {report.last_problem}'
+        level, msg = ERROR, f'{report.errors} engine error(s): {report.last_engine_problem}'
     elif auto:
         level, msg = WARN, 'session reset: ' + ', '.join(sorted(auto))
     elif session.frames_out == 0:
@@ -286,8 +299,6 @@ def engine_status(node_name: str, report: PeriodReport, session: SessionStats,
         msg = f'buffering scale frames ({session.pending_frames}/{scale_frames})'
     else:
         level, msg = OK, f'tracking: frame {session.frames_out}, {session.keyframes} keyframes'
-    if report.errors or auto:
-        values['last_problem'] = report.last_problem
     return status(f'{node_name}: engine', level, msg, session.device, values)
 
 
