@@ -77,6 +77,19 @@ ENDPOINTS = (
              'the optimised keyframe trajectory in frames.map_frame (loop closure)'),
     Endpoint('publishes', '~/loop_closures', 'visualization_msgs/MarkerArray',
              'the accepted loop closures as lines between keyframes (loop closure)'),
+    Endpoint('publishes', '~/localized', 'std_msgs/Bool',
+             'loop closure: true while poses are published in frames.map_frame (with a loaded '
+             'map: once map.localize_matches matches agree); latched, on change'),
+    Endpoint('publishes', '~/map_job', 'std_msgs/String',
+             'progress of ~/save_map and ~/load_map (running, then done or refused); latched'),
+    Endpoint('subscribes', '/initialpose', 'geometry_msgs/PoseWithCovarianceStamped',
+             "loop closure with a loaded map: RViz's 2D Pose Estimate seeds a search near the "
+             'pose (in frames.map_frame)'),
+    Endpoint('publishes', '~/grid', 'nav_msgs/OccupancyGrid',
+             'the occupancy grid for nav2 (grid.enable, with ~/map): in frames.map_frame with '
+             'loop closure, else frames.odom_frame; latched, every grid.period_s when it changed'),
+    Endpoint('publishes', '~/grid_metadata', 'nav_msgs/MapMetaData',
+             "~/grid's size, resolution and origin; latched"),
     Endpoint('publishes', '/diagnostics', 'diagnostic_msgs/DiagnosticArray',
              'the node statuses (input, engine, output, cache, loop), every '
              'diagnostics.period_s'),
