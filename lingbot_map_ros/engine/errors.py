@@ -59,4 +59,4 @@ class PoolExhaustedError(CachePoolExhaustedError):
 
 
 class MapLoadError(LingbotMapError, ValueError):
-    """A saved map that is refused (``engine/loop/map_store.py``); the message says why."""
+    """A saved map that is refused (``engine/mapping/store/map_load.py``); the message says why."""

@@ -20,7 +20,7 @@ synthetic run (a camera circling a room, ``--lap`` keyframes a lap, odometry ste
 of ``--noise`` times the ``loop.odometry_*_sigma`` standard deviations, so the odometry drifts
 in position, rotation and scale):
 
-* ``add``: the engine's iSAM2 graph (``engine/loop/incremental_graph.py``) fed keyframe by
+* ``add``: the engine's iSAM2 graph (``engine/mapping/graph/pose_graph.py``) fed keyframe by
   keyframe as the worker does: its odometry edge and its pose read back (``add``), then its
   marginal covariance (``covariance``): mean, p99 and mean of the last 100 keyframes, in ms;
 * ``loop``: ``--loops`` true loop edges at the end of the run, ``--loop-gap`` keyframes
@@ -59,11 +59,11 @@ import time
 from typing import Any
 
 from lingbot_map_ros.engine import sim3
-from lingbot_map_ros.engine.loop.dependencies import faiss_or_none, require_gtsam
-from lingbot_map_ros.engine.loop.incremental_graph import PoseGraph
-from lingbot_map_ros.engine.loop.loop_closer import LoopCloser
-from lingbot_map_ros.engine.loop.pose_graph import optimize_pose_graph, PoseGraphEdge
-from lingbot_map_ros.engine.loop.verification import KeyframeRecord, Verification
+from lingbot_map_ros.engine.mapping.graph.batch_solve import optimize_pose_graph, PoseGraphEdge
+from lingbot_map_ros.engine.mapping.graph.pose_graph import PoseGraph
+from lingbot_map_ros.engine.mapping.loop_closer import LoopCloser
+from lingbot_map_ros.engine.mapping.verify.verification import KeyframeRecord, Verification
+from lingbot_map_ros.engine.optional_dependencies import faiss_or_none, require_gtsam
 from lingbot_map_ros.loop_config import LoopConfig
 import numpy as np
 

@@ -16,8 +16,9 @@
 What it measures and why (issue 33's targets: mean frame cost +5 % at most, no frame over
 1.3x the median): loop closure adds two kinds of model work. Every keyframe pools a place
 descriptor from its DINO tokens (``engine/model/place_descriptor.py``); a loop candidate is
-checked by a joint pass of the model over the two places (``engine/loop/model_verifier.py``),
-run one unit beside at most one frame in N (``loop.verify_unit_interval``, ``FramePace``).
+checked by a joint pass of the model over the two places
+(``engine/mapping/verify/model_verifier.py``), run one unit beside at most one frame in N
+(``loop.verify_unit_interval``, ``FramePace``).
 Timed phases on one engine, the same frames each time (smooth noise; the cost does not depend
 on the content), CUDA synchronised around each frame:
 
@@ -47,13 +48,13 @@ import statistics
 import time
 from typing import Any
 
-from lingbot_map_ros.config import (CacheConfig, EngineConfig, LoopConfig, ModelConfig,
-                                    StreamConfig)
+from lingbot_map_ros.config import CacheConfig, EngineConfig, LoopConfig, ModelConfig, StreamConfig
 from lingbot_map_ros.engine.engine import Engine
-from lingbot_map_ros.engine.loop.model_verifier import (FramePace, ModelVerifier,
-                                                        time_verification, VerificationPass)
-from lingbot_map_ros.engine.loop.pass_verdict import VerifierConfig
-from lingbot_map_ros.engine.loop.verification import KeyframeRecord
+from lingbot_map_ros.engine.mapping.verify.model_verifier import (FramePace, ModelVerifier,
+                                                                  time_verification,
+                                                                  VerificationPass)
+from lingbot_map_ros.engine.mapping.verify.pass_verdict import VerifierConfig
+from lingbot_map_ros.engine.mapping.verify.verification import KeyframeRecord
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.tools.bench_cameras import synthetic_frames
 from lingbot_map_ros.tools.fast_path_flags import add_fast_path_flags

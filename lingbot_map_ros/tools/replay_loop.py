@@ -32,9 +32,9 @@ from typing import Any
 
 from lingbot_map_ros.config import LoopConfig
 from lingbot_map_ros.engine import sim3
-from lingbot_map_ros.engine.loop.image_store import network_rgb
-from lingbot_map_ros.engine.loop.verification import Verifier
 from lingbot_map_ros.engine.mapping.backend import MappingBackend
+from lingbot_map_ros.engine.mapping.places.image_store import network_rgb
+from lingbot_map_ros.engine.mapping.verify.verification import Verifier
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 import numpy as np
 

@@ -31,10 +31,12 @@ import threading
 from lingbot_map_ros.config import EngineConfig, LoopConfig
 from lingbot_map_ros.engine.engine import Engine
 from lingbot_map_ros.engine.image import geometry
-from lingbot_map_ros.engine.loop.model_verifier import decode_rgb, FramePace, ModelVerifier
-from lingbot_map_ros.engine.loop.pass_verdict import verdict, VerifierConfig
-from lingbot_map_ros.engine.loop.verification import KeyframeRecord
-from lingbot_map_ros.engine.loop.view_agreement import agreement, centre_spread_ratio, View
+from lingbot_map_ros.engine.mapping.verify.model_verifier import (decode_rgb, FramePace,
+                                                                  ModelVerifier)
+from lingbot_map_ros.engine.mapping.verify.pass_verdict import verdict, VerifierConfig
+from lingbot_map_ros.engine.mapping.verify.verification import KeyframeRecord
+from lingbot_map_ros.engine.mapping.verify.view_agreement import (agreement, centre_spread_ratio,
+                                                                  View)
 from lingbot_map_ros.engine.scale_pass import scale_units
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.tools.synthetic_scene import render_sequence, SceneConfig

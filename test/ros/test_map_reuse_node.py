@@ -35,8 +35,8 @@ import threading
 
 from geometry_msgs.msg import PoseWithCovarianceStamped
 from lingbot_map_ros.engine import sim3
-from lingbot_map_ros.engine.loop.map_format import seal_metadata
-from lingbot_map_ros.engine.loop.map_store import load_map
+from lingbot_map_ros.engine.mapping.store.map_format import seal_metadata
+from lingbot_map_ros.engine.mapping.store.map_store import load_map
 from nav_msgs.srv import SetMap
 from node_harness import Graph, image_msg, stamp_ns, wait_for, wait_status
 import numpy as np

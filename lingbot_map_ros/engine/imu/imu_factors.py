@@ -19,7 +19,7 @@ covariance rotated the same way. :func:`rotation_factor` turns that into a GTSAM
 the graph's nodes (``Pose3``, or ``Similarity3`` when the graph keeps per-node scales) whose noise
 is the gyroscope's on rotation and loose on everything else, so only the rotation is constrained:
 the translation and scale stay the model's and the loop closures'. The module does not import
-GTSAM; the caller passes it (as ``engine/loop/factors.py`` is given it).
+GTSAM; the caller passes it (as ``engine/mapping/graph/factors.py`` is given it).
 
 How it plugs into the graph: for each new keyframe ``j`` after ``i`` (same clock, IMU readings
 covering both), ``preintegrate`` the readings between their stamps with the gyroscope bias the

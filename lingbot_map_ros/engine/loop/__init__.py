@@ -16,7 +16,7 @@
 ``optimize_pose_graph`` is the pure pose-graph contract (GTSAM, imported when called).
 """
 
-from lingbot_map_ros.engine.loop.pose_graph import optimize_pose_graph, PoseGraphEdge
-from lingbot_map_ros.engine.loop.pose_graph import PoseGraphResult
+from lingbot_map_ros.engine.mapping.graph.batch_solve import optimize_pose_graph, PoseGraphEdge
+from lingbot_map_ros.engine.mapping.graph.batch_solve import PoseGraphResult
 
 __all__ = ['optimize_pose_graph', 'PoseGraphEdge', 'PoseGraphResult']

@@ -11,8 +11,10 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The mapping back end: one owner of loop closure and map reuse (``backend.MappingBackend``)."""
+"""The mapping back end: one owner of loop closure and map reuse (``backend.MappingBackend``).
 
-from lingbot_map_ros.engine.mapping.backend import MappingBackend
-
-__all__ = ['MappingBackend']
+Sub-folders: ``places`` (place recognition), ``verify`` (a candidate checked by the model),
+``graph`` (the pose graph and its gate), ``store`` (the map on disk). The owner and the worker
+that drives them stand at this level: ``backend``, ``loop_closer``, ``loop_steps``,
+``loop_estimate``, ``loaded_map``.
+"""

@@ -14,7 +14,7 @@
 """MappingBackend: one camera's loop closure and map reuse behind one short API.
 
 The one owner of the place index, the verifier, its pacing, the pose graph, the loaded map and
-the map store (the first three live in the :class:`~lingbot_map_ros.engine.loop.loop_closer.
+the map store (the first three live in the :class:`~lingbot_map_ros.engine.mapping.loop_closer.
 LoopCloser` it runs; ``engine/loop/`` holds the parts). The node (``ros/inference/loop_feed.py``),
 the lifecycle node (the same pipeline) and the replay (``tools/replay_loop.py``) build it once
 from typed configs and call:
@@ -40,11 +40,12 @@ from pathlib import Path
 import threading
 from typing import Any, Callable
 
-from lingbot_map_ros.engine.loop.frame_pace import FramePace
-from lingbot_map_ros.engine.loop.loop_closer import LoopCloser
-from lingbot_map_ros.engine.loop.map_format import KeyframeGraph, MapExpectation, MapSnapshot
-from lingbot_map_ros.engine.loop.map_store import load_map, save_map
-from lingbot_map_ros.engine.loop.verification import KeyframeRecord, Verifier
+from lingbot_map_ros.engine.mapping.loop_closer import LoopCloser
+from lingbot_map_ros.engine.mapping.store.map_format import (KeyframeGraph, MapExpectation,
+                                                             MapSnapshot)
+from lingbot_map_ros.engine.mapping.store.map_store import load_map, save_map
+from lingbot_map_ros.engine.mapping.verify.frame_pace import FramePace
+from lingbot_map_ros.engine.mapping.verify.verification import KeyframeRecord, Verifier
 from lingbot_map_ros.loop_config import LoopConfig
 import numpy as np
 
@@ -339,7 +340,8 @@ class MappingBackend:
     def _model_verifier(self) -> Verifier:
         if self._engine is None:
             raise ValueError('no verifier: give one (use_verifier) or the model engine')
-        from lingbot_map_ros.engine.loop.model_verifier import ModelVerifier, VerifierConfig
+        from lingbot_map_ros.engine.mapping.verify.model_verifier import (ModelVerifier,
+                                                                          VerifierConfig)
         cfg = self.config
         config = VerifierConfig(frames_per_side=cfg.verify_frames,
                                 min_inlier_fraction=min(cfg.min_inlier_fraction, 0.999),

@@ -31,11 +31,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from lingbot_map_ros.config import LoopConfig, MapConfig, MetricConfig, section_from_flat
-from lingbot_map_ros.engine.loop.dependencies import missing
-from lingbot_map_ros.engine.loop.image_store import network_rgb
-from lingbot_map_ros.engine.loop.loop_closer import LoopCloser
-from lingbot_map_ros.engine.loop.verification import Verifier
 from lingbot_map_ros.engine.mapping.backend import MappingBackend
+from lingbot_map_ros.engine.mapping.loop_closer import LoopCloser
+from lingbot_map_ros.engine.mapping.places.image_store import network_rgb
+from lingbot_map_ros.engine.mapping.verify.verification import Verifier
+from lingbot_map_ros.engine.optional_dependencies import missing
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 import numpy as np
 

@@ -13,14 +13,14 @@
 # limitations under the License.
 """Map reuse in the node: ``~/save_map``, ``~/load_map``, ``~/localize_in_map``, ``map.load_path``.
 
-The keyframe map (``engine/loop/map_store.py``) is the loop closer's keyframes, descriptors,
-pose graph and images, plus the point map. The loaded map, its mode and what was asked of it
-belong to the mapping back end (``engine/mapping/backend.py``); this file is its ROS side: the
-services, ``/initialpose``, the parameters, and the point map and frames of a save. Every
+The keyframe map (``engine/mapping/store/map_store.py``) is the loop closer's keyframes,
+descriptors, pose graph and images, plus the point map. The loaded map, its mode and what was asked
+of it belong to the mapping back end (``engine/mapping/backend.py``); this file is its ROS side:
+the services, ``/initialpose``, the parameters, and the point map and frames of a save. Every
 callback is guarded (``callback_guard.py``). The services follow ``~/save``: the path is a
-parameter and the call is a ``std_srvs/Trigger`` answered with ``success`` and the folder or
-the reason (no message package of the node's dependencies has a service that takes a path
-and answers a reason):
+parameter and the call is a ``std_srvs/Trigger`` answered with ``success`` and the folder or the
+reason (no message package of the node's dependencies has a service that takes a path and answers a
+reason):
 
 - ``~/save_map`` writes into ``map.save_path`` (``''``: ``<output.directory>/map``);
   it and ``~/load_map`` run on a thread of their own, one at a time, and answer when done
@@ -54,10 +54,10 @@ from typing import Any, Callable
 
 from geometry_msgs.msg import PoseWithCovarianceStamped
 from lingbot_map_ros.config import MetricConfig
-from lingbot_map_ros.engine.loop.map_format import (MapExpectation, MapSnapshot, model_hash,
-                                                    ModelIdentity)
-from lingbot_map_ros.engine.loop.map_store import remove_stale_saves
 from lingbot_map_ros.engine.mapping.backend import MappingBackend
+from lingbot_map_ros.engine.mapping.store.map_format import (MapExpectation, MapSnapshot,
+                                                             model_hash, ModelIdentity)
+from lingbot_map_ros.engine.mapping.store.map_store import remove_stale_saves
 from lingbot_map_ros.ros.parameters.save_directory import resolve_directory
 from lingbot_map_ros.ros.publishers.callback_guard import (bounded, guard_job, guard_service,
                                                            guard_timer, log_outcome)

@@ -26,8 +26,10 @@ from typing import Callable
 
 from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop import PoseGraphEdge
-from lingbot_map_ros.engine.loop.verification import (information_from_fit, KeyframeRecord,
-                                                      relative_sim3_from_points, Verification)
+from lingbot_map_ros.engine.mapping.verify.verification import (information_from_fit,
+                                                                KeyframeRecord,
+                                                                relative_sim3_from_points,
+                                                                Verification)
 import numpy as np
 
 NUM_LANDMARKS = 80

@@ -21,7 +21,7 @@ import pytest
 _IMPORT = """
 import logging
 logging.basicConfig(level=logging.DEBUG, format='%(levelname)s %(name)s: %(message)s')
-from lingbot_map_ros.engine.loop.dependencies import faiss_or_none
+from lingbot_map_ros.engine.optional_dependencies import faiss_or_none
 print('faiss', faiss_or_none() is not None)
 print('level after', logging.getLogger('faiss.loader').level)
 """

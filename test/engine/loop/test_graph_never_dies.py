@@ -24,7 +24,7 @@ Run: ``pytest test/engine/loop/test_graph_never_dies.py`` (CPU, needs gtsam; the
 
 from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop import optimize_pose_graph, PoseGraphEdge
-from lingbot_map_ros.engine.loop.incremental_graph import PoseGraph
+from lingbot_map_ros.engine.mapping.graph.pose_graph import PoseGraph
 from lingbot_map_ros.loop_config import LoopConfig
 from lingbot_map_ros.tools.bench_graph import odometry_edge
 from loop_scenes import rotation

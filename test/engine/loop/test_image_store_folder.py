@@ -21,7 +21,7 @@ Run: ``pytest test/engine/loop/test_image_store_folder.py`` (CPU; instant).
 
 from pathlib import Path
 
-from lingbot_map_ros.engine.loop.image_store import ImageStore
+from lingbot_map_ros.engine.mapping.places.image_store import ImageStore
 import pytest
 
 

@@ -27,10 +27,10 @@ from pathlib import Path
 import threading
 
 from lingbot_map_ros.engine import sim3
-from lingbot_map_ros.engine.loop.loop_closer import LoopCloser
-from lingbot_map_ros.engine.loop.map_format import MapExpectation, MapSnapshot
-from lingbot_map_ros.engine.loop.map_store import load_map, save_map
-from lingbot_map_ros.engine.loop.verification import KeyframeRecord
+from lingbot_map_ros.engine.mapping.loop_closer import LoopCloser
+from lingbot_map_ros.engine.mapping.store.map_format import MapExpectation, MapSnapshot
+from lingbot_map_ros.engine.mapping.store.map_store import load_map, save_map
+from lingbot_map_ros.engine.mapping.verify.verification import KeyframeRecord
 from lingbot_map_ros.loop_config import LoopConfig
 from loop_scenes import (drifting_route, LandmarkVerifier, noisy, Places, ReplayPlaces,
                          rotation, STEP_SIGMA)

@@ -19,8 +19,8 @@ Run: ``pytest test/engine/loop/test_loop_closer.py`` (CPU, needs gtsam; a few se
 import threading
 
 from lingbot_map_ros.engine import sim3
-from lingbot_map_ros.engine.loop.loop_closer import LoopCloser
-from lingbot_map_ros.engine.loop.verification import KeyframeRecord
+from lingbot_map_ros.engine.mapping.loop_closer import LoopCloser
+from lingbot_map_ros.engine.mapping.verify.verification import KeyframeRecord
 from lingbot_map_ros.loop_config import LoopConfig
 from loop_scenes import ate, drifting_route, LandmarkVerifier, Places
 import numpy as np

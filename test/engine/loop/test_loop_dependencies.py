@@ -18,9 +18,10 @@ Run: ``pytest test/engine/loop/test_loop_dependencies.py`` (CPU, instant).
 
 import sys
 
-from lingbot_map_ros.engine.loop import dependencies, optimize_pose_graph
-from lingbot_map_ros.engine.loop.incremental_graph import PoseGraph
-from lingbot_map_ros.engine.loop.place_index import PlaceIndex
+from lingbot_map_ros.engine import optional_dependencies as dependencies
+from lingbot_map_ros.engine.loop import optimize_pose_graph
+from lingbot_map_ros.engine.mapping.graph.pose_graph import PoseGraph
+from lingbot_map_ros.engine.mapping.places.place_index import PlaceIndex
 import numpy as np
 import pytest
 

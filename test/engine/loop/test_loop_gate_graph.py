@@ -24,8 +24,8 @@ Run: ``pytest test/engine/loop/test_loop_gate_graph.py`` (CPU, needs gtsam; ~20 
 
 from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop import optimize_pose_graph, PoseGraphEdge
-from lingbot_map_ros.engine.loop.incremental_graph import PoseGraph
-from lingbot_map_ros.engine.loop.loop_gate import LoopGate
+from lingbot_map_ros.engine.mapping.graph.loop_gate import LoopGate
+from lingbot_map_ros.engine.mapping.graph.pose_graph import PoseGraph
 from lingbot_map_ros.loop_config import LoopConfig
 from lingbot_map_ros.tools.bench_graph import drifting_run, odometry_edge
 from loop_scenes import drifting_route, loop_edge, position_error, rotation

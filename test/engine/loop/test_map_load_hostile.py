@@ -26,12 +26,12 @@ from pathlib import Path
 
 from lingbot_map_ros.config import CacheConfig, EngineConfig, ModelConfig
 from lingbot_map_ros.engine.errors import MapLoadError
-from lingbot_map_ros.engine.loop import map_load, map_store
-from lingbot_map_ros.engine.loop.map_format import (KeyframeGraph, MapExpectation,
-                                                    MAX_TEXT_CHARS, ModelIdentity, shown)
-from lingbot_map_ros.engine.loop.map_load import load_map
-from lingbot_map_ros.engine.loop.map_store import save_map
 from lingbot_map_ros.engine.map.ply import parse_ply, write_ply
+from lingbot_map_ros.engine.mapping.store import map_load, map_store
+from lingbot_map_ros.engine.mapping.store.map_format import (KeyframeGraph, MapExpectation,
+                                                             MAX_TEXT_CHARS, ModelIdentity, shown)
+from lingbot_map_ros.engine.mapping.store.map_load import load_map
+from lingbot_map_ros.engine.mapping.store.map_store import save_map
 import numpy as np
 import pytest
 from test_map_store import _edit_metadata, _npy, _rewrite, _snapshot, EXPECT

@@ -22,9 +22,9 @@ import subprocess
 import sys
 import time
 
-from lingbot_map_ros.engine.loop import map_store
-from lingbot_map_ros.engine.loop.map_load import load_map
-from lingbot_map_ros.engine.loop.map_store import remove_stale_saves, save_map
+from lingbot_map_ros.engine.mapping.store import map_store
+from lingbot_map_ros.engine.mapping.store.map_load import load_map
+from lingbot_map_ros.engine.mapping.store.map_store import remove_stale_saves, save_map
 import pytest
 from test_map_store import _snapshot, EXPECT
 

@@ -22,12 +22,12 @@ import os
 from pathlib import Path
 
 from lingbot_map_ros.engine.errors import MapLoadError
-from lingbot_map_ros.engine.loop import map_load, map_store
-from lingbot_map_ros.engine.loop.image_store import encode_jpeg
-from lingbot_map_ros.engine.loop.map_format import (KeyframeGraph, MapExpectation, MapLimits,
-                                                    MapSnapshot, seal_metadata)
-from lingbot_map_ros.engine.loop.map_load import load_map
-from lingbot_map_ros.engine.loop.map_store import save_map
+from lingbot_map_ros.engine.mapping.places.image_store import encode_jpeg
+from lingbot_map_ros.engine.mapping.store import map_load, map_store
+from lingbot_map_ros.engine.mapping.store.map_format import (KeyframeGraph, MapExpectation,
+                                                             MapLimits, MapSnapshot, seal_metadata)
+from lingbot_map_ros.engine.mapping.store.map_load import load_map
+from lingbot_map_ros.engine.mapping.store.map_store import save_map
 from loop_scenes import drifting_route
 import numpy as np
 import pytest

@@ -24,8 +24,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from lingbot_map_ros.engine import sim3
-from lingbot_map_ros.engine.loop.map_format import MapExpectation, MapSnapshot
-from lingbot_map_ros.engine.mapping import MappingBackend
+from lingbot_map_ros.engine.mapping.backend import MappingBackend
+from lingbot_map_ros.engine.mapping.store.map_format import MapExpectation, MapSnapshot
 from lingbot_map_ros.loop_config import LoopConfig
 from loop_scenes import drifting_route, LandmarkVerifier, Places, ReplayPlaces, rotation
 import numpy as np

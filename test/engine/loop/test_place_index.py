@@ -18,8 +18,8 @@ Run: ``pytest test/engine/loop/test_place_index.py`` (CPU, under a second).
 
 import importlib.util
 
-from lingbot_map_ros.engine.loop.image_store import decode_jpeg, encode_jpeg, ImageStore
-from lingbot_map_ros.engine.loop.place_index import PlaceIndex
+from lingbot_map_ros.engine.mapping.places.image_store import decode_jpeg, encode_jpeg, ImageStore
+from lingbot_map_ros.engine.mapping.places.place_index import PlaceIndex
 import numpy as np
 import pytest
 

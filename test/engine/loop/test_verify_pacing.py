@@ -30,8 +30,8 @@ import threading
 
 from lingbot_map_ros.config import EngineConfig
 from lingbot_map_ros.engine.engine import Engine
-from lingbot_map_ros.engine.loop.model_verifier import FramePace, ModelVerifier
-from lingbot_map_ros.engine.loop.verification import KeyframeRecord
+from lingbot_map_ros.engine.mapping.verify.model_verifier import FramePace, ModelVerifier
+from lingbot_map_ros.engine.mapping.verify.verification import KeyframeRecord
 from lingbot_map_ros.engine.scale_pass import scale_units
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.tools.synthetic_scene import render_sequence, SceneConfig

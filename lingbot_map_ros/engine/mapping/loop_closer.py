@@ -14,8 +14,8 @@
 """LoopCloser: keyframes in, corrected poses and ``map_from_odom`` out, off the frame thread.
 
 The frame thread only calls non-blocking methods: :meth:`LoopCloser.add_keyframe` appends a
-:class:`~lingbot_map_ros.engine.loop.verification.KeyframeRecord` to a queue, and the getters
-(:meth:`~LoopCloser.map_from_odom`, :meth:`~LoopCloser.corrected_poses`,
+:class:`~lingbot_map_ros.engine.mapping.verify.verification.KeyframeRecord` to a queue, and the
+getters (:meth:`~LoopCloser.map_from_odom`, :meth:`~LoopCloser.corrected_poses`,
 :meth:`~LoopCloser.loop_edges`, :meth:`~LoopCloser.stats`) read the worker's latest estimate
 (``loop_estimate.py``) under a short lock. One worker thread does the rest, in this order (the
 steps themselves, single-threaded: ``loop_steps.py``):
@@ -53,12 +53,12 @@ import time
 from typing import Any
 
 from lingbot_map_ros.engine import sim3
-from lingbot_map_ros.engine.loop.loaded_map import LoadedMap, MapMode
-from lingbot_map_ros.engine.loop.loop_estimate import LoopEdgeInfo, LoopEstimate
-from lingbot_map_ros.engine.loop.loop_steps import LoopSteps
-from lingbot_map_ros.engine.loop.map_format import KeyframeGraph
-from lingbot_map_ros.engine.loop.place_index import normalised, PlaceCandidate
-from lingbot_map_ros.engine.loop.verification import KeyframeRecord, Verifier
+from lingbot_map_ros.engine.mapping.loaded_map import LoadedMap, MapMode
+from lingbot_map_ros.engine.mapping.loop_estimate import LoopEdgeInfo, LoopEstimate
+from lingbot_map_ros.engine.mapping.loop_steps import LoopSteps
+from lingbot_map_ros.engine.mapping.places.place_index import normalised, PlaceCandidate
+from lingbot_map_ros.engine.mapping.store.map_format import KeyframeGraph
+from lingbot_map_ros.engine.mapping.verify.verification import KeyframeRecord, Verifier
 from lingbot_map_ros.loop_config import LoopConfig
 import numpy as np
 

@@ -40,10 +40,10 @@ from dataclasses import dataclass
 
 from lingbot_map_ros.config import LoopConfig
 from lingbot_map_ros.engine.image import geometry
-from lingbot_map_ros.engine.loop.verification import (information_from_fit, KeyframeRecord,
-                                                      Verification)
-from lingbot_map_ros.engine.loop.view_agreement import (agreement, centre_spread_ratio,
-                                                        scale_of, View)
+from lingbot_map_ros.engine.mapping.verify.verification import (information_from_fit,
+                                                                KeyframeRecord, Verification)
+from lingbot_map_ros.engine.mapping.verify.view_agreement import (agreement, centre_spread_ratio,
+                                                                  scale_of, View)
 import numpy as np
 
 Sides = tuple[list[KeyframeRecord], list[KeyframeRecord]]

@@ -48,12 +48,12 @@ from dataclasses import dataclass
 from typing import Callable, Literal
 
 from lingbot_map_ros.engine import sim3
-from lingbot_map_ros.engine.loop import map_format as fmt
-from lingbot_map_ros.engine.loop.image_store import ImageStore
-from lingbot_map_ros.engine.loop.incremental_graph import LoopOutcome, PoseGraph
-from lingbot_map_ros.engine.loop.place_index import PlaceCandidate, PlaceIndex
-from lingbot_map_ros.engine.loop.pose_graph import PoseGraphEdge
-from lingbot_map_ros.engine.loop.verification import KeyframeRecord, Verification
+from lingbot_map_ros.engine.mapping.graph.batch_solve import PoseGraphEdge
+from lingbot_map_ros.engine.mapping.graph.pose_graph import LoopOutcome, PoseGraph
+from lingbot_map_ros.engine.mapping.places.image_store import ImageStore
+from lingbot_map_ros.engine.mapping.places.place_index import PlaceCandidate, PlaceIndex
+from lingbot_map_ros.engine.mapping.store import map_format as fmt
+from lingbot_map_ros.engine.mapping.verify.verification import KeyframeRecord, Verification
 import numpy as np
 
 MapMode = Literal['mapping', 'localization']

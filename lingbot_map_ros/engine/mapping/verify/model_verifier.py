@@ -52,13 +52,13 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from lingbot_map_ros.engine.errors import (InvalidFrameError, LingbotMapError,
-                                           PoolExhaustedError, ResolutionChangedError)
+from lingbot_map_ros.engine.errors import (InvalidFrameError, LingbotMapError, PoolExhaustedError,
+                                           ResolutionChangedError)
 from lingbot_map_ros.engine.image.preprocess import preprocess_image
-from lingbot_map_ros.engine.loop.frame_pace import FramePace  # noqa: F401 - re-exported
-from lingbot_map_ros.engine.loop.pass_verdict import (rejected, Sides, verdict,
-                                                      VerifierConfig)
-from lingbot_map_ros.engine.loop.verification import KeyframeRecord, Verification
+from lingbot_map_ros.engine.mapping.verify.frame_pace import FramePace  # noqa: F401 - re-exported
+from lingbot_map_ros.engine.mapping.verify.pass_verdict import (rejected, Sides, verdict,
+                                                                VerifierConfig)
+from lingbot_map_ros.engine.mapping.verify.verification import KeyframeRecord, Verification
 import numpy as np
 from PIL import Image
 import torch

@@ -16,8 +16,8 @@
 :func:`load_map` validates before it returns anything, in this order:
 
 1. the metadata: a regular file (no link, no special file) within
-   :class:`~lingbot_map_ros.engine.loop.map_format.MapLimits`, JSON, format and version, its own
-   sha256 (``map_format.seal_metadata``), every field's type, every string within
+   :class:`~lingbot_map_ros.engine.mapping.store.map_format.MapLimits`, JSON, format and version,
+   its own sha256 (``map_format.seal_metadata``), every field's type, every string within
    ``MAX_TEXT_CHARS``;
 2. the model hash, the model identity (preset, embed dim, cache settings) and the image size
    against the running engine's;
@@ -50,8 +50,8 @@ from typing import Any
 
 from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.errors import MapLoadError
-from lingbot_map_ros.engine.loop import map_format as fmt
 from lingbot_map_ros.engine.map.ply import parse_ply
+from lingbot_map_ros.engine.mapping.store import map_format as fmt
 import numpy as np
 
 _ARRAYS = ('stamps_ns', 'poses', 'descriptors', 'edges_ij', 'edges_kind', 'edges_measurement',

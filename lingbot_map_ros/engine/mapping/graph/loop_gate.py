@@ -46,7 +46,7 @@ import math
 from typing import Any
 
 from lingbot_map_ros.engine import sim3
-from lingbot_map_ros.engine.loop.factors import FactorMaker
+from lingbot_map_ros.engine.mapping.graph.factors import FactorMaker
 import numpy as np
 from scipy.stats import chi2
 

@@ -13,14 +13,15 @@
 # limitations under the License.
 """The node's pose graph, grown one keyframe at a time and solved incrementally (iSAM2).
 
-:class:`PoseGraph` holds what :func:`~lingbot_map_ros.engine.loop.pose_graph.optimize_pose_graph`
-takes as a whole: keyframe nodes, odometry edges, robust loop edges. A keyframe costs one
-iSAM2 update. A loop is first judged by the gate (``loop_gate.py``: a chi-square test of the
-loop against the graph's prediction and the joint uncertainty of its two nodes, so against the
-odometry's drift and every loop already accepted); a loop that passes costs a few updates
-(iSAM2 takes one Gauss-Newton step per update, a loop that moves the trajectory far needs
-several: :data:`LOOP_UPDATES`), and one whose whitened residual stays above ``max_residual``
-after them is taken out again. Node 0 is the gauge (a tight prior, the scale included).
+:class:`PoseGraph` holds what
+:func:`~lingbot_map_ros.engine.mapping.graph.batch_solve.optimize_pose_graph` takes as a whole:
+keyframe nodes, odometry edges, robust loop edges. A keyframe costs one iSAM2 update. A loop is
+first judged by the gate (``loop_gate.py``: a chi-square test of the loop against the graph's
+prediction and the joint uncertainty of its two nodes, so against the odometry's drift and every
+loop already accepted); a loop that passes costs a few updates (iSAM2 takes one Gauss-Newton step
+per update, a loop that moves the trajectory far needs several: :data:`LOOP_UPDATES`), and one
+whose whitened residual stays above ``max_residual`` after them is taken out again. Node 0 is the
+gauge (a tight prior, the scale included).
 
 Never a dead graph: every update is atomic. Nothing (node count, edges, stored factors) changes
 before iSAM2 took the update; when it raises, the graph is rebuilt from the factors it keeps
@@ -39,10 +40,12 @@ import logging
 from typing import Any
 
 from lingbot_map_ros.engine import sim3
-from lingbot_map_ros.engine.loop.dependencies import require_gtsam
-from lingbot_map_ros.engine.loop.factors import FACTORIZATION, FactorMaker, Robust, WEAK_SIGMA
-from lingbot_map_ros.engine.loop.loop_gate import GateVerdict, joint_covariance, LoopGate
-from lingbot_map_ros.engine.loop.pose_graph import check_connected, check_edge, PoseGraphEdge
+from lingbot_map_ros.engine.mapping.graph.batch_solve import (check_connected, check_edge,
+                                                              PoseGraphEdge)
+from lingbot_map_ros.engine.mapping.graph.factors import (FACTORIZATION, FactorMaker, Robust,
+                                                          WEAK_SIGMA)
+from lingbot_map_ros.engine.mapping.graph.loop_gate import GateVerdict, joint_covariance, LoopGate
+from lingbot_map_ros.engine.optional_dependencies import require_gtsam
 import numpy as np
 
 logger = logging.getLogger(__name__)

@@ -51,10 +51,10 @@ import stat
 import time
 from typing import Any
 
-from lingbot_map_ros.engine.loop import map_format as fmt
-from lingbot_map_ros.engine.loop.map_load import check_usable
-from lingbot_map_ros.engine.loop.map_load import load_map  # noqa: F401 - re-exported
 from lingbot_map_ros.engine.map.ply import write_ply
+from lingbot_map_ros.engine.mapping.store import map_format as fmt
+from lingbot_map_ros.engine.mapping.store.map_load import check_usable
+from lingbot_map_ros.engine.mapping.store.map_load import load_map  # noqa: F401 - re-exported
 import numpy as np
 
 _RENAME_EXCHANGE = 2

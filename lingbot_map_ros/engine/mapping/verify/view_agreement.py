@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lingbot_map_ros.engine.loop.verification import PointFit, relative_sim3_from_points
+from lingbot_map_ros.engine.mapping.verify.verification import PointFit, relative_sim3_from_points
 import numpy as np
 
 

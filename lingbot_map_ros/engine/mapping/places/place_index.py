@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from lingbot_map_ros.engine.loop.dependencies import faiss_or_none
+from lingbot_map_ros.engine.optional_dependencies import faiss_or_none
 import numpy as np
 
 _OVERFETCH = 4

@@ -42,9 +42,9 @@ import logging
 from typing import Any, Literal, Sequence
 
 from lingbot_map_ros.engine import sim3
-from lingbot_map_ros.engine.loop.dependencies import require_gtsam
-from lingbot_map_ros.engine.loop.factors import FACTORIZATION, FactorMaker, Robust
-from lingbot_map_ros.engine.loop.loop_gate import joint_covariance, LoopGate
+from lingbot_map_ros.engine.mapping.graph.factors import FACTORIZATION, FactorMaker, Robust
+from lingbot_map_ros.engine.mapping.graph.loop_gate import joint_covariance, LoopGate
+from lingbot_map_ros.engine.optional_dependencies import require_gtsam
 import numpy as np
 
 logger = logging.getLogger(__name__)

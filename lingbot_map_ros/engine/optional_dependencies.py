@@ -16,8 +16,8 @@
 ``gtsam`` (the pose graph) is required for loop closure: :func:`require_gtsam` raises an
 ``ImportError`` that says how to install it, and :func:`missing` names what is absent so the
 node can report loop closure as unavailable instead of failing. ``faiss`` (the place index) is
-optional: without it :class:`~lingbot_map_ros.engine.loop.place_index.PlaceIndex` searches by an
-exact matrix product.
+optional: without it :class:`~lingbot_map_ros.engine.mapping.places.place_index.PlaceIndex`
+searches by an exact matrix product.
 """
 
 from __future__ import annotations

@@ -41,14 +41,15 @@ import time
 from typing import Any
 
 from lingbot_map_ros.engine import sim3
-from lingbot_map_ros.engine.loop.image_store import encode_jpeg, ImageStore
-from lingbot_map_ros.engine.loop.incremental_graph import PoseGraph
-from lingbot_map_ros.engine.loop.loaded_map import keyframe_graph, LoadedMap
-from lingbot_map_ros.engine.loop.loop_estimate import LoopEdgeInfo, LoopEstimate
-from lingbot_map_ros.engine.loop.map_format import KeyframeGraph
-from lingbot_map_ros.engine.loop.place_index import PlaceCandidate, PlaceIndex
-from lingbot_map_ros.engine.loop.pose_graph import PoseGraphEdge
-from lingbot_map_ros.engine.loop.verification import KeyframeRecord, Verification, Verifier
+from lingbot_map_ros.engine.mapping.graph.batch_solve import PoseGraphEdge
+from lingbot_map_ros.engine.mapping.graph.pose_graph import PoseGraph
+from lingbot_map_ros.engine.mapping.loaded_map import keyframe_graph, LoadedMap
+from lingbot_map_ros.engine.mapping.loop_estimate import LoopEdgeInfo, LoopEstimate
+from lingbot_map_ros.engine.mapping.places.image_store import encode_jpeg, ImageStore
+from lingbot_map_ros.engine.mapping.places.place_index import PlaceCandidate, PlaceIndex
+from lingbot_map_ros.engine.mapping.store.map_format import KeyframeGraph
+from lingbot_map_ros.engine.mapping.verify.verification import (KeyframeRecord, Verification,
+                                                                Verifier)
 from lingbot_map_ros.loop_config import LoopConfig
 import numpy as np
 
