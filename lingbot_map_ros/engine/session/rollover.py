@@ -386,9 +386,9 @@ class RolloverSession:
         """Map a session prediction into the continuous frame; remember it if it is a keyframe."""
         c2w, depth = pred.c2w, pred.depth
         alignment = self.metric.alignment(self._alignment)  # metric hook: metres when known
-        # IMU hook: its locked scale when the depth camera has none.
-        alignment = self.imu.alignment(alignment, self.metric.scale() if self.metric.enabled
-                                       else None)
+        if self.imu.enabled:  # IMU hook: its locked scale when the depth camera has none
+            alignment = self.imu.alignment(alignment, self.metric.scale() if self.metric.enabled
+                                           else None)
         if alignment is not None:
             c2w = alignment.apply(pred.c2w)
             if depth is not None:  # on the device, no sync
