@@ -39,7 +39,8 @@ class ImuConfig:
     another frame is dropped and counted)."""
     imu_from_camera: tuple[float, ...] = ()
     """Mounting as x y z qx qy qz qw (camera optical frame into the IMU frame, metres); empty:
-    from TF (``frame_id`` to the camera's optical frame)."""
+    from TF (``frame_id`` to the camera's optical frame). The node's parameter defaults to the
+    identity (the IMU at the camera) and is not read from TF."""
     time_offset_s: float = 0.0
     """IMU clock minus camera clock, seconds: subtracted from every IMU stamp."""
     gyro_noise_density: float = 1.5e-3

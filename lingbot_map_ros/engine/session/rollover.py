@@ -72,6 +72,7 @@ from lingbot_map_ros.engine.image.preprocess import PreprocessInfo
 from lingbot_map_ros.engine.runner.jobs import Outcome
 from lingbot_map_ros.engine.scale_pass import scale_units
 from lingbot_map_ros.engine.session.frame_job import FrameJob, run_jobs
+from lingbot_map_ros.engine.session.imu_session import ImuSession
 from lingbot_map_ros.engine.session.metric_session import MetricSession
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.prediction import FramePrediction, host_maps, with_timing
@@ -128,6 +129,8 @@ class RolloverSession:
         # Metric scale hook (engine/session/metric_session.py): callers hand depth to ``metric``.
         self.metric = MetricSession(metric or MetricConfig(), session.config.stream
                                     .overlap_keyframes, session.config.cache.scale_frames)
+        # IMU hook (engine/session/imu_session.py): the node attaches a tracker (input.imu_topic).
+        self.imu = ImuSession()
 
     # ---- the StreamingSession API -------------------------------------------------------------
 
@@ -214,6 +217,7 @@ class RolloverSession:
 
     def _publish(self, preds: list[FramePrediction]) -> list[FramePrediction]:
         self.metric.observe(preds)  # metric hook: before any is stitched
+        self.imu.observe(preds)  # IMU hook (engine/session/imu_session.py): the same
         return [self._stitch(pred) for pred in preds]
 
     def reset(self) -> dict[str, int]:
@@ -227,6 +231,7 @@ class RolloverSession:
             self._frames_out = 0
             self._rollover_ms = None
             self.metric.reset()  # metric hook
+            self.imu.reset()  # IMU hook
             self._stats.sessions += 1
             self._stats.session_keyframes = 0
             return cleared
@@ -365,6 +370,7 @@ class RolloverSession:
         self._alignment = fit_rollover(reference, ses, previous, depths)
         # Metric hook: the session's metric scale replaces the fitted one (kept as a check).
         self.metric.start_session(preds, reference, ses, self._alignment, prep.sensors)
+        self.imu.start_session(preds, reference, ses, self._alignment)  # IMU hook
         stats = self._stats
         stats.sessions += 1
         stats.rollovers += 1
@@ -380,6 +386,9 @@ class RolloverSession:
         """Map a session prediction into the continuous frame; remember it if it is a keyframe."""
         c2w, depth = pred.c2w, pred.depth
         alignment = self.metric.alignment(self._alignment)  # metric hook: metres when known
+        if self.imu.enabled:  # IMU hook: its locked scale when the depth camera has none
+            alignment = self.imu.alignment(alignment, self.metric.scale() if self.metric.enabled
+                                           else None)
         if alignment is not None:
             c2w = alignment.apply(pred.c2w)
             if depth is not None:  # on the device, no sync

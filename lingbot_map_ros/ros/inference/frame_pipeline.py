@@ -33,6 +33,7 @@ from typing import Any, Callable
 from lingbot_map_ros.config import EngineConfig, MetricConfig
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.rollover import RolloverSession
+from lingbot_map_ros.ros.inference import imu_fusion
 from lingbot_map_ros.ros.inference.camera_group import CameraGroup
 from lingbot_map_ros.ros.inference.loop_feed import LoopFeed
 from lingbot_map_ros.ros.inference.session_runner import SessionRunner
@@ -163,6 +164,7 @@ class FramePipeline:
         self.map_reuse: MapReuse | None = None
         self.runner: SessionRunner | None = None
         self.stats: diagnostics.NodeStats | None = None
+        self.imu: imu_fusion.ImuFusion | None = None  # input.imu_topic (docs/imu.md)
         try:
             options = NodeOptions.from_values(values)
             bridge = CvBridge() if CvBridge is not None else None
@@ -185,6 +187,7 @@ class FramePipeline:
                 self.map_reuse = MapReuse(node, values, self.session, self.loop_output,
                                           self.map_output, self.outputs)
                 self.runner.add_outputs(self.loop_output)
+            self.imu = imu_fusion.from_values(node, values, self.session)
         except BaseException:
             self.destroy()
             raise
@@ -241,6 +244,8 @@ class FramePipeline:
     def log_start(self, values: dict[str, Any]) -> None:
         """Warn about settings that leave outputs silent (the node logs what it listens to)."""
         config, log = self.config, self._log
+        if self.imu is not None:
+            log.info(self.imu.start_line())
         if values['publish.tf'] and not self.outputs.has_tf:
             log.warning('publish.tf is true but tf2_ros is not importable: no TF is broadcast')
         if values['map.enable'] and not (config.stream.enable_depth and
@@ -264,6 +269,9 @@ class FramePipeline:
         A frame still running on an abandoned inference thread keeps its own references; the
         session is freed when that thread ends.
         """
+        if self.imu is not None:
+            self.imu.detach()
+            self.imu = None
         if self.cameras is not None:
             self.cameras.destroy()
         if self.map_reuse is not None:

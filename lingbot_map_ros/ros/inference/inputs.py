@@ -50,6 +50,7 @@ class Inputs:
         """
         self._node = node
         self._stats = pipeline.stats
+        self._imu = pipeline.imu
         cameras = pipeline.cameras
         self.queue = CameraQueue(
             len(cameras.names), values['input.queue_size'], values['input.queue_mode'] == 'bag',
@@ -69,17 +70,22 @@ class Inputs:
         self._compressed = values['input.transport'] == 'compressed'
         self._subs = [sub for name in cameras.names
                       for sub in self._subscribe_camera(name, cameras, qos, group)]
+        if pipeline.imu is not None:  # input.imu_topic (ros/inference/imu_fusion.py)
+            self._subs += pipeline.imu.subscribe(node)
 
     def _subscribe_camera(self, name: str, cameras: Any, qos: QoSProfile, group: Any
                           ) -> list[Any]:
         """Subscribe camera ``name``'s image (or its ``/compressed``), camera_info and depth."""
         stats, runner = cameras.stats[name], cameras.runners[name]
         depth = runner.depth_input
+        imu = self._imu
 
         def on_image(msg: Any) -> None:
             stats.count_received()
             if depth is not None:  # the newest colour stamp, for depth pairing
                 depth.note_colour(msg.header.stamp)
+            if imu is not None:  # the newest colour stamp, for the IMU's future-stamp check
+                imu.note_image(msg.header.stamp)
             dropped = self.queue.put(InputFrame(msg, self._compressed, time.monotonic(), name))
             if dropped:
                 stats.count_drop('queue_overflow', num=dropped)

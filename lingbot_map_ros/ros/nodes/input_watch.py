@@ -80,6 +80,8 @@ def startup_line(node: Any, values: dict[str, Any], pipeline: Any) -> str:
                   f"'{node.resolve_topic_name('camera_info')}'")
         if values['metric.source'] == 'depth':
             inputs += f", depth '{node.resolve_topic_name('depth')}'"
+    if values.get('input.imu_topic'):  # docs/imu.md
+        inputs += f", imu '{node.resolve_topic_name(values['input.imu_topic'])}'"
     metric = 'metric: on (depth camera, outputs in metres)' \
         if values['metric.source'] == 'depth' else 'metric: off (model units)'
     config = pipeline.config

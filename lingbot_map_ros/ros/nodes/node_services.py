@@ -144,6 +144,8 @@ class NodeServices:
                             getattr(runner.depth_input, 'drops_total', 0))]
         if pipeline.loop_output is not None:
             msg.status.append(pipeline.loop_output.status(name))
+        if getattr(pipeline, 'imu', None) is not None:  # input.imu_topic (docs/imu.md)
+            msg.status.append(pipeline.imu.status(name))
         msg.status += pipeline.cameras.statuses(name, values, report,
                                                 pipeline.session.session.engine.pool_stats(),
                                                 config.cache.scale_frames)

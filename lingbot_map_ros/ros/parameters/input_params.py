@@ -66,6 +66,9 @@ INPUT_PARAMS: tuple[ParamSpec, ...] = (
               'longer) ahead of the last is held back: fed when the next frame comes after it, '
               'else dropped as an outlier; 0 turns the check off.', _LIVE,
               float_range=(0.0, 3600.0)),
+    ParamSpec('input.imu_topic', '', 'sensor_msgs/Imu topic of an IMU beside the camera '
+              '(sensor-data QoS): gravity and metric scale from the colour camera, the imu.* '
+              'settings (docs/imu.md); empty: no IMU.', _RO),
     ParamSpec('input.resolution_change_frames', 3, 'Consecutive frames of a new image size '
               'needed before the session restarts at that size; fewer are dropped.', _LIVE,
               int_range=(1, 1000, 0)),

@@ -68,6 +68,15 @@ METRIC_SECTION = 'metric'
 
 GRID_SECTION = 'grid'
 """``grid.*`` (the occupancy grid ``~/grid``, docs/map.md): all read-only (they size the grid)."""
+
+IMU_SECTION = 'imu'
+"""``imu.*`` (the IMU of ``input.imu_topic``, docs/imu.md): all read-only (they size the fusion);
+the topic itself is ``input.imu_topic``."""
+
+IMU_IDENTITY_MOUNT = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0)
+"""The node's ``imu.imu_from_camera`` default: the IMU at the camera's optical frame (the node
+does not read the mounting from TF)."""
+
 LOOP_SECTION = 'loop'
 """``loop.*`` (loop closure, docs/loop_closure.md): all read-only (they size the closer).
 ``loop.enable`` defaults to true but for the tiny preset (random weights: no places)."""
@@ -166,6 +175,17 @@ _FLOAT_RANGES: dict[str, tuple[float, float]] = {
     'metric.min_valid_fraction': (1e-4, 1.0),
     'metric.max_range_m': (0.0, 1000.0),
     'metric.depth_wait_s': (0.0, 10.0),
+    'imu.time_offset_s': (-1.0, 1.0),
+    'imu.gyro_noise_density': (0.0, 10.0),
+    'imu.accel_noise_density': (0.0, 100.0),
+    'imu.gyro_random_walk': (0.0, 10.0),
+    'imu.accel_random_walk': (0.0, 100.0),
+    'imu.gyro_range': (0.0, 1e4),
+    'imu.accel_range': (0.0, 1e4),
+    'imu.min_rate_hz': (0.0, 1e5),
+    'imu.max_gap_s': (1e-4, 10.0),
+    'imu.max_future_s': (0.0, 60.0),
+    'imu.buffer_s': (1.0, 3600.0),
     'loop.min_score': (-1.0, 1.0),
     'loop.min_inlier_fraction': (0.0, 1.0),
     'loop.inlier_threshold': (1e-6, 10.0),
@@ -216,6 +236,28 @@ def metric_specs() -> list[ParamSpec]:
     return _section_specs(METRIC_SECTION, config.MetricConfig, defaults, frozenset())
 
 
+def imu_specs() -> list[ParamSpec]:
+    """Specs of the ``imu.*`` parameters, one per ``config.ImuConfig`` field but the topic."""
+    defaults = {f'{IMU_SECTION}.{k}': v for k, v in asdict(config.ImuConfig()).items()
+                if k != 'topic'}  # the topic is input.imu_topic
+    defaults[f'{IMU_SECTION}.imu_from_camera'] = IMU_IDENTITY_MOUNT
+    return _section_specs(IMU_SECTION, config.ImuConfig, defaults, frozenset())
+
+
+def imu_config(values: dict[str, Any]) -> config.ImuConfig:
+    """Return the ``ImuConfig`` of ``input.imu_topic`` and the ``imu.*`` values.
+
+    Raises:
+        ValueError: a bad ``imu.*`` value.
+    """
+    own = {k: v for k, v in values.items() if k.startswith(IMU_SECTION + '.')}
+    own['imu.topic'] = values.get('input.imu_topic', '')
+    mount = own.get('imu.imu_from_camera')
+    if mount is not None:
+        own['imu.imu_from_camera'] = tuple(float(v) for v in mount)
+    return config.ImuConfig.from_flat(own)
+
+
 def loop_specs(preset: str = 'official') -> list[ParamSpec]:
     """Specs of the ``loop.*`` parameters; ``loop.enable`` is off for the tiny preset."""
     defaults = {f'{LOOP_SECTION}.{k}': v for k, v in asdict(config.LoopConfig()).items()}
@@ -227,6 +269,7 @@ def metric_problem(values: dict[str, Any]) -> str | None:
     """Return why the ``metric.*`` values cannot work with the others, or None."""
     try:
         metric = config.MetricConfig.from_flat(values)
+        imu_config(values)  # the imu.* values checked with the metric ones
     except ValueError as exc:
         return str(exc)
     if metric.enabled and not (values['stream.enable_depth'] and values['model.enable_depth']):
@@ -259,6 +302,8 @@ def all_specs(preset: str = 'official') -> list[ParamSpec]:
     """Engine, map, metric and node specs: every parameter the node declares."""
     return (engine_specs(preset) + map_specs() + metric_specs() + loop_specs(preset) +
             list(NODE_PARAMS) + grid_specs())
+
+            imu_specs() + list(NODE_PARAMS))
 
 
 def check_value(spec: ParamSpec, value: Any) -> str | None:
