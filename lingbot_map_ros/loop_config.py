@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""``LoopConfig``: the ``loop.*`` parameters (``engine/loop/``, docs/loop_closure.md).
+"""``LoopConfig``: the ``loop.*`` parameters (``engine/mapping/``, docs/loop_closure.md).
 
 Kept beside :mod:`lingbot_map_ros.config` (which re-exports it) as ``metric_config.py`` is.
 """

@@ -200,7 +200,7 @@ class ScalePass:
     def outputs(self) -> dict[str, Any] | None:
         """Return the pass's outputs once done (as ``forward_scale``'s), None before.
 
-        For a pass that is read, not installed (a loop closure's check: engine/loop/).
+        For a pass that is read, not installed (a loop closure's check: engine/mapping/verify/).
         """
         return self._out
 

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The model's loop check (``engine/loop/``: model_verifier, pass_verdict, view_agreement).
+"""The model's loop check (``engine/mapping/verify/``: model, verdict, view agreement).
 
 Two halves. The geometry and the answer are judged on the synthetic room's exact depth and
 cameras, handed to the check as a pass would (random weights say nothing about accuracy):

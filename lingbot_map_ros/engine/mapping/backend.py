@@ -15,7 +15,7 @@
 
 The one owner of the place index, the verifier, its pacing, the pose graph, the loaded map and
 the map store (the first three live in the :class:`~lingbot_map_ros.engine.mapping.loop_closer.
-LoopCloser` it runs; ``engine/loop/`` holds the parts). The node (``ros/inference/loop_feed.py``),
+LoopCloser` it runs; the sub-folders hold the parts). The node (``ros/inference/loop_feed.py``),
 the lifecycle node (the same pipeline) and the replay (``tools/replay_loop.py``) build it once
 from typed configs and call:
 

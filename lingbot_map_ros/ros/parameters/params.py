@@ -301,9 +301,7 @@ def _section_specs(section: str, cls: type, defaults: dict[str, Any],
 def all_specs(preset: str = 'official') -> list[ParamSpec]:
     """Engine, map, metric and node specs: every parameter the node declares."""
     return (engine_specs(preset) + map_specs() + metric_specs() + loop_specs(preset) +
-            list(NODE_PARAMS) + grid_specs())
-
-            imu_specs() + list(NODE_PARAMS))
+            imu_specs() + list(NODE_PARAMS) + grid_specs())
 
 
 def check_value(spec: ParamSpec, value: Any) -> str | None:
