@@ -248,7 +248,7 @@ class EmulatedBackend:
     graph_support = 'segments'
     fallbacks = 0
 
-    def __init__(self, recipe: Recipe, heads_per_pass: int = 8) -> None:
+    def __init__(self, recipe: Recipe, heads_per_pass: int = 16) -> None:
         from lingbot_map_ros.engine.attention.page_gather import PageGather
         self.recipe = recipe
         self.heads_per_pass = heads_per_pass
