@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The long-sequence gate over an emulated 8-bit attention design (issue #44, Must have 1).
+r"""The long-sequence gate over an emulated 8-bit attention design (issue #44, Must have 1).
 
 ``lingbot_map_bench fidelity`` runs its combinations through the engine as the node builds it;
 this script builds every KV pool's attention as ``bench/quant_emulation.py``'s

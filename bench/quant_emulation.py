@@ -200,7 +200,7 @@ def emulated_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe
 
 def _online_softmax(ql: torch.Tensor, qs: torch.Tensor, kl: torch.Tensor, ks: torch.Tensor,
                     v: torch.Tensor, recipe: Recipe) -> torch.Tensor:
-    """The block-wise softmax and P.V of a few heads: ``[h, Q, D]`` float32."""
+    """Run the block-wise softmax and P.V of a few heads: ``[h, Q, D]`` float32."""
     nk, block = kl.shape[1], recipe.key_block
     nb = -(-nk // block)
     pad = nb * block - nk

@@ -112,7 +112,7 @@ def test_key_mean_and_hadamard_change_nothing_without_rounding():
 
 
 def _design64(q, k, v, recipe, key_mean):
-    """The design computed block by block in float64 with the same roundings (the check)."""
+    """Compute the design block by block in float64 with the same roundings (the check)."""
     dim = q.shape[-1]
     out = torch.empty(q.shape, dtype=torch.float64)
     rot = hadamard(dim).double() if recipe.hadamard else torch.eye(dim, dtype=torch.float64)
@@ -161,7 +161,7 @@ def test_designs_match_a_block_by_block_float64_loop(name):
 
 def test_one_level_accumulation_cuts_the_sums():
     q, k, v = _inputs(nq=16, nk=1024, seed=4)
-    base = dict(qk='exact', key_mean=False, p_format='exact', v_format='exact')
+    base = {'qk': 'exact', 'key_mean': False, 'p_format': 'exact', 'v_format': 'exact'}
     exact = _softmax64(q, k, v)
     full = emulated_attention(q, k, v, Recipe(accumulation='one_level', acc_bits=23, **base))
     assert _rel(full, exact) < 1e-5
@@ -173,7 +173,7 @@ def test_one_level_accumulation_cuts_the_sums():
 
 def test_p_in_bf16_is_closer_than_p_in_e4m3():
     q, k, v = _inputs(nq=32, nk=2048, seed=6)
-    base = dict(qk='exact', key_mean=False, v_format='exact')
+    base = {'qk': 'exact', 'key_mean': False, 'v_format': 'exact'}
     exact = _softmax64(q, k, v)
     e4m3 = _rel(emulated_attention(q, k, v, Recipe(p_format='e4m3', **base)), exact)
     bf16 = _rel(emulated_attention(q, k, v, Recipe(p_format='bf16', **base)), exact)

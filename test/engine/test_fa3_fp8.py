@@ -68,8 +68,8 @@ def test_head_scales_of_parts_map_each_runs_head_to_e4m3s_top():
             top = q[run, :, h].float().abs().max().item()
             want = top / 448.0 if top > 0 else 1.0
             # Every part of the run carries the run's descale.
-            assert descale[run * 4:run * 4 + 4, h].tolist() == pytest.approx([want] * 4,
-                                                                            rel=1e-6)
+            got = descale[run * 4:run * 4 + 4, h].tolist()
+            assert got == pytest.approx([want] * 4, rel=1e-6)
             if top > 0:
                 assert scaled[run, :, h].abs().max().item() == pytest.approx(448.0, rel=1e-5)
     back = scaled * descale[::4][:, None, :, None]
