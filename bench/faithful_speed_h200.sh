@@ -3,12 +3,12 @@
 # on the H200 machine, with the fa3-fwd wheel in .whl/, stream_D in .gpu_data/long/ and its 120
 # frames in .gpu_data/loop/. Writes to $OUT; steps run in order while BUDGET_S (default 560)
 # seconds remain, each under its own timeout.
-#   STAGE=emulate: where the 8-bit error comes from (Must have 1): the FA3 FP8 GPU tests, then
-#     the gate on stream_D over the emulated designs of bench/quant_emulation.py (rows a, e, d,
+#   STAGE=emulate: where the 8-bit error comes from (Must have 1): the FA3 FP8 and INT8 kernel
+#     GPU tests, the INT8 Q.K / FP8 P.V study kernel's check and times (bench/triton_int8.py),
+#     then the gate on stream_D over the emulated designs of bench/quant_emulation.py (rows a, e, d,
 #     c, b, in that order: ROWS) and FA3-FP8 at 32 parts with unscaled and per-head-scaled
 #     queries (row e, whole-frame graphs, not compiled). One JSON per row.
-#   STAGE=kernel: the per-layer kernel table (bench/attention_kernels.py --fp8, and the INT8
-#     Q.K / FP8 P.V kernel of bench/triton_int8.py where it exists), then `bench model` at the
+#   STAGE=kernel: the per-layer kernel table (bench/attention_kernels.py --fp8), then `bench model` at the
 #     defaults: pose, depth, one and two cameras (the summary's figures).
 set -uo pipefail
 out="${OUT:-bench/results/raw}"
@@ -19,7 +19,9 @@ gate="--set .gpu_data/long/stream_D --frames-dir .gpu_data/loop --weights-cache 
 bench="python3 -m lingbot_map_ros.tools.bench model --weights /tmp/bench_weights.safetensors \
 --compile --camera-head-dtype bfloat16 --frames 200"
 if [ "$stage" = emulate ]; then
-  step gpu_tests_fa3 90 python3 -m pytest -q -p no:cacheprovider test/engine/test_fa3_fp8.py
+  step gpu_tests 100 python3 -m pytest -q -p no:cacheprovider test/engine/test_fa3_fp8.py \
+    test/bench/test_triton_int8.py test/bench/test_quant_emulation.py
+  step int8_kernel 110 python3 bench/triton_int8.py --json-out "$out/int8_kernel.json"
   wf="stream.fast_path=whole_frame,stream.compile=false"
   fa3="cache.backend=fa3,cache.dtype=float8_e4m3fn,cache.precision=fast_approximate,cache.kernel.fa3_parts=32"
   for row in ${ROWS:-a e d c b}; do
@@ -33,8 +35,6 @@ if [ "$stage" = emulate ]; then
     fi
   done
 elif [ "$stage" = kernel ]; then
-  [ -f bench/triton_int8.py ] && step int8_kernel 120 python3 bench/triton_int8.py \
-    --json-out "$out/int8_kernel.json"
   step attention_kernels 100 python3 bench/attention_kernels.py --fp8
   step model_defaults_pose 80 $bench --backend auto --kv-dtype float8_e4m3fn
   step model_defaults_depth 80 $bench --backend auto --kv-dtype float8_e4m3fn --depth
