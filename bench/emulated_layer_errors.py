@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Each emulated 8-bit design's attention error on one frame's real cache inputs (issue #44).
+r"""Each emulated 8-bit design's attention error on one frame's real cache inputs (issue #44).
 
 A probe, not the gate: it runs the official model (the set's golden weights, float32, ``sdpa``,
 eager) over the first ``--frames`` frames of a fidelity set, keeps the last frame's queries,
