@@ -2,7 +2,7 @@
 # Sourced by the staged GPU scripts (speed_h200.sh, faithful_h200.sh) after they set `out` and
 # `budget`: installs the wheels carried in .whl/ into /tmp/site, records the machine in
 # $out/env.txt (COMMIT names the measured tree: the device copy's git HEAD is stale), writes the
-# golden-formula benchmark weights once, and defines `step NAME TIMEOUT COMMAND...`, which runs
+# golden-formula benchmark weights once (not with SKIP_WEIGHTS=1), and defines `step NAME TIMEOUT COMMAND...`, which runs
 # a command into $out/NAME.txt while the budget allows and prints its last result lines.
 mkdir -p "$out"
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -20,7 +20,7 @@ torch.version.cuda, 'triton', triton.__version__)"
   echo "commit ${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
 } > "$out/env.txt" 2>&1
 cat "$out/env.txt"
-python3 bench/bench_weights.py || exit 1
+[ "${SKIP_WEIGHTS:-0}" = 1 ] || python3 bench/bench_weights.py || exit 1
 step() {  # step NAME TIMEOUT COMMAND...: run it if the budget allows
   local name=$1 limit=$2; shift 2
   local left=$((budget - SECONDS))

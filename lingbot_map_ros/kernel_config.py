@@ -73,8 +73,8 @@ class KernelConfig:
     fa3_splits: int = 1
     """FA3's KV splits with ``fa3_parts`` 1 (0: its heuristic)."""
     fa3_query_scale: Fa3QueryScale = 'unit'
-    """FP8 queries of FA3 with ``fa3_parts`` 1: 'unit' (a saturating cast) or 'head' (one scale
-    per head); parts always cast unscaled."""
+    """FP8 queries of FA3: 'unit' (a saturating cast) or 'head' (one scale per head, over the
+    run's queries, with or without parts)."""
     staged_runs: bool = True
     """A batch of cameras writes and attends every camera's run of a block in one launch where
     the backend can ('fa3' with parts; ``cache/staged_runs.py``); false: camera by camera."""

@@ -55,12 +55,36 @@ def test_query_cast_keeps_each_head_within_e4m3_rounding():
         assert err < CAST_BOUND
 
 
-def _fa3(parts=None, joint_tail_rows=0):
+def test_head_scales_of_parts_map_each_runs_head_to_e4m3s_top():
+    from lingbot_map_ros.engine.attention.fa3 import head_scaled_queries
+    gen = torch.Generator().manual_seed(4)
+    q = torch.randn(2, 50, 3, 64, generator=gen).to(DEV, torch.bfloat16)
+    q[1, :, 0] *= 30.0   # run 1's head 0 is larger: its own scale
+    q[0, :, 2] = 0.0     # an all-zero head: scale 1, zeros stay zeros
+    scaled, descale = head_scaled_queries(q, 4)
+    assert scaled.dtype == torch.float32 and descale.shape == (8, 3)
+    for run in range(2):
+        for h in range(3):
+            top = q[run, :, h].float().abs().max().item()
+            want = top / 448.0 if top > 0 else 1.0
+            # Every part of the run carries the run's descale.
+            got = descale[run * 4:run * 4 + 4, h].tolist()
+            assert got == pytest.approx([want] * 4, rel=1e-6)
+            if top > 0:
+                assert scaled[run, :, h].abs().max().item() == pytest.approx(448.0, rel=1e-5)
+    back = scaled * descale[::4][:, None, :, None]
+    assert torch.allclose(back, q.float(), rtol=1e-5, atol=1e-30)
+    one, one_descale = head_scaled_queries(q[0], 2)
+    assert one.shape == q[0].shape and one_descale.shape == (2, 3)
+
+
+def _fa3(parts=None, joint_tail_rows=0, query_scale=None):
     if not ON_GPU or torch.cuda.get_device_capability()[0] != 9:
         pytest.skip('FA3 needs a Hopper GPU')
     pytest.importorskip('fa3_fwd_interface')
     from lingbot_map_ros.engine.attention.fa3 import Fa3RunAttention
-    return Fa3RunAttention(parts=parts, joint_tail_rows=joint_tail_rows)
+    return Fa3RunAttention(parts=parts, joint_tail_rows=joint_tail_rows,
+                           query_scale=query_scale)
 
 
 def _reference(q, k, v):
@@ -70,11 +94,11 @@ def _reference(q, k, v):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize('parts', [1, 4])
+@pytest.mark.parametrize('parts,query_scale', [(1, 'unit'), (4, 'unit'), (32, 'head')])
 @pytest.mark.parametrize('fp8,bound', [(False, 2e-2), (True, 8e-2)])
-def test_fa3_attends_to_the_device_run_only(fp8, bound, parts):
+def test_fa3_attends_to_the_device_run_only(fp8, bound, parts, query_scale):
     # A lone run keeps its last 8 rows (200 = 192 + 8) on FA3 whatever joint_tail_rows says.
-    attend = _fa3(parts, 64)
+    attend = _fa3(parts, 64, query_scale)
     gen = torch.Generator(device='cuda').manual_seed(5)
     q, k, v = (torch.randn(n, 4, 64, device='cuda', generator=gen).to(torch.bfloat16)
                for n in (200, 3000, 3000))

@@ -27,7 +27,8 @@ queries past FA3's 192-row tiles on our Triton kernel (``cache.kernel.fa3_joint_
 
 FP8 pools (``cache.dtype: float8_e4m3fn``, unit scale) run FA3's FP8 kernel: QK and PV on the
 FP8 tensor cores, K and V read as stored (no widening pass, no copy), the queries cast to e4m3
-(``cache.kernel.fa3_query_scale``), the K/V descales 1 (the storage's unit scale, ``fp8.py``);
+(``cache.kernel.fa3_query_scale``: unscaled, or one scale per head, with or without parts),
+the K/V descales 1 (the storage's unit scale, ``fp8.py``);
 FA3 rounds the softmax probabilities to e4m3 for PV itself. Its output is bf16.
 
 ``cache.backend: auto`` takes it on Hopper where the wheel loads, as ``backend_choice.py`` says:
@@ -49,6 +50,8 @@ import torch
 FA3_QUERY_TILE = 192
 """Query rows per CTA of FA3's forward at head dim 64 (bf16 and FP8): a run's queries past the
 last multiple of it make one more tile per head and key part, padded to 192 rows."""
+E4M3_MAX = 448.0
+"""Largest finite e4m3 magnitude (the queries' per-head scale maps each head's top to it)."""
 TAIL_KERNEL: dict[str, Any] = {'block_m': 64, 'block_n': 64, 'num_warps': 4, 'num_stages': 3,
                                'qk_split': False}
 """Our Triton kernel's config for the tail rows (``triton_attention.attend_run``, one query
@@ -73,6 +76,22 @@ def import_fa3() -> tuple[Any, Any]:
 def unit_scale_queries(q: torch.Tensor) -> torch.Tensor:
     """``q`` as e4m3 without a scale, saturated at +-448 (a plain cast would give NaN there)."""
     return q.clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+
+
+def head_scaled_queries(q: torch.Tensor, parts: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scale each run's heads of ``q`` to e4m3's range: ``(q / scale, descale per sequence)``.
+
+    ``q`` is ``[Q, H, D]`` (one run) or ``[B, Q, H, D]``; the scale of a head is its largest
+    magnitude over the run's queries / 448 (1 for an all-zero head). Returns the scaled
+    queries in float32 (``prepare_parts`` casts them to e4m3) and the descales ``[B * parts,
+    H]`` float32, each run's row repeated for its ``parts`` sequences (FA3's ``q_descale``).
+    Device ops only: capturable in a CUDA graph.
+    """
+    amax = q.float().abs().amax(dim=(-3, -1))  # [H] or [B, H]
+    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    scaled = q.float() / scale[..., None, :, None]
+    rows = scale.reshape(-1, 1, scale.shape[-1]).expand(-1, parts, scale.shape[-1])
+    return scaled, rows.reshape(-1, scale.shape[-1]).contiguous()
 
 
 class Fa3RunAttention:
@@ -213,8 +232,11 @@ class Fa3RunAttention:
         # One run's parts follow each other (cu_k gives their lengths); several runs need
         # each sequence's length (FA3's seqused_k).
         used = torch.empty(sequences, dtype=torch.int32, device=q.device) if runs > 1 else None
+        q_descale = ones
+        if fp8 and self._query_scale == 'head':
+            q, q_descale = head_scaled_queries(q, sequences // runs)
         self._prepare_parts(q, bounds, q_parts, cu_k, used)
-        descales = {'q_descale': ones, 'k_descale': ones, 'v_descale': ones} if fp8 else {}
+        descales = {'q_descale': q_descale, 'k_descale': ones, 'v_descale': ones} if fp8 else {}
         o, lse = self._forward(q_parts, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
                                seqused_k=used, max_seqlen_q=num_q, max_seqlen_k=k.shape[0],
                                softmax_scale=dim ** -0.5, num_splits=1, **descales)[:2]
