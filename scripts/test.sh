@@ -39,7 +39,7 @@ done
 # it is imported. Only in the full run (no arguments).
 interpret_tests=(test/engine/test_attention_conformance.py test/engine/test_triton_attention.py
                  test/engine/test_fa3_parts.py test/engine/test_fa3_fp8.py
-                 test/bench/test_triton_fp8.py)
+                 test/bench/test_triton_fp8.py test/bench/test_triton_int8.py)
 if [ -n "$kilted_venv" ] && [ "$#" -eq 0 ] && [ -d "$kilted_venv/triton-interpreter/triton" ]; then
   echo "== Triton kernels under the CPU interpreter ($kilted_venv/triton-interpreter)"
   rc=0
