@@ -53,8 +53,8 @@ import threading
 
 from lingbot_map_ros.config import MapConfig
 from lingbot_map_ros.engine import sim3
-from lingbot_map_ros.engine.map.keyframe_points import as_tensor, check_live_config, \
-    keyframe_points, voxel_keys
+from lingbot_map_ros.engine.map.keyframe_points import as_tensor, keyframe_points, LiveSettings, \
+    place_anchored, voxel_keys
 from lingbot_map_ros.engine.map.sorted_voxels import group_sums, insert_sorted, locate
 import numpy as np
 import torch
@@ -98,7 +98,7 @@ class _Piece:
     """[4, 4] float64 map-from-keyframe, None while the keyframe has no place in the map."""
 
 
-class AnchoredMap:
+class AnchoredMap(LiveSettings):
     """Keyframe pieces and the voxel map they make under their current poses."""
 
     def __init__(self, config: MapConfig, device: str | torch.device = 'cpu') -> None:
@@ -115,21 +115,6 @@ class AnchoredMap:
         """Held by the one reader that rebuilds (outside ``_lock``: adds do not wait)."""
         self._generation = 0
         self.clear()
-
-    @property
-    def config(self) -> MapConfig:
-        """Return the settings in effect."""
-        return self._config
-
-    @config.setter
-    def config(self, config: MapConfig) -> None:
-        """Change the filters and the stride (voxel size and bound are fixed).
-
-        Raises:
-            ValueError: ``voxel_size`` or ``max_points`` differs.
-        """
-        check_live_config(self._config, config)
-        self._config = config
 
     @property
     def num_pieces(self) -> int:
@@ -226,20 +211,8 @@ class AnchoredMap:
         Raises:
             ValueError: a malformed or non-finite pose, or counts that differ; nothing changes.
         """
-        ids = [int(i) for i in np.asarray(keyframe_ids).reshape(-1)]
-        poses = np.asarray(poses, np.float64)
-        if poses.shape != (len(ids), 4, 4):
-            raise ValueError(f'map: {len(ids)} keyframe ids but poses {list(poses.shape)}')
-        poses = sim3.check_poses(poses, 'map poses') if ids else poses
-        by_id = dict(zip(ids, poses))
-        changed = 0
         with self._lock:
-            for piece in self._pieces:
-                pose = by_id.get(piece.keyframe_id)
-                if pose is None or (piece.pose is not None and np.array_equal(pose, piece.pose)):
-                    continue
-                piece.pose = pose.copy()
-                changed += 1
+            changed = place_anchored(self._pieces, keyframe_ids, poses, 'map')
             self._dirty |= changed > 0
         return changed
 

@@ -15,7 +15,8 @@
 
 Shared by :class:`~lingbot_map_ros.engine.map.map_accumulator.MapAccumulator` (the odom map)
 and :class:`~lingbot_map_ros.engine.map.anchored_map.AnchoredMap` (the loop-closed map), so
-both keep the same pixels: every ``map.pixel_stride``-th pixel whose depth is finite and
+both keep the same pixels (and the live settings and keyframe placement they share with the
+occupancy grid): every ``map.pixel_stride``-th pixel whose depth is finite and
 positive and whose confidence passes ``map.min_confidence`` and the keyframe's
 ``map.confidence_percentile``.
 
@@ -25,7 +26,10 @@ farther than ``2**20`` voxels from the origin on some axis has no key.
 
 from __future__ import annotations
 
+from typing import Iterable, Protocol
+
 from lingbot_map_ros.config import MapConfig
+from lingbot_map_ros.engine import sim3
 import numpy as np
 import torch
 
@@ -91,6 +95,68 @@ def check_live_config(old: MapConfig, new: MapConfig) -> None:
         if getattr(new, name) != getattr(old, name):
             raise ValueError(f'map.{name} cannot change on a live map '
                              f'({getattr(old, name)} -> {getattr(new, name)})')
+
+
+class LiveSettings:
+    """The ``map.*`` settings of a live point map: filters and stride change, the voxels do not."""
+
+    _config: MapConfig
+
+    @property
+    def config(self) -> MapConfig:
+        """Return the settings in effect."""
+        return self._config
+
+    @config.setter
+    def config(self, config: MapConfig) -> None:
+        """Change the filters and the stride (voxel size and bound are fixed).
+
+        Raises:
+            ValueError: ``voxel_size`` or ``max_points`` differs.
+        """
+        check_live_config(self._config, config)
+        self._config = config
+
+
+class Anchored(Protocol):
+    """A keyframe's share of a map, placed by its keyframe's pose (None: not placed yet)."""
+
+    keyframe_id: int
+    pose: np.ndarray | None
+
+
+def place_anchored(items: Iterable[Anchored], keyframe_ids: list[int] | np.ndarray,
+                   poses: np.ndarray, what: str) -> int:
+    """Give keyframe-anchored items their keyframes' current poses (after a correction).
+
+    The caller holds its lock. Ids without an item are skipped; an unchanged pose is no change.
+
+    Args:
+        items: the map's items (pieces of the point map, scans of the grid).
+        keyframe_ids: [K] keyframe ids.
+        poses: [K, 4, 4] Sim(3) poses.
+        what: the map's name, for errors (``map``, ``grid``).
+
+    Returns:
+        The number of items whose pose changed.
+
+    Raises:
+        ValueError: a malformed or non-finite pose, or counts that differ; nothing changes.
+    """
+    ids = [int(i) for i in np.asarray(keyframe_ids).reshape(-1)]
+    poses = np.asarray(poses, np.float64)
+    if poses.shape != (len(ids), 4, 4):
+        raise ValueError(f'{what}: {len(ids)} keyframe ids but poses {list(poses.shape)}')
+    poses = sim3.check_poses(poses, f'{what} poses') if ids else poses
+    by_id = dict(zip(ids, poses))
+    changed = 0
+    for item in items:
+        pose = by_id.get(item.keyframe_id)
+        if pose is None or (item.pose is not None and np.array_equal(pose, item.pose)):
+            continue
+        item.pose = pose.copy()
+        changed += 1
+    return changed
 
 
 def voxel_keys(points: torch.Tensor, voxel_size: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -47,8 +47,8 @@ import threading
 
 from lingbot_map_ros.config import MapConfig
 from lingbot_map_ros.engine.image.geometry import unproject_depth
-from lingbot_map_ros.engine.map.keyframe_points import as_tensor, check_live_config, \
-    keyframe_points, voxel_keys
+from lingbot_map_ros.engine.map.keyframe_points import as_tensor, keyframe_points, LiveSettings, \
+    voxel_keys
 from lingbot_map_ros.engine.map.sorted_voxels import group_sums, insert_sorted, locate
 import numpy as np
 import torch
@@ -73,7 +73,7 @@ class MapUpdate:
     """Voxels in the map afterwards."""
 
 
-class MapAccumulator:
+class MapAccumulator(LiveSettings):
     """A voxel map of coloured points on one torch device."""
 
     def __init__(self, config: MapConfig, device: str | torch.device = 'cpu') -> None:
@@ -87,21 +87,6 @@ class MapAccumulator:
         self._device = torch.device(device)
         self._lock = threading.Lock()
         self.clear()
-
-    @property
-    def config(self) -> MapConfig:
-        """Return the settings in effect."""
-        return self._config
-
-    @config.setter
-    def config(self, config: MapConfig) -> None:
-        """Change the filters and the stride (voxel size and bound are fixed).
-
-        Raises:
-            ValueError: ``voxel_size`` or ``max_points`` differs.
-        """
-        check_live_config(self._config, config)
-        self._config = config
 
     @property
     def device(self) -> torch.device:

@@ -58,7 +58,7 @@ from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.image.geometry import unproject_depth
 from lingbot_map_ros.engine.map.grid_cells import box_area, box_union_all, box_union_rows, \
     CELL_OFFSET, FREE, GridCells, GridView, OCCUPIED, pack_cells, ScanTrace, UNKNOWN
-from lingbot_map_ros.engine.map.keyframe_points import keyframe_points
+from lingbot_map_ros.engine.map.keyframe_points import keyframe_points, place_anchored
 from lingbot_map_ros.grid_config import GridConfig
 import numpy as np
 import torch
@@ -195,20 +195,8 @@ class OccupancyGrid:
         Raises:
             ValueError: a malformed pose or counts that differ; nothing changes.
         """
-        ids = [int(i) for i in np.asarray(keyframe_ids).reshape(-1)]
-        poses = np.asarray(poses, np.float64)
-        if poses.shape != (len(ids), 4, 4):
-            raise ValueError(f'grid: {len(ids)} keyframe ids but poses {list(poses.shape)}')
-        poses = sim3.check_poses(poses, 'grid poses') if ids else poses
-        by_id = dict(zip(ids, poses))
-        changed = 0
         with self._lock:
-            for scan in self._scans:
-                pose = by_id.get(scan.keyframe_id)
-                if pose is None or (scan.pose is not None and np.array_equal(pose, scan.pose)):
-                    continue
-                scan.pose = pose.copy()
-                changed += 1
+            changed = place_anchored(self._scans, keyframe_ids, poses, 'grid')
             self._dirty |= changed > 0
         return changed
 

@@ -31,6 +31,7 @@ import time
 from typing import Any, Callable
 
 from lingbot_map_ros.ros.parameters import input_params
+from lingbot_map_ros.ros.publishers.callback_guard import guard_timer
 
 IMAGE_TYPES = ('sensor_msgs/msg/Image', 'sensor_msgs/msg/CompressedImage')
 _CHECK_PERIOD_S = 0.5
@@ -137,7 +138,8 @@ class InputWatch:
         self._start = now()
         self._deadline = self._start + warn_after_s
         self._pending = list(inputs) if warn_after_s > 0 else []
-        self._timer = node.create_timer(_CHECK_PERIOD_S, self.check,
+        self._timer = node.create_timer(_CHECK_PERIOD_S,
+                                        guard_timer(node.get_logger(), 'input watch', self.check),
                                         clock=Clock(clock_type=ClockType.STEADY_TIME)) \
             if self._pending else None
 

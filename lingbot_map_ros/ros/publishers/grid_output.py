@@ -36,6 +36,7 @@ from lingbot_map_ros.engine.map.grid_files import map_server_files, write_map_se
 from lingbot_map_ros.engine.map.occupancy_grid import camera_points, OccupancyGrid
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 from lingbot_map_ros.ros.messages import conversions
+from lingbot_map_ros.ros.publishers.callback_guard import guard_timer
 from nav_msgs.msg import MapMetaData, OccupancyGrid as GridMsg
 import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -71,7 +72,9 @@ class GridOutput:
         self._dropped_seen = 0
         self._pub = node.create_publisher(GridMsg, '~/grid', GRID_QOS)
         self._meta_pub = node.create_publisher(MapMetaData, '~/grid_metadata', GRID_QOS)
-        self._timer = node.create_timer(config.period_s, self.publish_if_changed,
+        self._timer = node.create_timer(config.period_s,
+                                        guard_timer(node.get_logger(), '~/grid',
+                                                    self.publish_if_changed),
                                         callback_group=MutuallyExclusiveCallbackGroup(),
                                         clock=Clock(clock_type=ClockType.STEADY_TIME))
 

@@ -53,8 +53,9 @@ from lingbot_map_ros.engine.session.prediction import FramePrediction
 from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.ros.parameters.node_options import NodeOptions
 from lingbot_map_ros.ros.publishers.anchored_pieces import AnchoredPieces
+from lingbot_map_ros.ros.publishers.callback_guard import guard_service, guard_timer
 from lingbot_map_ros.ros.publishers.grid_output import GridOutput
-from lingbot_map_ros.ros.publishers.map_save import CameraEstimate, MapSnapshot, save
+from lingbot_map_ros.ros.publishers.map_save import CameraEstimate, save, SaveSnapshot
 from lingbot_map_ros.ros.publishers.odom_frames import OdomFrames
 import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -163,10 +164,13 @@ class MapOutput:
         self._add_ms: list[float] = []
         self._pub = node.create_publisher(PointCloud2, '~/map', MAP_QOS)
         self._node = node
-        self._srv = node.create_service(Trigger, '~/save', self._on_save,
+        log = node.get_logger()
+        self._srv = node.create_service(Trigger, '~/save',
+                                        guard_service(log, '~/save', self._on_save),
                                         qos_profile=service_qos or qos_profile_services_default,
                                         callback_group=MutuallyExclusiveCallbackGroup())
-        self._timer = node.create_timer(options.map_config.period_s, self._publish_if_changed,
+        self._timer = node.create_timer(options.map_config.period_s,
+                                        guard_timer(log, '~/map', self._publish_if_changed),
                                         callback_group=MutuallyExclusiveCallbackGroup(),
                                         clock=Clock(clock_type=ClockType.STEADY_TIME))
         self.grid = GridOutput(node, options.grid_config, self._frame_id) \
@@ -392,7 +396,7 @@ class MapOutput:
         msg.data = data
         return msg
 
-    def snapshot(self) -> MapSnapshot:
+    def snapshot(self) -> SaveSnapshot:
         """Return the poses, the map and the camera as of now."""
         with self._lock:
             stamps, c2w = self._poses.arrays()
@@ -403,7 +407,7 @@ class MapOutput:
         comments = (f'lingbot_map ~/save: {which} published on ~/pose since the map was '
                     f'last cleared; {self._base_frame} in {self._odom_frame}; metres with '
                     'metric.source depth (see metric.state), else model units',)
-        return MapSnapshot(stamps, c2w, xyz, rgb, camera, comments)
+        return SaveSnapshot(stamps, c2w, xyz, rgb, camera, comments)
 
     def _points(self) -> tuple[np.ndarray, np.ndarray]:
         """Return the published map: the anchored one with loop closure, else the odom one."""

@@ -58,7 +58,7 @@ class CameraEstimate:
 
 
 @dataclass(frozen=True)
-class MapSnapshot:
+class SaveSnapshot:
     """Everything one save writes."""
 
     stamps_ns: np.ndarray
@@ -74,7 +74,7 @@ class MapSnapshot:
     """Header lines of the TUM file."""
 
 
-def save(directory: str, snapshot: MapSnapshot, now: datetime | None = None) -> Path:
+def save(directory: str, snapshot: SaveSnapshot, now: datetime | None = None) -> Path:
     """Write a snapshot into a new folder under ``directory``.
 
     Args:
