@@ -41,14 +41,20 @@ from typing import Any
 from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop.dependencies import require_gtsam
 from lingbot_map_ros.engine.loop.factors import FACTORIZATION, FactorMaker, Robust, WEAK_SIGMA
-from lingbot_map_ros.engine.loop.loop_gate import GateVerdict, joint_covariance, LoopGate
+from lingbot_map_ros.engine.loop.loop_gate import (GateVerdict, joint_covariance, LoopGate,
+                                                   step_rotation_variance)
 from lingbot_map_ros.engine.loop.pose_graph import check_connected, check_edge, PoseGraphEdge
 import numpy as np
 
 logger = logging.getLogger(__name__)
 
-LOOP_UPDATES = 6
-"""iSAM2 updates after a loop is added (and again after one is removed)."""
+LOOP_UPDATES = 2
+"""Fewest iSAM2 updates after a loop is added (and after one is removed)."""
+MAX_LOOP_UPDATES = 40
+"""Most iSAM2 updates after a loop: iSAM2 takes one Gauss-Newton step per update, and a loop
+after a long drifting route (the scale off by a factor of several) needs many."""
+SETTLE_TOLERANCE = 0.01
+"""The updates stop when the loop's residual changes by less than this share between two."""
 RELINEARIZE_THRESHOLD = 0.01
 """iSAM2 relinearises a variable whose update exceeds this (tangent units)."""
 
@@ -106,6 +112,8 @@ class PoseGraph:
                         'rejected_unsolvable': 0}
         self._edges: list[PoseGraphEdge] = []
         """Every edge in the graph (odometry and kept loops), for :meth:`edges`."""
+        self._step_variance = [0.0, 0]
+        """Sum and count of the odometry edges' rotation variances (the gate's step unit)."""
 
     @property
     def num_nodes(self) -> int:
@@ -163,6 +171,7 @@ class PoseGraph:
         self._factors.add(factor)
         if edge is not None:
             self._edges.append(edge)
+            self._count_step(edge)
         # Only the new node's estimate: an odometry edge to a new node tells the others
         # nothing, so theirs stand (the whole estimate is O(N): docs/loop_closure.md, costs).
         estimate = self._isam.calculateEstimatePose3(n) if self._fixed_scale() \
@@ -195,7 +204,7 @@ class PoseGraph:
         try:
             result = self._isam.update(graph, self._g.Values())
             index = list(result.getNewFactorsIndices())[0]
-            self._settle()
+            self._settle(edge)
             residual = self._maker.residual(self._estimate, edge)
         except RuntimeError as exc:  # GTSAM: an indeterminate system under this loop
             logger.warning('loop %d -> %d makes the graph unsolvable (%s): rejected, graph '
@@ -242,7 +251,9 @@ class PoseGraph:
                          'refused', edge.i, edge.j, _first_line(exc))
             return GateVerdict(False, 'unsolvable', float('nan'), float('nan'))
         scales = (self._scales[edge.i], self._scales[edge.j])
-        return self._gate.judge(self._maker, self._estimate, joint, edge, scales)
+        total, count = self._step_variance
+        return self._gate.judge(self._maker, self._estimate, joint, edge, scales,
+                                total / count if count else None)
 
     def pose(self, n: int) -> np.ndarray:
         """Node ``n``'s current [4, 4] Sim(3) estimate."""
@@ -304,16 +315,40 @@ class PoseGraph:
             raise
         self._factors.push_back(graph)
         self._edges.extend(checked)
+        for edge in checked:
+            if edge.kind != 'loop':
+                self._count_step(edge)
         self._num_loops += sum(e.kind == 'loop' for e in checked)
         self._settle()
+
+    def _count_step(self, edge: PoseGraphEdge) -> None:
+        self._step_variance[0] += step_rotation_variance(self._maker, edge)
+        self._step_variance[1] += 1
 
     def _fixed_scale(self) -> bool:
         return self._maker.dim == 6
 
-    def _settle(self) -> None:
-        for _ in range(LOOP_UPDATES):
+    def _settle(self, edge: PoseGraphEdge | None = None) -> None:
+        """Update iSAM2 until ``edge``'s residual settles (or a fixed few times); read back."""
+        previous = float('inf')
+        for count in range(1, MAX_LOOP_UPDATES + 1):
             self._isam.update()
+            if count < LOOP_UPDATES:
+                continue
+            if edge is None:
+                break
+            residual = self._maker.residual(self._estimate_of(edge.i, edge.j), edge)
+            if abs(previous - residual) <= SETTLE_TOLERANCE * max(residual, 1.0):
+                break
+            previous = residual
         self._estimate = self._isam.calculateEstimate()
+
+    def _estimate_of(self, *nodes: int) -> Any:
+        values = self._g.Values()
+        for n in nodes:
+            values.insert(n, self._isam.calculateEstimatePose3(n) if self._fixed_scale()
+                          else self._isam.calculateEstimateSimilarity3(n))
+        return values
 
     def _new_isam(self, factorization: str) -> Any:
         params = self._g.ISAM2Params()

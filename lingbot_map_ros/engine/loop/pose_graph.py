@@ -44,7 +44,8 @@ from typing import Any, Literal, Sequence
 from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop.dependencies import require_gtsam
 from lingbot_map_ros.engine.loop.factors import FACTORIZATION, FactorMaker, Robust
-from lingbot_map_ros.engine.loop.loop_gate import joint_covariance, LoopGate
+from lingbot_map_ros.engine.loop.loop_gate import joint_covariance, LoopGate, \
+    step_rotation_variance
 import numpy as np
 
 logger = logging.getLogger(__name__)
@@ -130,11 +131,13 @@ def optimize_pose_graph(poses: np.ndarray, edges: Sequence[Any], *,
     maker = FactorMaker(gtsam, scale_fixed, robust, scales)
     kept = [n for n, e in enumerate(checked) if e.kind != 'loop']
     values, graph = _solve(gtsam, maker, arr, [checked[n] for n in kept], fixed)
+    steps = _step_variances(maker, [checked[n] for n in kept])
     rejected: list[int] = []
     for n in (n for n, e in enumerate(checked) if e.kind == 'loop'):
         edge = checked[n]
         joint = joint_covariance(_isam_of(gtsam, graph, values), edge.i, edge.j)
-        verdict = gate.judge(maker, values, joint, edge, (scales[edge.i], scales[edge.j]))
+        verdict = gate.judge(maker, values, joint, edge, (scales[edge.i], scales[edge.j]),
+                             steps(max(edge.i, edge.j)))
         if verdict.accepted:
             trial_values, trial_graph = _solve(gtsam, maker, values, [checked[m] for m in kept]
                                                + [edge], fixed, graph=graph)
@@ -213,6 +216,22 @@ def check_connected(num_nodes: int, edges: Sequence[PoseGraphEdge],
     if loose:
         raise ValueError(f'the graph is disconnected: {len(loose)} node(s) (first {loose[0]}) '
                          'are reached from no fixed node through the edges')
+
+
+def _step_variances(maker: FactorMaker, edges: list[PoseGraphEdge]) -> Any:
+    """Return ``newest -> mean rotation variance`` of the odometry edges between nodes up to it.
+
+    The live graph's unit when a loop whose newest node is ``newest`` arrives (it holds the
+    odometry up to that keyframe); None when there is none.
+    """
+    by_node = sorted((max(e.i, e.j), step_rotation_variance(maker, e)) for e in edges)
+    newest = np.array([m for m, _ in by_node], dtype=np.int64)
+    sums = np.cumsum([v for _, v in by_node])
+
+    def mean(node: int) -> float | None:
+        count = int(np.searchsorted(newest, node, side='right'))
+        return float(sums[count - 1]) / count if count else None
+    return mean
 
 
 def _isam_of(gtsam: Any, graph: Any, values: Any) -> Any:
