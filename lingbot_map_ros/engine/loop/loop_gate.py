@@ -53,6 +53,7 @@ so both accept and reject the same loops.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 import math
 from typing import Any
@@ -194,6 +195,37 @@ class LoopGate:
         if step_variance is None or not (math.isfinite(step_variance) and step_variance > 0):
             return 0.0
         return max(float(np.trace(predicted[:3, :3])) / (3.0 * step_variance), 0.0)
+
+
+class StepVariances:
+    """The gate's step unit by node: the mean rotation variance of the odometry edges so far.
+
+    ``unit(node)`` is the mean over the edges whose newer node is at most ``node``: what the
+    live graph holds when a loop whose newer node is ``node`` arrives, so the batch's unit for
+    that loop is the same.
+    """
+
+    def __init__(self) -> None:
+        """Start with no edge."""
+        self._nodes: list[int] = []
+        self._sums: list[float] = []
+
+    def add(self, maker: FactorMaker, edge: Any) -> None:
+        """Count an odometry edge (in any order; in node order it is O(1))."""
+        node, variance = max(edge.i, edge.j), step_rotation_variance(maker, edge)
+        if self._nodes and node < self._nodes[-1]:
+            pairs = sorted(zip(self._nodes, np.diff([0.0] + self._sums)))
+            pairs.insert(bisect.bisect_right([n for n, _ in pairs], node), (node, variance))
+            self._nodes = [n for n, _ in pairs]
+            self._sums = [float(v) for v in np.cumsum([v for _, v in pairs])]
+            return
+        self._nodes.append(node)
+        self._sums.append((self._sums[-1] if self._sums else 0.0) + variance)
+
+    def unit(self, node: int) -> float | None:
+        """Return the mean over the edges up to ``node`` (None: no such edge)."""
+        count = bisect.bisect_right(self._nodes, node)
+        return self._sums[count - 1] / count if count else None
 
 
 def step_rotation_variance(maker: FactorMaker, edge: Any) -> float:

@@ -44,8 +44,8 @@ from typing import Any, Literal, Sequence
 from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop.dependencies import require_gtsam
 from lingbot_map_ros.engine.loop.factors import FACTORIZATION, FactorMaker, Robust
-from lingbot_map_ros.engine.loop.loop_gate import joint_covariance, LoopGate, \
-    step_rotation_variance
+from lingbot_map_ros.engine.loop.loop_gate import joint_covariance, LoopGate, StepVariances
+from lingbot_map_ros.engine.loop.loop_rejudge import MAX_CHALLENGERS, rejudge
 import numpy as np
 
 logger = logging.getLogger(__name__)
@@ -131,13 +131,17 @@ def optimize_pose_graph(poses: np.ndarray, edges: Sequence[Any], *,
     maker = FactorMaker(gtsam, scale_fixed, robust, scales)
     kept = [n for n, e in enumerate(checked) if e.kind != 'loop']
     values, graph = _solve(gtsam, maker, arr, [checked[n] for n in kept], fixed)
-    steps = _step_variances(maker, [checked[n] for n in kept])
+    steps = StepVariances()
+    for n in kept:
+        steps.add(maker, checked[n])
+    base = graph
     rejected: list[int] = []
+    challengers: list[int] = []
     for n in (n for n, e in enumerate(checked) if e.kind == 'loop'):
         edge = checked[n]
-        joint = joint_covariance(_isam_of(gtsam, graph, values), edge.i, edge.j)
+        joint = joint_covariance(isam_over(gtsam, graph, values), edge.i, edge.j)
         verdict = gate.judge(maker, values, joint, edge, (scales[edge.i], scales[edge.j]),
-                             steps(max(edge.i, edge.j)))
+                             steps.unit(max(edge.i, edge.j)))
         if verdict.accepted:
             trial_values, trial_graph = _solve(gtsam, maker, values, [checked[m] for m in kept]
                                                + [edge], fixed, graph=graph)
@@ -152,6 +156,29 @@ def optimize_pose_graph(poses: np.ndarray, edges: Sequence[Any], *,
             logger.info('loop edge %d (%d -> %d) rejected by the gate (%s, d2 %.3g > %.3g)', n,
                         edge.i, edge.j, verdict.reason, verdict.distance, verdict.bound)
         rejected.append(n)
+        if verdict.reason not in ('inconsistent', 'ok'):  # 'ok': refused for its residual
+            continue
+        challengers = (challengers + [n])[-MAX_CHALLENGERS:]
+        loops = [m for m in kept if checked[m].kind == 'loop']
+        decision = rejudge(gtsam, maker, gate, base, values, [checked[m] for m in loops],
+                           [checked[m] for m in challengers], scales, steps.unit,
+                           lambda g, v: levenberg_marquardt(gtsam, g, v),
+                           lambda g, v: isam_over(gtsam, g, v))
+        if decision is None:
+            continue
+        out = {loops[k] for k in decision.removed}
+        into = [challengers[k] for k in decision.adopted]
+        logger.info('loop edges %s removed, %s adopted: the later loops disagree', sorted(out),
+                    into)
+        kept = [m for m in kept if m not in out] + into
+        rejected = [m for m in rejected if m not in into] + sorted(out)
+        challengers = [m for m in challengers if m not in into]
+        graph = gtsam.NonlinearFactorGraph()
+        graph.push_back(base)
+        for m in kept:
+            if checked[m].kind == 'loop':
+                graph.add(maker.factor(checked[m]))
+        values = levenberg_marquardt(gtsam, graph, decision.values)
     kept.sort()
     values, graph = _solve(gtsam, maker, arr, [checked[n] for n in kept], fixed)
     residuals = {n: maker.residual(values, checked[n]) for n in kept
@@ -160,7 +187,7 @@ def optimize_pose_graph(poses: np.ndarray, edges: Sequence[Any], *,
     out[fixed] = arr[fixed]
     cov = None
     if covariances:
-        marginals = _isam_of(gtsam, graph, values)  # QR: a long chain's marginals too
+        marginals = isam_over(gtsam, graph, values)  # QR: a long chain's marginals too
         cov = np.stack([maker.covariance(marginals.marginalCovariance(n))
                         for n in range(len(arr))])
     return PoseGraphResult(poses=out, rejected=tuple(rejected), covariances=cov,
@@ -218,29 +245,26 @@ def check_connected(num_nodes: int, edges: Sequence[PoseGraphEdge],
                          'are reached from no fixed node through the edges')
 
 
-def _step_variances(maker: FactorMaker, edges: list[PoseGraphEdge]) -> Any:
-    """Return ``newest -> mean rotation variance`` of the odometry edges between nodes up to it.
+def isam_over(gtsam: Any, graph: Any, values: Any) -> Any:
+    """Return iSAM2 over ``graph`` linearised at ``values`` (QR, as the live graph).
 
-    The live graph's unit when a loop whose newest node is ``newest`` arrives (it holds the
-    odometry up to that keyframe); None when there is none.
+    Its marginals are the gate's.
     """
-    by_node = sorted((max(e.i, e.j), step_rotation_variance(maker, e)) for e in edges)
-    newest = np.array([m for m, _ in by_node], dtype=np.int64)
-    sums = np.cumsum([v for _, v in by_node])
-
-    def mean(node: int) -> float | None:
-        count = int(np.searchsorted(newest, node, side='right'))
-        return float(sums[count - 1]) / count if count else None
-    return mean
-
-
-def _isam_of(gtsam: Any, graph: Any, values: Any) -> Any:
-    """iSAM2 over ``graph`` linearised at ``values`` (QR, as the live graph): its marginals."""
     params = gtsam.ISAM2Params()
     params.setFactorization(FACTORIZATION)
     isam = gtsam.ISAM2(params)
     isam.update(graph, values)
     return isam
+
+
+def levenberg_marquardt(gtsam: Any, graph: Any, initial: Any) -> Any:
+    """Levenberg-Marquardt over ``graph`` from ``initial`` (QR); returns the values."""
+    params = gtsam.LevenbergMarquardtParams()
+    params.setMaxIterations(MAX_ITERATIONS)
+    params.setRelativeErrorTol(1e-10)
+    params.setAbsoluteErrorTol(1e-12)
+    params.setLinearSolverType('MULTIFRONTAL_QR')
+    return gtsam.LevenbergMarquardtOptimizer(graph, initial, params).optimize()
 
 
 def _solve(gtsam: Any, maker: FactorMaker, poses: Any, edges: list[PoseGraphEdge],
@@ -267,9 +291,4 @@ def _solve(gtsam: Any, maker: FactorMaker, poses: Any, edges: list[PoseGraphEdge
             initial.insert(n, maker.value(pose))
     else:
         initial = poses
-    params = gtsam.LevenbergMarquardtParams()
-    params.setMaxIterations(MAX_ITERATIONS)
-    params.setRelativeErrorTol(1e-10)
-    params.setAbsoluteErrorTol(1e-12)
-    params.setLinearSolverType('MULTIFRONTAL_QR')
-    return gtsam.LevenbergMarquardtOptimizer(graph, initial, params).optimize(), graph
+    return levenberg_marquardt(gtsam, graph, initial), graph
