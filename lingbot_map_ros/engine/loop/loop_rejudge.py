@@ -17,16 +17,20 @@ The gate (``loop_gate.py``) judges a loop against the graph as it stands, accept
 included. A wrong loop accepted first (nothing yet to tell it from a drift) bends the graph,
 and every true loop after it is then refused as inconsistent. So the graphs keep the loops the
 gate refused as inconsistent or that did not fit after the update (the last
-:data:`MAX_CHALLENGERS`, the challengers) and, when one more is refused, ask whether the challengers make a larger consistent set than the accepted
-loops they contradict (pairwise consistency as in PCM, judged through the graph):
+:data:`MAX_CHALLENGERS`, the challengers) and, when one more is refused, ask whether the
+challengers make a larger consistent set than the accepted loops they contradict (pairwise
+consistency as in PCM, judged through the graph):
 
 1. the challengers are judged by the gate one by one, in their order, against the graph of the
    odometry (priors and non-loop edges) and the challengers that passed before them;
 2. each accepted loop is judged by the gate against that graph: those it refuses conflict;
-3. when at least :data:`MIN_SUPPORT` challengers passed and they outnumber the conflicting
+3. the challengers are judged again, one by one, against the odometry, the accepted loops
+   that do not conflict and the challengers that passed before them (wrong loops far apart
+   look consistent over the odometry alone, not with the true loops that stay);
+4. when at least :data:`MIN_SUPPORT` challengers passed and they outnumber the conflicting
    loops, the conflicting loops are removed and the challengers that passed are added.
 
-:func:`rejudge` does steps 1-3 (a batch solve and a marginal per challenger: a rare event, it
+:func:`rejudge` does steps 1-4 (a batch solve and a marginal per challenger: a rare event, it
 runs only when a loop is refused while others are accepted). The live graph
 (``incremental_graph.py``) and the batch (``pose_graph.py``) both call it with the same loops,
 so they keep and remove the same ones.
@@ -83,6 +87,40 @@ def rejudge(gtsam: Any, maker: FactorMaker, gate: LoopGate, base: Any, values: A
     """
     if len(challengers) < MIN_SUPPORT or not accepted:
         return None
+    adopted, graph, trial = _consistent(gtsam, maker, gate, base, values, challengers, scales,
+                                        step_variance, solve, isam_of)
+    if len(adopted) < MIN_SUPPORT:
+        return None
+    isam = isam_of(graph, trial)
+    removed = tuple(k for k, edge in enumerate(accepted)
+                    if not _passes(maker, gate, graph, trial, edge, scales, step_variance,
+                                   lambda _g, _v: isam))
+    if not removed or len(adopted) <= len(removed):
+        return None
+    # The challengers must also agree with the accepted loops that stay (wrong loops far
+    # apart look consistent with each other over the odometry alone, not with those).
+    staying = gtsam.NonlinearFactorGraph()
+    staying.push_back(base)
+    for k, edge in enumerate(accepted):
+        if k not in removed:
+            staying.add(maker.factor(edge))
+    adopted, _, trial = _consistent(gtsam, maker, gate, staying, trial, challengers, scales,
+                                    step_variance, solve, isam_of)
+    if len(adopted) < MIN_SUPPORT or len(adopted) <= len(removed):
+        return None
+    return Rejudgement(removed, tuple(adopted), trial)
+
+
+def _consistent(gtsam: Any, maker: FactorMaker, gate: LoopGate, base: Any, values: Any,
+                challengers: Sequence[Any], scales: Sequence[float],
+                step_variance: Callable[[int], float | None],
+                solve: Callable[[Any, Any], Any], isam_of: Callable[[Any, Any], Any]
+                ) -> tuple[list[int], Any, Any]:
+    """Judge the challengers one by one on ``base`` plus those that passed before them.
+
+    Returns:
+        The positions of those that passed, the graph with them, its solution.
+    """
     graph = gtsam.NonlinearFactorGraph()
     graph.push_back(base)
     trial = solve(graph, values)
@@ -93,15 +131,7 @@ def rejudge(gtsam: Any, maker: FactorMaker, gate: LoopGate, base: Any, values: A
         graph.add(maker.factor(edge))
         trial = solve(graph, trial)
         adopted.append(k)
-    if len(adopted) < MIN_SUPPORT:
-        return None
-    isam = isam_of(graph, trial)
-    removed = tuple(k for k, edge in enumerate(accepted)
-                    if not _passes(maker, gate, graph, trial, edge, scales, step_variance,
-                                   lambda _g, _v: isam))
-    if not removed or len(adopted) <= len(removed):
-        return None
-    return Rejudgement(removed, tuple(adopted), trial)
+    return adopted, graph, trial
 
 
 def _passes(maker: FactorMaker, gate: LoopGate, graph: Any, values: Any, edge: Any,
