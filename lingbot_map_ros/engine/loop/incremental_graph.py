@@ -213,7 +213,8 @@ class PoseGraph:
             logger.info('loop %d -> %d rejected by the gate (%s, d2 %.3g > %.3g)', edge.i,
                         edge.j, verdict.reason, verdict.distance, verdict.bound)
             residual = self._maker.residual(self._estimate, edge)
-            if verdict.reason == 'inconsistent':
+            if verdict.reason == 'inconsistent' or (verdict.reason == 'scale'
+                                                    and not self._fixed_scale()):
                 outcome = self._rejudge(edge, verdict)
                 if outcome is not None:
                     return outcome
@@ -352,7 +353,8 @@ class PoseGraph:
     def _rejudge(self, edge: PoseGraphEdge, verdict: GateVerdict) -> LoopOutcome | None:
         """Let the refused ``edge`` and the earlier challengers re-judge the accepted loops.
 
-        A challenger is a loop refused as inconsistent by the gate or for its residual.
+        A challenger is a loop refused as inconsistent by the gate (its scale included, without
+        metric scale) or for its residual.
 
         Returns:
             ``edge``'s outcome when accepted loops were replaced, None when nothing changed.

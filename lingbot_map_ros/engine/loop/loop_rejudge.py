@@ -16,10 +16,10 @@
 The gate (``loop_gate.py``) judges a loop against the graph as it stands, accepted loops
 included. A wrong loop accepted first (nothing yet to tell it from a drift) bends the graph,
 and every true loop after it is then refused as inconsistent. So the graphs keep the loops the
-gate refused as inconsistent or that did not fit after the update (the last
-:data:`MAX_CHALLENGERS`, the challengers) and, when one more is refused, ask whether the
-challengers make a larger consistent set than the accepted loops they contradict (pairwise
-consistency as in PCM, judged through the graph):
+gate refused as inconsistent (in scale too, without metric scale) or that did not fit after
+the update (the last :data:`MAX_CHALLENGERS`, the challengers) and, when one more is refused,
+ask whether the challengers make a larger consistent set than the accepted loops they
+contradict (pairwise consistency as in PCM, judged through the graph):
 
 1. the challengers are judged by the gate one by one, in their order, against the graph of the
    odometry (priors and non-loop edges) and the challengers that passed before them;

@@ -156,8 +156,9 @@ def optimize_pose_graph(poses: np.ndarray, edges: Sequence[Any], *,
             logger.info('loop edge %d (%d -> %d) rejected by the gate (%s, d2 %.3g > %.3g)', n,
                         edge.i, edge.j, verdict.reason, verdict.distance, verdict.bound)
         rejected.append(n)
-        if verdict.reason not in ('inconsistent', 'ok'):  # 'ok': refused for its residual
-            continue
+        if verdict.reason not in ('inconsistent', 'ok') and (verdict.reason != 'scale'
+                                                             or scale_fixed):
+            continue  # 'ok': refused for its residual
         challengers = (challengers + [n])[-MAX_CHALLENGERS:]
         loops = [m for m in kept if checked[m].kind == 'loop']
         decision = rejudge(gtsam, maker, gate, base, values, [checked[m] for m in loops],
