@@ -43,7 +43,7 @@ from lingbot_map_ros.engine.loop.dependencies import require_gtsam
 from lingbot_map_ros.engine.loop.factors import FACTORIZATION, FactorMaker, Robust, WEAK_SIGMA
 from lingbot_map_ros.engine.loop.loop_gate import (GateVerdict, joint_covariance, LoopGate,
                                                    StepVariances)
-from lingbot_map_ros.engine.loop.loop_rejudge import MAX_CHALLENGERS, rejudge
+from lingbot_map_ros.engine.loop.loop_rejudge import MAX_CHALLENGERS, MIN_SUPPORT, rejudge
 from lingbot_map_ros.engine.loop.pose_graph import (check_connected, check_edge, isam_over,
                                                     levenberg_marquardt, PoseGraphEdge)
 import numpy as np
@@ -360,8 +360,8 @@ class PoseGraph:
             ``edge``'s outcome when accepted loops were replaced, None when nothing changed.
         """
         self._challengers = (self._challengers + [edge])[-MAX_CHALLENGERS:]
-        if not self._loops:
-            return None
+        if not self._loops or len(self._challengers) < MIN_SUPPORT:
+            return None  # nothing to re-judge, or too few to outvote any loop
         loop_at = {position: k for k, (_, position) in enumerate(self._loops)}
         base = self._g.NonlinearFactorGraph()
         for position in range(self._factors.size()):
