@@ -45,7 +45,8 @@ from lingbot_map_ros.engine.loop.loop_gate import (GateVerdict, joint_covariance
                                                    StepVariances)
 from lingbot_map_ros.engine.loop.loop_rejudge import MAX_CHALLENGERS, MIN_SUPPORT, rejudge
 from lingbot_map_ros.engine.loop.pose_graph import (check_connected, check_edge, isam_over,
-                                                    levenberg_marquardt, PoseGraphEdge)
+                                                    levenberg_marquardt, PoseGraphEdge,
+                                                    RELINEARIZE_THRESHOLD, SETTLE_UPDATES)
 import numpy as np
 
 logger = logging.getLogger(__name__)
@@ -53,12 +54,9 @@ logger = logging.getLogger(__name__)
 LOOP_UPDATES = 2
 """Fewest iSAM2 updates after a loop is added (and after one is removed); more while an
 update still relinearises variables (moved more than ``RELINEARIZE_THRESHOLD``)."""
-MAX_LOOP_UPDATES = 40
+MAX_LOOP_UPDATES = SETTLE_UPDATES
 """Most iSAM2 updates after a loop: iSAM2 takes one Gauss-Newton step per update, and a loop
 after a long drifting route (the scale off by a factor of several) needs many."""
-
-RELINEARIZE_THRESHOLD = 0.01
-"""iSAM2 relinearises a variable whose update exceeds this (tangent units)."""
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,9 @@ contradict (pairwise consistency as in PCM, judged through the graph):
 3. the challengers are judged again, one by one, against the odometry, the accepted loops
    that do not conflict and the challengers that passed before them (wrong loops far apart
    look consistent over the odometry alone, not with the true loops that stay);
-4. when at least :data:`MIN_SUPPORT` challengers passed and they outnumber the conflicting
-   loops, the conflicting loops are removed and the challengers that passed are added.
+4. when at least :data:`MIN_SUPPORT` challengers passed and they are more than
+   :data:`MAJORITY` times as many as the conflicting loops, the conflicting loops are removed
+   and the challengers that passed are added.
 
 :func:`rejudge` does steps 1-4 (a batch solve and a marginal per challenger: a rare event, it
 runs only when a loop is refused while others are accepted). The live graph
@@ -48,6 +49,11 @@ MAX_CHALLENGERS = 8
 """Refused loops that are kept to challenge the accepted ones (the newest)."""
 MIN_SUPPORT = 3
 """Fewest mutually consistent challengers that may replace accepted loops."""
+MAJORITY = 2
+"""Challengers replace accepted loops only when they are more than this many times as many: an
+accepted loop was consistent with the graph when it came, and the gate is loose over a few
+keyframes, so a run of consistent look-alikes (six lying neighbours) that contradicts only the
+few accepted loops next to it must not win."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +101,7 @@ def rejudge(gtsam: Any, maker: FactorMaker, gate: LoopGate, base: Any, values: A
     removed = tuple(k for k, edge in enumerate(accepted)
                     if not _passes(maker, gate, graph, trial, edge, scales, step_variance,
                                    lambda _g, _v: isam))
-    if not removed or len(adopted) <= len(removed):
+    if not removed or len(adopted) <= MAJORITY * len(removed):
         return None
     # The challengers must also agree with the accepted loops that stay (wrong loops far
     # apart look consistent with each other over the odometry alone, not with those).
@@ -106,7 +112,7 @@ def rejudge(gtsam: Any, maker: FactorMaker, gate: LoopGate, base: Any, values: A
             staying.add(maker.factor(edge))
     adopted, _, trial = _consistent(gtsam, maker, gate, staying, trial, challengers, scales,
                                     step_variance, solve, isam_of)
-    if len(adopted) < MIN_SUPPORT or len(adopted) <= len(removed):
+    if len(adopted) < MIN_SUPPORT or len(adopted) <= MAJORITY * len(removed):
         return None
     return Rejudgement(removed, tuple(adopted), trial)
 

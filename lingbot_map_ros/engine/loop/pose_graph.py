@@ -53,6 +53,10 @@ logger = logging.getLogger(__name__)
 EdgeKind = Literal['odometry', 'loop']
 MAX_ITERATIONS = 100
 """Levenberg-Marquardt iteration cap of one solve."""
+RELINEARIZE_THRESHOLD = 0.01
+"""iSAM2 relinearises a variable whose update exceeds this (tangent units; both graphs)."""
+SETTLE_UPDATES = 40
+"""Most iSAM2 updates of one loop's solve (both graphs; see :func:`settled_solve`)."""
 
 
 @dataclass(frozen=True)
@@ -143,8 +147,10 @@ def optimize_pose_graph(poses: np.ndarray, edges: Sequence[Any], *,
         verdict = gate.judge(maker, values, joint, edge, (scales[edge.i], scales[edge.j]),
                              steps.unit(max(edge.i, edge.j)))
         if verdict.accepted:
-            trial_values, trial_graph = _solve(gtsam, maker, values, [checked[m] for m in kept]
-                                               + [edge], fixed, graph=graph)
+            trial_graph = gtsam.NonlinearFactorGraph()
+            trial_graph.push_back(graph)
+            trial_graph.add(maker.factor(edge))
+            trial_values = settled_solve(gtsam, trial_graph, values)
             residual = maker.residual(trial_values, edge)
             if residual <= max_residual:
                 kept.append(n)
@@ -256,6 +262,26 @@ def isam_over(gtsam: Any, graph: Any, values: Any) -> Any:
     isam = gtsam.ISAM2(params)
     isam.update(graph, values)
     return isam
+
+
+def settled_solve(gtsam: Any, graph: Any, initial: Any) -> Any:
+    """Solve ``graph`` from ``initial`` as the live graph solves a loop; returns the values.
+
+    iSAM2 (QR, the live graph's relinearisation) updated until an update relinearises no
+    variable (at most :data:`SETTLE_UPDATES`): after a long drifting route a loop moves the
+    trajectory by a scale factor of several, where Levenberg-Marquardt and Gauss-Newton over
+    the whole graph stall, and the live graph's partial relinearisation converges.
+    """
+    params = gtsam.ISAM2Params()
+    params.setRelinearizeThreshold(RELINEARIZE_THRESHOLD)
+    params.relinearizeSkip = 1
+    params.setFactorization(FACTORIZATION)
+    isam = gtsam.ISAM2(params)
+    isam.update(graph, initial)
+    for count in range(1, SETTLE_UPDATES + 1):
+        if isam.update().getVariablesRelinearized() == 0 and count >= 2:
+            break
+    return isam.calculateEstimate()
 
 
 def levenberg_marquardt(gtsam: Any, graph: Any, initial: Any) -> Any:
