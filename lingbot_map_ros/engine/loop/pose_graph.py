@@ -24,7 +24,10 @@ loops is solved first, then every loop in edge order is judged by the gate (``lo
 a chi-square test against the graph's prediction and the joint marginal of its two nodes,
 from iSAM2 over the graph so far) and, when it passes, added and solved again; a loop whose
 whitened residual ``sqrt(e^T Omega e / dim)`` (without the robust kernel) then stays above
-``max_residual`` is taken out again (rtabmap's ``RGBD/OptimizeMaxError`` idea). The returned
+``max_residual`` is taken out again (rtabmap's ``RGBD/OptimizeMaxError`` idea); a loop's
+trial solve is the live graph's (:func:`settled_solve`). Refused loops re-judge the accepted
+ones as in the live graph (``loop_rejudge.py``): a wrong first loop is removed when enough
+later loops disagree with it, and they go in. The returned
 poses are a fresh solve of the graph without the rejected edges from the given poses, so they
 equal what the same call without those edges returns. Every node must be reached from a fixed
 node through the edges (a disconnected part has no gauge: refused with a ValueError).
