@@ -20,7 +20,7 @@ it was refused. Every scene runs through the live graph (``PoseGraph``, each loo
 newer keyframe arrives) and the batch solve (``optimize_pose_graph``): both keep the same
 loops.
 
-Run: ``pytest test/engine/loop/test_loop_gate_drift.py`` (CPU, needs gtsam; the
+Run: ``pytest test/engine/loop/test_loop_gate_drift.py`` (CPU, needs gtsam; ~40 s; the
 2,000-keyframe lap is marked slow).
 """
 
@@ -121,3 +121,35 @@ def test_a_wrong_first_loop_is_removed_when_later_true_ones_disagree():
     best = position_error(only_true.poses(), truth)
     assert position_error(graph.poses(), truth) <= best + 0.05
     assert best < 0.3 * position_error(odometry, truth)
+
+
+def test_the_drift_model_settings_are_checked():
+    from lingbot_map_ros.engine.loop.loop_gate import LoopGate
+    with pytest.raises(ValueError, match='systematic_drift'):
+        LoopGate(systematic_drift=-0.1)
+    with pytest.raises(ValueError, match='scale_sigmas'):
+        LoopGate(scale_sigmas=0.0)
+    assert LoopGate().max_scale_drift == float('inf')  # no hard bound without metric scale
+    # The steps of drift a prediction holds: its rotation variance over one step's.
+    predicted = np.diag([0.04, 0.04, 0.04, 1.0, 1.0, 1.0, 1.0])
+    assert LoopGate.steps(predicted, 1e-4) == pytest.approx(400.0)
+    assert LoopGate.steps(predicted, None) == 0.0
+
+
+def test_the_step_unit_is_the_mean_of_the_edges_up_to_a_node():
+    from lingbot_map_ros.engine.loop.factors import FactorMaker
+    from lingbot_map_ros.engine.loop.loop_gate import StepVariances
+    import gtsam
+    maker = FactorMaker(gtsam, False, 'huber', [])
+    steps = StepVariances()
+
+    def edge(n, sigma):
+        return PoseGraphEdge(n - 1, n, np.eye(4), np.diag(1.0 / np.square(
+            [0.01] * 3 + [sigma] * 3 + [0.01])), 'odometry')
+    steps.add(maker, edge(1, 0.01))
+    steps.add(maker, edge(3, 0.03))
+    steps.add(maker, edge(2, 0.02))  # out of order (a seeded map's edges)
+    assert steps.unit(0) is None
+    assert steps.unit(1) == pytest.approx(1e-4)
+    assert steps.unit(2) == pytest.approx((1e-4 + 4e-4) / 2)
+    assert steps.unit(10) == pytest.approx((1e-4 + 4e-4 + 9e-4) / 3)
