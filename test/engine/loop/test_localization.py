@@ -32,8 +32,8 @@ from lingbot_map_ros.engine.mapping.store.map_format import MapExpectation, MapS
 from lingbot_map_ros.engine.mapping.store.map_store import load_map, save_map
 from lingbot_map_ros.engine.mapping.verify.verification import KeyframeRecord
 from lingbot_map_ros.loop_config import LoopConfig
-from loop_scenes import (drifting_route, LandmarkVerifier, noisy, Places, ReplayPlaces,
-                         rotation, STEP_SIGMA)
+from loop_scenes import (drifting_route, LandmarkVerifier, noisy, Places, ReplayPlaces, rotation,
+                         STEP_SIGMA)
 import numpy as np
 import pytest
 

@@ -24,7 +24,10 @@ loops is solved first, then every loop in edge order is judged by the gate (``lo
 a chi-square test against the graph's prediction and the joint marginal of its two nodes,
 from iSAM2 over the graph so far) and, when it passes, added and solved again; a loop whose
 whitened residual ``sqrt(e^T Omega e / dim)`` (without the robust kernel) then stays above
-``max_residual`` is taken out again (rtabmap's ``RGBD/OptimizeMaxError`` idea). The returned
+``max_residual`` is taken out again (rtabmap's ``RGBD/OptimizeMaxError`` idea); a loop's
+trial solve is the live graph's (:func:`settled_solve`). Refused loops re-judge the accepted
+ones as in the live graph (``loop_rejudge.py``): a wrong first loop is removed when enough
+later loops disagree with it, and they go in. The returned
 poses are a fresh solve of the graph without the rejected edges from the given poses, so they
 equal what the same call without those edges returns. Every node must be reached from a fixed
 node through the edges (a disconnected part has no gauge: refused with a ValueError).
@@ -43,7 +46,9 @@ from typing import Any, Literal, Sequence
 
 from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.mapping.graph.factors import FACTORIZATION, FactorMaker, Robust
-from lingbot_map_ros.engine.mapping.graph.loop_gate import joint_covariance, LoopGate
+from lingbot_map_ros.engine.mapping.graph.loop_gate import (joint_covariance, LoopGate,
+                                                            StepVariances)
+from lingbot_map_ros.engine.mapping.graph.loop_rejudge import MAX_CHALLENGERS, rejudge
 from lingbot_map_ros.engine.optional_dependencies import require_gtsam
 import numpy as np
 
@@ -52,6 +57,10 @@ logger = logging.getLogger(__name__)
 EdgeKind = Literal['odometry', 'loop']
 MAX_ITERATIONS = 100
 """Levenberg-Marquardt iteration cap of one solve."""
+RELINEARIZE_THRESHOLD = 0.01
+"""iSAM2 relinearises a variable whose update exceeds this (tangent units; both graphs)."""
+SETTLE_UPDATES = 40
+"""Most iSAM2 updates of one loop's solve (both graphs; see :func:`settled_solve`)."""
 
 
 @dataclass(frozen=True)
@@ -130,14 +139,22 @@ def optimize_pose_graph(poses: np.ndarray, edges: Sequence[Any], *,
     maker = FactorMaker(gtsam, scale_fixed, robust, scales)
     kept = [n for n, e in enumerate(checked) if e.kind != 'loop']
     values, graph = _solve(gtsam, maker, arr, [checked[n] for n in kept], fixed)
+    steps = StepVariances()
+    for n in kept:
+        steps.add(maker, checked[n])
+    base = graph
     rejected: list[int] = []
+    challengers: list[int] = []
     for n in (n for n, e in enumerate(checked) if e.kind == 'loop'):
         edge = checked[n]
-        joint = joint_covariance(_isam_of(gtsam, graph, values), edge.i, edge.j)
-        verdict = gate.judge(maker, values, joint, edge, (scales[edge.i], scales[edge.j]))
+        joint = joint_covariance(isam_over(gtsam, graph, values), edge.i, edge.j)
+        verdict = gate.judge(maker, values, joint, edge, (scales[edge.i], scales[edge.j]),
+                             steps.unit(max(edge.i, edge.j)))
         if verdict.accepted:
-            trial_values, trial_graph = _solve(gtsam, maker, values, [checked[m] for m in kept]
-                                               + [edge], fixed, graph=graph)
+            trial_graph = gtsam.NonlinearFactorGraph()
+            trial_graph.push_back(graph)
+            trial_graph.add(maker.factor(edge))
+            trial_values = settled_solve(gtsam, trial_graph, values)
             residual = maker.residual(trial_values, edge)
             if residual <= max_residual:
                 kept.append(n)
@@ -149,6 +166,30 @@ def optimize_pose_graph(poses: np.ndarray, edges: Sequence[Any], *,
             logger.info('loop edge %d (%d -> %d) rejected by the gate (%s, d2 %.3g > %.3g)', n,
                         edge.i, edge.j, verdict.reason, verdict.distance, verdict.bound)
         rejected.append(n)
+        if verdict.reason not in ('inconsistent', 'ok') and (verdict.reason != 'scale'
+                                                             or scale_fixed):
+            continue  # 'ok': refused for its residual
+        challengers = (challengers + [n])[-MAX_CHALLENGERS:]
+        loops = [m for m in kept if checked[m].kind == 'loop']
+        decision = rejudge(gtsam, maker, gate, base, values, [checked[m] for m in loops],
+                           [checked[m] for m in challengers], scales, steps.unit,
+                           lambda g, v: levenberg_marquardt(gtsam, g, v),
+                           lambda g, v: isam_over(gtsam, g, v))
+        if decision is None:
+            continue
+        out = {loops[k] for k in decision.removed}
+        into = [challengers[k] for k in decision.adopted]
+        logger.info('loop edges %s removed, %s adopted: the later loops disagree', sorted(out),
+                    into)
+        kept = [m for m in kept if m not in out] + into
+        rejected = [m for m in rejected if m not in into] + sorted(out)
+        challengers = [m for m in challengers if m not in into]
+        graph = gtsam.NonlinearFactorGraph()
+        graph.push_back(base)
+        for m in kept:
+            if checked[m].kind == 'loop':
+                graph.add(maker.factor(checked[m]))
+        values = levenberg_marquardt(gtsam, graph, decision.values)
     kept.sort()
     values, graph = _solve(gtsam, maker, arr, [checked[n] for n in kept], fixed)
     residuals = {n: maker.residual(values, checked[n]) for n in kept
@@ -157,7 +198,7 @@ def optimize_pose_graph(poses: np.ndarray, edges: Sequence[Any], *,
     out[fixed] = arr[fixed]
     cov = None
     if covariances:
-        marginals = _isam_of(gtsam, graph, values)  # QR: a long chain's marginals too
+        marginals = isam_over(gtsam, graph, values)  # QR: a long chain's marginals too
         cov = np.stack([maker.covariance(marginals.marginalCovariance(n))
                         for n in range(len(arr))])
     return PoseGraphResult(poses=out, rejected=tuple(rejected), covariances=cov,
@@ -215,13 +256,46 @@ def check_connected(num_nodes: int, edges: Sequence[PoseGraphEdge],
                          'are reached from no fixed node through the edges')
 
 
-def _isam_of(gtsam: Any, graph: Any, values: Any) -> Any:
-    """iSAM2 over ``graph`` linearised at ``values`` (QR, as the live graph): its marginals."""
+def isam_over(gtsam: Any, graph: Any, values: Any) -> Any:
+    """Return iSAM2 over ``graph`` linearised at ``values`` (QR, as the live graph).
+
+    Its marginals are the gate's.
+    """
     params = gtsam.ISAM2Params()
     params.setFactorization(FACTORIZATION)
     isam = gtsam.ISAM2(params)
     isam.update(graph, values)
     return isam
+
+
+def settled_solve(gtsam: Any, graph: Any, initial: Any) -> Any:
+    """Solve ``graph`` from ``initial`` as the live graph solves a loop; returns the values.
+
+    iSAM2 (QR, the live graph's relinearisation) updated until an update relinearises no
+    variable (at most :data:`SETTLE_UPDATES`): after a long drifting route a loop moves the
+    trajectory by a scale factor of several, where Levenberg-Marquardt and Gauss-Newton over
+    the whole graph stall, and the live graph's partial relinearisation converges.
+    """
+    params = gtsam.ISAM2Params()
+    params.setRelinearizeThreshold(RELINEARIZE_THRESHOLD)
+    params.relinearizeSkip = 1
+    params.setFactorization(FACTORIZATION)
+    isam = gtsam.ISAM2(params)
+    isam.update(graph, initial)
+    for count in range(1, SETTLE_UPDATES + 1):
+        if isam.update().getVariablesRelinearized() == 0 and count >= 2:
+            break
+    return isam.calculateEstimate()
+
+
+def levenberg_marquardt(gtsam: Any, graph: Any, initial: Any) -> Any:
+    """Levenberg-Marquardt over ``graph`` from ``initial`` (QR); returns the values."""
+    params = gtsam.LevenbergMarquardtParams()
+    params.setMaxIterations(MAX_ITERATIONS)
+    params.setRelativeErrorTol(1e-10)
+    params.setAbsoluteErrorTol(1e-12)
+    params.setLinearSolverType('MULTIFRONTAL_QR')
+    return gtsam.LevenbergMarquardtOptimizer(graph, initial, params).optimize()
 
 
 def _solve(gtsam: Any, maker: FactorMaker, poses: Any, edges: list[PoseGraphEdge],
@@ -248,9 +322,4 @@ def _solve(gtsam: Any, maker: FactorMaker, poses: Any, edges: list[PoseGraphEdge
             initial.insert(n, maker.value(pose))
     else:
         initial = poses
-    params = gtsam.LevenbergMarquardtParams()
-    params.setMaxIterations(MAX_ITERATIONS)
-    params.setRelativeErrorTol(1e-10)
-    params.setAbsoluteErrorTol(1e-12)
-    params.setLinearSolverType('MULTIFRONTAL_QR')
-    return gtsam.LevenbergMarquardtOptimizer(graph, initial, params).optimize(), graph
+    return levenberg_marquardt(gtsam, graph, initial), graph

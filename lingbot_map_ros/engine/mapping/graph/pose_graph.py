@@ -41,19 +41,25 @@ from typing import Any
 
 from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.mapping.graph.batch_solve import (check_connected, check_edge,
-                                                              PoseGraphEdge)
+                                                              isam_over, levenberg_marquardt,
+                                                              PoseGraphEdge, RELINEARIZE_THRESHOLD,
+                                                              SETTLE_UPDATES)
 from lingbot_map_ros.engine.mapping.graph.factors import (FACTORIZATION, FactorMaker, Robust,
                                                           WEAK_SIGMA)
-from lingbot_map_ros.engine.mapping.graph.loop_gate import GateVerdict, joint_covariance, LoopGate
+from lingbot_map_ros.engine.mapping.graph.loop_gate import (GateVerdict, joint_covariance,
+                                                            LoopGate, StepVariances)
+from lingbot_map_ros.engine.mapping.graph.loop_rejudge import MAX_CHALLENGERS, MIN_SUPPORT, rejudge
 from lingbot_map_ros.engine.optional_dependencies import require_gtsam
 import numpy as np
 
 logger = logging.getLogger(__name__)
 
-LOOP_UPDATES = 6
-"""iSAM2 updates after a loop is added (and again after one is removed)."""
-RELINEARIZE_THRESHOLD = 0.01
-"""iSAM2 relinearises a variable whose update exceeds this (tangent units)."""
+LOOP_UPDATES = 2
+"""Fewest iSAM2 updates after a loop is added (and after one is removed); more while an
+update still relinearises variables (moved more than ``RELINEARIZE_THRESHOLD``)."""
+MAX_LOOP_UPDATES = SETTLE_UPDATES
+"""Most iSAM2 updates after a loop: iSAM2 takes one Gauss-Newton step per update, and a loop
+after a long drifting route (the scale off by a factor of several) needs many."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,12 @@ class LoopOutcome:
     large after the updates), 'unsolvable' (the graph could not take it)."""
     distance: float = float('nan')
     """The gate's squared Mahalanobis distance (nan when not tested)."""
+    removed: tuple[PoseGraphEdge, ...] = ()
+    """Loops accepted earlier that this one's arrival took out again (re-judged: the later
+    loops disagree with them, ``loop_rejudge.py``)."""
+    adopted: tuple[PoseGraphEdge, ...] = ()
+    """Loops refused earlier that went in with the re-judging (this one is not among them: it
+    is ``accepted``)."""
 
 
 class PoseGraph:
@@ -106,9 +118,16 @@ class PoseGraph:
         """Every factor in the graph (priors, odometry, kept loops): what a rebuild starts from."""
         self._num_loops = 0
         self._counts = {'recoveries': 0, 'rejected_gate': 0, 'rejected_residual': 0,
-                        'rejected_unsolvable': 0}
+                        'rejected_unsolvable': 0, 'loops_removed': 0, 'loops_adopted': 0}
         self._edges: list[PoseGraphEdge] = []
         """Every edge in the graph (odometry and kept loops), for :meth:`edges`."""
+        self._steps = StepVariances()
+        """The odometry edges' rotation variances (the gate's step unit)."""
+        self._loops: list[tuple[PoseGraphEdge, int]] = []
+        """The loops added here and kept, each with its factor's position in ``_factors``."""
+        self._challengers: list[PoseGraphEdge] = []
+        """The newest loops the gate refused as inconsistent (``loop_rejudge.py``)."""
+        self._factorization = factorization
 
     @property
     def num_nodes(self) -> int:
@@ -121,7 +140,11 @@ class PoseGraph:
         return self._num_loops
 
     def stats(self) -> dict[str, int]:
-        """Return the graph's counters: nodes, loops, recoveries and rejected loops by cause."""
+        """Return the graph's counters: nodes, loops, recoveries, rejected loops by cause.
+
+        ``loops_removed``: accepted loops taken out again by re-judging; ``loops_adopted``:
+        refused loops it put in (each also counted once in ``rejected_gate``).
+        """
         return {'nodes': self.num_nodes, 'loops': self._num_loops, **self._counts}
 
     def add_node(self, pose: np.ndarray, odometry: PoseGraphEdge | None = None) -> int:
@@ -166,6 +189,7 @@ class PoseGraph:
         self._factors.add(factor)
         if edge is not None:
             self._edges.append(edge)
+            self._count_step(edge)
         # Only the new node's estimate: an odometry edge to a new node tells the others
         # nothing, so theirs stand (the whole estimate is O(N): docs/loop_closure.md, costs).
         estimate = self._isam.calculateEstimatePose3(n) if self._fixed_scale() \
@@ -187,18 +211,23 @@ class PoseGraph:
             raise ValueError(f"add_loop takes kind 'loop', got {edge.kind!r}")
         verdict = self.judge(edge)
         if not verdict.accepted:
-            self._counts['rejected_gate'] += 1
             logger.info('loop %d -> %d rejected by the gate (%s, d2 %.3g > %.3g)', edge.i,
                         edge.j, verdict.reason, verdict.distance, verdict.bound)
-            return LoopOutcome(False, self._maker.residual(self._estimate, edge),
-                               verdict.reason, verdict.distance)
+            residual = self._maker.residual(self._estimate, edge)
+            if verdict.reason == 'inconsistent' or (verdict.reason == 'scale'
+                                                    and not self._fixed_scale()):
+                outcome = self._rejudge(edge, verdict)
+                if outcome is not None:
+                    return outcome
+            self._counts['rejected_gate'] += 1
+            return LoopOutcome(False, residual, verdict.reason, verdict.distance)
         factor = self._maker.factor(edge)
         graph = self._g.NonlinearFactorGraph()
         graph.add(factor)
         try:
             result = self._isam.update(graph, self._g.Values())
             index = list(result.getNewFactorsIndices())[0]
-            self._settle()
+            self._settle(edge)
             residual = self._maker.residual(self._estimate, edge)
         except RuntimeError as exc:  # GTSAM: an indeterminate system under this loop
             logger.warning('loop %d -> %d makes the graph unsolvable (%s): rejected, graph '
@@ -213,6 +242,7 @@ class PoseGraph:
         if residual <= self._max_residual:
             self._num_loops += 1
             self._edges.append(edge)
+            self._loops.append((edge, self._factors.size()))
             self._factors.add(factor)
             return LoopOutcome(True, residual, 'ok', verdict.distance)
         try:
@@ -222,6 +252,10 @@ class PoseGraph:
             logger.warning('taking loop %d -> %d out failed (%s): graph rebuilt without it',
                            edge.i, edge.j, _first_line(exc))
             self._recover(self._g.NonlinearFactorGraph(), self._g.Values())
+        outcome = self._rejudge(edge, GateVerdict(False, 'residual', verdict.distance,
+                                                  verdict.bound))
+        if outcome is not None:
+            return outcome
         self._counts['rejected_residual'] += 1
         return LoopOutcome(False, residual, 'residual', verdict.distance)
 
@@ -245,7 +279,8 @@ class PoseGraph:
                          'refused', edge.i, edge.j, _first_line(exc))
             return GateVerdict(False, 'unsolvable', float('nan'), float('nan'))
         scales = (self._scales[edge.i], self._scales[edge.j])
-        return self._gate.judge(self._maker, self._estimate, joint, edge, scales)
+        return self._gate.judge(self._maker, self._estimate, joint, edge, scales,
+                                self._steps.unit(max(edge.i, edge.j)))
 
     def pose(self, n: int) -> np.ndarray:
         """Node ``n``'s current [4, 4] Sim(3) estimate."""
@@ -307,15 +342,93 @@ class PoseGraph:
             raise
         self._factors.push_back(graph)
         self._edges.extend(checked)
+        for edge in checked:
+            if edge.kind != 'loop':
+                self._count_step(edge)
         self._num_loops += sum(e.kind == 'loop' for e in checked)
         self._settle()
+
+    def _count_step(self, edge: PoseGraphEdge) -> None:
+        self._steps.add(self._maker, edge)
+
+    def _rejudge(self, edge: PoseGraphEdge, verdict: GateVerdict) -> LoopOutcome | None:
+        """Let the refused ``edge`` and the earlier challengers re-judge the accepted loops.
+
+        A challenger is a loop refused as inconsistent by the gate (its scale included, without
+        metric scale) or for its residual.
+
+        Returns:
+            ``edge``'s outcome when accepted loops were replaced, None when nothing changed.
+        """
+        self._challengers = (self._challengers + [edge])[-MAX_CHALLENGERS:]
+        if not self._loops or len(self._challengers) < MIN_SUPPORT:
+            return None  # nothing to re-judge, or too few to outvote any loop
+        loop_at = {position: k for k, (_, position) in enumerate(self._loops)}
+        base = self._g.NonlinearFactorGraph()
+        for position in range(self._factors.size()):
+            if position not in loop_at:
+                base.add(self._factors.at(position))
+        try:
+            decision = rejudge(
+                self._g, self._maker, self._gate, base, self._estimate,
+                [e for e, _ in self._loops], self._challengers, self._scales, self._steps.unit,
+                lambda g, v: levenberg_marquardt(self._g, g, v),
+                lambda g, v: isam_over(self._g, g, v))
+        except RuntimeError as exc:  # a solve failed: the accepted loops stay
+            logger.warning('re-judging the loops failed (%s): they stay', _first_line(exc))
+            return None
+        if decision is None:
+            return None
+        out = {self._loops[k][1] for k in decision.removed}
+        into = [self._challengers[k] for k in decision.adopted]
+        factors, loops = self._g.NonlinearFactorGraph(), []
+        for position in range(self._factors.size()):
+            if position in out:
+                continue
+            if position in loop_at:
+                loops.append((self._loops[loop_at[position]][0], factors.size()))
+            factors.add(self._factors.at(position))
+        for loop in into:
+            loops.append((loop, factors.size()))
+            factors.add(self._maker.factor(loop))
+        isam = self._new_isam(self._factorization)
+        try:
+            isam.update(factors, decision.values)
+        except RuntimeError as exc:
+            logger.warning('re-judging: the graph with the adopted loops failed (%s): the '
+                           'accepted loops stay', _first_line(exc))
+            return None
+        removed = tuple(self._loops[k][0] for k in decision.removed)
+        logger.warning('re-judging: %d accepted loop(s) removed, %d refused one(s) adopted: '
+                       'the later loops disagree with them', len(removed), len(into))
+        self._isam, self._factors, self._loops = isam, factors, loops
+        self._edges = [e for e in self._edges if not any(e is r for r in removed)] + into
+        self._num_loops += len(into) - len(removed)
+        self._challengers = [c for c in self._challengers if not any(c is a for a in into)]
+        self._counts['loops_removed'] += len(removed)
+        self._counts['loops_adopted'] += len(into) - any(a is edge for a in into)
+        self._settle(into[-1])
+        adopted = tuple(a for a in into if a is not edge)
+        if any(a is edge for a in into):
+            return LoopOutcome(True, self._maker.residual(self._estimate, edge), 'ok',
+                               verdict.distance, removed, adopted)
+        self._counts['rejected_gate' if verdict.reason != 'residual' else 'rejected_residual'] \
+            += 1
+        return LoopOutcome(False, self._maker.residual(self._estimate, edge), verdict.reason,
+                           verdict.distance, removed, adopted)
 
     def _fixed_scale(self) -> bool:
         return self._maker.dim == 6
 
-    def _settle(self) -> None:
-        for _ in range(LOOP_UPDATES):
-            self._isam.update()
+    def _settle(self, edge: PoseGraphEdge | None = None) -> None:
+        """Update iSAM2 until it relinearises no variable (at most ``MAX_LOOP_UPDATES``).
+
+        Without ``edge`` (a removal, a seed): :data:`LOOP_UPDATES` updates.
+        """
+        for count in range(1, MAX_LOOP_UPDATES + 1):
+            relinearized = self._isam.update().getVariablesRelinearized()
+            if count >= LOOP_UPDATES and (edge is None or relinearized == 0):
+                break
         self._estimate = self._isam.calculateEstimate()
 
     def _new_isam(self, factorization: str) -> Any:
