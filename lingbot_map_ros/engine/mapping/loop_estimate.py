@@ -24,7 +24,7 @@ place, except the list of corrected poses, to which each keyframe's pose is appe
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import threading
 from typing import Any
 
@@ -141,6 +141,21 @@ class LoopEstimate:
         with self._lock:
             self._edges.append(info)
             self._counts[key] += 1
+
+    def rejudged(self, removed: list[tuple[int, int]], adopted: list[tuple[int, int]]) -> None:
+        """Mark verified pairs the graph's re-judging took out (``removed``) or took in.
+
+        Pairs are (query, candidate); a re-judged pair keeps its place in the list, its flag and
+        reason change (``rejudged`` when removed, ``ok`` when adopted).
+        """
+        out, into = set(removed), set(adopted)
+        with self._lock:
+            for k, info in enumerate(self._edges):
+                pair = (info.query, info.candidate)
+                if info.accepted and pair in out:
+                    self._edges[k] = replace(info, accepted=False, reason='rejudged')
+                elif not info.accepted and pair in into:
+                    self._edges[k] = replace(info, accepted=True, reason='ok')
 
     def lose(self) -> None:
         """Mark the tie to the loaded map refuted by later matches: the state becomes 'lost'."""

@@ -103,7 +103,8 @@ class LoopSteps:
                                 self._map.best_agreement),
                 'index_backend': self._index.backend,
                 'images_stored': len(self._images), 'image_bytes': self._images.num_bytes,
-                'graph_recoveries': self._graph.stats()['recoveries']}
+                **{f'graph_{k}': v for k, v in self._graph.stats().items()
+                   if k in ('recoveries', 'loops_removed', 'loops_adopted')}}
 
     def close(self) -> None:
         """Drop the stored images (a folder store removes its files)."""
@@ -295,11 +296,26 @@ class LoopSteps:
             logger.warning('the tie to the loaded map is refuted: %d map matches in a row '
                            'disagree with it; searching again', self._map.disagreements)
             self._estimate.lose()
+        if outcome.removed or outcome.adopted:  # re-judged: the graph changed either way
+            self._estimate.rejudged([(e.j, e.i) for e in outcome.removed],
+                                    [(e.j, e.i) for e in outcome.adopted])
         if not outcome.accepted:
             self._estimate.timed(elapsed_ms)
             self._record(LoopEdgeInfo(query.index, candidate.index, False, outcome.reason,
                                       found.score, outcome.residual), 'rejected_graph')
+            if outcome.removed or outcome.adopted:
+                self._correct(last, before, elapsed_ms)
             return False
+        moved, turned = self._correct(last, before, elapsed_ms)
+        self._record(LoopEdgeInfo(query.index, candidate.index, True, 'ok', found.score,
+                                  outcome.residual), 'accepted')
+        logger.info('loop closed: keyframe %d -> %d (score %.3f, residual %.2f), '
+                    'correction %.3f m %.2f deg', query.index, candidate.index, found.score,
+                    outcome.residual, moved, turned)
+        return True
+
+    def _correct(self, last: int, before: np.ndarray, elapsed_ms: float) -> tuple[float, float]:
+        """Publish the graph's new estimate; return how far the newest keyframe moved, turned."""
         poses = list(self._graph.poses())
         after = poses[last]
         moved = float(np.linalg.norm(after[:3, 3] - before[:3, 3]))
@@ -307,12 +323,7 @@ class LoopSteps:
                                                 sim3.rotation_of(before).T))
         self._estimate.correct(poses, last, self._records[last].odom_pose,
                                self._graph.covariance(last), elapsed_ms, (moved, float(turned)))
-        self._record(LoopEdgeInfo(query.index, candidate.index, True, 'ok', found.score,
-                                  outcome.residual), 'accepted')
-        logger.info('loop closed: keyframe %d -> %d (score %.3f, residual %.2f), '
-                    'correction %.3f m %.2f deg', query.index, candidate.index, found.score,
-                    outcome.residual, moved, turned)
-        return True
+        return moved, float(turned)
 
     def _record(self, info: LoopEdgeInfo, count: str) -> None:
         if not info.accepted:

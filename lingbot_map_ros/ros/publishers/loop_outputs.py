@@ -64,12 +64,14 @@ LOOP_KEYS: tuple[str, ...] = (
     'dropped_keyframes', 'last_correction_m', 'last_correction_deg', 'optimisation_ms',
     'map_to_odom.x', 'map_to_odom.y', 'map_to_odom.z', 'map_to_odom.yaw_deg',
     'map_to_odom.scale', 'index_backend', 'images_stored', 'image_bytes',
-    'last_rejection', 'skipped', 'localized', 'graph_recoveries') + MAP_KEYS
+    'last_rejection', 'skipped', 'localized', 'graph_recoveries', 'graph_loops_removed',
+    'graph_loops_adopted') + MAP_KEYS
 """Keys of the ``loop`` status, in order, in every state."""
 
 _COUNTS = ('keyframes', 'queued', 'candidates', 'replaced', 'verified', 'accepted',
            'rejected_verification', 'rejected_graph', 'verification_errors', 'images_stored',
-           'image_bytes', 'skipped', 'graph_recoveries')
+           'image_bytes', 'skipped', 'graph_recoveries', 'graph_loops_removed',
+           'graph_loops_adopted')
 GRAPH_PERIOD_S = 0.25
 """Period of the check that republishes ``~/map_path`` and ``~/loop_closures``."""
 _ACCEPTED = ColorRGBA(r=0.1, g=0.9, b=0.2, a=1.0)

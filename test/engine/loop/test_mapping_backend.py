@@ -171,9 +171,12 @@ def test_a_wrong_tie_is_refuted_by_later_matches_and_the_search_starts_again(map
         truth_live = np.stack(live[first[0]:])  # the new search's live keyframes
         error = np.linalg.norm(poses[:, :3, 3] - truth_live[:len(poses), :3, 3], axis=1)
         published = backend.published()
+        rejudged = closer.stats()['graph_loops_removed']
     finally:
         backend.close()
     assert wrong.wrong is not None
-    assert 'lost' in states and len(closers) == 2  # refuted once, one new search
+    # Refuted either way: by the map's later matches (one new search), or inside the pose
+    # graph, whose re-judging takes the wrong tie out once the later matches outnumber it.
+    assert ('lost' in states and len(closers) == 2) or (rejudged >= 1 and len(closers) == 1)
     assert states[-1] == 'localized' and published
     assert len(poses) and error.mean() <= 0.1, error
