@@ -40,6 +40,10 @@ STEP_SIGMA = np.array([0.01] * 3 + [0.004] * 3 + [0.004])
 SCALE_DRIFT = 0.006
 """Log-scale added to every odometry step on top of the noise (a steady scale drift)."""
 
+DESCRIPTOR_DIM = 128
+"""The places' descriptor length: the tiny preset's embed dim, as the model's own descriptors
+(a saved map records the model and is refused with descriptors of another length)."""
+
 
 def rotation(axis: np.ndarray, angle: float) -> np.ndarray:
     """Rotation matrix about ``axis`` (Rodrigues)."""
@@ -120,8 +124,8 @@ class Places:
     arranged differently (``moved`` share of them elsewhere).
     """
 
-    def __init__(self, truth: np.ndarray, num_per_lap: int, *, dim: int = 64, seed: int = 0,
-                 twins: dict[int, int] | None = None, moved: float = 0.8) -> None:
+    def __init__(self, truth: np.ndarray, num_per_lap: int, *, dim: int = DESCRIPTOR_DIM,
+                 seed: int = 0, twins: dict[int, int] | None = None, moved: float = 0.8) -> None:
         """Draw every place's descriptor and landmarks."""
         rng = np.random.default_rng(seed)
         self.num_per_lap = num_per_lap

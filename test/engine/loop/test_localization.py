@@ -32,8 +32,8 @@ from lingbot_map_ros.engine.mapping.store.map_format import MapExpectation, MapS
 from lingbot_map_ros.engine.mapping.store.map_store import load_map, save_map
 from lingbot_map_ros.engine.mapping.verify.verification import KeyframeRecord
 from lingbot_map_ros.loop_config import LoopConfig
-from loop_scenes import (drifting_route, LandmarkVerifier, noisy, Places, ReplayPlaces, rotation,
-                         STEP_SIGMA)
+from loop_scenes import (DESCRIPTOR_DIM, drifting_route, LandmarkVerifier, noisy, Places,
+                         ReplayPlaces, rotation, STEP_SIGMA)
 import numpy as np
 import pytest
 
@@ -190,7 +190,7 @@ def test_a_run_that_never_matches_stays_searching_and_is_not_saved(saved_map) ->
     rng = np.random.default_rng(13)
     try:
         for k in range(LIVE):  # another building: descriptors like no place of the map
-            closer.add_keyframe(_record(k, odometry[k], rng.normal(size=64)))
+            closer.add_keyframe(_record(k, odometry[k], rng.normal(size=DESCRIPTOR_DIM)))
             assert closer.wait_idle(60.0)
         stats = closer.stats()
         graph = closer.snapshot(30.0)
@@ -275,7 +275,7 @@ def test_a_map_the_graph_cannot_take_fails_loudly_and_drops_nothing_silently(sav
     closer = LoopCloser(LandmarkVerifier(lambda k: truth[k], None), CONFIG, seed=broken)
     try:
         assert closer.wait_idle(60.0)
-        closer.add_keyframe(_record(0, np.eye(4), np.ones(64, np.float32)))
+        closer.add_keyframe(_record(0, np.eye(4), np.ones(DESCRIPTOR_DIM, np.float32)))
         assert closer.wait_idle(60.0)
         stats = closer.stats()
         with pytest.raises(RuntimeError, match='could not be seeded'):
