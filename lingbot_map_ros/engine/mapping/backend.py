@@ -74,6 +74,10 @@ class _MapState:
     """A map to localize in was refused and none runs: nothing is published in map."""
 
 
+MAP_KEYS = ('map_state', 'map_mode', 'map_keyframes', 'map_path', 'map_error', 'map_matches')
+"""Keys of :meth:`MappingBackend.map_status` (the map's part of the ``loop`` status)."""
+
+
 class MappingBackend:
     """One camera's mapping back end (module docstring)."""
 

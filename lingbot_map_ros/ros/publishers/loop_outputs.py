@@ -38,19 +38,19 @@ from diagnostic_msgs.msg import DiagnosticStatus
 from geometry_msgs.msg import Point, PoseStamped, PoseWithCovarianceStamped, TransformStamped
 from lingbot_map_ros.config import LoopConfig
 from lingbot_map_ros.engine import sim3
-from lingbot_map_ros.engine.mapping.backend import MappingBackend
+from lingbot_map_ros.engine.mapping.backend import MAP_KEYS, MappingBackend
+from lingbot_map_ros.engine.mapping.loop_closer import LoopCloser
 from lingbot_map_ros.engine.session.prediction import FramePrediction
 from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.ros.parameters.node_options import NodeOptions
 from lingbot_map_ros.ros.publishers import diagnostics
 from lingbot_map_ros.ros.publishers.callback_guard import guard_timer
-from lingbot_map_ros.ros.publishers.map_reuse import MAP_KEYS
-from lingbot_map_ros.ros.publishers.outputs import UNKNOWN_VARIANCE
+from lingbot_map_ros.ros.publishers.outputs import Outputs, UNKNOWN_VARIANCE
 from nav_msgs.msg import Path
 import numpy as np
 from rclpy.clock import Clock, ClockType
 from rclpy.qos import DurabilityPolicy, QoSProfile
-from std_msgs.msg import Bool, ColorRGBA
+from std_msgs.msg import Bool, ColorRGBA, Header
 from visualization_msgs.msg import Marker, MarkerArray
 
 try:  # tf2_ros comes with a ROS install, not with the PyPI wheels.
@@ -92,7 +92,7 @@ class KeyframeFeed(Protocol):
     num_dropped: int
 
     @property
-    def closer(self) -> Any:
+    def closer(self) -> LoopCloser | None:
         """Return the running LoopCloser, or None."""
 
     def feed(self, pred: FramePrediction) -> None:
@@ -122,7 +122,7 @@ class LoopOutput:
     """Publishes the map outputs of one camera's loop closure (module docstring)."""
 
     def __init__(self, node: Any, values: dict[str, Any], feed: KeyframeFeed,
-                 outputs: Any) -> None:
+                 outputs: Outputs) -> None:
         """Create the publishers (they stay silent while loop closure is off).
 
         Args:
@@ -207,7 +207,7 @@ class LoopOutput:
         offset = min(closer.stats()['map_keyframes'], count)
         return key, stamps[offset:count], placed[0] @ poses[offset:count]
 
-    def _graph_frame(self) -> tuple[np.ndarray, Any] | None:
+    def _graph_frame(self) -> tuple[np.ndarray, LoopCloser] | None:
         """Return (ROS ``map`` from the graph's frame, the closer), or None (nothing in map)."""
         if not self._map_frame or self._feed.state == 'off' or not self._outputs.frames.anchored:
             return None
@@ -339,7 +339,7 @@ class LoopOutput:
             self._localized = now
         self._localized_pub.publish(Bool(data=now))
 
-    def _publish_tf(self, header: Any) -> None:
+    def _publish_tf(self, header: Header) -> None:
         tf = TransformStamped(header=header, child_frame_id=self._odom_frame)
         position, quat = conversions.c2w_to_pose(self._map_from_odom)
         t, r = tf.transform.translation, tf.transform.rotation
@@ -347,7 +347,7 @@ class LoopOutput:
         r.x, r.y, r.z, r.w = (float(v) for v in quat)
         self._tf.sendTransform(tf)
 
-    def _publish_pose(self, header: Any, base_in_map: np.ndarray, rotation: np.ndarray,
+    def _publish_pose(self, header: Header, base_in_map: np.ndarray, rotation: np.ndarray,
                       covariance: np.ndarray) -> None:
         msg = PoseWithCovarianceStamped(header=header)
         position, quat = conversions.c2w_to_pose(base_in_map)
@@ -402,7 +402,7 @@ class LoopOutput:
         self._path_pub.publish(path)
         self._marker_pub.publish(self._markers(edges, in_map, header))
 
-    def _markers(self, edges: list, in_map: list[np.ndarray], header: Any) -> MarkerArray:
+    def _markers(self, edges: list, in_map: list[np.ndarray], header: Header) -> MarkerArray:
         markers = MarkerArray()
         for marker_id, accepted in enumerate((True, False)):
             marker = Marker(header=header, ns='loop_closures', id=marker_id,

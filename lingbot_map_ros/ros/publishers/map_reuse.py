@@ -55,12 +55,17 @@ from typing import Any, Callable
 from geometry_msgs.msg import PoseWithCovarianceStamped
 from lingbot_map_ros.config import MetricConfig
 from lingbot_map_ros.engine.mapping.backend import MappingBackend
+from lingbot_map_ros.engine.mapping.loop_closer import LoopCloser
 from lingbot_map_ros.engine.mapping.store.map_format import (MapExpectation, MapSnapshot,
                                                              model_hash, ModelIdentity)
 from lingbot_map_ros.engine.mapping.store.map_store import remove_stale_saves
+from lingbot_map_ros.engine.session.rollover import RolloverSession
 from lingbot_map_ros.ros.parameters.save_directory import resolve_directory
 from lingbot_map_ros.ros.publishers.callback_guard import (bounded, guard_job, guard_service,
                                                            guard_timer, log_outcome)
+from lingbot_map_ros.ros.publishers.loop_outputs import LoopOutput
+from lingbot_map_ros.ros.publishers.map_output import MapOutput
+from lingbot_map_ros.ros.publishers.outputs import Outputs
 from lingbot_map_ros.ros.publishers.service_qos import service_qos
 from nav_msgs.srv import SetMap
 import numpy as np
@@ -73,15 +78,13 @@ MIN_HINT_RADIUS = 1.0
 """Least radius of a pose hint (map units)."""
 SNAPSHOT_TIMEOUT_S = 60.0
 """Longest wait of ``~/save_map`` for the loop closer's worker (one verification at most)."""
-MAP_KEYS = ('map_state', 'map_mode', 'map_keyframes', 'map_path', 'map_error', 'map_matches')
-"""Keys this adds to the ``loop`` status."""
 
 
 class MapReuse:
     """The map services of the node; the map itself is the back end's (module docstring)."""
 
-    def __init__(self, node: Any, values: dict[str, Any], session: Any, loop_output: Any,
-                 map_output: Any, outputs: Any) -> None:
+    def __init__(self, node: Any, values: dict[str, Any], session: RolloverSession,
+                 loop_output: LoopOutput, map_output: MapOutput | None, outputs: Outputs) -> None:
         """Create the services; load ``map.load_path`` when set.
 
         Args:
@@ -227,7 +230,7 @@ class MapReuse:
                            frame_from_graph=frame, identity=self._identity(),
                            extra_files=self._points.grid_files() if self._points else {})
 
-    def _map_points(self, loaded: MapSnapshot | None, closer: Any
+    def _map_points(self, loaded: MapSnapshot | None, closer: LoopCloser | None
                     ) -> tuple[np.ndarray, np.ndarray]:
         """Return the loaded map's points and this run's (``~/map``) in map.
 
@@ -284,7 +287,7 @@ class MapReuse:
     def _on_initial_pose(self, msg: PoseWithCovarianceStamped) -> None:
         self._search('/initialpose', msg)
 
-    def _search(self, source: str, pose: Any) -> bool:
+    def _search(self, source: str, pose: PoseWithCovarianceStamped) -> bool:
         """Search the loaded map again, near ``pose`` when its frame is set; False: refused."""
         log = self._node.get_logger()
         hint, reason = self._hint_of(pose)
@@ -302,7 +305,8 @@ class MapReuse:
             f'{hint[0][2]:.2f}) in the map graph' if hint else ''))
         return True
 
-    def _hint_of(self, pose: Any) -> tuple[tuple[np.ndarray, float] | None, str]:
+    def _hint_of(self, pose: PoseWithCovarianceStamped
+                 ) -> tuple[tuple[np.ndarray, float] | None, str]:
         """Return (the search hint of a ``PoseWithCovarianceStamped``, '') or (None, why not).
 
         A pose without a frame is no hint; one in another frame than ``frames.map_frame`` is
