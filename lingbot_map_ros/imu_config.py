@@ -57,7 +57,8 @@ class ImuConfig:
     accel_range: float = 156.9
     """m/s^2 full scale of the accelerometer (16 g); checked as ``gyro_range`` (0: no check)."""
     min_rate_hz: float = 50.0
-    """Below this reading rate the fusion pauses (a WARN): preintegration needs dense readings."""
+    """Below this reading rate the fusion pauses (a WARN): preintegration needs dense readings
+    (0: no rate floor; ``max_gap_s`` still refuses windows with gaps)."""
     max_gap_s: float = 0.05
     """A window with a longer stretch without readings is not aligned."""
     max_future_s: float = 0.5
@@ -77,9 +78,12 @@ class ImuConfig:
                 raise ValueError(f'imu.{name}={value} must be >= 0')
         if abs(self.time_offset_s) > 1.0:
             raise ValueError(f'imu.time_offset_s={self.time_offset_s} must be within 1 s')
-        for name in ('max_gap_s', 'buffer_s'):
+        # Noise of zero is an infinitely certain reading, a zero horizon drops every reading
+        # newer than the latest image: neither is a setting.
+        for name in ('max_gap_s', 'buffer_s', 'max_future_s', 'gyro_noise_density',
+                     'accel_noise_density', 'gyro_random_walk', 'accel_random_walk'):
             if getattr(self, name) <= 0.0:
-                raise ValueError(f'imu.{name} must be > 0')
+                raise ValueError(f'imu.{name}={getattr(self, name)} must be > 0')
         if self.imu_from_camera:
             mount = tuple(float(v) for v in self.imu_from_camera)
             if len(mount) != 7 or not all(math.isfinite(v) for v in mount):

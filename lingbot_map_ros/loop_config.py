@@ -30,7 +30,7 @@ class LoopConfig:
     """Close loops: index every keyframe's place descriptor, verify candidates with the model,
     optimise a pose graph and publish map -> odom (needs gtsam; off in the tiny demo)."""
     candidates: int = 3
-    """Most earlier keyframes retrieved per keyframe (the best one is verified)."""
+    """Most earlier keyframes retrieved per keyframe, each verified in turn (best first)."""
     min_score: float = 0.85
     """Least cosine similarity of two keyframes' place descriptors for a candidate."""
     exclude_recent: int = 30

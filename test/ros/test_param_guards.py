@@ -57,6 +57,11 @@ ACCEPTED: frozenset[tuple[str, str]] = frozenset({
     ('cache.kernel.fa3_splits', 'zero'),     # FA3's own split heuristic
     ('grid.min_height', 'zero'),             # obstacles from base_frame's ground plane up
     ('grid.min_height', 'negative'),         # base_frame above the floor: the band reaches below
+    ('imu.time_offset_s', 'zero'),           # IMU and camera on one clock
+    ('imu.time_offset_s', 'negative'),       # the IMU's clock behind the camera's
+    ('imu.gyro_range', 'zero'),              # no saturation check
+    ('imu.accel_range', 'zero'),             # no saturation check
+    ('imu.min_rate_hz', 'zero'),             # no rate floor (max_gap_s still holds)
 })
 """(parameter, hostile value) pairs that are valid settings (docs/parameters.md)."""
 
