@@ -25,7 +25,6 @@ Run: ``pytest test/ros/test_map_reuse_node.py`` (needs gtsam; about a minute on 
 ``rostest``).
 """
 
-from dataclasses import replace
 import itertools
 import json
 from pathlib import Path
@@ -34,7 +33,6 @@ import sys
 import threading
 
 from geometry_msgs.msg import PoseWithCovarianceStamped
-from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.mapping.store.map_format import seal_metadata
 from lingbot_map_ros.engine.mapping.store.map_store import load_map
 from nav_msgs.srv import SetMap
@@ -48,8 +46,8 @@ from test_loop_node import drifting, feed_route, start
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'engine'))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'engine' / 'loop'))
-from loop_scenes import (LandmarkVerifier, Places, ReplayPlaces, rotation,  # noqa: E402,I100,I202
-                         route)
+from loop_scenes import (LandmarkVerifier, Places, ReplayPlaces, route,  # noqa: E402,I100,I202
+                         WrongFirst)
 from oracle_model import frame_image  # noqa: E402,I100,I202
 
 pytest.importorskip('gtsam')
@@ -308,26 +306,6 @@ def test_mapping_into_the_loaded_map_saves_both_runs(graph, mapped, tmp_path) ->
     assert [stamp_ns(p) for p in path.poses] == both.graph.stamps_ns.tolist()
 
 
-class _WrongFirst:
-    """The two-run verifier whose first accepted answer is 1 map unit and 30 deg off."""
-
-    def __init__(self, verifier) -> None:
-        """Wrap ``verifier``."""
-        self._verifier = verifier
-        self.wrong = None
-        self.calls = verifier.calls
-
-    def verify(self, query, candidate):
-        """Answer as the oracle does, the first accepted pair made wrong."""
-        result = self._verifier.verify(query, candidate)
-        if result.accepted and self.wrong is None:
-            self.wrong = (query.index, candidate.index)
-            error = sim3.make(rotation([0.0, 0.0, 1.0], np.radians(30.0)),
-                              np.array([1.0, 0.0, 0.0]))
-            result = replace(result, relative=error @ result.relative)
-        return result
-
-
 def _localized_flags(probe) -> list[bool]:
     got: list[bool] = []
     latched = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
@@ -339,7 +317,7 @@ def _localized_flags(probe) -> list[bool]:
 
 def test_a_wrong_first_match_then_true_ones_localizes_and_says_so(graph, mapped) -> None:
     node, probe, rec, verifier = _second_node(graph, mapped)
-    wrong = _WrongFirst(verifier)
+    wrong = WrongFirst(verifier)
     node.core.pipeline.loop_output.feed.use_verifier(wrong)
     flags = _localized_flags(probe)
     wait_for(lambda: flags == [False], _TIMEOUT_S, '~/localized false while searching')

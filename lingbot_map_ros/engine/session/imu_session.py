@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from lingbot_map_ros.engine.imu.scale_tracker import ImuScaleTracker, ImuStats
 from lingbot_map_ros.engine.session.prediction import FramePrediction
-from lingbot_map_ros.engine.session.stitching import Sim3Alignment, with_scale
+from lingbot_map_ros.engine.session.stitching import at_scale, Sim3Alignment
 import numpy as np
 
 
@@ -125,11 +125,7 @@ class ImuSession:
         if scale is None or depth_scale is not None:
             return current
         if self._mapping is None or self._mapping[0] != scale:
-            if self._anchor is None:
-                mapping = Sim3Alignment(scale, np.eye(3), np.zeros(3), 0.0, False)
-            else:
-                mapping = with_scale(self._anchor[0], self._anchor[1], self._anchor[2], scale)
-            self._mapping = (scale, mapping)
+            self._mapping = (scale, at_scale(self._anchor, scale))
         return self._mapping[1]
 
     def gravity_continuous(self, current: Sim3Alignment | None) -> np.ndarray | None:

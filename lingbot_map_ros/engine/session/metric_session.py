@@ -54,7 +54,7 @@ from lingbot_map_ros.engine.errors import InvalidFrameError
 from lingbot_map_ros.engine.image.sensor_depth import to_processed
 from lingbot_map_ros.engine.metric_scale import estimate_scale, ScaleEstimate
 from lingbot_map_ros.engine.session.prediction import FramePrediction, host_maps
-from lingbot_map_ros.engine.session.stitching import Sim3Alignment, with_scale
+from lingbot_map_ros.engine.session.stitching import at_scale, Sim3Alignment
 import numpy as np
 
 MetricState = Literal['off', 'waiting', 'settling', 'locked', 'degenerate']
@@ -211,11 +211,7 @@ class MetricSession:
         if scale is None:
             return fallback
         if self._mapping is None or self._mapping[0] != scale:
-            if self._anchor is None:
-                mapping = Sim3Alignment(scale, np.eye(3), np.zeros(3), 0.0, False)
-            else:
-                mapping = with_scale(self._anchor[0], self._anchor[1], self._anchor[2], scale)
-            self._mapping = (scale, mapping)
+            self._mapping = (scale, at_scale(self._anchor, scale))
         return self._mapping[1]
 
     def reset(self) -> None:

@@ -130,6 +130,18 @@ def align_sim3(reference_c2w: np.ndarray, session_c2w: np.ndarray, *,
     return _with_centres(rotation, c_ref, c_ses, scale, degenerate)
 
 
+def at_scale(anchor: tuple[Sim3Alignment, np.ndarray, np.ndarray] | None,
+             scale: float) -> Sim3Alignment:
+    """Return a session's mapping at a measured ``scale``.
+
+    The anchor's fit with that scale (:func:`with_scale`) or, before a session has an anchor
+    (the first one), the scale alone.
+    """
+    if anchor is None:
+        return Sim3Alignment(scale, np.eye(3), np.zeros(3), 0.0, False)
+    return with_scale(anchor[0], anchor[1], anchor[2], scale)
+
+
 def with_scale(fit: Sim3Alignment, reference_c2w: np.ndarray, session_c2w: np.ndarray,
                scale: float) -> Sim3Alignment:
     """``fit`` with its scale replaced by one measured elsewhere (e.g. a depth ratio).

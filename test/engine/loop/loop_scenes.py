@@ -21,8 +21,9 @@ measures a ground-truth relative pose between two nodes, optionally corrupted.
 
 from __future__ import annotations
 
+from dataclasses import replace
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.loop import PoseGraphEdge
@@ -240,3 +241,26 @@ def ate(poses: np.ndarray, truth: np.ndarray) -> float:
     fit = align_sim3(truth, rigid)
     aligned = fit.apply(rigid)
     return float(np.sqrt(np.mean(np.sum((aligned[:, :3, 3] - truth[:, :3, 3]) ** 2, axis=1))))
+
+
+class WrongFirst:
+    """An oracle verifier whose first accepted answer is 1 unit and 30 deg off.
+
+    A confident wrong match; every later answer is the oracle's. ``wrong`` is that pair once given.
+    """
+
+    def __init__(self, verifier: Any) -> None:
+        """Wrap an oracle verifier (its ``calls`` stay readable here)."""
+        self._verifier = verifier
+        self.wrong: tuple[int, int] | None = None
+        self.calls = verifier.calls
+
+    def verify(self, query: KeyframeRecord, candidate: KeyframeRecord) -> Verification:
+        """Answer as the oracle does, the first accepted pair made wrong."""
+        result = self._verifier.verify(query, candidate)
+        if result.accepted and self.wrong is None:
+            self.wrong = (query.index, candidate.index)
+            error = sim3.make(rotation([0.0, 0.0, 1.0], np.radians(30.0)),
+                              np.array([1.0, 0.0, 0.0]))
+            result = replace(result, relative=error @ result.relative)
+        return result

@@ -33,7 +33,7 @@ from lingbot_map_ros.engine.mapping.store.map_store import load_map, save_map
 from lingbot_map_ros.engine.mapping.verify.verification import KeyframeRecord
 from lingbot_map_ros.loop_config import LoopConfig
 from loop_scenes import (DESCRIPTOR_DIM, drifting_route, LandmarkVerifier, noisy, Places,
-                         ReplayPlaces, rotation, STEP_SIGMA)
+                         ReplayPlaces, rotation, STEP_SIGMA, WrongFirst)
 import numpy as np
 import pytest
 
@@ -285,28 +285,6 @@ def test_a_map_the_graph_cannot_take_fails_loudly_and_drops_nothing_silently(sav
     assert stats['map_state'] == 'failed' and stats['errors'] == 2, stats
 
 
-class _WrongFirst:
-    """The oracle verifier, its first accepted answer 1 unit and 30 deg off.
-
-    A confident wrong match; every later answer is true.
-    """
-
-    def __init__(self, verifier: LandmarkVerifier) -> None:
-        """Wrap ``verifier``."""
-        self._verifier = verifier
-        self.wrong: tuple[int, int] | None = None
-
-    def verify(self, query: KeyframeRecord, candidate: KeyframeRecord):
-        """Answer as the oracle does, the first accepted pair made wrong."""
-        result = self._verifier.verify(query, candidate)
-        if result.accepted and self.wrong is None:
-            self.wrong = (query.index, candidate.index)
-            error = sim3.make(rotation([0.0, 0.0, 1.0], np.radians(30.0)),
-                              np.array([1.0, 0.0, 0.0]))
-            result = replace(result, relative=error @ result.relative)
-        return result
-
-
 def test_a_wrong_first_match_does_not_localize_and_the_true_ones_do(saved_map) -> None:
     folder, truth = saved_map
     loaded = load_map(folder, EXPECT)
@@ -315,7 +293,7 @@ def test_a_wrong_first_match_does_not_localize_and_the_true_ones_do(saved_map) -
     places = ReplayPlaces(truth, LAP, num_map, START)
     oracle = LandmarkVerifier(lambda n: truth[n] if n < num_map else live_truth[n - num_map],
                               places)
-    verifier = _WrongFirst(oracle)
+    verifier = WrongFirst(oracle)
     closer = LoopCloser(verifier, CONFIG, seed=loaded.graph, mode='localization',
                         min_matches=3)
     rng = np.random.default_rng(11)

@@ -20,14 +20,12 @@ localizes; refused maps and requests leave honest states.
 Run: ``pytest test/engine/loop/test_mapping_backend.py`` (CPU, needs gtsam; a few seconds).
 """
 
-from dataclasses import replace
 from pathlib import Path
 
-from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.mapping.backend import MappingBackend
 from lingbot_map_ros.engine.mapping.store.map_format import MapExpectation, MapSnapshot
 from lingbot_map_ros.loop_config import LoopConfig
-from loop_scenes import drifting_route, LandmarkVerifier, Places, ReplayPlaces, rotation
+from loop_scenes import (drifting_route, LandmarkVerifier, Places, ReplayPlaces, WrongFirst)
 import numpy as np
 import pytest
 
@@ -122,25 +120,6 @@ def test_a_map_of_another_image_size_is_dropped_with_the_reason(mapped) -> None:
     assert not backend.published()
 
 
-class _WrongFirst:
-    """The oracle, its first accepted answer 1 unit and 30 deg off (a confident wrong match)."""
-
-    def __init__(self, verifier: LandmarkVerifier) -> None:
-        """Wrap ``verifier``."""
-        self._verifier = verifier
-        self.wrong = None
-
-    def verify(self, query, candidate):
-        """Answer as the oracle does, the first accepted pair made wrong."""
-        result = self._verifier.verify(query, candidate)
-        if result.accepted and self.wrong is None:
-            self.wrong = (query.index, candidate.index)
-            error = sim3.make(rotation([0.0, 0.0, 1.0], np.radians(30.0)),
-                              np.array([1.0, 0.0, 0.0]))
-            result = replace(result, relative=error @ result.relative)
-        return result
-
-
 def test_a_wrong_tie_is_refuted_by_later_matches_and_the_search_starts_again(mapped) -> None:
     folder, truth, _ = mapped
     backend = MappingBackend(CONFIG, paced=False, localize_matches=1)  # the first match ties
@@ -149,7 +128,7 @@ def test_a_wrong_tie_is_refuted_by_later_matches_and_the_search_starts_again(map
     places = ReplayPlaces(truth, LAP, num_map, START)
     live = [truth[(START + k) % LAP] for k in range(LAP)]
     first = [0]  # the route keyframe of the running closer's first live keyframe
-    wrong = _WrongFirst(LandmarkVerifier(
+    wrong = WrongFirst(LandmarkVerifier(
         lambda n: truth[n] if n < num_map else live[first[0] + n - num_map], places))
     backend.use_verifier(wrong)
     rng = np.random.default_rng(5)
