@@ -189,10 +189,16 @@ def test_three_cameras_a_garbage_camera_never_disturbs_the_others(graph):
     front = probe.status(f'{fqn}/front: input')
     assert front['drops_total'] == '0'
     # ~/map holds the keyframes of both posing cameras.
+    # Each runner's statistics snapshot is taken after its outputs are published: wait for the
+    # last frame's snapshot before comparing counts.
     pipeline = node.core.pipeline
-    keyframes = sum(r.session_stats().keyframes for r in pipeline.cameras.runners.values())
-    assert keyframes > pipeline.runner.session_stats().keyframes
-    assert pipeline.map_output.accumulator.num_keyframes == keyframes
+
+    def keyframes() -> int:
+        return sum(r.session_stats().keyframes for r in pipeline.cameras.runners.values())
+
+    wait_for(lambda: pipeline.map_output.accumulator.num_keyframes == keyframes(), 30.0,
+             'map keyframes of both cameras')
+    assert keyframes() > pipeline.runner.session_stats().keyframes
     graph.remove(probe)
     graph.remove(node)
 

@@ -71,6 +71,8 @@ _THIN_OFFSET = 1 << 20
 """A scan's 3D cells are kept within +-2**20 of its camera (three pack into an int64)."""
 _WINDOW_MAX = 8192
 """Larger than any trace window's half side (``grid.max_range / grid.resolution`` + 2)."""
+_HALF_MAX = float(np.finfo(np.float16).max)
+"""Largest float16: trace heights beyond it saturate when stored."""
 
 
 def camera_points(depth: torch.Tensor | np.ndarray, confidence: torch.Tensor | np.ndarray | None,
@@ -380,10 +382,9 @@ class OccupancyGrid:
         xs, ys = np.append(ex, cx - x0), np.append(ey, cy - y0)
         box = (int(xs.min()) + x0, int(ys.min()) + y0, int(xs.max()) + x0 + 1,
                int(ys.max()) + y0 + 1)
-        f16 = np.float16
         return ScanTrace(pack_cells(mx + x0, my + y0), pack_cells(hx + x0, hy + y0),
-                         crossed[my, mx].astype(f16), hit_low[hy, hx].astype(f16),
-                         hit_high[hy, hx].astype(f16), box,
+                         _half(crossed[my, mx]), _half(hit_low[hy, hx]),
+                         _half(hit_high[hy, hx]), box,
                          (float(camera[0]), float(camera[1])), 0)
 
     def _fit(self, newest: _Scan | None) -> bool:
@@ -445,3 +446,8 @@ class OccupancyGrid:
             dropped += 1
             self._dirty |= scan.in_grid
         self._counts['num_dropped_old'] += dropped
+
+
+def _half(heights: np.ndarray) -> np.ndarray:
+    """Store heights as float16; beyond its range they saturate (no overflow to inf)."""
+    return np.clip(heights, -_HALF_MAX, _HALF_MAX).astype(np.float16)
