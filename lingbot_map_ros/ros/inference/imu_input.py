@@ -102,6 +102,7 @@ class ImuInput:
         """Messages received (kept + every drop)."""
         self._state = 'waiting'
         self._restarted_s: float | None = None
+        self._state_at: float | None = None
         self._restart_pending = True
         self.pauses = 0
         """Times the stream went from usable (or not yet started) to ``slow`` or ``silent``."""
@@ -190,6 +191,11 @@ class ImuInput:
         if (state == 'waiting' and self._first_image_s is not None
                 and now_s - self._first_image_s > silent_after_s(self.config)):
             state = 'silent'  # images for a while and never a reading: not started
+        if self._state_at is not None and now_s < self._state_at:
+            # An earlier instant (a keyframe processed after newer images arrived): its state
+            # answers the caller, the stream's present state stays the newest one.
+            return state
+        self._state_at = now_s
         previous = self._state
         if (state == 'slow' and self._restarted_s is not None
                 and self.buffer.last_stamp - self._restarted_s < _RATE_SPAN_S):
