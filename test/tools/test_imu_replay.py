@@ -25,8 +25,6 @@ import json
 from pathlib import Path
 import sys
 
-import dataclasses
-
 from lingbot_map_ros.config import ImuConfig, MetricConfig
 from lingbot_map_ros.engine.session.rollover import RolloverSession
 from lingbot_map_ros.tools import bag_io
@@ -99,7 +97,7 @@ def replay(bag: Path, out: Path, metric: bool, imu: ImuRun | None = None
 
 
 def imu_run(imu, **config) -> ImuRun:
-    """The route IMU's settings for the run: its topic, its true mounting."""
+    """Return the route IMU's settings for the run: its topic, its true mounting."""
     return ImuRun(ImuConfig(topic='/imu', **config), tuple(imu.imu_from_camera.ravel()),
                   'imu_truth')
 
