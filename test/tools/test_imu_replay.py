@@ -190,3 +190,27 @@ def test_make_bag_imu_needs_synthetic(tmp_path):
     assert main(['make-bag', '--images', str(tmp_path), '--imu', '--out',
                  str(tmp_path / 'bag')]) == 1
     assert not (tmp_path / 'bag').exists()
+
+
+def test_make_bag_imu_with_a_rig_writes_the_primarys_imu(tmp_path):
+    """--cameras 2 --imu: one IMU topic beside camera 0, the readings of its route."""
+    common = ['make-bag', '--synthetic', '--imu', '--frames', '12', '--size', '48x32']
+    assert main(common + ['--out', str(tmp_path / 'one')]) == 0
+    assert main(common + ['--cameras', '2', '--out', str(tmp_path / 'rig')]) == 0
+    truth = json.loads((tmp_path / 'rig_imu.json').read_text())
+    assert truth['topic'] == '/cam_0/imu'
+    readings = {}
+    for name, topic in (('one', '/camera/imu'), ('rig', '/cam_0/imu')):
+        with bag_io.open_bag(tmp_path / name) as reader:
+            topics = bag_io.list_topics(reader)
+            assert [t for t in topics if t.endswith('imu')] == [topic]
+            msgs = [bag_io.deserialize(raw) for raw in bag_io.read_raw(reader, [topic])]
+        readings[name] = np.array([[m.header.stamp.sec * SEC + m.header.stamp.nanosec,
+                                    m.angular_velocity.x, m.angular_velocity.z,
+                                    m.linear_acceleration.x, m.linear_acceleration.z]
+                                   for m in msgs])
+    assert len(readings['rig']) == 11 * 20 + 50 + 1
+    # Camera 0 drives the single camera's route: the same readings, noise included.
+    np.testing.assert_allclose(readings['rig'], readings['one'], rtol=0, atol=1e-12)
+    gt0 = (tmp_path / 'rig_gt_cam0.tum').read_text().split('\n')
+    assert any(line and not line.startswith('#') for line in gt0)
