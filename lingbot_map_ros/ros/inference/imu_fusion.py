@@ -114,6 +114,9 @@ class ImuFusion:
     def detach(self) -> None:
         """Detach the tracker from the session (the pipeline is destroyed)."""
         self._session.imu.attach(None)
+        if self._tf_listener is not None:  # its /tf_static subscription
+            self._tf_listener.unregister()
+            self._tf_listener = None
 
 
 def from_values(node: Any, values: dict[str, Any], session: Any) -> ImuFusion | None:
