@@ -39,8 +39,8 @@ class ImuConfig:
     another frame is dropped and counted)."""
     imu_from_camera: tuple[float, ...] = ()
     """Mounting as x y z qx qy qz qw (camera optical frame into the IMU frame, metres); empty:
-    from TF (``frame_id`` to the camera's optical frame). The node's parameter defaults to the
-    identity (the IMU at the camera) and is not read from TF."""
+    the identity. The node defaults to the identity (the IMU at the camera) and replaces it by
+    ``frame_id`` <- the camera's optical frame from /tf_static when tf2_ros finds it there."""
     time_offset_s: float = 0.0
     """IMU clock minus camera clock, seconds: subtracted from every IMU stamp."""
     gyro_noise_density: float = 1.5e-3

@@ -28,7 +28,8 @@ publish it (``16UC1`` millimetres, REP 118) on ``--depth-topic`` (default ``dept
 beside the image topic), each one just before the colour image of the same stamp. With ``--imu``
 also the route's IMU (``tools/synthetic_imu.py``: 200 Hz ``sensor_msgs/Imu`` from the exact
 trajectory, with noise and bias, optionally a time offset) on ``--imu-topic`` (default ``imu``
-beside the image topic), and its truth (mounting, gravity in the map axes) as ``<bag>_imu.json``.
+beside the image topic; with ``--cameras N`` one IMU, the primary's, camera 0's, on
+``/cam_0/imu``), and its truth (mounting, gravity in the map axes) as ``<bag>_imu.json``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 import logging
 from pathlib import Path
+from typing import Any
 
 import cv2
 from lingbot_map_ros.ros.messages.conversions import map_axes_transform
@@ -138,6 +140,26 @@ def video_fps(path: str | Path) -> float:
         capture.release()
 
 
+def imu_messages(scene: SceneConfig, imu: ImuSpec | None
+                 ) -> tuple[Any, list[tuple[str, int, Any]]]:
+    """Return the route's IMU readings and their bag messages (None and [] without ``imu``)."""
+    if imu is None:
+        return None, []
+    readings = synthetic_imu(scene, imu.rate_hz, imu.noise, scene.seed, imu.time_offset_s)
+    return readings, list(bag_messages(readings, imu.topic, imu.frame_id, imu.noise,
+                                       imu.rate_hz))
+
+
+def write_imu_truth(imu: ImuSpec | None, readings: Any, map_axes: str, count: int) -> None:
+    """Write the IMU's truth file (nothing without ``imu``) and log what was written."""
+    if imu is None:
+        return
+    write_truth(imu.truth, readings, map_axes_transform(map_axes), imu.topic, imu.frame_id,
+                imu.noise, imu.rate_hz)
+    _LOG.info('wrote %d IMU readings on %s (%g Hz) and their truth %s', count, imu.topic,
+              imu.rate_hz, imu.truth)
+
+
 def write_synthetic(spec: BagSpec, scene: SceneConfig, gt_path: str | Path,
                     map_axes: str = 'flu', seq: SyntheticSequence | None = None,
                     imu: ImuSpec | None = None) -> int:
@@ -156,20 +178,12 @@ def write_synthetic(spec: BagSpec, scene: SceneConfig, gt_path: str | Path,
         Number of frames written.
     """
     seq = render_sequence(scene) if seq is None else seq
-    extra = []
-    if imu is not None:
-        readings = synthetic_imu(scene, imu.rate_hz, imu.noise, scene.seed,
-                                 imu.time_offset_s)
-        extra = bag_messages(readings, imu.topic, imu.frame_id, imu.noise, imu.rate_hz)
+    readings, extra = imu_messages(scene, imu)
     count = write_frames(spec, seq.images, seq.intrinsics, scene.fps, int(seq.stamps_ns[0]),
                          total=len(seq.images),
                          depths=seq.depth if spec.depth_topic else None, extra=extra)
     c2w = map_axes_transform(map_axes) @ seq.c2w
-    if imu is not None:
-        write_truth(imu.truth, readings, map_axes_transform(map_axes), imu.topic, imu.frame_id,
-                    imu.noise, imu.rate_hz)
-        _LOG.info('wrote %d IMU readings on %s (%g Hz) and their truth %s', len(extra),
-                  imu.topic, imu.rate_hz, imu.truth)
+    write_imu_truth(imu, readings, map_axes, len(extra))
     write_tum(gt_path, Trajectory(seq.stamps_ns, c2w), comments=[
         f'ground truth of the synthetic scene (seed {scene.seed}, {scene.num_frames} frames '
         f'x {scene.laps} laps, '
@@ -238,7 +252,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         'truth '
                         '(mounting, gravity) as <out>_imu.json')
     p.add_argument('--imu-topic', default='',
-                   help='synthetic: IMU topic (default: imu beside --topic)')
+                   help='synthetic: IMU topic (default: imu beside --topic; with --cameras, '
+                        'beside camera 0, the primary: /cam_0/imu)')
     p.add_argument('--imu-rate', type=float, default=200.0,
                    help='synthetic: IMU rate in Hz, a multiple of the frame rate '
                         '(default: %(default)s)')
@@ -289,15 +304,16 @@ def run(args: argparse.Namespace) -> int:
         gt = args.gt or spec.out.parent / f'{spec.out.name}_gt.tum'
         imu = None
         if args.imu:
-            if args.cameras > 1:
-                raise ValueError('--imu is written with one camera (no --cameras)')
-            imu = ImuSpec(topic=args.imu_topic or f'{args.topic.rsplit("/", 1)[0]}/imu',
+            beside = '/cam_0/image_raw' if args.cameras > 1 else args.topic  # the primary's
+            imu = ImuSpec(topic=args.imu_topic or f'{beside.rsplit("/", 1)[0]}/imu',
                           truth=spec.out.parent / f'{spec.out.name}_imu.json',
                           rate_hz=args.imu_rate, time_offset_s=args.imu_time_offset,
                           noise=NOISELESS if args.imu_exact else ImuNoise())
         if args.cameras > 1:  # a rig of cameras
             from lingbot_map_ros.tools.synthetic_rig import gt_path, write_rig
-            write_rig(spec, scene, args.cameras, gt, args.map_axes)
+            readings, extra = imu_messages(scene, imu)  # the primary's: camera 0's route
+            write_rig(spec, scene, args.cameras, gt, args.map_axes, extra=extra)
+            write_imu_truth(imu, readings, args.map_axes, len(extra))
             for i in range(args.cameras):
                 _LOG.info('wrote ground truth of camera %d: %s', i, gt_path(gt, i))
         else:

@@ -46,6 +46,9 @@ loop closure the ``map``-frame one of keyframe pieces), one ``map.ply`` per segm
 paired with the frames by the node's
 :class:`~lingbot_map_ros.ros.inference.depth_input.DepthInput` (each colour frame is fed once the
 messages recorded before the next one were read), so poses, depth and map are in metres.
+With ``RunOptions.imu`` (``--imu-topic``) the IMU readings of the bag feed the session's IMU
+hook during the run as in the node (``tools/replay_imu.py``): poses, depth and map are in
+metres once a session's IMU scale locks, and the summary has an ``imu`` block.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ from lingbot_map_ros.engine.stats import RolloverStats
 from lingbot_map_ros.ros.inference.depth_input import DepthInput
 from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.tools import bag_io
+from lingbot_map_ros.tools.replay_imu import ImuRun, ReplayImu
 from lingbot_map_ros.tools.replay_loop import LoopReplay
 from lingbot_map_ros.tools.replay_map import ReplayMap
 from lingbot_map_ros.tools.trajectory import Trajectory
@@ -109,6 +113,9 @@ class RunOptions:
     grid: GridConfig | None = None
     """The occupancy grid (``--grid``): the node's ``grid.*`` parameters, written as map-server
     files ``grid.yaml`` + ``grid.pgm`` per segment; None: none."""
+    imu: ImuRun | None = None
+    """The IMU fused during the run (``--imu-topic``; its topic's messages among the run's):
+    settings and mounting; None: no IMU."""
 
 
 def make_session(values: dict[str, Any]) -> StreamingSession:
@@ -174,6 +181,9 @@ class OfflineRunner:
                               self._loop, grid=options.grid, save_ply=options.save_ply) \
             if options.save_ply or options.grid is not None else None
         self._map_poses: np.ndarray | None = None
+        self._imu = ReplayImu.from_run(options.imu) if options.imu is not None else None
+        if self._imu is not None:  # the node's IMU hook (engine/session/imu_session.py)
+            self._imu.attach(session)
 
     @classmethod
     def from_values(cls, values: dict[str, Any], options: RunOptions,
@@ -219,7 +229,7 @@ class OfflineRunner:
         num_read, storage_error = 0, None
         with tqdm(total=total, desc='replay', unit='frame') as bar:
             try:
-                for raw in self._with_depth(messages):
+                for raw in self._with_depth(self._with_imu(messages)):
                     if limit is not None and num_read >= limit:
                         break
                     num_read += 1
@@ -248,14 +258,15 @@ class OfflineRunner:
                 'config': self._session.config.to_flat(), 'storage_error': storage_error,
                 'metric': {**dataclasses.asdict(self._session.metric.stats()),
                            'depth_drops': 0 if self._depth is None else self._depth.drops_total},
-                'loop': loop}
+                'loop': loop,
+                **({} if self._imu is None else {'imu': self._imu.summary(self._axes)})}
 
     def tum_comments(self, summary: dict[str, Any]) -> list[str]:
         """Header lines of the TUM file: source, model, drops and map segments."""
         lines = [f'lingbot_map_replay: {summary.get("bag", "")} {summary.get("topic", "")}',
                  f'weights {summary["weights"]}; map axes {summary["map_axes"]}; '
                  'camera optical frame in the map frame; '
-                 f'{_units(summary.get("metric", {}).get("state", "off"))}',
+                 f'{_units(summary.get("metric", {}).get("state", "off"), summary.get("imu"))}',
                  f'frames read {summary["frames_read"]}, poses {summary["poses"]}, drops '
                  f'{summary["drops"] or "none"}']
         if summary.get('rollovers'):
@@ -296,6 +307,12 @@ class OfflineRunner:
             if drop is not None:
                 self._drop(drop.reason, drop.detail)
         self._collect(fed.predictions)
+
+    def _with_imu(self, messages: Iterable[bag_io.RawMessage]) -> Iterable[bag_io.RawMessage]:
+        """Without an IMU the messages; with one, its readings put, the rest each in turn."""
+        if self._imu is None:
+            return messages
+        return self._imu.order(messages, [self._options.depth_topic] if self._depth else [])
 
     def _with_depth(self, messages: Iterable[bag_io.RawMessage]
                     ) -> Iterable[bag_io.RawMessage]:
@@ -340,6 +357,8 @@ class OfflineRunner:
                                'start_stamp_ns': stamp_ns, 'poses': 0})
         if self._loop is not None:
             self._loop.reset()
+        if self._imu is not None:
+            self._imu.new_segment()
 
     def _collect(self, preds: list[FramePrediction]) -> None:
         segment = self._segments[-1]
@@ -351,6 +370,8 @@ class OfflineRunner:
             self._stamps.append(pred.stamp_ns)
             self._poses.append(c2w)
             self._engine_ms.append(pred.timings_ms.get('total', 0.0))
+            if self._imu is not None:
+                self._imu.note_pose(pred.stamp_ns)
             if self._loop is not None:
                 self._loop.add(pred)
             if pred.depth is not None:
@@ -379,8 +400,11 @@ def _session_counts(rollover: RolloverStats) -> dict[str, Any]:
             'max_rollover_ms': round(rollover.max_rollover_ms, 2)}
 
 
-def _units(metric_state: str) -> str:
-    """Say in which units the poses are, from the last session's metric state."""
+def _units(metric_state: str, imu: dict[str, Any] | None = None) -> str:
+    """Say in which units the poses are, from the depth camera's or the IMU's state."""
     if metric_state in ('locked', 'settling'):
         return 'metres (metric scale from the depth camera)'
+    if imu and imu.get('lock_stamp_ns') is not None:
+        return (f"metres from stamp {imu['lock_stamp_ns']} on (IMU scale), the model's "
+                'units before it')
     return 'non-metric scale'

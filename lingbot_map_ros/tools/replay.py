@@ -22,8 +22,10 @@ Subcommands:
   ``--depth`` / ``--ply`` the depth maps and the node's map (``map.ply``). With ``--gt`` it reports
   APE/RPE (evo). ``--depth-topic`` pairs a depth camera's images (16UC1 mm / 32FC1 m, aligned to
   the colour image) with the frames, as the node does with ``metric.source: depth``: the outputs
-  are then in metres. ``--imu-topic`` aligns the replayed poses with the bag's IMU afterwards
-  (``replay_imu.py``: scale, gravity, metric ATE and gravity error in the summary).
+  are then in metres. ``--imu-topic`` fuses the bag's IMU during the run as the node does
+  (``replay_imu.py``): the outputs are in metres once the IMU scale locks, and the summary's
+  ``imu`` block gives the scale, the lock, drops and, with ``--gt``, the metric ATE and the
+  gravity error.
   Frames are handled as the node handles them: unreadable images and frames the engine refuses
   are counted drops, a stamp that is not newer is dropped, a stamp jump back or a session limit
   resets the session and starts a new map segment (listed in the summary and the TUM header).
@@ -51,7 +53,7 @@ from lingbot_map_ros.config import GridConfig, load_yaml, LoopConfig, MapConfig,
 from lingbot_map_ros.config import section_from_flat
 from lingbot_map_ros.engine.errors import LingbotMapError
 from lingbot_map_ros.ros.parameters import params
-from lingbot_map_ros.tools import bag_io, make_bag, replay_cameras
+from lingbot_map_ros.tools import bag_io, make_bag, replay_cameras, replay_imu
 from lingbot_map_ros.tools.config_files import find_config, parse_set
 from lingbot_map_ros.tools.offline import RunOptions
 import torch
@@ -94,6 +96,11 @@ def run_options(args: argparse.Namespace) -> tuple[dict[str, Any], RunOptions]:
         values['metric.source'] = 'depth'
     if args.depth or args.ply or args.grid or values.get('metric.source') == 'depth':
         values['stream.enable_depth'] = True
+    if getattr(args, 'imu_truth', None) and not getattr(args, 'imu_topic', None):
+        raise ValueError('--imu-truth needs --imu-topic')
+    imu = replay_imu.ImuRun.from_values(values, _absolute(args.imu_topic),
+                                        replay_imu.read_truth(args.imu_truth)) \
+        if getattr(args, 'imu_topic', None) else None
     options = RunOptions(
         map_axes=args.map_axes,
         backwards_reset_s=float(values.get('input.backwards_reset_s',
@@ -106,7 +113,8 @@ def run_options(args: argparse.Namespace) -> tuple[dict[str, Any], RunOptions]:
         depth_topic=_absolute(args.depth_topic or ''),
         loop=section_from_flat(LoopConfig, 'loop', {**values, 'loop.enable': True})
         if getattr(args, 'loop_closure', False) else None,
-        grid=GridConfig.from_flat(values) if getattr(args, 'grid', False) else None)
+        grid=GridConfig.from_flat(values) if getattr(args, 'grid', False) else None,
+        imu=imu)
     return values, options
 
 
@@ -126,14 +134,13 @@ def run_bag(args: argparse.Namespace) -> int:
     cameras = replay_cameras.parse_cameras(args.cameras) if args.cameras else \
         {'': args.topic or ''}
     if args.imu_topic and args.cameras:
-        raise ValueError('--imu-topic is evaluated with one camera (no --cameras)')
+        raise ValueError('--imu-topic runs with one camera (no --cameras)')
     result = replay_cameras.run_cameras(args.bag, cameras, values, options, Path(args.out),
                                         gt=args.gt)
     code = replay_cameras.exit_code(result)
-    if args.imu_topic and code == 0:
-        from lingbot_map_ros.tools import replay_imu
-        result['imu'] = replay_imu.add_to_run(args.bag, Path(args.out), args.imu_topic,
-                                              args.imu_truth, args.gt)
+    if result.get('imu') is not None:
+        replay_imu.add_evaluation(Path(args.out), result, args.gt,
+                                  replay_imu.read_truth(args.imu_truth))
     return code
 
 
@@ -179,11 +186,13 @@ def _add_run_parser(subparsers: argparse._SubParsersAction) -> None:
                    help='depth images aligned to the colour images (16UC1 mm or 32FC1 m): '
                         'metric outputs, as the node with metric.source:=depth')
     p.add_argument('--imu-topic', default=None,
-                   help='sensor_msgs/Imu topic of the bag: align the replayed poses with it '
-                        '(metric scale, gravity; the imu block of the summary; docs/imu.md)')
+                   help='sensor_msgs/Imu topic of the bag, fused during the run as in the node '
+                        '(imu.* of the YAML): metric outputs once its scale locks; the imu '
+                        'block of the summary (docs/imu.md)')
     p.add_argument('--imu-truth', default=None,
-                   help='with --imu-topic: mounting, time offset and true gravity of the IMU '
-                        '(the <bag>_imu.json of make-bag --imu)')
+                   help='with --imu-topic: mounting and time offset of the IMU (replacing '
+                        'imu.imu_from_camera and imu.time_offset_s) and its true gravity, for '
+                        'the gravity error (the <bag>_imu.json of make-bag --imu)')
     p.add_argument('--cameras', default=None, metavar='NAME=TOPIC,...',
                    help='several cameras, one engine: one TUM per camera in OUT/NAME/, the '
                         'fused odometry in OUT/trajectory.tum (README "Several cameras"; '

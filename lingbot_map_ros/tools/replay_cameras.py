@@ -20,7 +20,8 @@ of one engine (the weights loaded once, one page pool), exactly as the node's ca
 ``trajectory.tum``, its camera pose in its map axes; ``trajectory.png``, ``summary.json``,
 ``--depth``, ``--ply``, ``--loop-closure``'s ``trajectory_map.tum``). The one unnamed camera
 (``--topic``, or the bag's only image topic) writes into ``OUT/``, with ``metric.source: depth``
-its depth images paired from ``--depth-topic``, and ``--gt`` compares its trajectory.
+its depth images paired from ``--depth-topic``, its IMU fused from ``--imu-topic``
+(``replay_imu.py``), and ``--gt`` compares its trajectory.
 
 Named cameras (``--cameras a=/topic_a,b=/topic_b``) write into ``OUT/<name>/``. Then the node's
 fusion runs on them (:class:`~lingbot_map_ros.engine.cameras.camera_rig.CameraRig`): each
@@ -46,7 +47,7 @@ from lingbot_map_ros.engine.cameras.camera_rig import CameraRig
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.ros.messages import conversions
 from lingbot_map_ros.ros.publishers.odom_frames import OdomFrames
-from lingbot_map_ros.tools import bag_io, strict_json, trajectory
+from lingbot_map_ros.tools import bag_io, replay_imu, strict_json, trajectory
 from lingbot_map_ros.tools.offline import make_session, OfflineRunner, RunOptions
 import numpy as np
 
@@ -111,6 +112,8 @@ def run_cameras(bag: str, cameras: dict[str, str], values: dict[str, Any],
     solo = names == ['']
     if options.metric.enabled and not solo:
         raise ValueError("metric.source 'depth' is not available with --cameras")
+    if options.imu is not None and not solo:
+        raise ValueError('--imu-topic is not available with --cameras')
     primary = '' if solo else values.get('input.primary_camera') or names[0]
     if primary not in cameras:
         raise ValueError(f"input.primary_camera '{primary}' is not one of --cameras")
@@ -123,6 +126,8 @@ def run_cameras(bag: str, cameras: dict[str, str], values: dict[str, Any],
     with bag_io.open_bag(bag) as reader:
         for topic in cameras.values():
             camera_topics(reader, topic, options)
+        if options.imu is not None:
+            replay_imu.require_topic(reader, options.imu.config.topic)
     sessions = make_sessions(values, names)
     summaries, runners = {}, {}
     with bag_io.open_bag(bag) as reader:
@@ -180,7 +185,8 @@ def run_camera(reader: Any, bag: str, name: str, topic: str, session: StreamingS
         ValueError: ``metric.source: depth`` without a depth topic.
     """
     info, depth = camera_topics(reader, topic, options)
-    topics = [info.name] + ([depth.name] if depth is not None else [])
+    topics = [info.name] + ([depth.name] if depth is not None else []) + \
+        ([options.imu.config.topic] if options.imu is not None else [])
     runner = OfflineRunner(session, options, out)
     summary = runner.run(bag_io.read_raw(reader, topics), info.num_messages)
     summary.update(bag=bag, topic=info.name, msgtype=info.msgtype)

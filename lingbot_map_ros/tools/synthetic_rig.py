@@ -28,6 +28,7 @@ topic                           what
                                 ``cam_<i>_optical_frame``
 ``/cam_<i>/camera_info``        its ``CameraInfo`` (all cameras share the intrinsics)
 ``/cam_<i>/depth/image_raw``    with ``--depth``: its exact depth (16UC1 mm)
+``/cam_0/imu``                  with ``--imu``: the primary's IMU (``make_bag.py``)
 ==============================  ===================================================
 
 Ground truth per camera: ``<gt>`` with ``_cam<i>`` before the suffix (``bag_gt_cam0.tum``,
@@ -38,7 +39,9 @@ of each camera is written in its file's comments.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from lingbot_map_ros.ros.messages.conversions import map_axes_transform
 from lingbot_map_ros.tools import bag_io
@@ -83,7 +86,7 @@ def gt_path(gt: str | Path, index: int) -> Path:
 
 
 def write_rig(spec: BagSpec, scene: SceneConfig, cameras: int, gt: str | Path,
-              map_axes: str = 'flu') -> int:
+              map_axes: str = 'flu', extra: Iterable[tuple[str, int, Any]] = ()) -> int:
     """Render the loop for every camera of the rig into one bag; write each ground truth.
 
     Args:
@@ -93,6 +96,8 @@ def write_rig(spec: BagSpec, scene: SceneConfig, cameras: int, gt: str | Path,
         cameras: N.
         gt: ground-truth path pattern (:func:`gt_path`).
         map_axes: axes of the ground truth's map frame ('flu' or 'optical').
+        extra: ``(topic, stamp_ns, message)`` of other sensors (the primary's synthetic IMU),
+            written into the same bag.
 
     Returns:
         Frames written per camera.
@@ -111,6 +116,8 @@ def write_rig(spec: BagSpec, scene: SceneConfig, cameras: int, gt: str | Path,
             for cam_spec, seq in zip(specs, seqs):
                 write_frame(bag, cam_spec, seq.images[t], seq.intrinsics,
                             int(seq.stamps_ns[t]), seq.depth[t] if cam_spec.depth_topic else None)
+        for topic, stamp, msg in extra:
+            bag.write(topic, stamp, msg)
     axes = map_axes_transform(map_axes)
     for i, (seq, mount) in enumerate(zip(seqs, mounts)):
         write_tum(gt_path(gt, i), Trajectory(seq.stamps_ns, axes @ seq.c2w), comments=[

@@ -151,6 +151,59 @@ def test_slow_and_silent_streams_pause_with_a_warning() -> None:
     assert fast.state(12.0) == 'ok'
 
 
+def test_an_imu_that_never_starts_warns_once_while_images_arrive() -> None:
+    """Images for longer than the silence span and no reading: one WARN, one pause, silent."""
+    imu, warn = make()
+    imu.note_image(100.0)
+    imu.note_image(100.5)
+    assert imu.state(100.5) == 'waiting' and not warn.lines
+    for i in range(2, 40):  # 10 fps for almost 4 s: never one line per frame
+        imu.note_image(100.0 + i / 10.0)
+    assert len(warn.lines) == 1, warn.lines
+    assert 'silent' in warn.lines[0] and 'not started' in warn.lines[0]
+    assert "'imu'" in warn.lines[0] and 'paused' in warn.lines[0]
+    status = imu.status()
+    assert status['state'] == 'silent' and status['pauses'] == 1
+
+
+def test_an_imu_that_stops_warns_once_and_its_return_is_logged() -> None:
+    """A stopped stream: one WARN on entering silent, one INFO when readings come back."""
+    infos = Warnings()
+    warn = Warnings()
+    imu = ImuInput(ImuConfig(topic='imu'), warn, clock=lambda: 0.0, info=infos)
+    readings = iter(np.arange(10.0, 16.0, 0.005))
+    stamp = next(readings)
+    for frame in range(60):  # 6 s of images; the readings stop from 12 s to 14 s
+        t = 10.0 + frame / 10.0
+        while stamp <= t + 1e-9:
+            if not 12.0 < stamp < 14.0:
+                imu.put(imu_msg(stamp))
+            stamp = next(readings)
+        imu.note_image(t)
+        if frame == 40:  # one reading back: its rate is not known yet, not 'slow'
+            assert imu.status()['state'] == 'silent' and len(imu.buffer) > 1
+    assert len(warn.lines) == 1, warn.lines
+    assert 'silent' in warn.lines[0] and 'stopped' in warn.lines[0]
+    assert len(infos.lines) == 1 and 'resumed' in infos.lines[0], infos.lines
+    status = imu.status()
+    assert status['state'] == 'ok' and status['pauses'] == 1
+    # The stop is a gap, not drops.
+    assert sum(status['drops'].values()) == 0
+
+
+def test_a_5_hz_imu_warns_slow_once_over_many_images() -> None:
+    """A 5 Hz stream beside 10 fps images: one WARN (slow), the fusion paused, one pause."""
+    imu, warn = make()
+    for frame in range(50):
+        t = 10.0 + frame / 10.0
+        if frame % 2 == 0:
+            imu.put(imu_msg(t))
+        imu.note_image(t)
+    assert len(warn.lines) == 1, warn.lines
+    assert 'slow' in warn.lines[0] and '5.0 Hz' in warn.lines[0]
+    assert imu.state(14.9) == 'slow' and imu.status()['pauses'] == 1
+
+
 def test_subscription_takes_readings_with_sensor_data_qos(graph) -> None:
     """A real publisher (sensor-data QoS) reaches the input through ``subscribe``."""
     imu, _ = make()

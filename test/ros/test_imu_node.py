@@ -17,8 +17,10 @@ The oracle network (test/engine/oracle_model.py) answers the session with the sy
 ground truth in an unknown scale; the route's 200 Hz IMU (tools/synthetic_imu.py: noise, biases,
 the default mounting) is published on ``imu`` beside the images. The node must lock the
 session's scale within 2 % of the truth, publish metric poses from then on and the ``imu``
-status; hostile IMU messages end as counted drops, never a crash; with the IMU topic unset, or
-set but silent, the poses are those of the colour-only node.
+status (with the mounting read from a /tf_static buffer); hostile IMU messages end as counted
+drops, never a crash; an IMU that never starts is one WARN on /rosout while every pose is
+published; with the IMU topic unset, or set but silent, the poses are those of the colour-only
+node.
 
 Run: ``pytest test/ros/test_imu_node.py`` (about a minute on 2 busy cores; marker ``rostest``).
 """
@@ -27,6 +29,10 @@ import itertools
 import math
 from pathlib import Path
 import sys
+import threading
+
+from diagnostic_msgs.msg import DiagnosticStatus
+from geometry_msgs.msg import TransformStamped
 
 from lingbot_map_ros.ros.publishers.imu_status import IMU_KEYS
 from lingbot_map_ros.tools.synthetic_imu import DEFAULT_FRAME_ID, frame_poses, synthetic_imu
@@ -35,6 +41,9 @@ from node_harness import (image_msg, no_callback_errors, stamp_ns,  # noqa: F401
                           TINY_CPU, wait_for, wait_status)
 import numpy as np
 import pytest
+from rcl_interfaces.msg import Log
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.qos import qos_profile_sensor_data
 from scipy.spatial.transform import Rotation
 from sensor_msgs.msg import Imu
@@ -71,13 +80,13 @@ def imu_msg(stamp: int, gyro, accel, frame_id: str = DEFAULT_FRAME_ID) -> Imu:
     return msg
 
 
-def start(graph, imu_topic: str, **overrides):
+def start(graph, imu_topic: str, ns: str | None = None, **overrides):
     """Start a node in bag mode with the oracle on the route; return it, its probe, the oracle."""
     imu = synthetic_imu(SCENE, seed=3)
     values = {**TINY_CPU, 'input.queue_mode': 'bag', 'input.qos.reliability': 'reliable',
               'input.qos.depth': 100, **ENGINE, 'input.imu_topic': imu_topic,
               'imu.imu_from_camera': mount7(imu.imu_from_camera), **overrides}
-    node, probe = graph.start_node(f'/imu{next(_ns)}', values)
+    node, probe = graph.start_node(ns or f'/imu{next(_ns)}', values)
     session = node.core.pipeline.session.session
     oracle = OracleModel(frame_poses(SCENE), session.config, noise=0.0005, seed=6)
     session.replace_stream(oracle)
@@ -124,8 +133,56 @@ def imu_publisher(probe, node):
     return pub
 
 
+class Rosout:
+    """Every /rosout message of one logger name, kept in order."""
+
+    def __init__(self, graph, name: str) -> None:
+        self.node = graph.add(Node(f'rosout_probe_{next(_ns)}', context=graph.context))
+        self.lock = threading.Lock()
+        self.lines: list[tuple[int, str]] = []
+        qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+        def keep(msg: Log) -> None:
+            if msg.name.endswith(name):
+                with self.lock:
+                    self.lines.append((msg.level, msg.msg))
+        self.sub = self.node.create_subscription(Log, '/rosout', keep, qos)
+
+    def find(self, level: int, text: str) -> list[str]:
+        with self.lock:
+            return [m for lv, m in self.lines if lv == level and text in m]
+
+
+class StaticBuffer:
+    """A tf2 buffer holding fixed transforms (tf2_ros is not part of the PyPI wheels)."""
+
+    def __init__(self, *transforms: TransformStamped) -> None:
+        self.transforms = {(t.header.frame_id, t.child_frame_id): t for t in transforms}
+
+    def lookup_transform(self, target: str, source: str, _time) -> TransformStamped:
+        if (target, source) not in self.transforms:
+            raise LookupError(f'{target} -> {source} unknown')
+        return self.transforms[(target, source)]
+
+
+def static_mount(parent: str, child: str, matrix: np.ndarray) -> TransformStamped:
+    """Return the /tf_static transform ``parent -> child`` of a [4, 4] mounting."""
+    tf = TransformStamped(child_frame_id=child)
+    tf.header.frame_id = parent
+    t, q = tf.transform.translation, tf.transform.rotation
+    t.x, t.y, t.z, q.x, q.y, q.z, q.w = mount7(matrix)
+    return tf
+
+
 def test_the_imu_locks_the_scale_and_the_poses_become_metric(graph):
-    node, probe, oracle, imu = start(graph, 'imu')
+    # The mounting comes from /tf_static only: the parameter (the identity) is wrong, and with
+    # it the gyroscope's rotations would not match the camera's and the scale would not lock.
+    truth = synthetic_imu(SCENE, seed=3).imu_from_camera
+    node, probe, oracle, imu = start(graph, 'imu', **{'imu.imu_from_camera': mount7(np.eye(4))})
+    fusion = node.core.pipeline.imu
+    fusion.mounting.use_tf_buffer(StaticBuffer(
+        static_mount(DEFAULT_FRAME_ID, 'cam_optical', truth)))  # what tf2_ros would hand over
     pub = imu_publisher(probe, node)
     num = 90
     feed(node, probe, imu, num, pub)
@@ -139,6 +196,8 @@ def test_the_imu_locks_the_scale_and_the_poses_become_metric(graph):
     assert all(values[f'stream.drops.{r}'] == '0'
                for r in ('non_finite', 'out_of_order', 'future', 'wrong_frame'))
     assert values['depth.scale'] == 'n/a'
+    assert values['mounting'] == 'tf' and values['stream.pauses'] == '0'
+    np.testing.assert_allclose(fusion.imu_from_camera, truth, atol=1e-9)
     # One session (no rollover in 90 frames): its truth is the oracle's factor's inverse.
     assert len({s[0] for s in oracle.sessions}) == 1
     truth = 1.0 / oracle.sessions[0][0]
@@ -193,3 +252,24 @@ def test_poses_without_an_imu_and_with_a_silent_one_are_identical(graph):
         runs.append(positions(probe.poses))
         graph.remove(node)
     np.testing.assert_allclose(runs[1], runs[0], rtol=0, atol=1e-9)
+
+
+def test_an_imu_that_never_starts_warns_once_and_the_poses_go_on(graph):
+    """input.imu_topic set, no publisher: one WARN on /rosout, a pause counted, every pose."""
+    ns = f'/imu{next(_ns)}'
+    rosout = Rosout(graph, f'{ns.strip("/")}.lingbot_map')
+    node, probe, _, imu = start(graph, 'imu', ns=ns)
+    start_line = wait_for(lambda: rosout.find(Log.INFO, "IMU on 'imu'"), _TIMEOUT_S,
+                          'the start line')
+    assert 'from imu.imu_from_camera' in start_line[0]
+    feed(node, probe, imu, 40)  # 4 s of frames, four times the silence span
+    level, message, values = wait_status(
+        probe, node, 'imu', lambda lvl, m, v: v.get('stream.state') == 'silent', 'silent',
+        _TIMEOUT_S)
+    assert values['stream.pauses'] == '1' and values['stream.received'] == '0'
+    assert level == DiagnosticStatus.WARN and 'silent' in message
+    warned = wait_for(lambda: rosout.find(Log.WARN, 'IMU silent'), _TIMEOUT_S, 'the WARN')
+    assert len(warned) == 1, warned
+    assert 'not started' in warned[0] and 'paused' in warned[0]
+    assert values['scale.state'] == 'waiting' and values['mounting'] == 'parameter'
+    graph.remove(node)

@@ -77,3 +77,14 @@ def test_depth_and_imu_scales_compared() -> None:
     assert abs(float(_values(close)['depth.disagreement']) - (0.42 / 0.41 - 1.0)) < 1e-6
     far = imu_status('n', STREAM, LOCKED, depth_scale=0.36)
     assert far.level == DiagnosticStatus.WARN and 'disagree' in far.message
+
+
+def test_pauses_and_the_mounting_source_are_shown() -> None:
+    """A silent stream that paused twice, its mounting from /tf_static: both in the status."""
+    status = imu_status('n', {**STREAM, 'state': 'silent', 'pauses': 2, 'mounting': 'tf'},
+                        LOCKED)
+    values = _values(status)
+    assert values['stream.pauses'] == '2' and values['mounting'] == 'tf'
+    assert status.level == DiagnosticStatus.WARN and 'silent' in status.message
+    fresh = _values(imu_status('n', {'topic': '/imu'}, ImuStats(state='waiting')))
+    assert fresh['stream.pauses'] == '0' and fresh['mounting'] == 'parameter'

@@ -16,8 +16,9 @@
 Run: ``pytest test/tools/test_imu_replay.py`` (about a minute on 2 cores). The accuracy is
 checked with the oracle network (test/engine/oracle_model.py: the poses are the synthetic
 route's ground truth in an unknown frame and scale per session, with noise, stitched over
-rollovers) on the route's 200 Hz IMU with noise and bias, against the RGB-D path on the same
-frames; the command line runs with the tiny random-weight model.
+rollovers) on the route's 200 Hz IMU with noise and bias, fused during the run as in the node
+(the session's IMU hook), against the RGB-D path on the same frames; the command line runs with
+the tiny random-weight model.
 """
 
 import json
@@ -30,7 +31,7 @@ from lingbot_map_ros.tools import bag_io
 from lingbot_map_ros.tools.bag_io import depth_message
 from lingbot_map_ros.tools.offline import OfflineRunner, RunOptions
 from lingbot_map_ros.tools.replay import find_config, main
-from lingbot_map_ros.tools.replay_imu import _rigid_fit, evaluate_imu, read_imu
+from lingbot_map_ros.tools.replay_imu import _rigid_fit, evaluate, ImuRun
 from lingbot_map_ros.tools.synthetic_imu import bag_messages, frame_poses, synthetic_imu
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig
 from lingbot_map_ros.tools.trajectory import Trajectory
@@ -43,7 +44,9 @@ from oracle_model import frame_image, oracle_session  # noqa: E402,I100,I202
 
 SEC = 1_000_000_000
 SIZE_HW = (48, 64)
-SCENE = SceneConfig(laps=2, start_ns=50 * SEC)
+SCENE = SceneConfig(laps=3, start_ns=50 * SEC)
+SESSION = {'stream.session_keyframes': 80, 'stream.overlap_keyframes': 8}
+"""Sessions long enough for the IMU to lock within each (about 6 s of motion), three of them."""
 
 torch.set_num_threads(1)
 
@@ -75,44 +78,79 @@ def metric_ate(est: Trajectory, gt: np.ndarray, scale: float = 1.0) -> float:
     return float(np.sqrt(np.mean(np.sum((gt[:, :3, 3] - p @ rotation.T - shift) ** 2, 1))))
 
 
-def replay(bag: Path, out: Path, metric: bool) -> Trajectory:
-    """Replay the oracle over the route bag, with the depth camera's scale or colour only."""
+def replay(bag: Path, out: Path, metric: bool, imu: ImuRun | None = None
+           ) -> tuple[Trajectory, dict]:
+    """Replay the oracle over the route bag: the depth camera's scale, the IMU's, or neither."""
     gt = frame_poses(SCENE)
-    session, _ = oracle_session(gt, noise=0.0005, seed=6, **{
-        'stream.session_keyframes': 40, 'stream.overlap_keyframes': 8,
-        'stream.enable_depth': metric})
+    session, _ = oracle_session(gt, noise=0.0005, seed=6, **SESSION,
+                                **{'stream.enable_depth': metric})
     config = MetricConfig(source='depth', settle_keyframes=6) if metric else MetricConfig()
     options = RunOptions(map_axes='optical', metric=config,
-                         depth_topic='/cam/depth' if metric else '')
+                         depth_topic='/cam/depth' if metric else '', imu=imu)
     runner = OfflineRunner(RolloverSession(session, config), options, out)
     with bag_io.open_bag(bag) as reader:
-        topics = ['/cam/image', '/cam/depth'] if metric else ['/cam/image']
+        topics = ['/cam/image'] + (['/cam/depth'] if metric else []) + \
+            ([imu.config.topic] if imu is not None else [])
         summary = runner.run(bag_io.read_raw(reader, topics))
     assert summary['poses'] == SCENE.total_frames and summary['rollovers'] >= 2
-    return runner.trajectory
+    return runner.trajectory, summary
+
+
+def imu_run(imu, **config) -> ImuRun:
+    """Return the route IMU's settings for the run: its topic, its true mounting."""
+    return ImuRun(ImuConfig(topic='/imu', **config), tuple(imu.imu_from_camera.ravel()),
+                  'imu_truth')
 
 
 def test_imu_metric_ate_is_close_to_the_rgbd_path(tmp_path):
-    """Colour + IMU: metric ATE within 5 % of the RGB-D path's or of 1 cm (docs/imu.md)."""
+    """Colour + IMU in the session: metric ATE within 5 % of the RGB-D path's or of 1 cm."""
     imu = write_route_bag(tmp_path / 'bag')
     gt = frame_poses(SCENE)
-    rgbd = replay(tmp_path / 'bag', tmp_path / 'rgbd', metric=True)
-    colour = replay(tmp_path / 'bag', tmp_path / 'colour', metric=False)
-    with bag_io.open_bag(tmp_path / 'bag') as reader:
-        stream = read_imu(reader, '/imu', ImuConfig(topic='/imu'))
-    block = evaluate_imu(stream, colour, imu.imu_from_camera, Trajectory(rgbd.stamps_ns, gt),
-                         imu.gravity)
-    assert block['accepted'] == len(imu.stamps_ns) and sum(block['drops'].values()) == 0
-    assert block['state'] == 'locked', block['reason']
+    rgbd, _ = replay(tmp_path / 'bag', tmp_path / 'rgbd', metric=True)
+    colour, summary = replay(tmp_path / 'bag', tmp_path / 'colour', metric=False,
+                             imu=imu_run(imu))
+    block = summary['imu']
+    assert block['accepted'] == block['readings'] == len(imu.stamps_ns)
+    assert sum(block['drops'].values()) == 0 and block['pauses'] == 0
+    assert block['lock_stamp_ns'] is not None, block['reason']
+    # Every session of 80 keyframes locks its own scale (the oracle's differs per session).
+    assert block['locks'] >= 2
+    evaluate(block, colour, Trajectory(rgbd.stamps_ns, gt), summary['segments'], imu.gravity)
     assert abs(block['scale_error']) <= 0.02
     assert block['gravity_error_deg'] <= 1.0
-    ate_rgbd = metric_ate(rgbd, gt)
-    ate_imu = metric_ate(colour, gt, block['scale'])
+    # The poses from the lock on are metres as published: no scale fitted.
+    metric = colour.stamps_ns >= block['lock_stamp_ns']
+    assert block['metric_poses'] == int(metric.sum()) >= SCENE.total_frames // 2
+    ate_imu = metric_ate(Trajectory(colour.stamps_ns[metric], colour.c2w[metric]), gt[metric])
     assert block['metric_ate_m'] == pytest.approx(ate_imu, rel=1e-9)
-    print(f'metric ATE: RGB-D {ate_rgbd:.4f} m, colour + IMU {ate_imu:.4f} m, scale error '
-          f"{100 * block['scale_error']:+.2f} %, gravity {block['gravity_error_deg']:.3f} deg")
+    ate_rgbd = metric_ate(Trajectory(rgbd.stamps_ns[metric], rgbd.c2w[metric]), gt[metric])
+    print(f'metric ATE from the lock ({block["lock_time_s"]} s) on: RGB-D {ate_rgbd:.4f} m, '
+          f'colour + IMU {ate_imu:.4f} m, scale error {100 * block["scale_error"]:+.2f} %, '
+          f"gravity {block['gravity_error_deg']:.3f} deg, {block['locks']} session locks")
     # Within 5 % of the RGB-D path's ATE, or of a centimetre when both are that small.
     assert ate_imu <= max(1.05 * ate_rgbd, ate_rgbd + 0.01)
+    # Before the lock the poses are the model's units: the same as without an IMU.
+    plain, _ = replay(tmp_path / 'bag', tmp_path / 'plain', metric=False)
+    np.testing.assert_allclose(colour.c2w[~metric], plain.c2w[~metric], rtol=0, atol=1e-9)
+
+
+def test_a_stopped_imu_pauses_the_fusion_and_the_colour_path_goes_on(tmp_path):
+    """The IMU stops after 3 s: one pause, no lock from the gap, every pose, no crash."""
+    imu = synthetic_imu(SCENE, seed=3)
+    cut = SCENE.start_ns + 3 * SEC
+    with bag_io.BagWriter(tmp_path / 'bag') as bag:
+        for i in range(SCENE.total_frames):
+            stamp = SCENE.start_ns + i * SEC // 10
+            bag.write('/cam/image', stamp,
+                      bag_io.image_message(frame_image(i, SIZE_HW), stamp, 'cam'))
+        for topic, stamp, msg in bag_messages(imu, '/imu'):
+            if stamp < cut:
+                bag.write(topic, stamp, msg)
+    _, summary = replay(tmp_path / 'bag', tmp_path / 'out', metric=False, imu=imu_run(imu))
+    block = summary['imu']
+    assert block['pauses'] == 1 and block['stream_state'] == 'silent'
+    assert block['lock_stamp_ns'] is None and block['state'] != 'locked'
+    assert block['accepted'] == int(np.sum(imu.stamps_ns < cut))
 
 
 def test_make_bag_imu_and_run_with_imu_topic(tmp_path):
@@ -152,3 +190,27 @@ def test_make_bag_imu_needs_synthetic(tmp_path):
     assert main(['make-bag', '--images', str(tmp_path), '--imu', '--out',
                  str(tmp_path / 'bag')]) == 1
     assert not (tmp_path / 'bag').exists()
+
+
+def test_make_bag_imu_with_a_rig_writes_the_primarys_imu(tmp_path):
+    """--cameras 2 --imu: one IMU topic beside camera 0, the readings of its route."""
+    common = ['make-bag', '--synthetic', '--imu', '--frames', '12', '--size', '48x32']
+    assert main(common + ['--out', str(tmp_path / 'one')]) == 0
+    assert main(common + ['--cameras', '2', '--out', str(tmp_path / 'rig')]) == 0
+    truth = json.loads((tmp_path / 'rig_imu.json').read_text())
+    assert truth['topic'] == '/cam_0/imu'
+    readings = {}
+    for name, topic in (('one', '/camera/imu'), ('rig', '/cam_0/imu')):
+        with bag_io.open_bag(tmp_path / name) as reader:
+            topics = bag_io.list_topics(reader)
+            assert [t for t in topics if t.endswith('imu')] == [topic]
+            msgs = [bag_io.deserialize(raw) for raw in bag_io.read_raw(reader, [topic])]
+        readings[name] = np.array([[m.header.stamp.sec * SEC + m.header.stamp.nanosec,
+                                    m.angular_velocity.x, m.angular_velocity.z,
+                                    m.linear_acceleration.x, m.linear_acceleration.z]
+                                   for m in msgs])
+    assert len(readings['rig']) == 11 * 20 + 50 + 1
+    # Camera 0 drives the single camera's route: the same readings, noise included.
+    np.testing.assert_allclose(readings['rig'], readings['one'], rtol=0, atol=1e-12)
+    gt0 = (tmp_path / 'rig_gt_cam0.tum').read_text().split('\n')
+    assert any(line and not line.startswith('#') for line in gt0)

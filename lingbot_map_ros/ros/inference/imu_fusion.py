@@ -27,8 +27,9 @@ otherwise, and then nothing in the node changes. It holds
 - the ``<node>: imu`` diagnostics status (:meth:`ImuFusion.status`), with the depth camera's
   scale beside it when ``metric.source`` is ``depth``.
 
-The mounting is ``imu.imu_from_camera`` (camera optical frame into the IMU frame); the node does
-not read it from TF.
+The mounting is ``imu.imu_from_camera`` (camera optical frame into the IMU frame), replaced by
+``/tf_static`` when tf2_ros finds the IMU frame -> camera frame there
+(:mod:`~lingbot_map_ros.ros.inference.imu_mounting`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from __future__ import annotations
 from typing import Any
 
 from lingbot_map_ros.engine.imu import AlignmentOptions, ImuScaleTracker
+from lingbot_map_ros.ros.inference import imu_mounting
 from lingbot_map_ros.ros.inference.imu_input import ImuInput, subscribe
 from lingbot_map_ros.ros.parameters import params
 from lingbot_map_ros.ros.parameters.mounting import pose7_to_matrix
@@ -60,9 +62,15 @@ class ImuFusion:
         log = node.get_logger()
         clock = node.get_clock()
         self.input = ImuInput(self.config, log.warning,
-                              now=lambda: clock.now().nanoseconds * 1e-9)
-        self.imu_from_camera = pose7_to_matrix(self.config.imu_from_camera,
-                                               'imu.imu_from_camera')
+                              now=lambda: clock.now().nanoseconds * 1e-9, info=log.info)
+        tf = imu_mounting.static_tf_buffer(node)  # mounting hook (imu_mounting.py)
+        self._tf_listener = None if tf is None else tf[1]
+        self.mounting = imu_mounting.ImuMounting(
+            pose7_to_matrix(self.config.imu_from_camera, 'imu.imu_from_camera'),
+            None if tf is None else tf[0])
+        self._camera_frame = str(values.get('frames.camera_frame') or '')
+        self._log = log
+        self.imu_from_camera = self.mounting.matrix  # the tracker's; /tf_static updates it
         self._newest_image_s: float | None = None
         self.tracker = ImuScaleTracker(
             self.input.window, options=AlignmentOptions(max_imu_gap_s=self.config.max_gap_s),
@@ -74,8 +82,10 @@ class ImuFusion:
         """Return whether the stream is usable at camera time ``stamp_s`` (fusion runs)."""
         return self.input.state(stamp_s) == 'ok'
 
-    def note_image(self, stamp: Any) -> None:
-        """Note a colour image's ``builtin_interfaces/Time`` stamp on arrival."""
+    def note_image(self, stamp: Any, frame_id: str = '') -> None:
+        """Note a colour image's ``builtin_interfaces/Time`` stamp (and frame) on arrival."""
+        self.mounting.update(self.input.frame_id, self._camera_frame or frame_id,
+                             self._log.warning, self._log.info)
         stamp_s = float(stamp.sec) + 1e-9 * float(stamp.nanosec)
         if stamp_s > 0.0:
             if self._newest_image_s is None or stamp_s > self._newest_image_s:
@@ -92,18 +102,21 @@ class ImuFusion:
             self.input.state(self._newest_image_s)
         metric = self._session.metric
         depth_scale = metric.stats().scale if metric.enabled else None
-        return imu_status(node_name, self.input.status(), self._session.imu.stats(), depth_scale)
+        stream = {**self.input.status(), 'mounting': self.mounting.source}
+        return imu_status(node_name, stream, self._session.imu.stats(), depth_scale)
 
     def start_line(self) -> str:
         """Return the start-up log line's IMU part."""
-        mount = ' '.join(f'{v:g}' for v in self.config.imu_from_camera)
-        return (f"IMU on '{self.config.topic}' (imu_from_camera [{mount}], time offset "
+        return (f"IMU on '{self.config.topic}' ({self.mounting.describe()}, time offset "
                 f'{self.config.time_offset_s:g} s): metric scale from the colour camera once '
                 'locked')
 
     def detach(self) -> None:
         """Detach the tracker from the session (the pipeline is destroyed)."""
         self._session.imu.attach(None)
+        if self._tf_listener is not None:  # its /tf_static subscription
+            self._tf_listener.unregister()
+            self._tf_listener = None
 
 
 def from_values(node: Any, values: dict[str, Any], session: Any) -> ImuFusion | None:

@@ -27,8 +27,13 @@ level: message fields are read by name, as :mod:`~lingbot_map_ros.ros.messages.c
   ``bad_message``; out of order and too far in the future (past the newest image, or the
   clock before any image) are dropped by the buffer (:mod:`~lingbot_map_ros.engine.imu.samples`).
 - **Every drop is logged** (a WARN per reason, at most every few seconds) and counted in the
-  ``imu`` diagnostics status; a silent or slow stream pauses the fusion with a WARN, and the
-  colour path never waits for the IMU.
+  ``imu`` diagnostics status; the colour path never waits for the IMU.
+- **A stream that cannot feed the fusion** is noticed at each colour image
+  (:meth:`ImuInput.note_image`): no reading for a while (never started while images arrive, or
+  stopped: ``silent``) or fewer than ``min_rate_hz`` (a 5 Hz IMU: ``slow``). Entering such a
+  state pauses the fusion, counts a pause (``stream.pauses`` of the status) and logs one WARN
+  (at most one per state every :data:`PAUSE_LOG_EVERY_S`); the stream's return to ``ok`` logs an
+  INFO. Nothing is logged per frame.
 """
 
 from __future__ import annotations
@@ -42,6 +47,16 @@ from lingbot_map_ros.engine.imu import ImuBuffer
 import numpy as np
 
 _LOG_EVERY_S = 5.0
+PAUSE_LOG_EVERY_S = 30.0
+"""At most one WARN per paused state (and one INFO on recovery) in this many seconds."""
+_PAUSED = ('slow', 'silent')
+_RATE_SPAN_S = 1.0
+"""The buffer's rate is taken over this span: a stream (re)started more recently has none yet."""
+
+
+def silent_after_s(config: ImuConfig) -> float:
+    """Return how long without a reading makes the stream silent (the buffer's rule)."""
+    return max(1.0, 20.0 * config.max_gap_s)
 
 
 def _stamp_s(msg: Any) -> float:
@@ -59,7 +74,8 @@ class ImuInput:
 
     def __init__(self, config: ImuConfig, warn: Callable[[str], None],
                  clock: Callable[[], float] = time.monotonic,
-                 now: Callable[[], float | None] = lambda: None) -> None:
+                 now: Callable[[], float | None] = lambda: None,
+                 info: Callable[[str], None] | None = None) -> None:
         """Create an empty input.
 
         Args:
@@ -68,19 +84,28 @@ class ImuInput:
             clock: monotonic seconds, for throttling the warnings.
             now: the camera clock's present time in seconds (the node's ROS clock), the
                 future-stamp reference before any image; None when unknown.
+            info: logs an information line (the stream's recovery); None: the recovery is
+                not logged.
         """
         self.config = config
         self.buffer = ImuBuffer(config)
         self._warn = warn
+        self._info = info
         self._clock = clock
         self._now = now
         self._lock = threading.Lock()
         self._frame_id = config.frame_id
         self._newest_image_s: float | None = None
+        self._first_image_s: float | None = None
         self._warned_at: dict[str, float] = {}
         self.received = 0
         """Messages received (kept + every drop)."""
         self._state = 'waiting'
+        self._restarted_s: float | None = None
+        self._state_at: float | None = None
+        self._restart_pending = True
+        self.pauses = 0
+        """Times the stream went from usable (or not yet started) to ``slow`` or ``silent``."""
 
     @property
     def frame_id(self) -> str:
@@ -88,10 +113,17 @@ class ImuInput:
         return self._frame_id
 
     def note_image(self, stamp_s: float) -> None:
-        """Record a colour image's stamp (camera clock): the reference for future stamps."""
+        """Record a colour image's stamp (camera clock) and take the stream's state at it.
+
+        The stamp is the reference for future stamps; the state change, if any, is logged
+        (module docstring).
+        """
         with self._lock:
+            if self._first_image_s is None or stamp_s < self._first_image_s:
+                self._first_image_s = stamp_s
             if self._newest_image_s is None or stamp_s > self._newest_image_s:
                 self._newest_image_s = stamp_s
+            self._update_state(self._newest_image_s)
 
     def put(self, msg: Any) -> str | None:
         """Take one ``sensor_msgs/Imu``; return the drop reason, or None when kept."""
@@ -131,6 +163,8 @@ class ImuInput:
             reference = self._now()
         reason = self.buffer.add(stamp, gyro, accel, reference)
         if reason is None:
+            if self._restart_pending:  # the first reading, or the first after a silence
+                self._restarted_s, self._restart_pending = self.buffer.last_stamp, False
             return None, ''
         return reason, f'stamp {stamp:.6f} s, gyro {gyro.tolist()}, accel {accel.tolist()}'
 
@@ -142,18 +176,67 @@ class ImuInput:
             self._warn(line)
 
     def state(self, now_s: float) -> str:
-        """Return the stream's state at camera-clock ``now_s``; WARN when it stops being ok.
+        """Return the stream's state at camera-clock ``now_s``; log a change (module docstring).
 
-        'waiting', 'ok', 'slow' or 'silent' (:meth:`ImuBuffer.state`): fusion runs only on 'ok'.
+        'waiting' (no reading yet, images for less than the silence span), 'ok', 'slow' or
+        'silent' (:meth:`ImuBuffer.state`; also no reading at all for the silence span since
+        the first image): fusion runs only on 'ok'.
         """
         with self._lock:
-            state = self.buffer.state(now_s)
-            if state != self._state and state in ('slow', 'silent'):
-                self._warn(f'IMU {state} (rate {self.buffer.rate_hz():.1f} Hz, minimum '
-                           f'{self.config.min_rate_hz:g} Hz): IMU fusion paused, the last '
-                           'scale and gravity are kept')
-            self._state = state
+            return self._update_state(now_s)
+
+    def _update_state(self, now_s: float) -> str:
+        """Take the state at ``now_s`` and log entering a paused state or leaving one."""
+        state = self.buffer.state(now_s)
+        if (state == 'waiting' and self._first_image_s is not None
+                and now_s - self._first_image_s > silent_after_s(self.config)):
+            state = 'silent'  # images for a while and never a reading: not started
+        if self._state_at is not None and now_s < self._state_at:
+            # An earlier instant (a keyframe processed after newer images arrived): its state
+            # answers the caller, the stream's present state stays the newest one.
             return state
+        self._state_at = now_s
+        previous = self._state
+        if (state == 'slow' and self._restarted_s is not None
+                and self.buffer.last_stamp - self._restarted_s < _RATE_SPAN_S):
+            # Less than the rate's span since the stream (re)started: its rate is not known yet.
+            state = previous if previous in ('waiting', 'silent') else 'waiting'
+        if state == 'silent':
+            self._restart_pending = True
+        self._state = state
+        if state == previous:
+            return state
+        if state in _PAUSED:
+            if previous not in _PAUSED:
+                self.pauses += 1
+            self._log_throttled(self._warn, f'paused:{state}', self._pause_line(state, now_s))
+        elif state == 'ok' and previous in _PAUSED and self._info is not None:
+            self._log_throttled(self._info, 'resumed',
+                                f'IMU ok again ({self.buffer.rate_hz():.1f} Hz): IMU fusion '
+                                f'resumed after {self.pauses} pause(s)')
+        return state
+
+    def _pause_line(self, state: str, now_s: float) -> str:
+        """Return the WARN of entering ``state`` ('slow' or 'silent') at ``now_s``."""
+        topic = f"'{self.config.topic}'"
+        if state == 'slow':
+            cause = (f'{self.buffer.rate_hz():.1f} Hz on {topic}, minimum '
+                     f'{self.config.min_rate_hz:g} Hz')
+        elif self.buffer.last_stamp is None:
+            cause = (f'no reading on {topic} in {now_s - self._first_image_s:.1f} s of images '
+                     '(not started? check the topic, the driver and the QoS)')
+        else:
+            cause = (f'no reading on {topic} for {now_s - self.buffer.last_stamp:.1f} s '
+                     '(stopped)')
+        return (f'IMU {state}: {cause}; IMU fusion paused, the last scale and gravity are '
+                'kept, the colour path goes on')
+
+    def _log_throttled(self, log: Callable[[str], None], key: str, line: str) -> None:
+        """Log ``line`` unless a line of ``key`` was logged in :data:`PAUSE_LOG_EVERY_S`."""
+        now = self._clock()
+        if now - self._warned_at.get(key, -np.inf) >= PAUSE_LOG_EVERY_S:
+            self._warned_at[key] = now
+            log(line)
 
     def window(self, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """Return the readings covering ``[t0, t1]`` (camera clock), or None."""
@@ -167,6 +250,7 @@ class ImuInput:
                     'received': self.received, 'accepted': self.buffer.accepted,
                     'rate_hz': self.buffer.rate_hz(), 'largest_gap_s': self.buffer.largest_gap_s,
                     'drops': dict(self.buffer.drops), 'state': self._state,
+                    'pauses': self.pauses,
                     'time_offset_s': self.config.time_offset_s}
 
 

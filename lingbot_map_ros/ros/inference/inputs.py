@@ -79,13 +79,14 @@ class Inputs:
         stats, runner = cameras.stats[name], cameras.runners[name]
         depth = runner.depth_input
         imu = self._imu
+        imu_camera = name == cameras.primary  # the IMU's mounting is on the primary camera
 
         def on_image(msg: Any) -> None:
             stats.count_received()
             if depth is not None:  # the newest colour stamp, for depth pairing
                 depth.note_colour(msg.header.stamp)
             if imu is not None:  # the newest colour stamp, for the IMU's future-stamp check
-                imu.note_image(msg.header.stamp)
+                imu.note_image(msg.header.stamp, msg.header.frame_id if imu_camera else '')
             dropped = self.queue.put(InputFrame(msg, self._compressed, time.monotonic(), name))
             if dropped:
                 stats.count_drop('queue_overflow', num=dropped)

@@ -74,8 +74,8 @@ IMU_SECTION = 'imu'
 the topic itself is ``input.imu_topic``."""
 
 IMU_IDENTITY_MOUNT = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0)
-"""The node's ``imu.imu_from_camera`` default: the IMU at the camera's optical frame (the node
-does not read the mounting from TF)."""
+"""The node's ``imu.imu_from_camera`` default: the IMU at the camera's optical frame (replaced by
+/tf_static when tf2_ros finds the IMU frame -> camera frame there)."""
 
 LOOP_SECTION = 'loop'
 """``loop.*`` (loop closure, docs/loop_closure.md): all read-only (they size the closer).

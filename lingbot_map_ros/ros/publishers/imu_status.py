@@ -37,7 +37,7 @@ IMU_KEYS: tuple[str, ...] = (
     'time_offset_s', 'scale.state', 'scale.scale', 'scale.rel_std', 'scale.samples',
     'scale.windows', 'scale.session_keyframes', 'scale.degenerate_sessions', 'scale.reason',
     'gyro_bias', 'accel_bias', 'gravity', 'gravity_residual_deg', 'depth.scale',
-    'depth.disagreement')
+    'depth.disagreement', 'stream.pauses', 'mounting')
 """Keys of the status, in order."""
 
 
@@ -84,6 +84,8 @@ def imu_status(node_name: str, stream: dict[str, Any], stats: ImuStats,
         'gravity': _vector(stats.gravity),
         'gravity_residual_deg': _number(stats.gravity_residual_deg),
         'depth.scale': _number(depth_scale), 'depth.disagreement': _number(disagreement),
+        'stream.pauses': stream.get('pauses', 0),
+        'mounting': stream.get('mounting', 'parameter'),
     }
     state = values['stream.state']
     if state in ('slow', 'silent'):
