@@ -215,7 +215,16 @@ class LoopOutput:
         if not backend.published():
             return None
         anchor = self._outputs.frames.odom_from_world()
-        return backend.frame_from_graph(anchor), closer
+        return self._levelled(backend.frame_from_graph(anchor), anchor), closer
+
+    def _levelled(self, frame: np.ndarray, anchor: np.ndarray) -> np.ndarray:
+        """Return ROS ``map`` from the graph's frame with the IMU's levelling of ``map``.
+
+        This run's graph only (``frame`` is ``anchor``): a loaded map keeps its own frame. The
+        levelling is the identity without an IMU or while odom itself is levelled
+        (``engine/imu/leveling.py``).
+        """
+        return self._outputs.frames.map_level() @ frame if frame is anchor else frame
 
     def localized(self) -> bool:
         """Return whether poses are published in ``map`` (``~/localized``).
@@ -248,7 +257,7 @@ class LoopOutput:
         world_to_map = closer.map_from_odom() if closer is not None else np.eye(4)
         anchor = self._outputs.frames.odom_from_world()
         # ROS map from the graph's frame: this run's anchor, or the loaded map's own.
-        map_anchor = backend.frame_from_graph(anchor)
+        map_anchor = self._levelled(backend.frame_from_graph(anchor), anchor)
         mount_inv = sim3.inverse(self._outputs.frames.mount)
         base_in_odom = anchor @ pred.c2w @ mount_inv
         camera_in_map = map_anchor @ world_to_map @ pred.c2w
