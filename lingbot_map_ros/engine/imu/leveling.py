@@ -42,7 +42,7 @@ import numpy as np
 
 STILL_WINDOW_S = (0.5, 0.2)
 """Seconds of readings up to the anchor tried for the still test, longest first (an IMU that
-started shortly before the first frame still counts)."""
+started, or a robot that stopped, shortly before the anchoring frame still counts)."""
 STILL_MAX_RATE = 0.05
 """rad/s: quasi-still. Above a consumer gyroscope's turn-on bias plus its white noise per
 reading, low enough that gravity turns by well under a degree over the window."""
@@ -140,20 +140,17 @@ class GravityLevel:
 
     def at_anchor(self, stamp_s: float, base_from_optical: np.ndarray) -> np.ndarray | None:
         """Return odom's levelling at a new anchor, or None when gravity is not known there."""
-        level = anchor_level(self._readings(stamp_s), self._imu_from_camera, base_from_optical)
+        level = None
+        for length in STILL_WINDOW_S:  # a robot that stopped shortly before: the shorter one
+            readings = self._still_readings_in(stamp_s - length, stamp_s)
+            level = anchor_level(readings, self._imu_from_camera, base_from_optical)
+            if level is not None:
+                break
         with self._lock:
             self._anchored = True
             if level is not None:
                 self._frame, self._level = 'odom', level
         return None if level is None else level.copy()
-
-    def _readings(self, stamp_s: float) -> Readings | None:
-        """Return the longest still-test window the buffer covers up to ``stamp_s``."""
-        for length in STILL_WINDOW_S:
-            readings = self._still_readings_in(stamp_s - length, stamp_s)
-            if readings is not None:
-                return readings
-        return None
 
     def _still_readings_in(self, t0: float, t1: float) -> Readings | None:
         window = self._still_readings(t0, t1 - STILL_SLACK_S)
