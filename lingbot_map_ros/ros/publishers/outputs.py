@@ -17,7 +17,8 @@ Frames (REP 105, docs/odometry.md, ``odom_frames.py``): poses, path, odometry an
 of ``frames.base_frame`` in ``frames.odom_frame``, which is anchored at the first pose after
 start or a reset and stays continuous across session rollovers. TF ``odom -> base_frame`` only;
 with ``frames.map_frame`` set and loop closure off, also a static identity ``map -> odom``
-(with loop closure ``loop_outputs.py`` broadcasts the pose graph's). Translation, depth and the
+(with loop closure ``loop_outputs.py`` broadcasts the pose graph's), re-sent with the IMU's
+levelling of ``map`` when there is one (:meth:`Outputs.follow_map_level`, docs/imu.md). Translation, depth and the
 cloud share one scale: metres with a depth camera (``metric.source: depth``), else the model's,
 fixed by the first session's scale frames and carried across rollovers. The model gives no
 uncertainty: odometry covariances are marked unknown with a large variance
