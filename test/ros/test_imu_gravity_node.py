@@ -202,7 +202,7 @@ class Run:
 
 
 def check_levelled(odometry: list, indices: list, first_tilt_deg: float) -> None:
-    """The first pose's roll and pitch and odom's z along the run against the truth."""
+    """Check the first pose's roll and pitch and odom's z along the run against the truth."""
     first = orientation(odometry[0])
     truth = true_base(indices[0])
     print(f'first pose roll/pitch {roll_pitch_deg(first)} deg, truth '

@@ -22,13 +22,15 @@ is mapped to ROS by the same ``A``. Per frame: the camera in ``map`` is the Sim(
 camera's centre and orientation) gives ``base`` in ``map``, and TF ``map -> odom`` is
 ``T_map_base @ inv(T_odom_base)``: a rigid transform that puts ``base_link`` where the graph
 says (a scale correction cannot be a TF, so it is anchored at the current pose).
-``~/odometry`` and ``odom -> base_link`` are not touched. With an IMU that levels ``map`` rather
-than ``odom`` (``engine/imu/leveling.py``) this run's ``map`` is the graph's turned by that
-levelling (``OdomFrames.map_level``); a loaded map keeps its own frame. ``~/map_pose`` carries the latest
+``~/odometry`` and ``odom -> base_link`` are not touched. ``~/map_pose`` carries the latest
 keyframe's marginal covariance rotated into ``map`` (translation in odom units, rotation in
 radians). ``~/map_path`` (all corrected keyframes) and ``~/loop_closures`` are republished by a
 timer (:data:`GRAPH_PERIOD_S`, steady time: it runs on when a replay's ``/clock`` stops) when the
 graph has changed, off the inference thread.
+
+With an IMU that levels ``map`` rather than ``odom`` (``engine/imu/leveling.py``), this run's
+``map`` is the graph's turned by that levelling (``OdomFrames.map_level``); a loaded map keeps
+its own frame.
 """
 
 from __future__ import annotations

@@ -17,14 +17,16 @@ Frames (REP 105, docs/odometry.md, ``odom_frames.py``): poses, path, odometry an
 of ``frames.base_frame`` in ``frames.odom_frame``, which is anchored at the first pose after
 start or a reset and stays continuous across session rollovers. TF ``odom -> base_frame`` only;
 with ``frames.map_frame`` set and loop closure off, also a static identity ``map -> odom``
-(with loop closure ``loop_outputs.py`` broadcasts the pose graph's), re-sent with the IMU's
-levelling of ``map`` when there is one (:meth:`Outputs.follow_map_level`, docs/imu.md). Translation, depth and the
+(with loop closure ``loop_outputs.py`` broadcasts the pose graph's). Translation, depth and the
 cloud share one scale: metres with a depth camera (``metric.source: depth``), else the model's,
 fixed by the first session's scale frames and carried across rollovers. The model gives no
 uncertainty: odometry covariances are marked unknown with a large variance
 (:data:`UNKNOWN_VARIANCE`, as rtabmap does when lost) on the diagonal, never all zero (which
 filters read as exact). The twist is a finite difference of consecutive poses, in
 ``base_frame``, in odom units per second.
+
+With an IMU that levels ``map`` (docs/imu.md, Frames) the static ``map -> odom`` is re-sent
+with that levelling (:meth:`Outputs.follow_map_level`).
 """
 
 from __future__ import annotations
