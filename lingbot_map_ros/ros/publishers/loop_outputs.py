@@ -195,15 +195,18 @@ class LoopOutput:
                           ) -> tuple[tuple, np.ndarray | None, np.ndarray | None]:
         """Return this run's keyframes in the graph: (state key, [K] stamps, [K, 4, 4] poses).
 
-        The poses are ROS ``map`` from camera; the key (closer, version, map state) changes
-        with every correction. A loaded map's own keyframes are left out. When the key equals
-        ``unless`` nothing changed: the stamps and poses are None (not copied).
+        The poses are ROS ``map`` from camera; the key (closer, version, map state, the IMU's
+        levelling of ``map``) changes with every correction. A loaded map's own keyframes are
+        left out. When the key equals ``unless`` nothing changed: the stamps and poses are None
+        (not copied).
         """
         closer = self._feed.closer
+        levelled = self._outputs.frames.map_level_version  # the IMU levelled map: re-placed
         placed = self._graph_frame()
         if closer is None or placed is None:
             return (id(closer), -1, 'none'), np.zeros(0, np.int64), np.zeros((0, 4, 4))
         key = (id(closer), closer.version, closer.map_state)  # read before the poses
+        key += (levelled,)
         if key == unless:
             return key, None, None
         poses, stamps = closer.corrected_poses(), closer.node_stamps()
