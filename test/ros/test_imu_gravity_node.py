@@ -19,7 +19,8 @@ roll and a pitch (``frames.base_to_camera``) and the IMU turned on the camera
 
 - **Still at the anchor:** a second of still readings at the first pose before the first image:
   the first ``~/odometry`` pose's roll and pitch are the base's true ones, and odom's z agrees
-  with true gravity along the route; after ``~/reset`` (the robot still again) it levels again.
+  with true gravity along the route, across rollovers; after ``~/reset`` (the robot still
+  again) it levels again.
 - **Moving from the start:** odom is anchored as without an IMU (the first pose is the
   identity); once the alignment gives gravity, ``map`` is levelled (``~/map_pose`` with loop
   closure on, the ``imu`` status) while ``~/odometry`` has no step beyond the motion.
@@ -219,23 +220,25 @@ def check_levelled(odometry: list, indices: list, first_tilt_deg: float) -> None
 
 
 def test_still_start_levels_odom_and_a_reset_levels_it_again(graph):
-    run = Run(graph)
+    # Sessions of 20 keyframes: the levelling must hold across rollovers.
+    run = Run(graph, **{'stream.session_keyframes': 20})
     t0 = SCENE.start_ns
     run.send_imu(*still_readings(0, t0 - SEC, t0, seed=11))
-    first = list(range(30))
+    first = list(range(50))
     run.feed(first, after_ns=t0)
     values = run.status(lambda v: v.get('gravity.frame') == 'odom', 'odom levelled')
+    assert run.node.core.pipeline.session.rollover_stats().rollovers >= 2
     odometry = run.odometry()
     assert [stamp_ns(m) for m in odometry] == [t0 + i * SEC // 10 for i in first]
     check_levelled(odometry, first, float(values['gravity.tilt_deg']))
-    # ~/reset while the robot stands still at frame 33's pose (0.4 s after the last frame:
+    # ~/reset while the robot stands still at frame 53's pose (0.4 s after the last frame:
     # readings further past the newest image are dropped as future): odom levels again there.
     response = run.probe.call(run.probe.reset_client, Trigger.Request())
     assert response.success
-    t29, t33 = t0 + 29 * SEC // 10, t0 + 33 * SEC // 10
-    run.send_imu(*still_readings(33, t29 + 5_000_000, t33, seed=12))
-    second = list(range(33, 55))
-    run.feed(second, after_ns=t33)
+    t49, t53 = t0 + 49 * SEC // 10, t0 + 53 * SEC // 10
+    run.send_imu(*still_readings(53, t49 + 5_000_000, t53, seed=12))
+    second = list(range(53, 75))
+    run.feed(second, after_ns=t53)
     again = run.odometry()[len(first):]
     values = run.status(lambda v: v.get('gravity.frame') == 'odom', 'odom levelled again')
     check_levelled(again, second, float(values['gravity.tilt_deg']))
