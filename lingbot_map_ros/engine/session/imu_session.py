@@ -28,8 +28,10 @@ camera's scale, when there is one, comes first: the IMU's is then only compared 
 rollover's own mapping is kept, so the colour path behaves as without an IMU.
 
 **Gravity.** The tracker's gravity is in the session's world frame; :meth:`gravity_continuous`
-rotates it into the continuous frame with the current mapping (the rollover's rotation), which
-is what the node's gravity alignment of ``odom`` needs.
+rotates it into the continuous frame with the current mapping (the rollover's rotation);
+:meth:`gravity_world` keeps each new estimate in the continuous frame of the session that gave it
+(a rollover's fit rotation, kept by every mapping of the session), which is what the node's
+levelling of ``map`` needs (``engine/imu/leveling.py``).
 
 Without a tracker (no ``input.imu_topic``) every method is a no-op and :meth:`alignment` returns
 its argument unchanged.
@@ -52,6 +54,7 @@ class ImuSession:
         self._anchor: tuple[Sim3Alignment, np.ndarray, np.ndarray] | None = None
         self._mapping: tuple[float, Sim3Alignment] | None = None
         self._stats = tracker.stats() if tracker is not None else ImuStats()
+        self._clear_gravity()
 
     @property
     def enabled(self) -> bool:
@@ -64,6 +67,7 @@ class ImuSession:
         self._anchor = None
         self._mapping = None
         self._stats = tracker.stats() if tracker is not None else ImuStats()
+        self._clear_gravity()
 
     def stats(self) -> ImuStats:
         """Return the tracker's statistics as of the last batch (safe from any thread)."""
@@ -83,6 +87,7 @@ class ImuSession:
             if pred.is_keyframe:
                 self._tracker.add_keyframe(pred.stamp_ns * 1e-9, pred.c2w)
         self._stats = self._tracker.stats()
+        self._note_gravity()
 
     def start_session(self, preds: list[FramePrediction], reference_c2w: np.ndarray,
                       session_c2w: np.ndarray, fit: Sim3Alignment) -> None:
@@ -99,9 +104,13 @@ class ImuSession:
         self._tracker.start_session()
         self._anchor = (fit, reference_c2w, session_c2w)
         self._mapping = None
+        # The tracker's gravity so far is the previous session's (already kept in the
+        # continuous frame); its next estimate is in this session's frame.
+        self._session_rotation = np.asarray(fit.rotation, dtype=np.float64)
         for pred in preds:  # the overlap keyframes, in the new session's units
             self._tracker.add_keyframe(pred.stamp_ns * 1e-9, pred.c2w)
         self._stats = self._tracker.stats()
+        self._note_gravity()
 
     def reset(self) -> None:
         """Forget the sessions and gravity (a new origin)."""
@@ -111,6 +120,7 @@ class ImuSession:
         self._anchor = None
         self._mapping = None
         self._stats = self._tracker.stats()
+        self._clear_gravity()
 
     def alignment(self, current: Sim3Alignment | None, depth_scale: float | None = None
                   ) -> Sim3Alignment | None:
@@ -140,3 +150,29 @@ class ImuSession:
         rotation = np.eye(3) if current is None else current.rotation
         out = rotation @ np.asarray(gravity, dtype=np.float64)
         return out / np.linalg.norm(out)
+
+    def gravity_world(self) -> np.ndarray | None:
+        """Return the latest gravity (unit, the pull) in the continuous frame, or None.
+
+        Each new estimate is rotated by the mapping rotation of the session that gave it, so a
+        rollover does not turn an estimate of the session before.
+        """
+        return None if self._gravity_world is None else self._gravity_world.copy()
+
+    def _clear_gravity(self) -> None:
+        """Forget gravity (a new origin, or a tracker attached)."""
+        self._session_rotation = np.eye(3)
+        self._gravity_session: np.ndarray | None = None
+        self._gravity_world: np.ndarray | None = None
+
+    def _note_gravity(self) -> None:
+        """Keep the tracker's gravity in the continuous frame when it is a new estimate."""
+        gravity = self._stats.gravity
+        if gravity is None:
+            return
+        gravity = np.asarray(gravity, dtype=np.float64)
+        if self._gravity_session is not None and np.array_equal(gravity, self._gravity_session):
+            return
+        self._gravity_session = gravity.copy()
+        out = self._session_rotation @ gravity
+        self._gravity_world = out / np.linalg.norm(out)

@@ -188,6 +188,8 @@ class FramePipeline:
                                           self.map_output, self.outputs)
                 self.runner.add_outputs(self.loop_output)
             self.imu = imu_fusion.from_values(node, values, self.session)
+            if self.imu is not None:  # gravity levels odom or map (docs/imu.md, Frames)
+                self.imu.level_frames(self.cameras.outputs[self.cameras.primary], self.outputs)
         except BaseException:
             self.destroy()
             raise

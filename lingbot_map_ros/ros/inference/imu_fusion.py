@@ -25,7 +25,10 @@ otherwise, and then nothing in the node changes. It holds
   rollover session's IMU hook (``engine/session/imu_session.py``), which feeds it every
   keyframe and applies its locked scale; it aligns only while the stream is ``ok``;
 - the ``<node>: imu`` diagnostics status (:meth:`ImuFusion.status`), with the depth camera's
-  scale beside it when ``metric.source`` is ``depth``.
+  scale beside it when ``metric.source`` is ``depth``;
+- the :class:`~lingbot_map_ros.engine.imu.leveling.GravityLevel` of ``odom`` / ``map``
+  (:meth:`ImuFusion.level_frames`, on the primary camera's odom frames): still readings up to the
+  anchor level ``odom``, else the alignment's gravity levels ``map`` (docs/imu.md, Frames).
 
 The mounting is ``imu.imu_from_camera`` (camera optical frame into the IMU frame), replaced by
 ``/tf_static`` when tf2_ros finds the IMU frame -> camera frame there
@@ -37,6 +40,7 @@ from __future__ import annotations
 from typing import Any
 
 from lingbot_map_ros.engine.imu import AlignmentOptions, ImuScaleTracker
+from lingbot_map_ros.engine.imu.leveling import GravityLevel
 from lingbot_map_ros.ros.inference import imu_mounting
 from lingbot_map_ros.ros.inference.imu_input import ImuInput, subscribe
 from lingbot_map_ros.ros.parameters import params
@@ -77,6 +81,9 @@ class ImuFusion:
             imu_from_camera=self.imu_from_camera, healthy=self._healthy)
         self._session = session
         session.imu.attach(self.tracker)
+        self.level = GravityLevel(self.input.window, session.imu.gravity_world,
+                                  self.imu_from_camera)
+        self._levelled: list[Any] = []
 
     def _healthy(self, stamp_s: float) -> bool:
         """Return whether the stream is usable at camera time ``stamp_s`` (fusion runs)."""
@@ -103,7 +110,8 @@ class ImuFusion:
         metric = self._session.metric
         depth_scale = metric.stats().scale if metric.enabled else None
         stream = {**self.input.status(), 'mounting': self.mounting.source}
-        return imu_status(node_name, stream, self._session.imu.stats(), depth_scale)
+        return imu_status(node_name, stream, self._session.imu.stats(), depth_scale,
+                          self.level.state())
 
     def start_line(self) -> str:
         """Return the start-up log line's IMU part."""
@@ -111,12 +119,27 @@ class ImuFusion:
                 f'{self.config.time_offset_s:g} s): metric scale from the colour camera once '
                 'locked')
 
+    def level_frames(self, primary: Any, node_outputs: Any) -> None:
+        """Level the node's ``odom`` (or ``map``) with gravity (docs/imu.md, Frames).
+
+        Args:
+            primary: the primary camera's ``Outputs``: its odom is the node's.
+            node_outputs: the ``Outputs`` that broadcast the static ``map -> odom`` (loop
+                closure off): it follows the levelling of ``map``.
+        """
+        primary.frames.set_level(self.level)
+        node_outputs.follow_map_level(primary.frames)
+        self._levelled.append(primary.frames)
+
     def detach(self) -> None:
         """Detach the tracker from the session (the pipeline is destroyed)."""
         self._session.imu.attach(None)
         if self._tf_listener is not None:  # its /tf_static subscription
             self._tf_listener.unregister()
             self._tf_listener = None
+        for frames in self._levelled:
+            frames.set_level(None)
+        self._levelled = []
 
 
 def from_values(node: Any, values: dict[str, Any], session: Any) -> ImuFusion | None:

@@ -18,6 +18,9 @@ state (a quantity not known yet reads ``n/a``). The ``stream.*`` block is the in
 (``ros/inference/imu_input.py``: rate, gaps, drops by reason, the time offset applied), the
 ``scale.*`` block the tracker (``engine/imu/scale_tracker.py``: state, scale, biases, gravity
 residual), and ``depth.*`` the check against the depth camera's scale when both are there.
+``gravity.frame`` says which frame the IMU levelled for this origin (``odom`` at the anchor,
+``map`` later, ``none`` yet; ``engine/imu/leveling.py``) and ``gravity.tilt_deg`` the tilt that
+levelling corrects.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ IMU_KEYS: tuple[str, ...] = (
     'time_offset_s', 'scale.state', 'scale.scale', 'scale.rel_std', 'scale.samples',
     'scale.windows', 'scale.session_keyframes', 'scale.degenerate_sessions', 'scale.reason',
     'gyro_bias', 'accel_bias', 'gravity', 'gravity_residual_deg', 'depth.scale',
-    'depth.disagreement', 'stream.pauses', 'mounting')
+    'depth.disagreement', 'stream.pauses', 'mounting', 'gravity.frame', 'gravity.tilt_deg')
 """Keys of the status, in order."""
 
 
@@ -50,7 +53,8 @@ def _vector(value: Any) -> str:
 
 
 def imu_status(node_name: str, stream: dict[str, Any], stats: ImuStats,
-               depth_scale: float | None = None) -> DiagnosticStatus:
+               depth_scale: float | None = None,
+               level: tuple[str, float | None] = ('none', None)) -> DiagnosticStatus:
     """Render the imu status.
 
     Args:
@@ -58,6 +62,7 @@ def imu_status(node_name: str, stream: dict[str, Any], stats: ImuStats,
         stream: ``ImuInput.status()``.
         stats: ``ImuScaleTracker.stats()``.
         depth_scale: the depth camera's scale of the same session (None without one).
+        level: ``GravityLevel.state()``: the levelled frame and its tilt in degrees.
 
     Returns:
         The ``<node>: imu`` status: WARN while the stream is slow or silent (fusion paused),
@@ -86,6 +91,7 @@ def imu_status(node_name: str, stream: dict[str, Any], stats: ImuStats,
         'depth.scale': _number(depth_scale), 'depth.disagreement': _number(disagreement),
         'stream.pauses': stream.get('pauses', 0),
         'mounting': stream.get('mounting', 'parameter'),
+        'gravity.frame': level[0], 'gravity.tilt_deg': _number(level[1]),
     }
     state = values['stream.state']
     if state in ('slow', 'silent'):

@@ -27,6 +27,10 @@ keyframe's marginal covariance rotated into ``map`` (translation in odom units, 
 radians). ``~/map_path`` (all corrected keyframes) and ``~/loop_closures`` are republished by a
 timer (:data:`GRAPH_PERIOD_S`, steady time: it runs on when a replay's ``/clock`` stops) when the
 graph has changed, off the inference thread.
+
+With an IMU that levels ``map`` rather than ``odom`` (``engine/imu/leveling.py``), this run's
+``map`` is the graph's turned by that levelling (``OdomFrames.map_level``); a loaded map keeps
+its own frame.
 """
 
 from __future__ import annotations
@@ -191,15 +195,18 @@ class LoopOutput:
                           ) -> tuple[tuple, np.ndarray | None, np.ndarray | None]:
         """Return this run's keyframes in the graph: (state key, [K] stamps, [K, 4, 4] poses).
 
-        The poses are ROS ``map`` from camera; the key (closer, version, map state) changes
-        with every correction. A loaded map's own keyframes are left out. When the key equals
-        ``unless`` nothing changed: the stamps and poses are None (not copied).
+        The poses are ROS ``map`` from camera; the key (closer, version, map state, the IMU's
+        levelling of ``map``) changes with every correction. A loaded map's own keyframes are
+        left out. When the key equals ``unless`` nothing changed: the stamps and poses are None
+        (not copied).
         """
         closer = self._feed.closer
+        levelled = self._outputs.frames.map_level_version  # the IMU levelled map: re-placed
         placed = self._graph_frame()
         if closer is None or placed is None:
             return (id(closer), -1, 'none'), np.zeros(0, np.int64), np.zeros((0, 4, 4))
         key = (id(closer), closer.version, closer.map_state)  # read before the poses
+        key += (levelled,)
         if key == unless:
             return key, None, None
         poses, stamps = closer.corrected_poses(), closer.node_stamps()
@@ -215,7 +222,16 @@ class LoopOutput:
         if not backend.published():
             return None
         anchor = self._outputs.frames.odom_from_world()
-        return backend.frame_from_graph(anchor), closer
+        return self._levelled(backend.frame_from_graph(anchor), anchor), closer
+
+    def _levelled(self, frame: np.ndarray, anchor: np.ndarray) -> np.ndarray:
+        """Return ROS ``map`` from the graph's frame with the IMU's levelling of ``map``.
+
+        This run's graph only (``frame`` is ``anchor``): a loaded map keeps its own frame. The
+        levelling is the identity without an IMU or while odom itself is levelled
+        (``engine/imu/leveling.py``).
+        """
+        return self._outputs.frames.map_level() @ frame if frame is anchor else frame
 
     def localized(self) -> bool:
         """Return whether poses are published in ``map`` (``~/localized``).
@@ -248,7 +264,7 @@ class LoopOutput:
         world_to_map = closer.map_from_odom() if closer is not None else np.eye(4)
         anchor = self._outputs.frames.odom_from_world()
         # ROS map from the graph's frame: this run's anchor, or the loaded map's own.
-        map_anchor = backend.frame_from_graph(anchor)
+        map_anchor = self._levelled(backend.frame_from_graph(anchor), anchor)
         mount_inv = sim3.inverse(self._outputs.frames.mount)
         base_in_odom = anchor @ pred.c2w @ mount_inv
         camera_in_map = map_anchor @ world_to_map @ pred.c2w

@@ -30,6 +30,13 @@ source must be a plausible mounting (``parameters/mounting.py``: finite, at most
 base, a normalisable quaternion): a bad parameter stops the start, a bad ``/tf_static``
 transform is refused with a warning and the mounting in use is kept. The node never broadcasts
 the camera frame itself, so an existing camera frame never gets a second parent.
+
+With an IMU (``input.imu_topic``) a :class:`~lingbot_map_ros.engine.imu.leveling.GravityLevel`
+is attached (:meth:`OdomFrames.set_level`, the primary camera's frames): when gravity is known
+at the anchor, ``T_odom_world = L @ B @ inv(C(0))`` (odom z up, its origin and heading base's
+first pose's); otherwise odom is anchored as above and :meth:`OdomFrames.map_level` becomes the
+levelling of ``map -> odom`` once the alignment gives gravity (docs/imu.md, Frames). Without
+one nothing here changes.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ class OdomFrames:
         self._set_mount(pose7_to_matrix(base_to_camera) @ OPTICAL_IN_BODY)
         self._mount_from_tf = False
         self._odom_from_world: np.ndarray | None = None
+        self._level: Any = None
 
     @property
     def mount(self) -> np.ndarray:
@@ -81,15 +89,45 @@ class OdomFrames:
     def clear(self) -> None:
         """Forget the anchor: the next pose starts a new ``odom`` origin."""
         self._odom_from_world = None
+        if self._level is not None:
+            self._level.clear()
 
-    def base_in_odom(self, c2w: np.ndarray) -> np.ndarray:
-        """``T_odom_base`` for an engine pose; the first call after ``clear`` anchors odom."""
+    def base_in_odom(self, c2w: np.ndarray, stamp_ns: int | None = None) -> np.ndarray:
+        """``T_odom_base`` for an engine pose; the first call after ``clear`` anchors odom.
+
+        ``stamp_ns`` (the pose's stamp) lets an attached levelling read gravity at the anchor.
+        """
         if self._odom_from_world is None:
+            level = self._level_at_anchor(stamp_ns)
+            if level is not None:
+                self._odom_from_world = level @ self._mount @ _inverse(c2w)
+                return level  # the anchoring pose: only its tilt
             self._odom_from_world = self._mount @ _inverse(c2w)
             # REP 105: the anchoring pose *is* the origin. Returned exactly, not as the
             # product B @ inv(C) @ C @ inv(B), whose round-off depends on the CPU's BLAS.
             return np.eye(4)
+        if self._level is not None:
+            self._level.after_anchor(self._odom_from_world)
         return self._odom_from_world @ c2w @ self._optical_from_base
+
+    def set_level(self, level: Any) -> None:
+        """Attach the IMU's ``GravityLevel`` (``engine/imu/leveling.py``); None detaches it."""
+        self._level = level
+
+    def _level_at_anchor(self, stamp_ns: int | None) -> np.ndarray | None:
+        """Return odom's levelling at the anchor, or None (no IMU, or gravity not known)."""
+        if self._level is None or stamp_ns is None:
+            return None
+        return self._level.at_anchor(stamp_ns * 1e-9, self._mount)
+
+    def map_level(self) -> np.ndarray:
+        """``map -> odom``'s gravity levelling ([4, 4] rotation; the identity without one)."""
+        return np.eye(4) if self._level is None else self._level.map_from_odom()
+
+    @property
+    def map_level_version(self) -> int:
+        """Return a count that changes whenever :meth:`map_level` does (0 without an IMU)."""
+        return 0 if self._level is None else self._level.version
 
     def odom_from_world(self) -> np.ndarray:
         """``T_odom_world`` (for point clouds); the frame must be anchored."""

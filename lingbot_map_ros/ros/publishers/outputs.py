@@ -24,6 +24,9 @@ uncertainty: odometry covariances are marked unknown with a large variance
 (:data:`UNKNOWN_VARIANCE`, as rtabmap does when lost) on the diagonal, never all zero (which
 filters read as exact). The twist is a finite difference of consecutive poses, in
 ``base_frame``, in odom units per second.
+
+With an IMU that levels ``map`` (docs/imu.md, Frames) the static ``map -> odom`` is re-sent
+with that levelling (:meth:`Outputs.follow_map_level`).
 """
 
 from __future__ import annotations
@@ -115,8 +118,10 @@ class Outputs:
                 identity.header.stamp = node.get_clock().now().to_msg()
                 identity.transform.rotation.w = 1.0
                 self._static_tf.sendTransform(identity)
+                self._static_map = identity  # re-sent levelled (follow_map_level)
         self._path: collections.deque[PoseStamped] = collections.deque(maxlen=1000)
         self._prev: tuple[int, np.ndarray] | None = None
+        self._map_level: tuple[OdomFrames, int] | None = None  # follow_map_level
 
     @property
     def has_tf(self) -> bool:
@@ -178,7 +183,7 @@ class Outputs:
             raise ValueError(f'frame {pred.frame_index}: non-finite pose')
         if not self._frames.anchored:
             self._read_mount(camera_frame)
-        c2w = self._frames.base_in_odom(pred.c2w)
+        c2w = self._frames.base_in_odom(pred.c2w, pred.stamp_ns)
         if self._aligner is not None:
             c2w = self._aligner.aligned(pred, c2w)
         header = self.publish_base(c2w, pred.stamp_ns, opts)
@@ -205,7 +210,30 @@ class Outputs:
         self._publish_path(pose, opts.path_max_poses)
         if opts.publish_tf and self._tf is not None:
             self._publish_tf(pose)
+        if self._map_level is not None:
+            self._send_map_level()
         return pose.header
+
+    def follow_map_level(self, frames: OdomFrames) -> None:
+        """Re-send the static ``map -> odom`` with ``frames``' gravity levelling when it changes.
+
+        Only where this object broadcasts the static identity (``frames.map_frame`` set, loop
+        closure off); ``frames`` is the primary camera's (docs/imu.md, Frames).
+        """
+        if getattr(self, '_static_map', None) is not None:
+            self._map_level = (frames, frames.map_level_version)
+
+    def _send_map_level(self) -> None:
+        frames, sent = self._map_level
+        version = frames.map_level_version
+        if version == sent:
+            return
+        self._map_level = (frames, version)
+        _, quat = conversions.c2w_to_pose(frames.map_level())
+        r = self._static_map.transform.rotation
+        r.x, r.y, r.z, r.w = (float(v) for v in quat)
+        self._static_map.header.stamp = self._node.get_clock().now().to_msg()
+        self._static_tf.sendTransform(self._static_map)
 
     def odom_from_world(self) -> np.ndarray:
         """``T_odom_world`` of this camera's engine world (a similarity with several cameras)."""
