@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from lingbot_map_ros.engine.imu import AlignmentOptions, ImuScaleTracker
+from lingbot_map_ros.engine.imu.keyframe_rotation import ImuRotations
 from lingbot_map_ros.ros.inference.imu_input import ImuInput, subscribe
 from lingbot_map_ros.ros.parameters import params
 from lingbot_map_ros.ros.parameters.mounting import pose7_to_matrix
@@ -100,6 +101,15 @@ class ImuFusion:
         return (f"IMU on '{self.config.topic}' (imu_from_camera [{mount}], time offset "
                 f'{self.config.time_offset_s:g} s): metric scale from the colour camera once '
                 'locked')
+
+    def rotations(self) -> ImuRotations:
+        """Return the gyroscope's rotations between camera stamps (graph factors, covariance).
+
+        Over this input's readings and health, with the tracker's gyroscope bias.
+        """
+        return ImuRotations(self.input.window, self.config.gyro_noise_density,
+                            self.imu_from_camera, self._healthy,
+                            lambda: self._session.imu.stats().gyro_bias)
 
     def detach(self) -> None:
         """Detach the tracker from the session (the pipeline is destroyed)."""
