@@ -38,6 +38,9 @@ import numpy as np
 
 ImuWindow = Callable[[float, float], 'tuple[np.ndarray, np.ndarray, np.ndarray] | None']
 """``(t0, t1) -> (stamps, gyro, accel)`` covering ``[t0, t1]`` on the camera clock, or None."""
+STAMP_TOLERANCE_S = 1e-6
+"""Readings that stop this close to an end still cover it: one instant converted twice (the
+image's nanoseconds, the IMU message's seconds) differs in the last bits."""
 SKIP_REASONS: tuple[str, ...] = ('not_ok', 'not_covered', 'bad_interval')
 """Why a keyframe got no rotation: the stream not ``ok``, readings short of the interval, or
 stamps not increasing / not finite."""
@@ -102,9 +105,12 @@ class ImuRotations:
         if not self._healthy(t1):
             return self._none('not_ok')
         readings = self._window(t0, t1)
+        if readings is None and t1 - t0 > 2.0 * STAMP_TOLERANCE_S:
+            readings = self._window(t0 + STAMP_TOLERANCE_S, t1 - STAMP_TOLERANCE_S)
         if readings is None or len(readings[0]) < 2:
             return self._none('not_covered')
         stamps, gyro, accel = readings
+        t0, t1 = max(t0, float(stamps[0])), min(t1, float(stamps[-1]))
         try:
             pre = preintegrate(stamps, gyro, accel, t0, t1, gyro_noise_density=self._noise)
         except ValueError:

@@ -116,6 +116,9 @@ def test_the_rotation_between_two_stamps_is_the_cameras(drive) -> None:
         assert np.trace(cov) == pytest.approx(3 * NOISE.gyro_noise_density ** 2 / SCENE.fps,
                                               rel=0.05)
     assert source.added == 3 and source.num_skipped == 0
+    # An end a rounding error past the last reading (one instant converted twice) is covered.
+    end = float(win.imu_stamps[-1])
+    assert source.between(end - 0.1, end + 1e-9) is not None
     # Readings that do not cover the interval, a stream not ok, stamps not increasing.
     end = float(win.imu_stamps[-1])
     assert source.keyframe(end - 0.05, end + 0.05) is None
