@@ -24,7 +24,6 @@ covariance is the unknown one, as before, and the status' IMU keys read ``n/a``.
 Run: ``pytest test/ros/test_imu_loop_node.py`` (needs gtsam; about a minute; ``rostest``).
 """
 
-import itertools
 import threading
 
 from geometry_msgs.msg import PoseWithCovarianceStamped

@@ -73,7 +73,7 @@ def rotations(win, buffer, healthy=lambda t: True, bias=None) -> ImuRotations:
 
 
 def information(measured: np.ndarray) -> np.ndarray:
-    """Return the node's odometry information (``loop_steps.py``'s model, default config)."""
+    """Return an odometry edge's information: ``loop_steps.py``'s model, the default config."""
     step = float(np.linalg.norm(measured[:3, 3]))
     sigmas = [max(CONFIG.odometry_translation_sigma * step, 1e-3)] * 3 + \
         [CONFIG.odometry_rotation_sigma] * 3 + [CONFIG.odometry_scale_sigma]
