@@ -85,7 +85,8 @@ class ImuConfig:
         # Noise of zero is an infinitely certain reading, a zero horizon drops every reading
         # newer than the latest image: neither is a setting.
         for name in ('max_gap_s', 'buffer_s', 'max_future_s', 'gyro_noise_density',
-                     'accel_noise_density', 'gyro_random_walk', 'accel_random_walk'):
+                     'accel_noise_density', 'gyro_random_walk', 'accel_random_walk',
+                     'odometry_translation_walk'):
             if getattr(self, name) <= 0.0:
                 raise ValueError(f'imu.{name}={getattr(self, name)} must be > 0')
         if self.imu_from_camera:
