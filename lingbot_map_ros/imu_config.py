@@ -65,12 +65,16 @@ class ImuConfig:
     """Readings stamped this far past the newest image (or the clock) are dropped."""
     buffer_s: float = 30.0
     """Seconds of readings kept for the alignment window."""
+    odometry_translation_walk: float = 0.1
+    """``~/odometry``'s translation noise, odom units per square-root unit travelled: its
+    covariance grows by this squared times each step's length (``odometry_covariance.py``)."""
 
     def __post_init__(self) -> None:
         """Reject out-of-range values."""
         for name in ('time_offset_s', 'gyro_noise_density', 'accel_noise_density',
                      'gyro_random_walk', 'accel_random_walk', 'gyro_range', 'accel_range',
-                     'min_rate_hz', 'max_gap_s', 'max_future_s', 'buffer_s'):
+                     'min_rate_hz', 'max_gap_s', 'max_future_s', 'buffer_s',
+                     'odometry_translation_walk'):
             value = getattr(self, name)
             if not math.isfinite(value):
                 raise ValueError(f'imu.{name}={value} must be finite')
@@ -81,7 +85,8 @@ class ImuConfig:
         # Noise of zero is an infinitely certain reading, a zero horizon drops every reading
         # newer than the latest image: neither is a setting.
         for name in ('max_gap_s', 'buffer_s', 'max_future_s', 'gyro_noise_density',
-                     'accel_noise_density', 'gyro_random_walk', 'accel_random_walk'):
+                     'accel_noise_density', 'gyro_random_walk', 'accel_random_walk',
+                     'odometry_translation_walk'):
             if getattr(self, name) <= 0.0:
                 raise ValueError(f'imu.{name}={getattr(self, name)} must be > 0')
         if self.imu_from_camera:

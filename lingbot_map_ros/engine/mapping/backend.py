@@ -27,6 +27,13 @@ from typed configs and call:
   :meth:`graph_snapshot` (the keyframes and graph to save), :meth:`map_status`;
 - :meth:`reset` (a new odom: a new graph) and :meth:`close`.
 
+With an IMU (:meth:`use_rotations`, an ``engine/imu/keyframe_rotation.ImuRotations``) each
+keyframe after the first also gets the gyroscope's rotation from the previous keyframe, a
+rotation factor beside its odometry edge (``PoseGraph.add_node``); a keyframe the IMU does not
+cover is counted and goes in without one. The factors live in the graph only: a saved map keeps
+the keyframes, odometry and loop edges, not the IMU factors (a loaded map's graph has none; the
+live keyframes after it get theirs again).
+
 A map load or a localization request takes effect at the next keyframe: the closer is rebuilt
 from the loaded map (``loaded_map.py``) there, on the caller's thread, never under a service.
 Nothing here imports ROS.
@@ -108,6 +115,12 @@ class MappingBackend:
         """Stamp (ns) of each observed keyframe of this graph, by keyframe number."""
         self._lock = threading.Lock()
         self._state = _MapState(matches=int(localize_matches))
+        self.rotations: Any = None
+        """The IMU's keyframe rotations (``ImuRotations``), or None without an IMU."""
+
+    def use_rotations(self, rotations: Any) -> None:
+        """Constrain each new keyframe's rotation by the IMU's (an ``ImuRotations``; None: off)."""
+        self.rotations = rotations
 
     # -- keyframes (the frame thread) -------------------------------------------------------
 
@@ -153,7 +166,10 @@ class MappingBackend:
         record = KeyframeRecord(index=self._next_index, stamp_ns=int(stamp_ns),
                                 odom_pose=np.asarray(odom_pose, np.float64),
                                 descriptor=np.asarray(descriptor, np.float32))
-        self._closer.add_keyframe(record, rgb)
+        rotation = None
+        if self.rotations is not None and self.stamps:
+            rotation = self.rotations.keyframe(self.stamps[-1] * 1e-9, int(stamp_ns) * 1e-9)
+        self._closer.add_keyframe(record, rgb, rotation)
         self._next_index += 1
         self.stamps.append(int(stamp_ns))
 

@@ -95,7 +95,7 @@ class LoopCloser:
         loaded = LoadedMap(seed, mode, hint, min_matches) if seed is not None else None
         self._offset = loaded.num_keyframes if loaded is not None else 0
         self._cond = threading.Condition()
-        self._incoming: collections.deque[tuple[KeyframeRecord, np.ndarray | None]] = \
+        self._incoming: collections.deque[tuple[KeyframeRecord, np.ndarray | None, Any]] = \
             collections.deque()
         self._pending: list[tuple[KeyframeRecord, PlaceCandidate]] = []
         """Candidates waiting for a check, best score first (at most ``loop.candidates``)."""
@@ -115,7 +115,8 @@ class LoopCloser:
 
     # -- frame thread ---------------------------------------------------------------------
 
-    def add_keyframe(self, record: KeyframeRecord, rgb: np.ndarray | None = None) -> None:
+    def add_keyframe(self, record: KeyframeRecord, rgb: np.ndarray | None = None,
+                     rotation: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """Queue a keyframe (returns at once).
 
         Args:
@@ -123,6 +124,8 @@ class LoopCloser:
             rgb: uint8 [H, W, 3] processed image to store as JPEG, encoded on the worker
                 (so the caller's thread does not pay for it); ignored when ``record.image``
                 is given.
+            rotation: the IMU's ``(R, cov)`` from the previous keyframe to this one (a
+                rotation factor beside the odometry edge: ``PoseGraph.add_node``), or None.
 
         Raises:
             ValueError: the record's number is not the next one (0, 1, 2, ...), or its pose or
@@ -139,7 +142,8 @@ class LoopCloser:
                                  f'({self._next_index})')
             self._next_index += 1
             self._incoming.append((replace(record, index=record.index + self._offset,
-                                           odom_pose=pose, descriptor=descriptor), rgb))
+                                           odom_pose=pose, descriptor=descriptor), rgb,
+                                   rotation))
             self._cond.notify_all()
 
     def map_from_odom(self) -> np.ndarray:
@@ -263,8 +267,8 @@ class LoopCloser:
                 requests, self._requests = self._requests, []
                 self._busy = True
             try:
-                for record, rgb in batch:
-                    self._add(record, rgb)
+                for record, rgb, rotation in batch:
+                    self._add(record, rgb, rotation)
                 for future in requests:
                     _answer(future, self._steps.snapshot)
                 if job is not None and self._steps.verify(*job):
@@ -277,9 +281,9 @@ class LoopCloser:
                     self._busy = False
                     self._cond.notify_all()
 
-    def _add(self, record: KeyframeRecord, rgb: np.ndarray | None) -> None:
+    def _add(self, record: KeyframeRecord, rgb: np.ndarray | None, rotation: Any) -> None:
         """One keyframe's steps; its candidates join the waiting list (the best are kept)."""
-        jobs = self._steps.add(record, rgb)
+        jobs = self._steps.add(record, rgb, rotation)
         if not jobs:
             return
         with self._cond:

@@ -104,7 +104,7 @@ class LoopSteps:
                 'index_backend': self._index.backend,
                 'images_stored': len(self._images), 'image_bytes': self._images.num_bytes,
                 **{f'graph_{k}': v for k, v in self._graph.stats().items()
-                   if k in ('recoveries', 'loops_removed', 'loops_adopted')}}
+                   if k in ('recoveries', 'loops_removed', 'loops_adopted', 'imu_factors')}}
 
     def close(self) -> None:
         """Drop the stored images (a folder store removes its files)."""
@@ -183,9 +183,13 @@ class LoopSteps:
                     'with map keyframe %d (score %.3f); %d disagreeing dropped', len(group),
                     query.index, candidate.index, found.score, len(others))
 
-    def add(self, record: KeyframeRecord, rgb: np.ndarray | None
+    def add(self, record: KeyframeRecord, rgb: np.ndarray | None,
+            rotation: tuple[np.ndarray, np.ndarray] | None = None
             ) -> list[tuple[KeyframeRecord, PlaceCandidate]]:
         """Graph node, retrieval, index, image store for one keyframe.
+
+        ``rotation``: the IMU's from the previous keyframe, a rotation factor beside the
+        odometry edge when both keyframes are this run's (none while searching a map).
 
         Returns:
             (the keyframe, a candidate) to verify, best candidate first: the
@@ -206,8 +210,10 @@ class LoopSteps:
         else:
             previous = self._records[n - 1]
             measured = sim3.inverse(previous.odom_pose) @ record.odom_pose
+            live = rotation is not None and n - 1 >= self._offset
             self._graph.add_node(record.odom_pose, PoseGraphEdge(
-                n - 1, n, measured, self._odometry_information(measured), 'odometry'))
+                n - 1, n, measured, self._odometry_information(measured), 'odometry'),
+                rotation if live else None)
         cfg = self._config
         skipped: list[int] = []
 

@@ -31,6 +31,7 @@ import time
 from typing import Any, Callable
 
 from lingbot_map_ros.config import EngineConfig, MetricConfig
+from lingbot_map_ros.engine.imu.odometry_covariance import OdometryCovariance
 from lingbot_map_ros.engine.session.pipeline import StreamingSession
 from lingbot_map_ros.engine.session.rollover import RolloverSession
 from lingbot_map_ros.ros.inference import imu_fusion
@@ -190,6 +191,11 @@ class FramePipeline:
             self.imu = imu_fusion.from_values(node, values, self.session)
             if self.imu is not None:  # gravity levels odom or map (docs/imu.md, Frames)
                 self.imu.level_frames(self.cameras.outputs[self.cameras.primary], self.outputs)
+            if self.imu is not None and self.cameras.solo:  # the gyroscope fused (docs/imu.md)
+                self.outputs.use_covariance(OdometryCovariance(
+                    self.imu.rotations(), self.imu.config.odometry_translation_walk))
+                if self.loop_output is not None:
+                    self.loop_output.feed.use_imu(self.imu.rotations())
         except BaseException:
             self.destroy()
             raise

@@ -40,6 +40,7 @@ from __future__ import annotations
 from typing import Any
 
 from lingbot_map_ros.engine.imu import AlignmentOptions, ImuScaleTracker
+from lingbot_map_ros.engine.imu.keyframe_rotation import ImuRotations
 from lingbot_map_ros.engine.imu.leveling import GravityLevel
 from lingbot_map_ros.ros.inference import imu_mounting
 from lingbot_map_ros.ros.inference.imu_input import ImuInput, subscribe
@@ -130,6 +131,15 @@ class ImuFusion:
         primary.frames.set_level(self.level)
         node_outputs.follow_map_level(primary.frames)
         self._levelled.append(primary.frames)
+
+    def rotations(self) -> ImuRotations:
+        """Return the gyroscope's rotations between camera stamps (graph factors, covariance).
+
+        Over this input's readings and health, with the tracker's gyroscope bias.
+        """
+        return ImuRotations(self.input.window, self.config.gyro_noise_density,
+                            self.imu_from_camera, self._healthy,
+                            lambda: self._session.imu.stats().gyro_bias)
 
     def detach(self) -> None:
         """Detach the tracker from the session (the pipeline is destroyed)."""

@@ -23,7 +23,8 @@ given by a test.
 
 States (the ``loop`` diagnostic status): ``off`` (``loop.enable`` false), ``unavailable`` (gtsam
 missing, no depth head for the verifier, or predictions without place descriptors;
-``reason`` says which), ``running``. Several cameras: no feed (``frame_pipeline.py``).
+``reason`` says which), ``running``. Several cameras: no feed (``frame_pipeline.py``). With an
+IMU (:meth:`LoopFeed.use_imu`) the back end adds the gyroscope's rotation factors.
 """
 
 from __future__ import annotations
@@ -101,6 +102,10 @@ class LoopFeed:
     def use_verifier(self, verifier: Verifier) -> None:
         """Verify with ``verifier`` instead of the model (before the first keyframe)."""
         self.backend.use_verifier(verifier)
+
+    def use_imu(self, rotations: Any) -> None:
+        """Constrain each keyframe's rotation by the IMU's (an ``ImuRotations``, docs/imu.md)."""
+        self.backend.use_rotations(rotations)
 
     def feed(self, pred: FramePrediction) -> None:
         """Queue a keyframe's record (non-keyframes only pace the verification)."""

@@ -186,6 +186,7 @@ _FLOAT_RANGES: dict[str, tuple[float, float]] = {
     'imu.max_gap_s': (1e-4, 10.0),
     'imu.max_future_s': (0.0, 60.0),
     'imu.buffer_s': (1.0, 3600.0),
+    'imu.odometry_translation_walk': (0.0, 100.0),
     'loop.min_score': (-1.0, 1.0),
     'loop.min_inlier_fraction': (0.0, 1.0),
     'loop.inlier_threshold': (1e-6, 10.0),

@@ -69,7 +69,7 @@ LOOP_KEYS: tuple[str, ...] = (
     'map_to_odom.x', 'map_to_odom.y', 'map_to_odom.z', 'map_to_odom.yaw_deg',
     'map_to_odom.scale', 'index_backend', 'images_stored', 'image_bytes',
     'last_rejection', 'skipped', 'localized', 'graph_recoveries', 'graph_loops_removed',
-    'graph_loops_adopted') + MAP_KEYS
+    'graph_loops_adopted', 'imu_factors', 'imu_skipped') + MAP_KEYS
 """Keys of the ``loop`` status, in order, in every state."""
 
 _COUNTS = ('keyframes', 'queued', 'candidates', 'replaced', 'verified', 'accepted',
@@ -325,6 +325,10 @@ class LoopOutput:
             if not np.isfinite(values['optimisation_ms']):  # none yet: n/a, never 'nan'
                 values['optimisation_ms'] = None
             values['last_rejection'] = _last_rejection(closer.loop_edges())
+        rotations = feed.backend.rotations
+        if rotations is not None:  # with an IMU: its rotation factors (n/a without)
+            values['imu_factors'] = stats.get('graph_imu_factors', 0)
+            values['imu_skipped'] = rotations.num_skipped
         m = self._map_from_odom
         values.update({'map_to_odom.x': m[0, 3], 'map_to_odom.y': m[1, 3],
                        'map_to_odom.z': m[2, 3],

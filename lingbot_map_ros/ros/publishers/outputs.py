@@ -22,8 +22,11 @@ cloud share one scale: metres with a depth camera (``metric.source: depth``), el
 fixed by the first session's scale frames and carried across rollovers. The model gives no
 uncertainty: odometry covariances are marked unknown with a large variance
 (:data:`UNKNOWN_VARIANCE`, as rtabmap does when lost) on the diagonal, never all zero (which
-filters read as exact). The twist is a finite difference of consecutive poses, in
-``base_frame``, in odom units per second.
+filters read as exact). With an IMU (:meth:`Outputs.use_covariance`) the pose covariance is the
+dead-reckoning one instead (``engine/imu/odometry_covariance.py``: the gyroscope's rotation
+noise and a per-distance translation noise compounded frame to frame, from zero at the anchor,
+in odom's axes, x y z roll pitch yaw); the twist's stays unknown. The twist is a finite
+difference of consecutive poses, in ``base_frame``, in odom units per second.
 
 With an IMU that levels ``map`` (docs/imu.md, Frames) the static ``map -> odom`` is re-sent
 with that levelling (:meth:`Outputs.follow_map_level`).
@@ -122,6 +125,15 @@ class Outputs:
         self._path: collections.deque[PoseStamped] = collections.deque(maxlen=1000)
         self._prev: tuple[int, np.ndarray] | None = None
         self._map_level: tuple[OdomFrames, int] | None = None  # follow_map_level
+        self._covariance: Any = None
+
+    def use_covariance(self, source: Any) -> None:
+        """Take ``~/odometry``'s pose covariance from ``source`` (an ``OdometryCovariance``).
+
+        ``source.step(stamp_ns, base_in_odom, base_from_camera)`` gives each frame's [6, 6];
+        ``source.reset()`` is called at each new anchor (:meth:`clear`). None: unknown again.
+        """
+        self._covariance = source
 
     @property
     def has_tf(self) -> bool:
@@ -166,6 +178,8 @@ class Outputs:
         self._path.clear()
         self._prev = None
         self._frames.clear()
+        if self._covariance is not None:
+            self._covariance.reset()
         return count
 
     def publish(self, pred: FramePrediction, camera_frame: str, opts: NodeOptions) -> None:
@@ -264,6 +278,10 @@ class Outputs:
         odom = Odometry(header=pose.header, child_frame_id=self._base_frame)
         odom.pose.pose = pose.pose
         odom.pose.covariance = odom.twist.covariance = _UNKNOWN_COVARIANCE
+        if self._covariance is not None:
+            cov = self._covariance.step(stamp_ns, c2w, self._frames.mount)
+            if self._finite('odometry_covariance', 1, cov):
+                odom.pose.covariance = np.asarray(cov, np.float64).reshape(-1).tolist()
         if self._prev is not None and stamp_ns > self._prev[0]:
             linear, angular = conversions.twist_between(self._prev[1], c2w,
                                                         (stamp_ns - self._prev[0]) * 1e-9)

@@ -40,6 +40,7 @@ import logging
 from typing import Any
 
 from lingbot_map_ros.engine import sim3
+from lingbot_map_ros.engine.imu.imu_factors import rotation_factor
 from lingbot_map_ros.engine.mapping.graph.batch_solve import (check_connected, check_edge,
                                                               isam_over, levenberg_marquardt,
                                                               PoseGraphEdge, RELINEARIZE_THRESHOLD,
@@ -118,7 +119,8 @@ class PoseGraph:
         """Every factor in the graph (priors, odometry, kept loops): what a rebuild starts from."""
         self._num_loops = 0
         self._counts = {'recoveries': 0, 'rejected_gate': 0, 'rejected_residual': 0,
-                        'rejected_unsolvable': 0, 'loops_removed': 0, 'loops_adopted': 0}
+                        'rejected_unsolvable': 0, 'loops_removed': 0, 'loops_adopted': 0,
+                        'imu_factors': 0}
         self._edges: list[PoseGraphEdge] = []
         """Every edge in the graph (odometry and kept loops), for :meth:`edges`."""
         self._steps = StepVariances()
@@ -143,21 +145,28 @@ class PoseGraph:
         """Return the graph's counters: nodes, loops, recoveries, rejected loops by cause.
 
         ``loops_removed``: accepted loops taken out again by re-judging; ``loops_adopted``:
-        refused loops it put in (each also counted once in ``rejected_gate``).
+        refused loops it put in (each also counted once in ``rejected_gate``);
+        ``imu_factors``: gyroscope rotation factors in the graph (:meth:`add_node`).
         """
         return {'nodes': self.num_nodes, 'loops': self._num_loops, **self._counts}
 
-    def add_node(self, pose: np.ndarray, odometry: PoseGraphEdge | None = None) -> int:
+    def add_node(self, pose: np.ndarray, odometry: PoseGraphEdge | None = None,
+                 rotation: tuple[np.ndarray, np.ndarray] | None = None) -> int:
         """Add the next keyframe.
 
         The first node is held at ``pose`` (the gauge). Every later one needs its odometry
         edge from an earlier node; it starts at that node's estimate times the measurement,
-        so a new keyframe follows the corrected trajectory. Atomic: the graph is unchanged
-        when this raises.
+        so a new keyframe follows the corrected trajectory. With ``rotation`` (the IMU's), a
+        rotation factor between the odometry edge's two nodes goes in with it
+        (``engine/imu/imu_factors.py``: the gyroscope's relative rotation, translation and
+        scale loose); it is kept among the factors, so a rebuild and a re-judging keep it.
+        Atomic: the graph is unchanged when this raises.
 
         Args:
             pose: float64 [4, 4] Sim(3) odometry pose (its scale is the node's scale).
             odometry: edge ``i -> num_nodes`` of kind 'odometry' (None only for node 0).
+            rotation: ``(R [3, 3], cov [3, 3])``, the camera's rotation from node ``i`` to this
+                one and its covariance (rad^2), or None.
 
         Returns:
             The node's index.
@@ -181,12 +190,23 @@ class PoseGraph:
             start = self.pose(edge.i) @ edge.measurement
             scale = float(sim3.scale_of(pose if self._fixed_scale() else start))
             factor, value = self._maker.factor(edge), self._maker.value(start)
+        imu = None
+        if rotation is not None:
+            if edge is None:
+                raise ValueError('the first node takes no rotation factor')
+            imu = rotation_factor(self._g, edge.i, n, rotation[0], rotation[1],
+                                  'pose3' if self._fixed_scale() else 'sim3')
         graph, values = self._g.NonlinearFactorGraph(), self._g.Values()
         graph.add(factor)
+        if imu is not None:
+            graph.add(imu)
         values.insert(n, value)
         self._update(graph, values, f'node {n}')
         self._scales.append(scale)
         self._factors.add(factor)
+        if imu is not None:
+            self._factors.add(imu)
+            self._counts['imu_factors'] += 1
         if edge is not None:
             self._edges.append(edge)
             self._count_step(edge)
