@@ -30,13 +30,14 @@ from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Odometry, Path
 import numpy as np
 import pytest
+from rcl_interfaces.msg import Log
 from rcl_interfaces.srv import SetParameters
 import rclpy
 from rclpy.exceptions import InvalidHandle
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CompressedImage, Image, PointCloud2
 from std_srvs.srv import Trigger
 
@@ -290,3 +291,24 @@ class Graph:
         self.executor.shutdown(timeout_sec=5.0)
         rclpy.shutdown(context=self.context)
         self._thread.join(5.0)
+
+
+class Rosout:
+    """Every /rosout message of one logger name (a node's, as /rosout names it), kept in order."""
+
+    def __init__(self, graph, name: str) -> None:
+        self.node = graph.add(Node(f'rosout_probe_{next(_counter)}', context=graph.context))
+        self.lock = threading.Lock()
+        self.lines: list[tuple[int, str]] = []
+        qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+        def keep(msg: Log) -> None:
+            if msg.name.endswith(name):
+                with self.lock:
+                    self.lines.append((msg.level, msg.msg))
+        self.sub = self.node.create_subscription(Log, '/rosout', keep, qos)
+
+    def find(self, level: int, text: str) -> list[str]:
+        with self.lock:
+            return [m for lv, m in self.lines if lv == level and text in m]

@@ -29,7 +29,6 @@ import itertools
 import math
 from pathlib import Path
 import sys
-import threading
 
 from diagnostic_msgs.msg import DiagnosticStatus
 from geometry_msgs.msg import TransformStamped
@@ -37,13 +36,11 @@ from geometry_msgs.msg import TransformStamped
 from lingbot_map_ros.ros.publishers.imu_status import IMU_KEYS
 from lingbot_map_ros.tools.synthetic_imu import DEFAULT_FRAME_ID, frame_poses, synthetic_imu
 from lingbot_map_ros.tools.synthetic_scene import SceneConfig
-from node_harness import (image_msg, no_callback_errors, stamp_ns,  # noqa: F401
+from node_harness import (image_msg, no_callback_errors, Rosout, stamp_ns,  # noqa: F401
                           TINY_CPU, wait_for, wait_status)
 import numpy as np
 import pytest
 from rcl_interfaces.msg import Log
-from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.qos import qos_profile_sensor_data
 from scipy.spatial.transform import Rotation
 from sensor_msgs.msg import Imu
@@ -131,27 +128,6 @@ def imu_publisher(probe, node):
     sub = next(s for s in node.subscriptions if s.topic_name.endswith('/imu'))
     wait_for(lambda: sub.get_publisher_count() > 0, _TIMEOUT_S, 'imu matching')
     return pub
-
-
-class Rosout:
-    """Every /rosout message of one logger name, kept in order."""
-
-    def __init__(self, graph, name: str) -> None:
-        self.node = graph.add(Node(f'rosout_probe_{next(_ns)}', context=graph.context))
-        self.lock = threading.Lock()
-        self.lines: list[tuple[int, str]] = []
-        qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
-                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
-
-        def keep(msg: Log) -> None:
-            if msg.name.endswith(name):
-                with self.lock:
-                    self.lines.append((msg.level, msg.msg))
-        self.sub = self.node.create_subscription(Log, '/rosout', keep, qos)
-
-    def find(self, level: int, text: str) -> list[str]:
-        with self.lock:
-            return [m for lv, m in self.lines if lv == level and text in m]
 
 
 class StaticBuffer:

@@ -22,40 +22,16 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-import threading
 
 from lingbot_map_ros.ros.nodes.input_watch import InputWatch, WatchedInput
-from node_harness import no_callback_errors, TINY_CPU, wait_for  # noqa: F401 - autouse fixture
+from node_harness import no_callback_errors, Rosout, TINY_CPU, wait_for  # noqa: F401 - fixture
 import pytest
-from rcl_interfaces.msg import Log
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CompressedImage, Image
 
 pytestmark = pytest.mark.rostest
 _ns = itertools.count()
-
-
-class Rosout:
-    """Every /rosout message of one node name, kept in order."""
-
-    def __init__(self, graph, name: str) -> None:
-        self.node = graph.add(Node(f'rosout_probe_{next(_ns)}', context=graph.context))
-        self.lock = threading.Lock()
-        self.lines: list[tuple[int, str]] = []
-        qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
-                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
-
-        def keep(msg: Log) -> None:
-            if msg.name.endswith(name):
-                with self.lock:
-                    self.lines.append((msg.level, msg.msg))
-        self.sub = self.node.create_subscription(Log, '/rosout', keep, qos)
-
-    def find(self, level: int, text: str) -> list[str]:
-        with self.lock:
-            return [m for lv, m in self.lines if lv == level and text in m]
 
 
 def test_a_silent_remapped_input_gets_one_warning_naming_the_compressed_topic(graph):
