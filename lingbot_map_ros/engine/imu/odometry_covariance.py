@@ -26,7 +26,7 @@ between the two frames' stamps (``keyframe_rotation.ImuRotations``), brought int
 frame by the mounting. A step the IMU does not cover (stream not ``ok``, readings missing) takes
 :data:`GAP_ROTATION_SIGMA` per axis instead: nothing measured it, so it is uncertain by degrees,
 not by the gyroscope's hundredths. The translation block is a per-distance random walk: a step
-of length ``d`` adds ``sigma_t^2 d`` on each axis (``imu.odometry_translation_sigma``, odom
+of length ``d`` adds ``sigma_t^2 d`` on each axis (``imu.odometry_translation_walk``, odom
 units per square-root unit travelled), so after a distance ``D`` the standard deviation is about
 ``sigma_t sqrt(D)``, whatever the frame rate. The published matrix (:meth:`DeadReckoning.
 published`) is rotated into the odom frame's axes (``blockdiag(R, R) Sigma blockdiag(R, R)^T``,

@@ -65,9 +65,10 @@ _NEAR_FULL = 0.9
 # one does (fault or normal operation) is the engine's one policy table.
 KNOWN_DROPS = node_reasons(resets=False)
 KNOWN_RESETS = node_reasons(resets=True)
-KNOWN_NONFINITE = ('depth_pixels', 'depth_camera_info', 'odometry_twist')
+KNOWN_NONFINITE = ('depth_pixels', 'depth_camera_info', 'odometry_twist', 'odometry_covariance')
 """Non-finite numbers kept off the topics (``outputs.py``): depth pixels written as 0, a depth
-image + camera_info pair not published, an odometry twist published as zero."""
+image + camera_info pair not published, an odometry twist published as zero, an IMU
+dead-reckoning covariance published as unknown."""
 NOT_AVAILABLE = 'n/a'
 """The value of a key whose quantity does not exist yet (e.g. the cache before a frame)."""
 

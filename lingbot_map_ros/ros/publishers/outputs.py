@@ -111,6 +111,7 @@ class Outputs:
                                                       static_only=True)
             except TypeError:  # pragma: no cover - older tf2_ros
                 self._tf_listener = TransformListener(self._tf_buffer, node, spin_thread=False)
+        self._static_map: TransformStamped | None = None  # re-sent levelled (follow_map_level)
         if self._tf is not None:
             self._static_tf = StaticTransformBroadcaster(node)
             # With loop closure the map -> odom correction is ours (loop_outputs.py).
@@ -121,7 +122,7 @@ class Outputs:
                 identity.header.stamp = node.get_clock().now().to_msg()
                 identity.transform.rotation.w = 1.0
                 self._static_tf.sendTransform(identity)
-                self._static_map = identity  # re-sent levelled (follow_map_level)
+                self._static_map = identity
         self._path: collections.deque[PoseStamped] = collections.deque(maxlen=1000)
         self._prev: tuple[int, np.ndarray] | None = None
         self._map_level: tuple[OdomFrames, int] | None = None  # follow_map_level
@@ -234,7 +235,7 @@ class Outputs:
         Only where this object broadcasts the static identity (``frames.map_frame`` set, loop
         closure off); ``frames`` is the primary camera's (docs/imu.md, Frames).
         """
-        if getattr(self, '_static_map', None) is not None:
+        if self._static_map is not None:
             self._map_level = (frames, frames.map_level_version)
 
     def _send_map_level(self) -> None:
