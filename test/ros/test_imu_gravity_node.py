@@ -38,6 +38,7 @@ import threading
 
 from geometry_msgs.msg import PoseWithCovarianceStamped
 from lingbot_map_ros.engine.imu import so3
+from lingbot_map_ros.engine.mapping.store.map_load import load_map
 from lingbot_map_ros.tools.synthetic_imu import (
     DEFAULT_FRAME_ID, DEFAULT_IMU_FROM_CAMERA, frame_poses, imu_readings, ImuNoise,
     synthetic_imu)
@@ -53,6 +54,9 @@ from std_srvs.srv import Trigger
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'engine'))
 from oracle_model import frame_image, OracleModel  # noqa: E402,I100,I202
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'engine' / 'loop'))
+from loop_scenes import RefuseAll  # noqa: E402,I100,I202
 
 pytestmark = pytest.mark.rostest
 
@@ -245,8 +249,15 @@ def test_still_start_levels_odom_and_a_reset_levels_it_again(graph):
     run.close()
 
 
-def test_moving_start_levels_map_and_odometry_stays_continuous(graph):
-    run = Run(graph, **{'loop.enable': True, 'loop.image_store_mb': 0.0})
+def test_moving_start_levels_map_and_odometry_stays_continuous(graph, tmp_path):
+    run = Run(graph, **{'loop.enable': True, 'loop.image_store_mb': 0.0,
+                        'loop.exclude_recent': 1000, 'loop.min_score': 0.99})
+    # The loop closer runs (the graph only grows): no candidate is ever verified.
+    feed = run.node.core.pipeline.loop_output.feed
+    feed.use_verifier(RefuseAll())
+    rng = np.random.default_rng(5)
+    dims = run.node.core.pipeline.session.session.config.model.embed_dim  # a map keeps them
+    feed.descriptor_of = lambda pred: rng.normal(size=dims).astype(np.float32)
     indices = list(range(90))
     early = 10  # a second of motion: too short for the alignment, gravity not known yet
     run.feed(indices[:early])
@@ -268,8 +279,10 @@ def test_moving_start_levels_map_and_odometry_stays_continuous(graph):
                 for m, i in zip(odometry, indices))
     print(f'map z against true gravity: worst {worst:.3f} deg, tilt {tilt:.2f} deg')
     assert worst < 1.0
+    # The loop closer's map -> odom is that levelling times the graph's own correction (no loop
+    # here: only the odometry and the gyroscope's factors), a small turn beside the tilt.
     loop_map = run.node.core.pipeline.loop_output.map_from_odom()
-    np.testing.assert_allclose(loop_map[:3, :3], level, atol=1e-6)
+    assert turn_deg(level.T @ loop_map[:3, :3]) < 1.0
     stamp_of = {stamp_ns(m): i for m, i in zip(odometry, indices)}
     with run.lock:
         map_poses = list(run.map_poses)
@@ -281,4 +294,13 @@ def test_moving_start_levels_map_and_odometry_stays_continuous(graph):
              for a, b, i, j in zip(odometry, odometry[1:], indices, indices[1:])]
     print(f'odometry rotation steps against the truth: worst {max(map(abs, steps)):.3f} deg')
     assert max(abs(s) for s in steps) < 0.3
+    # A map saved now is in this levelled map: its frame is odom's anchor turned by the
+    # levelling, so a later run that loads it publishes z-up too.
+    assert run.probe.set_params(map__save_path=str(tmp_path / 'map'))[0].successful
+    saved = run.probe.call(run.probe.create_client(Trigger, 'lingbot_map/save_map'),
+                           Trigger.Request(), _TIMEOUT_S)
+    assert saved.success, saved.message
+    frame = load_map(tmp_path / 'map').frame_from_graph
+    expected = frames.map_level() @ frames.odom_from_world()
+    np.testing.assert_allclose(frame, expected, atol=1e-9)
     run.close()

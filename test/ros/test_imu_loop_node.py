@@ -24,6 +24,8 @@ covariance is the unknown one, as before, and the status' IMU keys read ``n/a``.
 Run: ``pytest test/ros/test_imu_loop_node.py`` (needs gtsam; about a minute; ``rostest``).
 """
 
+from pathlib import Path
+import sys
 import threading
 
 from geometry_msgs.msg import PoseWithCovarianceStamped
@@ -36,30 +38,23 @@ import pytest
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from test_imu_node import feed, imu_publisher, start
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'engine' / 'loop'))
+from loop_scenes import RefuseAll  # noqa: E402,I100,I202
+
 pytest.importorskip('gtsam')
 pytestmark = pytest.mark.rostest
 
 _TIMEOUT_S = 120.0
-NUM = 40
+NUM = 80
 LOOP = {'loop.enable': True, 'loop.exclude_recent': 1000, 'loop.min_score': 0.99,
         'loop.image_store_mb': 0.0}
-
-
-class _Refuse:
-    """A verifier no candidate reaches (exclude_recent covers the run)."""
-
-    def verify(self, query, candidate):  # noqa: D102 - the Verifier protocol
-        raise AssertionError('no candidate expected')
-
-    def close(self) -> None:  # noqa: D102 - the Verifier protocol
-        pass
 
 
 def _run(graph, imu_topic: str):
     """Run NUM frames with loop closure on; return odometry, map poses and the loop status."""
     node, probe, _, imu = start(graph, imu_topic, **LOOP)
     feed_ = node.core.pipeline.loop_output.feed
-    feed_.use_verifier(_Refuse())
+    feed_.use_verifier(RefuseAll())
     rng = np.random.default_rng(5)
     feed_.descriptor_of = lambda pred: rng.normal(size=32).astype(np.float32)
     map_poses = []
@@ -103,8 +98,11 @@ def test_imu_factors_are_counted_and_the_odometry_covariance_grows(runs):
     assert list(values) == list(LOOP_KEYS)
     keyframes = int(values['keyframes'])
     assert keyframes >= 10
-    assert int(values['imu_factors']) == keyframes - 1  # every keyframe after the first
-    assert values['imu_skipped'] == '0'
+    # Every keyframe after the first gets a factor once the alignment has estimated the
+    # gyroscope's bias; the ones before it are skipped (no_bias), never fused with the bias in.
+    factors, skipped = int(values['imu_factors']), int(values['imu_skipped'])
+    assert factors + skipped == keyframes - 1
+    assert skipped > 0 and factors >= keyframes // 2
     covs = [_matrix(o.pose.covariance) for o in odometry]
     np.testing.assert_allclose(np.diag(covs[0]), [FLOOR_VARIANCE] * 6)  # the anchor
     for cov in covs:
@@ -127,9 +125,10 @@ def test_without_the_imu_the_odometry_covariance_is_unknown_and_map_pose_is_loos
         assert sum(o.pose.covariance) == pytest.approx(6 * UNKNOWN_VARIANCE)
     assert values['imu_factors'] == 'n/a' and values['imu_skipped'] == 'n/a'
     # ~/map_pose: the graph's marginal at the latest keyframe, tighter in rotation with the
-    # gyroscope's factors than with the odometry alone.
+    # gyroscope's factors than with the odometry alone (which grows over every keyframe; with
+    # the IMU it grows only until the factors start).
     fused = _matrix(runs['imu'][1][-1].pose.covariance)
     plain = _matrix(map_poses[-1].pose.covariance)
     print(f'map_pose rotation variance: {np.trace(plain[3:, 3:]):.3g} rad^2 without the IMU, '
           f'{np.trace(fused[3:, 3:]):.3g} with it')
-    assert np.trace(fused[3:, 3:]) < 0.1 * np.trace(plain[3:, 3:])
+    assert np.trace(fused[3:, 3:]) < 0.7 * np.trace(plain[3:, 3:])

@@ -23,8 +23,14 @@ the stream is not ``ok`` or the readings do not cover the interval.
 end puts each one it gets beside the keyframe's odometry edge as a rotation factor
 (``PoseGraph.add_node``), and the ``loop`` status shows the factors added and skipped.
 
-The bias is the tracker's latest alignment's (zero before the first): the first-order
-correction of the preintegration (``Preintegrated.rotation``). Nothing here imports ROS.
+The bias is the latest one the tracker's alignments found (kept across its sessions: the
+sensor's bias does not change with them), applied as the first-order correction of the
+preintegration (``Preintegrated.rotation``). Until one is known the gyroscope's turn-on bias
+(tenths of a degree per second on consumer parts) is a drift the white noise does not describe:
+:meth:`ImuRotations.keyframe` gives no graph factor then (skipped as ``no_bias``: a factor that
+tight would pull the graph's rotations along the bias), and :meth:`ImuRotations.between` adds
+the rotation that bias could make (:data:`UNKNOWN_BIAS_SIGMA` times the interval) to the
+covariance. Nothing here imports ROS.
 """
 
 from __future__ import annotations
@@ -41,9 +47,12 @@ ImuWindow = Callable[[float, float], 'tuple[np.ndarray, np.ndarray, np.ndarray] 
 STAMP_TOLERANCE_S = 1e-6
 """Readings that stop this close to an end still cover it: one instant converted twice (the
 image's nanoseconds, the IMU message's seconds) differs in the last bits."""
-SKIP_REASONS: tuple[str, ...] = ('not_ok', 'not_covered', 'bad_interval')
-"""Why a keyframe got no rotation: the stream not ``ok``, readings short of the interval, or
-stamps not increasing / not finite."""
+SKIP_REASONS: tuple[str, ...] = ('not_ok', 'not_covered', 'bad_interval', 'no_bias')
+"""Why a keyframe got no rotation: the stream not ``ok``, readings short of the interval,
+stamps not increasing / not finite, or no gyroscope bias estimated yet."""
+UNKNOWN_BIAS_SIGMA = 0.01
+"""rad/s per axis: the gyroscope bias before an alignment estimated it (about 0.6 deg/s, the
+order of a consumer MEMS gyroscope's zero-rate offset)."""
 
 
 class ImuRotations:
@@ -72,6 +81,7 @@ class ImuRotations:
         self._mount = None if imu_from_camera is None else np.asarray(imu_from_camera, np.float64)
         self._healthy = healthy
         self._gyro_bias = gyro_bias
+        self._known_bias: np.ndarray | None = None
         self.added = 0
         """Keyframe rotations handed out (:meth:`keyframe`) since the start."""
         self.skipped: dict[str, int] = dict.fromkeys(SKIP_REASONS, 0)
@@ -84,13 +94,14 @@ class ImuRotations:
         """Return the keyframes without a rotation since the start, all reasons."""
         return sum(self.skipped.values())
 
-    def bias(self) -> np.ndarray:
-        """Return the gyroscope bias in use: the tracker's when finite, else zero."""
+    def bias(self) -> np.ndarray | None:
+        """Return the gyroscope bias in use: the latest finite one the tracker gave, or None."""
         bias = self._gyro_bias()
-        if bias is None:
-            return np.zeros(3)
-        bias = np.asarray(bias, dtype=np.float64).reshape(-1)
-        return bias if bias.shape == (3,) and np.isfinite(bias).all() else np.zeros(3)
+        if bias is not None:
+            bias = np.asarray(bias, dtype=np.float64).reshape(-1)
+            if bias.shape == (3,) and np.isfinite(bias).all():
+                self._known_bias = bias
+        return self._known_bias
 
     def between(self, t0_s: float, t1_s: float) -> tuple[np.ndarray, np.ndarray] | None:
         """Return the camera's rotation from ``t0_s`` to ``t1_s`` and its covariance, or None.
@@ -116,11 +127,20 @@ class ImuRotations:
         except ValueError:
             return self._none('not_covered')
         self.last_reason = ''
-        return camera_rotation(pre, self.bias(), self._mount)
+        bias = self.bias()
+        rotation, cov = camera_rotation(pre, np.zeros(3) if bias is None else bias, self._mount)
+        if bias is None:  # what an unknown bias could turn over the interval
+            cov = cov + np.eye(3) * (UNKNOWN_BIAS_SIGMA * (t1 - t0)) ** 2
+        return rotation, cov
 
     def keyframe(self, t0_s: float, t1_s: float) -> tuple[np.ndarray, np.ndarray] | None:
-        """Return :meth:`between` for two consecutive keyframes, counted (added or skipped)."""
+        """Return :meth:`between` for two consecutive keyframes, counted (added or skipped).
+
+        None (``no_bias``) until a gyroscope bias is known (module docstring).
+        """
         result = self.between(t0_s, t1_s)
+        if result is not None and self._known_bias is None:
+            result = self._none('no_bias')
         if result is None:
             self.skipped[self.last_reason] += 1
         else:

@@ -219,7 +219,10 @@ class MapReuse:
         frames = self._frames
         if loaded is None and not frames.anchored:
             raise RuntimeError('no keyframes yet')
-        frame = loaded.frame_from_graph if loaded is not None else frames.odom_from_world()
+        # This run's map: odom's anchor, turned by the IMU's levelling of map when it levelled
+        # map rather than odom (identity otherwise), as ~/map_pose and ~/map are.
+        frame = loaded.frame_from_graph if loaded is not None else \
+            frames.map_level() @ frames.odom_from_world()
         xyz, rgb = self._map_points(loaded, self._backend.closer)
         size = self._session.session.stats().image_size_hw
         if size is None:

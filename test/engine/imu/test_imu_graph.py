@@ -27,7 +27,7 @@ from __future__ import annotations
 from imu_motion import route
 from lingbot_map_ros.engine import sim3
 from lingbot_map_ros.engine.imu import ImuBuffer, so3
-from lingbot_map_ros.engine.imu.keyframe_rotation import ImuRotations
+from lingbot_map_ros.engine.imu.keyframe_rotation import ImuRotations, UNKNOWN_BIAS_SIGMA
 from lingbot_map_ros.engine.mapping.backend import MappingBackend
 from lingbot_map_ros.engine.mapping.graph.batch_solve import PoseGraphEdge
 from lingbot_map_ros.engine.mapping.graph.pose_graph import PoseGraph
@@ -127,17 +127,30 @@ def test_the_rotation_between_two_stamps_is_the_cameras(drive) -> None:
     assert source.last_reason == 'bad_interval'
     paused = rotations(win, buffer, healthy=lambda t: False)
     assert paused.keyframe(win.stamps[0], win.stamps[1]) is None
-    assert paused.skipped == {'not_ok': 1, 'not_covered': 0, 'bad_interval': 0}
-    assert source.skipped == {'not_ok': 0, 'not_covered': 1, 'bad_interval': 1}
+    assert paused.skipped == {'not_ok': 1, 'not_covered': 0, 'bad_interval': 0, 'no_bias': 0}
+    assert source.skipped == {'not_ok': 0, 'not_covered': 1, 'bad_interval': 1, 'no_bias': 0}
     assert source.added == 3
-    # No bias yet (or a garbage one): zero is used, so the rotation keeps the bias's drift.
+    # No bias yet (or a garbage one): the rotation keeps the bias's drift, so no graph factor,
+    # and the covariance carries what an unknown bias could turn.
     unbiased = rotations(win, buffer, bias=np.array([np.nan, 0.0, 0.0]))
-    np.testing.assert_allclose(unbiased.bias(), np.zeros(3))
-    rotation, _ = unbiased.between(win.stamps[0], win.stamps[10])
-    with_bias, _ = source.between(win.stamps[0], win.stamps[10])
+    assert unbiased.bias() is None
+    rotation, cov = unbiased.between(win.stamps[0], win.stamps[10])
+    with_bias, known_cov = source.between(win.stamps[0], win.stamps[10])
     off = np.degrees(np.linalg.norm(so3.log(rotation.T @ with_bias)))
     expected = np.degrees(np.linalg.norm(win.gyro_bias)) * 1.0  # 1 s of the bias
     assert off == pytest.approx(expected, rel=0.2)
+    np.testing.assert_allclose(cov - known_cov, np.eye(3) * (UNKNOWN_BIAS_SIGMA * 1.0) ** 2,
+                               rtol=1e-6, atol=1e-12)
+    assert unbiased.keyframe(win.stamps[0], win.stamps[1]) is None
+    assert unbiased.last_reason == 'no_bias' and unbiased.skipped['no_bias'] == 1
+    # Once the tracker gives one it is kept, even while a later session has none yet.
+    given = [win.gyro_bias]
+    late = ImuRotations(buffer.window, NOISE.gyro_noise_density, win.mount,
+                        gyro_bias=lambda: given[0])
+    assert late.keyframe(win.stamps[0], win.stamps[1]) is not None
+    given[0] = None
+    np.testing.assert_allclose(late.bias(), win.gyro_bias)
+    assert late.keyframe(win.stamps[1], win.stamps[2]) is not None and late.added == 2
 
 
 def test_imu_factors_hold_the_rotation_and_the_gate_still_judges_right(drive) -> None:

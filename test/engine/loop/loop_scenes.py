@@ -264,3 +264,17 @@ class WrongFirst:
                               np.array([1.0, 0.0, 0.0]))
             result = replace(result, relative=error @ result.relative)
         return result
+
+
+class RefuseAll:
+    """A verifier no candidate may reach: the graph only grows.
+
+    ``loop.exclude_recent`` covers the run, so a call is a test failure.
+    """
+
+    def verify(self, query: KeyframeRecord, candidate: KeyframeRecord) -> Verification:
+        """Fail: no candidate was expected."""
+        raise AssertionError('no candidate expected')
+
+    def close(self) -> None:
+        """Nothing to release."""
