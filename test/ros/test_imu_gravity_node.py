@@ -39,10 +39,9 @@ import threading
 from geometry_msgs.msg import PoseWithCovarianceStamped
 from lingbot_map_ros.engine.imu import so3
 from lingbot_map_ros.engine.mapping.store.map_load import load_map
-from lingbot_map_ros.tools.synthetic_imu import (
-    DEFAULT_FRAME_ID, DEFAULT_IMU_FROM_CAMERA, frame_poses, imu_readings, ImuNoise,
-    synthetic_imu)
-from lingbot_map_ros.tools.synthetic_scene import camera_path, SceneConfig
+from lingbot_map_ros.tools.synthetic_imu import (DEFAULT_IMU_FROM_CAMERA, frame_poses,
+                                                 imu_readings, ImuNoise, synthetic_imu)
+from lingbot_map_ros.tools.synthetic_scene import camera_path
 from node_harness import (image_msg, no_callback_errors, stamp_ns,  # noqa: F401
                           TINY_CPU, wait_for, wait_status)
 import numpy as np
@@ -57,16 +56,12 @@ from oracle_model import frame_image, OracleModel  # noqa: E402,I100,I202
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'engine' / 'loop'))
 from loop_scenes import RefuseAll  # noqa: E402,I100,I202
+from test_imu_node import (_TIMEOUT_S, ENGINE, imu_msg, mount7, SCENE,  # noqa: E402,I100,I202
+                           SEC, SIZE_HW)
 
 pytestmark = pytest.mark.rostest
 
 _ns = itertools.count()
-_TIMEOUT_S = 120.0
-SEC = 1_000_000_000
-SIZE_HW = (48, 64)
-SCENE = SceneConfig(laps=2, start_ns=50 * SEC)
-ENGINE = {'model.max_frame_num': 128, 'stream.session_keyframes': 100,
-          'stream.overlap_keyframes': 8}
 DOWN = np.array([0.0, 0.0, -1.0])
 ROOM = camera_path(SCENE.num_frames, SCENE.laps)  # camera in the z-up room, per frame
 
@@ -85,12 +80,6 @@ BASE_FROM_BODY, IMU_FROM_CAMERA = _mounts()
 OPTICAL_IN_BODY = np.array([[0.0, 0.0, 1.0, 0.0], [-1.0, 0.0, 0.0, 0.0],
                             [0.0, -1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]])
 MOUNT = BASE_FROM_BODY @ OPTICAL_IN_BODY  # B: the optical frame in base
-
-
-def mount7(matrix: np.ndarray) -> list[float]:
-    """Return a [4, 4] transform as x y z qx qy qz qw."""
-    quat = Rotation.from_matrix(matrix[:3, :3]).as_quat()
-    return [*map(float, matrix[:3, 3]), *map(float, quat)]
 
 
 def true_base(index: int) -> np.ndarray:
@@ -115,18 +104,6 @@ def turn_deg(rotation: np.ndarray) -> float:
 def orientation(msg) -> np.ndarray:
     q = msg.pose.pose.orientation
     return Rotation.from_quat([q.x, q.y, q.z, q.w]).as_matrix()
-
-
-def imu_msg(stamp: int, gyro, accel) -> Imu:
-    """Build a sensor_msgs/Imu of one reading (no orientation)."""
-    msg = Imu()
-    msg.header.frame_id = DEFAULT_FRAME_ID
-    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(stamp), SEC)
-    msg.orientation_covariance[0] = -1.0
-    msg.angular_velocity.x, msg.angular_velocity.y, msg.angular_velocity.z = map(float, gyro)
-    msg.linear_acceleration.x, msg.linear_acceleration.y, msg.linear_acceleration.z = \
-        map(float, accel)
-    return msg
 
 
 def still_readings(index: int, start_ns: int, end_ns: int, seed: int):

@@ -153,9 +153,19 @@ class ImuBuffer:
         """
         if not self._readings or self._readings[0][0] > t0 or self._readings[-1][0] < t1:
             return None
-        stamps = np.fromiter((r[0] for r in self._readings), np.float64, len(self._readings))
-        lo = int(np.searchsorted(stamps, t0, side='right')) - 1
-        hi = int(np.searchsorted(stamps, t1, side='left')) + 1
-        chosen = list(self._readings)[lo:hi]
-        return (stamps[lo:hi], np.stack([r[1] for r in chosen]),
-                np.stack([r[2] for r in chosen]))
+        # Walked back from the newest reading: the windows asked for (a frame's step, a
+        # keyframe interval, an alignment) end near it, so this costs the window, not the
+        # buffer (called at every frame).
+        chosen: list[tuple[float, np.ndarray, np.ndarray]] = []
+        for reading in reversed(self._readings):
+            if reading[0] >= t1:
+                chosen = [reading]  # the earliest at or after t1 so far
+                if reading[0] <= t0:
+                    break
+                continue
+            chosen.append(reading)
+            if reading[0] <= t0:
+                break
+        chosen.reverse()
+        return (np.array([r[0] for r in chosen], dtype=np.float64),
+                np.stack([r[1] for r in chosen]), np.stack([r[2] for r in chosen]))
